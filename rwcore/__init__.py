@@ -1,0 +1,37 @@
+"""rwcore: adaptive rewards and task sampling for RL of LLM agents (RewardWeaver, Arise).
+
+Public surface of this package:
+
+- `EvidenceStore`: decayed Beta evidence per (task-type tag, rubric), C++ core.
+- `CapabilitySampler`: Arise's capability-based adaptive task sampler.
+- `UniformSampler`, `OutcomeSampler`: the ablations' baselines, same interface.
+- `AdaptiveBatchSampler`: any of them as a `torch.utils.data` batch sampler.
+- `Verdict`: PASS / FAIL / NA / INVALID.
+"""
+
+from rwcore.baselines import OutcomeSampler, UniformSampler
+from rwcore.evidence import EvidenceStore
+from rwcore.sampling import CapabilitySampler
+from rwcore.tasks import DEFAULT_CAPABILITIES
+from rwcore.verdict import Verdict
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AdaptiveBatchSampler",
+    "CapabilitySampler",
+    "DEFAULT_CAPABILITIES",
+    "EvidenceStore",
+    "OutcomeSampler",
+    "UniformSampler",
+    "Verdict",
+]
+
+
+def __getattr__(name: str):
+    # Imported on first use so `import rwcore` does not pay for importing torch.
+    if name == "AdaptiveBatchSampler":
+        from rwcore.data import AdaptiveBatchSampler
+
+        return AdaptiveBatchSampler
+    raise AttributeError(f"module 'rwcore' has no attribute {name!r}")

@@ -1,0 +1,183 @@
+"""The task set and argument checks shared by every task sampler."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Hashable, Mapping, Sequence
+
+import numpy as np
+
+from rwcore.verdict import verdict_codes
+
+DEFAULT_CAPABILITIES = ("Understanding", "Execution", "Verification", "Debugging", "Efficiency")
+"""Arise table 3: the behavioural capability a rubric evaluates."""
+
+
+def check_int(value, argument: str, *, low: int | None = None, high: int | None = None) -> int:
+    """`value` as an int within [low, high]; ValueError naming `argument` otherwise (bools refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{argument} must be an integer, got {value!r}")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
+        raise ValueError(f"{argument} must be in {bounds}, got {value}")
+    return value
+
+
+def check_fraction(value, argument: str) -> float:
+    """`value` as a float in [0, 1]; ValueError naming `argument` otherwise."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{argument} must be a number in [0, 1], got {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"{argument} must be in [0, 1], got {value!r}")
+    return number
+
+
+def check_gamma(value, argument: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{argument} must be a number in (0, 1], got {value!r}") from None
+    if not 0.0 < number <= 1.0:
+        raise ValueError(f"{argument} must be in (0, 1], got {value!r}")
+    return number
+
+
+def check_version(value) -> int:
+    return check_int(value, "policy_version", low=0)
+
+
+class TaskSet:
+    """Task ids and their task-type tags, numbered densely in the mapping's order.
+
+    `tasks` maps each task id to a sequence of tags (repeats are dropped). Ids
+    and tags may be any hashable values; strings and ints keep state dicts
+    portable.
+    """
+
+    def __init__(self, tasks: Mapping[Hashable, Sequence[Hashable]]) -> None:
+        if not isinstance(tasks, Mapping):
+            raise ValueError(f"tasks must be a mapping of task id -> tags, got {type(tasks).__name__}")
+        if not tasks:
+            raise ValueError("tasks must not be empty")
+        self.ids: list = []
+        self.tags: list = []
+        self.tag_index: dict = {}
+        self.task_tags: list[list[int]] = []
+        for task_id, tags in tasks.items():
+            if isinstance(tags, (str, bytes)) or not isinstance(tags, Sequence | set | frozenset | np.ndarray):
+                raise ValueError(
+                    f"tasks[{task_id!r}] must be a sequence of tags, got {type(tags).__name__} {tags!r}"
+                )
+            indices: list[int] = []
+            for tag in tags:
+                try:
+                    index = self.tag_index.setdefault(tag, len(self.tag_index))
+                except TypeError:
+                    raise ValueError(f"tasks[{task_id!r}] holds an unhashable tag {tag!r}") from None
+                if index == len(self.tags):
+                    self.tags.append(tag)
+                if index not in indices:
+                    indices.append(index)
+            self.ids.append(task_id)
+            self.task_tags.append(indices)
+        self.index = {task_id: i for i, task_id in enumerate(self.ids)}
+        self.fingerprint = hashlib.sha256(
+            repr([(task_id, [self.tags[t] for t in tags]) for task_id, tags in zip(self.ids, self.task_tags)]).encode()
+        ).hexdigest()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def lookup(self, task_id, argument: str = "task_id") -> int:
+        try:
+            return self.index[task_id]
+        except (KeyError, TypeError):
+            raise ValueError(f"{argument} {task_id!r} is not one of the sampler's tasks") from None
+
+    def lookup_tag(self, tag, argument: str = "tag") -> int:
+        try:
+            return self.tag_index[tag]
+        except (KeyError, TypeError):
+            raise ValueError(f"{argument} {tag!r} is not a tag of any task") from None
+
+
+def check_capabilities(capabilities: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(capabilities, str) or not isinstance(capabilities, Sequence):
+        raise ValueError(f"capabilities must be a sequence of names, got {capabilities!r}")
+    names = tuple(capabilities)
+    if not 1 <= len(names) <= 64:
+        raise ValueError(f"capabilities must hold between 1 and 64 names, got {len(names)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"capabilities must be distinct, got {names!r}")
+    return names
+
+
+def check_rubrics(rubrics: Mapping, capabilities: Sequence[str]) -> dict:
+    """A validated copy of a {rubric_id: capability} pool."""
+    if not isinstance(rubrics, Mapping):
+        raise ValueError(f"rubrics must be a mapping of rubric id -> capability, got {type(rubrics).__name__}")
+    for rubric_id, capability in rubrics.items():
+        if capability not in capabilities:
+            raise ValueError(
+                f"capability {capability!r} of rubric {rubric_id!r} is not one of the sampler's capabilities {tuple(capabilities)!r}"
+            )
+    return dict(rubrics)
+
+
+def parse_group(verdicts: Mapping, rubric_ids: Mapping, group_size: int) -> tuple[list, np.ndarray]:
+    """Checks one group's verdicts -> (rubric ids, uint8 codes [R, group_size]).
+
+    Every rubric must be in `rubric_ids` (the active pool) and hold exactly
+    `group_size` verdicts.
+    """
+    if not isinstance(verdicts, Mapping):
+        raise ValueError(f"verdicts must be a mapping of rubric id -> per-trajectory verdicts, got {type(verdicts).__name__}")
+    rubrics = list(verdicts)
+    codes = np.empty((len(rubrics), group_size), dtype=np.uint8)
+    for row, rubric_id in enumerate(rubrics):
+        if rubric_id not in rubric_ids:
+            raise ValueError(f"verdicts: rubric {rubric_id!r} is not in the active pool (see set_rubrics)")
+        argument = f"verdicts[{rubric_id!r}]"
+        values = verdict_codes(verdicts[rubric_id], argument)
+        if len(values) != group_size:
+            raise ValueError(f"{argument} holds {len(values)} verdicts, but group_size is {group_size}")
+        codes[row] = values
+    return rubrics, codes
+
+
+def parse_outcomes(outcomes, group_size: int, *, required: bool) -> np.ndarray | None:
+    """Per-trajectory task outcomes in [0, 1] (1 = success), float64 [group_size]."""
+    if outcomes is None:
+        if required:
+            raise ValueError("outcomes are required: this sampler learns from per-trajectory task outcomes in [0, 1]")
+        return None
+    array = np.asarray(outcomes, dtype=np.float64) if not isinstance(outcomes, (str, bytes)) else None
+    if array is None or array.ndim != 1:
+        raise ValueError(f"outcomes must be a 1-D sequence of numbers in [0, 1], got {outcomes!r}")
+    if len(array) != group_size:
+        raise ValueError(f"outcomes holds {len(array)} values, but group_size is {group_size}")
+    if not np.all(np.isfinite(array)) or np.any(array < 0) or np.any(array > 1):
+        raise ValueError(f"outcomes must be finite and in [0, 1], got {array.tolist()}")
+    return array
+
+
+def check_state(state: Mapping, kind: str, format_version: int, expected_config: Mapping) -> None:
+    """Refuses a state dict of another sampler kind, format, configuration or task set."""
+    if not isinstance(state, Mapping):
+        raise ValueError(f"state_dict must be a mapping, got {type(state).__name__}")
+    if state.get("kind") != kind:
+        raise ValueError(f"state_dict is of a {state.get('kind')!r}, not a {kind}")
+    if state.get("format") != format_version:
+        raise ValueError(f"state_dict has format {state.get('format')!r}; this version reads {format_version}")
+    config = state.get("config")
+    if not isinstance(config, Mapping):
+        raise ValueError("state_dict['config'] is missing")
+    for key, value in expected_config.items():
+        saved = config.get(key)
+        if saved != value:
+            if key == "tasks_fingerprint":
+                raise ValueError("state_dict was saved by a sampler over a different task set")
+            raise ValueError(f"state_dict was saved with {key}={saved!r}, this sampler has {key}={value!r}")

@@ -1,0 +1,64 @@
+"""Builds rwcore and its C++ extension rwcore._evidence through CMake.
+
+The build follows pybind11's cmake_example: setuptools hands each
+CMakeExtension to CMake, which writes the module where setuptools expects it
+(inside rwcore/ for an editable install, in the wheel otherwise).
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name: str, source_dir: Path = ROOT) -> None:
+        super().__init__(name, sources=[])
+        self.source_dir = source_dir
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: CMakeExtension) -> None:
+        output_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
+        build_type = "Debug" if self.debug else os.environ.get("RWCORE_BUILD_TYPE", "Release")
+        import pybind11
+
+        configure = [
+            f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={output_dir}{os.sep}",
+            f"-DCMAKE_BUILD_TYPE={build_type}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+        ]
+        build = ["--config", build_type, "--parallel", str(os.cpu_count() or 1)]
+        if "CMAKE_GENERATOR" not in os.environ:
+            try:
+                import ninja  # noqa: F401
+
+                configure += ["-GNinja"]
+            except ImportError:
+                pass
+        build_dir = Path(self.build_temp) / ext.name
+        build_dir.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cmake", str(ext.source_dir), *configure], cwd=build_dir, check=True)
+        subprocess.run(["cmake", "--build", ".", *build], cwd=build_dir, check=True)
+
+
+setup(
+    packages=[
+        "rwcore",
+        "rwcore.kernels",
+        "rwcore.trainer",
+    ],
+    package_dir={
+        "rwcore": "rwcore",
+        "rwcore.kernels": "kernels",
+        "rwcore.trainer": "trainer",
+    },
+    ext_modules=[CMakeExtension("rwcore._evidence")],
+    cmdclass={"build_ext": CMakeBuild},
+)
