@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "serialize.h"
@@ -47,12 +48,24 @@ EvidenceStore::EvidenceStore(double gamma_obs, double gamma_unobs)
     : gamma_obs_(gamma_obs), gamma_unobs_(gamma_unobs) {
   check_gamma(gamma_obs, "gamma_obs");
   check_gamma(gamma_unobs, "gamma_unobs");
+  fill_powers();
+}
+
+void EvidenceStore::fill_powers() {
+  unobserved_powers_.resize(kPowerTableSize);
+  observed_factors_.resize(kPowerTableSize);
+  for (int64_t k = 0; k < kPowerTableSize; ++k) {
+    unobserved_powers_[k] = std::pow(gamma_unobs_, static_cast<double>(k));
+    observed_factors_[k] = gamma_obs_ * unobserved_powers_[k];
+  }
 }
 
 EvidenceStore::EvidenceStore(const EvidenceStore& other) {
   std::shared_lock lock(other.mutex_);
   gamma_obs_ = other.gamma_obs_;
   gamma_unobs_ = other.gamma_unobs_;
+  unobserved_powers_ = other.unobserved_powers_;
+  observed_factors_ = other.observed_factors_;
   cells_ = other.cells_;
 }
 
@@ -62,34 +75,38 @@ EvidenceStore& EvidenceStore::operator=(const EvidenceStore& other) {
   std::unique_lock lock(mutex_);
   gamma_obs_ = copy.gamma_obs_;
   gamma_unobs_ = copy.gamma_unobs_;
+  unobserved_powers_ = std::move(copy.unobserved_powers_);
+  observed_factors_ = std::move(copy.observed_factors_);
   cells_ = std::move(copy.cells_);
   return *this;
 }
 
-void EvidenceStore::apply(int64_t tag, int64_t rubric, double success, double failure,
-                          int64_t version) {
-  auto [it, inserted] = cells_.try_emplace(key(tag, rubric));
-  EvidenceCell& cell = it->second;
+inline void EvidenceStore::apply(int64_t tag, int64_t rubric, double success, double failure,
+                                 int64_t version) {
+  auto [found, inserted] = cells_.find_or_insert(static_cast<uint64_t>(tag), static_cast<uint64_t>(rubric));
+  EvidenceCell& cell = *found;
   if (inserted) {
     cell = {success, failure, version};
     return;
   }
+  // Eq. 20 as one update, (S, F) <- keep * (S, F) + scale * (dS, dF):
+  //   dv > 0: keep = gamma_obs * gamma_unobs^(dv-1), scale = 1;
+  //   dv = 0: keep = scale = 1;
+  //   dv < 0 (a late group from an older policy): keep = 1 and only the
+  //           contribution is discounted, scale = gamma_obs * gamma_unobs^(|dv|-1);
+  //           the cell keeps its newer version.
+  // Multiplying by exactly 1 changes nothing, so each case rounds as its
+  // textbook form does, while the sign of dv, which is unpredictable in a real
+  // stream, selects values instead of branches.
   const int64_t dv = version - cell.version;
-  if (dv > 0) {
-    const double factor = gamma_obs_ * std::pow(gamma_unobs_, static_cast<double>(dv - 1));
-    cell.success = factor * cell.success + success;
-    cell.failure = factor * cell.failure + failure;
-    cell.version = version;
-  } else if (dv == 0) {
-    cell.success += success;
-    cell.failure += failure;
-  } else {
-    // A late group from an older policy: only its own contribution is
-    // discounted, and the cell keeps its newer version.
-    const double factor = gamma_obs_ * std::pow(gamma_unobs_, static_cast<double>(-dv - 1));
-    cell.success += factor * success;
-    cell.failure += factor * failure;
-  }
+  const int64_t magnitude = dv < 0 ? -dv : dv;
+  const int64_t steps = magnitude - 1 + static_cast<int64_t>(magnitude == 0);  // |dv| - 1, or 0
+  const double choices[2] = {1.0, observed_decay(steps)};  // indexed by a bool: no branch
+  const double keep = choices[dv > 0];
+  const double scale = choices[dv < 0];
+  cell.success = keep * cell.success + scale * success;
+  cell.failure = keep * cell.failure + scale * failure;
+  cell.version = std::max(cell.version, version);
 }
 
 void EvidenceStore::observe(int64_t tag, int64_t rubric, double success, double failure,
@@ -106,16 +123,30 @@ void EvidenceStore::observe(int64_t tag, int64_t rubric, double success, double 
 void EvidenceStore::observe_many(const int64_t* tags, const int64_t* rubrics,
                                  const double* successes, const double* failures,
                                  const int64_t* versions, size_t count) {
-  // Validate everything first so a bad element rejects the whole call.
-  auto at = [](const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; };
+  // Validate everything first so a bad element rejects the whole call. The
+  // scan is a branch-free reduction over bit patterns (an id or version with a
+  // high bit set is negative or too large; a double whose bits reach
+  // 0x7FF0... is negative, -0.0, infinite or NaN); only when it flags
+  // something are the elements checked one by one, to name the bad one.
+  uint64_t id_bits = 0, version_bits = 0, evidence_bits = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (tags[i] < 0 || tags[i] > kMaxId) check_id(tags[i], at("tags", i).c_str());
-    if (rubrics[i] < 0 || rubrics[i] > kMaxId) check_id(rubrics[i], at("rubrics", i).c_str());
-    if (!(successes[i] >= 0.0) || !std::isfinite(successes[i]))
+    id_bits |= static_cast<uint64_t>(tags[i]) | static_cast<uint64_t>(rubrics[i]);
+    version_bits |= static_cast<uint64_t>(versions[i]);
+    uint64_t s, f;
+    std::memcpy(&s, &successes[i], sizeof(s));
+    std::memcpy(&f, &failures[i], sizeof(f));
+    evidence_bits = std::max(evidence_bits, std::max(s, f));
+  }
+  const bool bad = (id_bits >> 32) != 0 || (version_bits >> 63) != 0 || evidence_bits >= 0x7FF0000000000000ULL;
+  if (bad) {
+    auto at = [](const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; };
+    for (size_t i = 0; i < count; ++i) {
+      check_id(tags[i], at("tags", i).c_str());
+      check_id(rubrics[i], at("rubrics", i).c_str());
       check_evidence(successes[i], at("successes", i).c_str());
-    if (!(failures[i] >= 0.0) || !std::isfinite(failures[i]))
       check_evidence(failures[i], at("failures", i).c_str());
-    if (versions[i] < 0) check_version(versions[i], at("versions", i).c_str());
+      check_version(versions[i], at("versions", i).c_str());
+    }
   }
   std::unique_lock lock(mutex_);
   for (size_t i = 0; i < count; ++i) apply(tags[i], rubrics[i], successes[i], failures[i], versions[i]);
@@ -125,7 +156,7 @@ Evidence EvidenceStore::decayed(const EvidenceCell& cell, int64_t version) const
   // A query from before the last update sees the evidence undecayed rather
   // than inflated by a negative exponent.
   const int64_t dv = std::max<int64_t>(0, version - cell.version);
-  const double factor = dv == 0 ? 1.0 : std::pow(gamma_unobs_, static_cast<double>(dv));
+  const double factor = dv == 0 ? 1.0 : unobserved_decay(dv);
   return {cell.success * factor, cell.failure * factor};
 }
 
@@ -134,9 +165,8 @@ Evidence EvidenceStore::query(int64_t tag, int64_t rubric, int64_t version) cons
   check_id(rubric, "rubric");
   check_version(version, "version");
   std::shared_lock lock(mutex_);
-  auto it = cells_.find(key(tag, rubric));
-  if (it == cells_.end()) return {};
-  return decayed(it->second, version);
+  const EvidenceCell* cell = cells_.find(static_cast<uint64_t>(tag), static_cast<uint64_t>(rubric));
+  return cell ? decayed(*cell, version) : Evidence{};
 }
 
 Evidence EvidenceStore::query_sum(int64_t tag, const int64_t* rubrics, size_t count,
@@ -147,9 +177,9 @@ Evidence EvidenceStore::query_sum(int64_t tag, const int64_t* rubrics, size_t co
   std::shared_lock lock(mutex_);
   Evidence total;
   for (size_t i = 0; i < count; ++i) {
-    auto it = cells_.find(key(tag, rubrics[i]));
-    if (it == cells_.end()) continue;
-    const Evidence e = decayed(it->second, version);
+    const EvidenceCell* cell = cells_.find(static_cast<uint64_t>(tag), static_cast<uint64_t>(rubrics[i]));
+    if (!cell) continue;
+    const Evidence e = decayed(*cell, version);
     total.success += e.success;
     total.failure += e.failure;
   }
@@ -165,8 +195,8 @@ void EvidenceStore::query_many(const int64_t* tags, const int64_t* rubrics, size
   }
   std::shared_lock lock(mutex_);
   for (size_t i = 0; i < count; ++i) {
-    auto it = cells_.find(key(tags[i], rubrics[i]));
-    const Evidence e = it == cells_.end() ? Evidence{} : decayed(it->second, version);
+    const EvidenceCell* cell = cells_.find(static_cast<uint64_t>(tags[i]), static_cast<uint64_t>(rubrics[i]));
+    const Evidence e = cell ? decayed(*cell, version) : Evidence{};
     successes[i] = e.success;
     failures[i] = e.failure;
   }
@@ -175,16 +205,7 @@ void EvidenceStore::query_many(const int64_t* tags, const int64_t* rubrics, size
 size_t EvidenceStore::remove_rubric(int64_t rubric) {
   check_id(rubric, "rubric");
   std::unique_lock lock(mutex_);
-  size_t removed = 0;
-  for (auto it = cells_.begin(); it != cells_.end();) {
-    if ((it->first & 0xFFFFFFFFULL) == static_cast<uint64_t>(rubric)) {
-      it = cells_.erase(it);
-      ++removed;
-    } else {
-      ++it;
-    }
-  }
-  return removed;
+  return cells_.erase_rubric(static_cast<uint64_t>(rubric));
 }
 
 size_t EvidenceStore::size() const {
@@ -197,8 +218,9 @@ std::vector<std::pair<std::pair<int64_t, int64_t>, EvidenceCell>> EvidenceStore:
   {
     std::shared_lock lock(mutex_);
     out.reserve(cells_.size());
-    for (const auto& [k, cell] : cells_)
-      out.push_back({{static_cast<int64_t>(k >> 32), static_cast<int64_t>(k & 0xFFFFFFFFULL)}, cell});
+    cells_.for_each([&out](uint64_t tag, uint64_t rubric, const EvidenceCell& cell) {
+      out.push_back({{static_cast<int64_t>(tag), static_cast<int64_t>(rubric)}, cell});
+    });
   }
   std::sort(out.begin(), out.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -230,7 +252,6 @@ EvidenceStore EvidenceStore::deserialize(const std::string& bytes, const std::st
   EvidenceStore store(gamma_obs, gamma_unobs);
   const auto count = reader.get<uint64_t>();
   if (count > bytes.size()) reader.fail("declares an implausible cell count");
-  store.cells_.reserve(count);
   for (uint64_t i = 0; i < count; ++i) {
     const auto tag = reader.get<uint32_t>();
     const auto rubric = reader.get<uint32_t>();
@@ -241,7 +262,9 @@ EvidenceStore EvidenceStore::deserialize(const std::string& bytes, const std::st
     if (!std::isfinite(cell.success) || cell.success < 0 || !std::isfinite(cell.failure) ||
         cell.failure < 0 || cell.version < 0)
       reader.fail("holds an invalid evidence cell");
-    if (!store.cells_.emplace(key(tag, rubric), cell).second) reader.fail("holds a duplicate cell");
+    auto [slot, inserted] = store.cells_.find_or_insert(static_cast<uint64_t>(tag), static_cast<uint64_t>(rubric));
+    if (!inserted) reader.fail("holds a duplicate cell");
+    *slot = cell;
   }
   reader.expect_end();
   return store;

@@ -1,13 +1,15 @@
 // Decayed Beta evidence per (task-type tag, rubric): Arise eq. 20 / appendix B.5.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "cell_table.h"
 
 namespace rwcore {
 
@@ -16,19 +18,12 @@ struct Evidence {
   double failure = 0.0;
 };
 
-// One (tag, rubric) accumulator and the policy version of its last update.
-struct EvidenceCell {
-  double success = 0.0;
-  double failure = 0.0;
-  int64_t version = 0;
-};
-
 // Thread-safe: writers take an exclusive lock, queries a shared one. Every
 // public mutator validates all of its input before touching the store, so a
 // rejected call leaves it unchanged.
 class EvidenceStore {
  public:
-  // Ids are unsigned 32-bit values so a (tag, rubric) pair packs into one key.
+  // Ids are unsigned 32-bit values so a (tag, rubric) pair packs into one 64-bit key.
   static constexpr int64_t kMaxId = (int64_t{1} << 32) - 1;
 
   EvidenceStore(double gamma_obs, double gamma_unobs);
@@ -61,15 +56,26 @@ class EvidenceStore {
   static EvidenceStore deserialize(const std::string& bytes, const std::string& what);
 
  private:
-  static uint64_t key(int64_t tag, int64_t rubric) {
-    return (static_cast<uint64_t>(tag) << 32) | static_cast<uint64_t>(rubric);
-  }
   void apply(int64_t tag, int64_t rubric, double success, double failure, int64_t version);
   Evidence decayed(const EvidenceCell& cell, int64_t version) const;
+  // gamma_unobs^steps and gamma_obs * gamma_unobs^steps, from tables for the
+  // common small step counts; the tables hold the very values the direct
+  // computation gives, so both paths agree to the bit.
+  static constexpr int64_t kPowerTableSize = 4096;
+  double unobserved_decay(int64_t steps) const {
+    return steps < kPowerTableSize ? unobserved_powers_[steps]
+                                   : std::pow(gamma_unobs_, static_cast<double>(steps));
+  }
+  double observed_decay(int64_t steps) const {
+    return steps < kPowerTableSize ? observed_factors_[steps] : gamma_obs_ * unobserved_decay(steps);
+  }
+  void fill_powers();
 
   double gamma_obs_;
   double gamma_unobs_;
-  std::unordered_map<uint64_t, EvidenceCell> cells_;
+  std::vector<double> unobserved_powers_;
+  std::vector<double> observed_factors_;
+  CellTable cells_;
   mutable std::shared_mutex mutex_;
 };
 

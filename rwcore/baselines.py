@@ -15,22 +15,22 @@ import numpy as np
 from rwcore.evidence import EvidenceStore
 from rwcore.tasks import (
     DEFAULT_CAPABILITIES,
-    TaskSet,
-    check_capabilities,
+    TaskSamplerBase,
     check_gamma,
-    check_int,
     check_rubrics,
     check_state,
     check_version,
+    numpy_generator,
     parse_group,
     parse_outcomes,
+    restore_generator,
 )
 
 _STATE_FORMAT = 1
 _OUTCOME_RUBRIC = 0  # OutcomeSampler keeps one evidence cell per task: (task index, 0)
 
 
-class UniformSampler:
+class UniformSampler(TaskSamplerBase):
     """Batches of distinct tasks drawn uniformly; records are validated and otherwise ignored."""
 
     def __init__(
@@ -41,24 +41,9 @@ class UniformSampler:
         seed: int = 0,
         capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
     ) -> None:
-        self._tasks = TaskSet(tasks)
-        self._capabilities = check_capabilities(capabilities)
-        self._config = dict(
-            batch_size=check_int(batch_size, "batch_size", low=1, high=len(self._tasks)),
-            group_size=check_int(group_size, "group_size", low=1),
-            seed=check_int(seed, "seed", low=0, high=2**64 - 1),
-            tasks_fingerprint=self._tasks.fingerprint,
-        )
-        self._rng = np.random.Generator(np.random.PCG64(self._config["seed"]))
+        self._init_base(tasks, batch_size, group_size, seed, capabilities)
+        self._rng = numpy_generator(self._config["seed"])
         self._rubrics: dict = {}
-
-    @property
-    def batch_size(self) -> int:
-        return self._config["batch_size"]
-
-    @property
-    def group_size(self) -> int:
-        return self._config["group_size"]
 
     @property
     def rubrics(self) -> dict:
@@ -90,15 +75,11 @@ class UniformSampler:
     def load_state_dict(self, state: Mapping) -> None:
         check_state(state, "UniformSampler", _STATE_FORMAT, self._config)
         rubrics = check_rubrics(state.get("rubrics", {}), self._capabilities)
-        rng = np.random.Generator(np.random.PCG64())
-        try:
-            rng.bit_generator.state = state["rng"]
-        except (KeyError, TypeError, ValueError):
-            raise ValueError("state_dict['rng'] is missing or not a PCG64 state") from None
+        rng = restore_generator(state.get("rng"))
         self._rubrics, self._rng = rubrics, rng
 
 
-class OutcomeSampler:
+class OutcomeSampler(TaskSamplerBase):
     """VADE-style sampling from per-task outcome evidence.
 
     Each recorded group adds (sum of outcomes, sum of 1 - outcomes) to its
@@ -119,29 +100,13 @@ class OutcomeSampler:
         seed: int = 0,
         capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
     ) -> None:
-        self._tasks = TaskSet(tasks)
-        self._capabilities = check_capabilities(capabilities)
-        self._config = dict(
-            batch_size=check_int(batch_size, "batch_size", low=1, high=len(self._tasks)),
-            group_size=check_int(group_size, "group_size", low=1),
-            gamma_obs=check_gamma(gamma_obs, "gamma_obs"),
-            gamma_unobs=check_gamma(gamma_unobs, "gamma_unobs"),
-            seed=check_int(seed, "seed", low=0, high=2**64 - 1),
-            tasks_fingerprint=self._tasks.fingerprint,
-        )
+        self._init_base(tasks, batch_size, group_size, seed, capabilities)
+        self._config.update(gamma_obs=check_gamma(gamma_obs, "gamma_obs"), gamma_unobs=check_gamma(gamma_unobs, "gamma_unobs"))
         self._store = EvidenceStore(self._config["gamma_obs"], self._config["gamma_unobs"])
-        self._rng = np.random.Generator(np.random.PCG64(self._config["seed"]))
+        self._rng = numpy_generator(self._config["seed"])
         self._rubrics: dict = {}
         self._task_indices = np.arange(len(self._tasks), dtype=np.int64)
         self._outcome_rubric = np.full(len(self._tasks), _OUTCOME_RUBRIC, dtype=np.int64)
-
-    @property
-    def batch_size(self) -> int:
-        return self._config["batch_size"]
-
-    @property
-    def group_size(self) -> int:
-        return self._config["group_size"]
 
     @property
     def rubrics(self) -> dict:
@@ -188,9 +153,5 @@ class OutcomeSampler:
         check_state(state, "OutcomeSampler", _STATE_FORMAT, self._config)
         rubrics = check_rubrics(state.get("rubrics", {}), self._capabilities)
         store = EvidenceStore.from_bytes(state.get("store"), what="state_dict['store']")
-        rng = np.random.Generator(np.random.PCG64())
-        try:
-            rng.bit_generator.state = state["rng"]
-        except (KeyError, TypeError, ValueError):
-            raise ValueError("state_dict['rng'] is missing or not a PCG64 state") from None
+        rng = restore_generator(state.get("rng"))
         self._rubrics, self._store, self._rng = rubrics, store, rng

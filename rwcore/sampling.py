@@ -15,8 +15,7 @@ import numpy as np
 from rwcore import _evidence
 from rwcore.tasks import (
     DEFAULT_CAPABILITIES,
-    TaskSet,
-    check_capabilities,
+    TaskSamplerBase,
     check_fraction,
     check_gamma,
     check_int,
@@ -30,7 +29,7 @@ from rwcore.tasks import (
 _STATE_FORMAT = 1
 
 
-class CapabilitySampler:
+class CapabilitySampler(TaskSamplerBase):
     """Chooses training tasks where specific capabilities are neither mastered nor hopeless.
 
     Args:
@@ -66,19 +65,13 @@ class CapabilitySampler:
         seed: int = 0,
         capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
     ) -> None:
-        self._tasks = TaskSet(tasks)
-        self._capabilities = check_capabilities(capabilities)
+        self._init_base(tasks, batch_size, group_size, seed, capabilities)
         self._capability_index = {name: i for i, name in enumerate(self._capabilities)}
-        self._config = dict(
-            batch_size=check_int(batch_size, "batch_size", low=1, high=len(self._tasks)),
-            group_size=check_int(group_size, "group_size", low=1),
+        self._config.update(
             rho_min=check_fraction(rho_min, "rho_min"),
             quota_fraction=check_fraction(quota_fraction, "quota_fraction"),
             gamma_obs=check_gamma(gamma_obs, "gamma_obs"),
             gamma_unobs=check_gamma(gamma_unobs, "gamma_unobs"),
-            seed=check_int(seed, "seed", low=0, high=2**64 - 1),
-            capabilities=list(self._capabilities),
-            tasks_fingerprint=self._tasks.fingerprint,
         )
         self._core = _evidence.SamplerCore(
             self._tasks.task_tags,
@@ -94,28 +87,6 @@ class CapabilitySampler:
         )
         self._rubric_capability: dict = {}
         self._rubric_slot: dict = {}
-
-    # -- configuration -------------------------------------------------------
-
-    @property
-    def batch_size(self) -> int:
-        return self._config["batch_size"]
-
-    @property
-    def group_size(self) -> int:
-        return self._config["group_size"]
-
-    @property
-    def capabilities(self) -> tuple[str, ...]:
-        return self._capabilities
-
-    @property
-    def task_ids(self) -> list:
-        return list(self._tasks.ids)
-
-    @property
-    def tags(self) -> list:
-        return list(self._tasks.tags)
 
     @property
     def rubrics(self) -> dict:

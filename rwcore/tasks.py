@@ -176,8 +176,65 @@ def check_state(state: Mapping, kind: str, format_version: int, expected_config:
     if not isinstance(config, Mapping):
         raise ValueError("state_dict['config'] is missing")
     for key, value in expected_config.items():
+        if key == "seed":
+            continue  # the saved generator state replaces the seed's
         saved = config.get(key)
         if saved != value:
             if key == "tasks_fingerprint":
                 raise ValueError("state_dict was saved by a sampler over a different task set")
             raise ValueError(f"state_dict was saved with {key}={saved!r}, this sampler has {key}={value!r}")
+
+
+class TaskSamplerBase:
+    """What every task sampler shares: its tasks, capabilities, validated settings and their accessors.
+
+    Subclasses call `_init_base` first and add their own settings to `_config`,
+    which `state_dict` saves and `check_state` compares on load.
+    """
+
+    def _init_base(self, tasks, batch_size, group_size, seed, capabilities) -> None:
+        self._tasks = TaskSet(tasks)
+        self._capabilities = check_capabilities(capabilities)
+        self._config = dict(
+            batch_size=check_int(batch_size, "batch_size", low=1, high=len(self._tasks)),
+            group_size=check_int(group_size, "group_size", low=1),
+            seed=check_int(seed, "seed", low=0, high=2**64 - 1),
+            capabilities=list(self._capabilities),
+            tasks_fingerprint=self._tasks.fingerprint,
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return self._config["batch_size"]
+
+    @property
+    def group_size(self) -> int:
+        return self._config["group_size"]
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return self._capabilities
+
+    @property
+    def task_ids(self) -> list:
+        """Every task id, in the order of the `tasks` mapping."""
+        return list(self._tasks.ids)
+
+    @property
+    def tags(self) -> list:
+        """Every task-type tag, in order of first appearance."""
+        return list(self._tasks.tags)
+
+
+def numpy_generator(seed: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def restore_generator(state) -> np.random.Generator:
+    """The PCG64 generator whose `bit_generator.state` dict a state dict saved under 'rng'."""
+    generator = numpy_generator(0)
+    try:
+        generator.bit_generator.state = state
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("state_dict['rng'] is missing or not a PCG64 generator state") from None
+    return generator
