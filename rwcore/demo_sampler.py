@@ -73,8 +73,11 @@ def band_of(pass_rate: float) -> str:
     return "mastered"
 
 
-def report(step: int, sampler: CapabilitySampler, pass_rate: np.ndarray, out) -> dict[str, float]:
-    """Prints the pass rate and adaptive pick probability of every pair; returns the pick mass per band."""
+def report(step: int, sampler: CapabilitySampler, pass_rate: np.ndarray, out) -> tuple[dict, dict]:
+    """Prints the pass rate and adaptive pick probability of every pair.
+
+    Returns (pick mass per band, share of pairs per band).
+    """
     probabilities = sampler.pair_probabilities(step, num_draws=1000)
     print(f"\nstep {step:4d}   coverage {sampler.coverage():.2f}   (cells: pass rate / P(adaptive pick))", file=out)
     print("".ljust(16) + "".join(c[:12].rjust(14) for c in DEFAULT_CAPABILITIES), file=out)
@@ -95,11 +98,12 @@ def report(step: int, sampler: CapabilitySampler, pass_rate: np.ndarray, out) ->
             + "   ".join(f"{name} {mass[name]:.2f} (share of pairs {share[name]:.2f})" for name in BANDS),
             file=out,
         )
-    return mass
+    return mass, share
 
 
-def run(steps: int, num_tasks: int, batch_size: int, group_size: int, report_every: int, seed: int, out=sys.stdout) -> list[float]:
-    """Runs the simulation; returns the adaptive pick mass per pass-rate band at each report."""
+def run(steps: int, num_tasks: int, batch_size: int, group_size: int, report_every: int, seed: int,
+        out=sys.stdout) -> list[tuple[dict, dict]]:
+    """Runs the simulation; returns (pick mass per band, share of pairs per band) at each report."""
     rng = np.random.default_rng(seed)
     pass_rate = initial_pass_rates(rng)
     tasks = make_tasks(num_tasks, rng)
@@ -116,7 +120,7 @@ def run(steps: int, num_tasks: int, batch_size: int, group_size: int, report_eve
         f"batch {batch_size} x group {group_size}",
         file=out,
     )
-    masses = []
+    reports = []
     for step in range(steps):
         batch = sampler.sample(step)
         trained = np.zeros_like(pass_rate)
@@ -128,8 +132,8 @@ def run(steps: int, num_tasks: int, batch_size: int, group_size: int, report_eve
         # p (1 - p), scaled by the share of the batch that trained the task type.
         pass_rate = np.clip(pass_rate + LEARNING_RATE * trained / batch_size * pass_rate * (1.0 - pass_rate), 0.0, 1.0)
         if (step + 1) % report_every == 0 or step == steps - 1:
-            masses.append(report(step + 1, sampler, pass_rate, out))
-    return masses
+            reports.append(report(step + 1, sampler, pass_rate, out))
+    return reports
 
 
 def main(argv: list[str] | None = None) -> int:
