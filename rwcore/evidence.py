@@ -13,6 +13,7 @@ import numpy as np
 
 from rwcore import _evidence
 from rwcore._io import atomic_write_bytes
+from rwcore.tasks import check_int
 
 
 def as_int_array(values, argument: str) -> np.ndarray:
@@ -34,6 +35,13 @@ def as_float_array(values, argument: str) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float64)
 
 
+def _real(value, argument: str) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{argument} must be a real number, got {value!r}") from None
+
+
 def _check_same_length(**arrays: np.ndarray) -> None:
     lengths = {name: len(array) for name, array in arrays.items()}
     if len(set(lengths.values())) > 1:
@@ -41,10 +49,16 @@ def _check_same_length(**arrays: np.ndarray) -> None:
         raise ValueError(f"array length mismatch: {listed}")
 
 
-def _integer(value, argument: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{argument} must be an integer, got {value!r}")
-    return int(value)
+MAX_ID = 2**32 - 1
+MAX_VERSION = 2**63 - 1
+
+
+def _id(value, argument: str) -> int:
+    return check_int(value, argument, low=0, high=MAX_ID)
+
+
+def _version(value, argument: str = "version") -> int:
+    return check_int(value, argument, low=0, high=MAX_VERSION)
 
 
 class EvidenceStore:
@@ -85,8 +99,8 @@ class EvidenceStore:
     def observe(self, tag: int, rubric: int, success: float, failure: float, version: int) -> None:
         """Adds one observation (success, failure) made by policy `version` to cell (tag, rubric)."""
         self._core.observe(
-            _integer(tag, "tag"), _integer(rubric, "rubric"), float(success), float(failure),
-            _integer(version, "version"),
+            _id(tag, "tag"), _id(rubric, "rubric"), _real(success, "success"), _real(failure, "failure"),
+            _version(version),
         )
 
     def observe_many(self, tags, rubrics, successes, failures, versions) -> None:
@@ -103,21 +117,21 @@ class EvidenceStore:
 
     def query(self, tag: int, rubric: int, version: int) -> tuple[float, float]:
         """(S, F) of cell (tag, rubric) as seen at policy `version`; (0.0, 0.0) if never observed."""
-        return self._core.query(_integer(tag, "tag"), _integer(rubric, "rubric"), _integer(version, "version"))
+        return self._core.query(_id(tag, "tag"), _id(rubric, "rubric"), _version(version))
 
     def query_sum(self, tag: int, rubrics: Sequence[int], version: int) -> tuple[float, float]:
         """Summed (S, F) over `rubrics` for one tag, e.g. S_{d,c} over the rubrics of a capability."""
-        return self._core.query_sum(_integer(tag, "tag"), as_int_array(rubrics, "rubrics"), _integer(version, "version"))
+        return self._core.query_sum(_id(tag, "tag"), as_int_array(rubrics, "rubrics"), _version(version))
 
     def query_many(self, tags, rubrics, version: int) -> tuple[np.ndarray, np.ndarray]:
         """Element-wise query: int arrays `tags`, `rubrics` of one length -> float64 arrays (S, F)."""
         tag_array, rubric_array = as_int_array(tags, "tags"), as_int_array(rubrics, "rubrics")
         _check_same_length(tags=tag_array, rubrics=rubric_array)
-        return self._core.query_many(tag_array, rubric_array, _integer(version, "version"))
+        return self._core.query_many(tag_array, rubric_array, _version(version))
 
     def remove_rubric(self, rubric: int) -> int:
         """Deletes every cell of `rubric` (nothing else is renormalized); returns how many were removed."""
-        return self._core.remove_rubric(_integer(rubric, "rubric"))
+        return self._core.remove_rubric(_id(rubric, "rubric"))
 
     def cells(self) -> list[tuple[int, int, float, float, int]]:
         """Every cell as (tag, rubric, S, F, last_version), undecayed, sorted by (tag, rubric)."""

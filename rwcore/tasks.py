@@ -46,7 +46,7 @@ def check_gamma(value, argument: str) -> float:
 
 
 def check_version(value) -> int:
-    return check_int(value, "policy_version", low=0)
+    return check_int(value, "policy_version", low=0, high=2**63 - 1)
 
 
 class TaskSet:
@@ -71,6 +71,10 @@ class TaskSet:
                 raise ValueError(
                     f"tasks[{task_id!r}] must be a sequence of tags, got {type(tags).__name__} {tags!r}"
                 )
+            if isinstance(tags, (set, frozenset)):
+                # A set's order changes between processes (hash seeds); numbering
+                # tags by it would make a resumed sampler disagree with its state.
+                tags = sorted(tags, key=repr)
             indices: list[int] = []
             for tag in tags:
                 try:
