@@ -1,5 +1,29 @@
-"""Fused Triton kernels and their pure-PyTorch references (rwcore.kernels).
+"""Fused kernels for the policy update (rwcore.kernels).
 
-Filled in by the kernels work (token log-probs, the filtered dual-clip loss and
-the fused-linear path); nothing here may import from rwcore above it.
+- `token_logprobs`: log-probs (and entropies) of labels from logits.
+- `filtered_dual_clip_loss`: Arise's ratio-filtered, dual-clipped policy loss from log-probs.
+- `fused_linear_logprobs`, `fused_linear_policy_loss`: the same from hidden states and the
+  LM head, never holding more than one chunk of logits.
+- `TokenLogProbs`, `FilteredDualClipLoss`, `FusedLinearPolicyLoss`: nn.Module wrappers.
+
+Every function takes `backend="auto" | "torch" | "triton"`: Triton on CUDA, a
+chunked PyTorch implementation (same memory bound) on the CPU; Triton kernels
+also run on CPU tensors in the Triton interpreter (TRITON_INTERPRET=1, set
+before import) for tests. Nothing here imports from rwcore above it.
 """
+
+from rwcore.kernels.fused_linear_logprobs import fused_linear_logprobs
+from rwcore.kernels.fused_linear_policy_loss import fused_linear_policy_loss
+from rwcore.kernels.modules import FilteredDualClipLoss, FusedLinearPolicyLoss, TokenLogProbs
+from rwcore.kernels.policy_loss import filtered_dual_clip_loss
+from rwcore.kernels.token_logprobs import token_logprobs
+
+__all__ = [
+    "FilteredDualClipLoss",
+    "FusedLinearPolicyLoss",
+    "TokenLogProbs",
+    "filtered_dual_clip_loss",
+    "fused_linear_logprobs",
+    "fused_linear_policy_loss",
+    "token_logprobs",
+]

@@ -1,0 +1,68 @@
+"""What the two fused-linear ops share: argument checks, chunking, and one chunk's matmuls."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rwcore.kernels import _checks
+
+
+def check_linear_inputs(hidden, weight, bias, labels) -> None:
+    _checks.check_float(hidden, "hidden")
+    _checks.check_float(weight, "weight")
+    _checks.check_integer(labels, "labels")
+    if hidden.dim() != 2:
+        raise ValueError(f"hidden must be [N, H], got shape {tuple(hidden.shape)}")
+    if weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
+        raise ValueError(f"weight must be [V, H] with H = hidden.shape[1] = {hidden.shape[1]}, got shape {tuple(weight.shape)}")
+    if weight.dtype != hidden.dtype:
+        raise ValueError(f"weight has dtype {weight.dtype}, expected hidden's dtype {hidden.dtype}")
+    _checks.check_shape(labels, hidden.shape[:1], "labels", "hidden rows")
+    if bias is not None:
+        _checks.check_float(bias, "bias")
+        _checks.check_shape(bias, weight.shape[:1], "bias", "weight rows")
+        if bias.dtype != hidden.dtype:
+            raise ValueError(f"bias has dtype {bias.dtype}, expected hidden's dtype {hidden.dtype}")
+    _checks.check_same_device(hidden=hidden, weight=weight, bias=bias, labels=labels)
+    for name, tensor in (("hidden", hidden), ("weight", weight), ("bias", bias)):
+        if tensor is not None:
+            _checks.check_finite(tensor, name)
+
+
+def chunk_rows(num_rows: int, vocab: int, hidden_size: int, chunk_size: int | None) -> int:
+    """Rows per chunk. By default a chunk's logits hold about as many elements as `hidden`
+    (N * H), rounded to a power of two, so the extra memory is of the order of the input."""
+    if chunk_size is not None:
+        return max(1, min(chunk_size, max(num_rows, 1)))
+    rows = max(1, math.ceil(num_rows / max(1, math.ceil(vocab / max(hidden_size, 1)))))
+    return min(1 << (rows - 1).bit_length(), max(num_rows, 1))
+
+
+def chunk_logits(hidden_chunk, weight, bias) -> torch.Tensor:
+    """[rows, V] logits of one chunk, in hidden's dtype."""
+    if bias is None:
+        return hidden_chunk @ weight.t()
+    return torch.addmm(bias, hidden_chunk, weight.t())
+
+
+class GradAccumulator:
+    """Weight and bias gradients summed over chunks in fp32, returned in the parameters' dtype."""
+
+    def __init__(self, hidden, weight, bias, need_weight: bool, need_bias: bool) -> None:
+        self.grad_hidden = torch.empty_like(hidden)
+        self.grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
+        self.grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_bias else None
+        self._dtype = weight.dtype
+
+    def add(self, rows: slice, grad_logits, hidden_chunk, weight) -> None:
+        self.grad_hidden[rows] = grad_logits @ weight
+        if self.grad_weight is not None:
+            self.grad_weight += (grad_logits.t() @ hidden_chunk).float()
+        if self.grad_bias is not None:
+            self.grad_bias += grad_logits.float().sum(0)
+
+    def result(self):
+        cast = lambda g: None if g is None else g.to(self._dtype)  # noqa: E731
+        return self.grad_hidden, cast(self.grad_weight), cast(self.grad_bias)
