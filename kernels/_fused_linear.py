@@ -31,12 +31,16 @@ def check_linear_inputs(hidden, weight, bias, labels) -> None:
             _checks.check_finite(tensor, name)
 
 
+MIN_CHUNK_ROWS = 64  # below this, per-chunk overhead and thin matmuls dominate
+
+
 def chunk_rows(num_rows: int, vocab: int, hidden_size: int, chunk_size: int | None) -> int:
     """Rows per chunk. By default a chunk's logits hold about as many elements as `hidden`
-    (N * H), rounded to a power of two, so the extra memory is of the order of the input."""
+    (N * H), so the extra memory is of the order of the input, with at least 64 rows, as a
+    power of two; never more than N."""
     if chunk_size is not None:
         return max(1, min(chunk_size, max(num_rows, 1)))
-    rows = max(1, math.ceil(num_rows / max(1, math.ceil(vocab / max(hidden_size, 1)))))
+    rows = max(MIN_CHUNK_ROWS, math.ceil(num_rows * hidden_size / max(vocab, 1)))
     return min(1 << (rows - 1).bit_length(), max(num_rows, 1))
 
 
@@ -59,7 +63,10 @@ class GradAccumulator:
     def add(self, rows: slice, grad_logits, hidden_chunk, weight) -> None:
         self.grad_hidden[rows] = grad_logits @ weight
         if self.grad_weight is not None:
-            self.grad_weight += (grad_logits.t() @ hidden_chunk).float()
+            if grad_logits.dtype == torch.float32:
+                self.grad_weight.addmm_(grad_logits.t(), hidden_chunk)  # in place: no [V, H] temporary
+            else:
+                self.grad_weight += (grad_logits.t() @ hidden_chunk).float()
         if self.grad_bias is not None:
             self.grad_bias += grad_logits.float().sum(0)
 

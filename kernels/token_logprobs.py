@@ -136,7 +136,9 @@ def _torch_forward(logits, labels, inv_temperature, ignore_index, with_entropy):
     lse = torch.empty_like(logp)
     entropy = torch.empty_like(logp) if with_entropy else None
     for part in _torch_chunks(rows, vocab):
-        s = logits[part].float() * inv_temperature
+        s = logits[part].float()
+        if inv_temperature != 1.0:
+            s = s * inv_temperature
         part_lse = torch.logsumexp(s, dim=-1)
         label = labels[part]
         counted = label != ignore_index
@@ -150,18 +152,28 @@ def _torch_forward(logits, labels, inv_temperature, ignore_index, with_entropy):
 
 def _torch_backward(logits, labels, lse, entropy, grad_logp, grad_entropy, inv_temperature, ignore_index, out):
     rows, vocab = logits.shape
+    # Asked to overwrite fp32 logits with their gradient, the chunk is
+    # transformed in place; otherwise one fp32 working copy per chunk.
+    in_place = out.data_ptr() == logits.data_ptr() and out.dtype == torch.float32
     for part in _torch_chunks(rows, vocab):
-        s = logits[part].float() * inv_temperature
-        log_p = s - lse[part].unsqueeze(1)
-        p = log_p.exp()
         label = labels[part]
         counted = label != ignore_index
         g = torch.where(counted, grad_logp[part].float(), 0.0).unsqueeze(1)
-        grad_s = -g * p
-        grad_s.scatter_add_(1, torch.where(counted, label, 0).long().unsqueeze(1), g)
+        work = out[part] if in_place else logits[part].to(torch.float32, copy=True)
+        if inv_temperature != 1.0:
+            work.mul_(inv_temperature)
+        work.sub_(lse[part].unsqueeze(1))  # log p
         if grad_entropy is not None:
-            grad_s -= grad_entropy[part].float().unsqueeze(1) * p * (log_p + entropy[part].unsqueeze(1))
-        out[part] = (grad_s * inv_temperature).to(out.dtype)
+            # d/ds of g logp + g_H H = g (onehot - p) - g_H p (log p + H)
+            coefficient = (work + entropy[part].unsqueeze(1)).mul_(-grad_entropy[part].float().unsqueeze(1)).sub_(g)
+            work.exp_().mul_(coefficient)
+        else:
+            work.exp_().mul_(-g)
+        work.scatter_add_(1, torch.where(counted, label, 0).long().unsqueeze(1), g)
+        if inv_temperature != 1.0:
+            work.mul_(inv_temperature)
+        if not in_place:
+            out[part] = work
     return out
 
 
