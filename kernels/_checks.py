@@ -32,9 +32,12 @@ def check_integer(value, name: str) -> None:
 
 
 def check_mask(value, name: str) -> None:
+    """A bool tensor, or numbers that are all 0 or 1 (trainers often carry float response masks)."""
     check_tensor(value, name)
-    if value.dtype.is_floating_point or value.dtype.is_complex:
-        raise ValueError(f"{name} must be a bool (or 0/1 integer) tensor, got {value.dtype}")
+    if value.dtype.is_complex:
+        raise ValueError(f"{name} must be a bool or 0/1 tensor, got {value.dtype}")
+    if value.dtype != torch.bool and not bool(((value == 0) | (value == 1)).all()):
+        raise ValueError(f"{name} must hold only 0 and 1 (or be a bool tensor)")
 
 
 def check_shape(value: torch.Tensor, shape: tuple, name: str, expected_from: str) -> None:

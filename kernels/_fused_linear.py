@@ -44,15 +44,62 @@ def chunk_rows(num_rows: int, vocab: int, hidden_size: int, chunk_size: int | No
     return min(1 << (rows - 1).bit_length(), max(num_rows, 1))
 
 
-def chunk_logits(hidden_chunk, weight, bias) -> torch.Tensor:
-    """[rows, V] logits of one chunk, in hidden's dtype."""
-    if bias is None:
-        return hidden_chunk @ weight.t()
-    return torch.addmm(bias, hidden_chunk, weight.t())
+_MM_OUT_DTYPE_WORKS: dict = {}
+
+
+def _mm_out_dtype_works(device: torch.device) -> bool:
+    """Whether torch.mm(..., out_dtype=torch.float32) takes bf16 inputs on this device (CUDA, recent torch)."""
+    key = device.type
+    if key not in _MM_OUT_DTYPE_WORKS:
+        try:
+            probe = torch.ones(1, 1, dtype=torch.bfloat16, device=device)
+            _MM_OUT_DTYPE_WORKS[key] = torch.mm(probe, probe, out_dtype=torch.float32).dtype == torch.float32
+        except (RuntimeError, TypeError, NotImplementedError):
+            _MM_OUT_DTYPE_WORKS[key] = False
+    return _MM_OUT_DTYPE_WORKS[key]
+
+
+class LinearHead:
+    """One call's view of the LM head: fp32 logits of a chunk, and the operands for its gradients.
+
+    Logits are never rounded to a low precision before the softmax. With
+    float32 inputs everything is float32 and a chunk's logits are turned into
+    their gradient in place. With bf16/fp16 inputs on CUDA the matmul writes
+    fp32 logits directly (torch.mm's out_dtype) and the gradient goes to a
+    buffer in the input dtype for the tensor-core matmuls; elsewhere (the CPU,
+    or a torch without out_dtype) the head is upcast to fp32 once per call.
+    """
+
+    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.hidden, self.bias = hidden, bias
+        self.low_precision = hidden.dtype != torch.float32
+        self.direct = self.low_precision and hidden.is_cuda and _mm_out_dtype_works(hidden.device)
+        self.weight = weight.float() if self.low_precision and not self.direct else weight
+        self.bias32 = None if bias is None else bias.float()
+
+    def logits(self, rows: slice) -> torch.Tensor:
+        """fp32 [rows, V]."""
+        chunk = self.hidden[rows]
+        if self.direct:
+            logits = torch.mm(chunk, self.weight.t(), out_dtype=torch.float32)
+        else:
+            logits = chunk.float() @ self.weight.t() if self.low_precision else chunk @ self.weight.t()
+        if self.bias32 is not None:
+            logits += self.bias32
+        return logits
+
+    def gradient_buffer(self, logits: torch.Tensor) -> torch.Tensor:
+        """Where the logits' gradient goes: the logits themselves, or an input-dtype buffer."""
+        return torch.empty_like(logits, dtype=self.hidden.dtype) if self.direct else logits
+
+    def operands(self, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden chunk, weight) in the gradient buffer's dtype."""
+        chunk = self.hidden[rows]
+        return (chunk.float() if self.low_precision and not self.direct else chunk), self.weight
 
 
 class GradAccumulator:
-    """Weight and bias gradients summed over chunks in fp32, returned in the parameters' dtype."""
+    """The hidden gradient per chunk, and weight and bias gradients summed over chunks in fp32."""
 
     def __init__(self, hidden, weight, bias, need_weight: bool, need_bias: bool) -> None:
         self.grad_hidden = torch.empty_like(hidden)
@@ -63,7 +110,7 @@ class GradAccumulator:
     def add(self, rows: slice, grad_logits, hidden_chunk, weight) -> None:
         self.grad_hidden[rows] = grad_logits @ weight
         if self.grad_weight is not None:
-            if grad_logits.dtype == torch.float32:
+            if grad_logits.dtype == torch.float32 and hidden_chunk.dtype == torch.float32:
                 self.grad_weight.addmm_(grad_logits.t(), hidden_chunk)  # in place: no [V, H] temporary
             else:
                 self.grad_weight += (grad_logits.t() @ hidden_chunk).float()

@@ -16,7 +16,7 @@ import torch
 
 from rwcore.kernels import _checks
 from rwcore.kernels._backend import resolve_backend
-from rwcore.kernels._fused_linear import GradAccumulator, check_linear_inputs, chunk_logits, chunk_rows
+from rwcore.kernels._fused_linear import GradAccumulator, LinearHead, check_linear_inputs, chunk_rows
 from rwcore.kernels.token_logprobs import logprobs_backward, logprobs_forward
 
 
@@ -26,10 +26,11 @@ class FusedLinearLogProbsFunction(torch.autograd.Function):
         num_rows = hidden.shape[0]
         logp = torch.empty(num_rows, dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(logp)
+        head = LinearHead(hidden, weight, bias)
         for start in range(0, num_rows, rows_per_chunk):
             rows = slice(start, min(num_rows, start + rows_per_chunk))
-            logits = chunk_logits(hidden[rows], weight, bias)
-            logp[rows], lse[rows], _ = logprobs_forward(logits, labels[rows], inv_temperature, ignore_index, False, backend)
+            logp[rows], lse[rows], _ = logprobs_forward(head.logits(rows), labels[rows], inv_temperature, ignore_index,
+                                                        False, backend)
         ctx.save_for_backward(hidden, weight, bias, labels, lse)
         ctx.config = (inv_temperature, ignore_index, rows_per_chunk, backend)
         return logp
@@ -40,12 +41,13 @@ class FusedLinearLogProbsFunction(torch.autograd.Function):
         inv_temperature, ignore_index, rows_per_chunk, backend = ctx.config
         grad_logp = grad_logp.contiguous()
         grads = GradAccumulator(hidden, weight, bias, ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+        head = LinearHead(hidden, weight, bias)
         for start in range(0, hidden.shape[0], rows_per_chunk):
             rows = slice(start, min(hidden.shape[0], start + rows_per_chunk))
-            logits = chunk_logits(hidden[rows], weight, bias)
+            logits = head.logits(rows)
             grad_logits = logprobs_backward(logits, labels[rows], lse[rows], None, grad_logp[rows], None,
-                                            inv_temperature, ignore_index, backend, out=logits)
-            grads.add(rows, grad_logits, hidden[rows], weight)
+                                            inv_temperature, ignore_index, backend, out=head.gradient_buffer(logits))
+            grads.add(rows, grad_logits, *head.operands(rows))
         grad_hidden, grad_weight, grad_bias = grads.result()
         return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
 

@@ -1,9 +1,9 @@
 """Hidden states to Arise's filtered dual-clip loss in one chunked pass, gradients written as it goes.
 
-For each chunk of rows: logits = h W^T + b; the token_logprobs forward kernel
+For each chunk of rows: fp32 logits = h W^T + b; the token_logprobs forward kernel
 gives logp and the row logsumexp; the policy-loss kernel gives the loss terms,
 the statistics' partial sums and d loss / d logp; the token_logprobs backward
-kernel turns the logits into their gradient in place; two matmuls give the
+kernel turns the logits into their gradient (in place for float32); two matmuls give the
 chunk's share of the hidden, weight and bias gradients. Only one [chunk, V]
 block of logits is ever alive, and nothing is recomputed in backward, which
 just scales the stored gradients by the incoming one. The loss needs the
@@ -20,7 +20,7 @@ import torch
 
 from rwcore.kernels import _checks
 from rwcore.kernels._backend import resolve_backend
-from rwcore.kernels._fused_linear import GradAccumulator, check_linear_inputs, chunk_logits, chunk_rows
+from rwcore.kernels._fused_linear import GradAccumulator, LinearHead, check_linear_inputs, chunk_rows
 from rwcore.kernels.policy_loss import (
     STAT_NAMES,
     check_policy_inputs,
@@ -40,9 +40,10 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
         num_rows = hidden.shape[0]
         grads = GradAccumulator(hidden, weight, bias, weight.requires_grad, bias is not None and bias.requires_grad)
         partials = torch.zeros(7, dtype=torch.float32, device=hidden.device)
+        head = LinearHead(hidden, weight, bias)
         for start in range(0, num_rows, rows_per_chunk):
             rows = slice(start, min(num_rows, start + rows_per_chunk))
-            logits = chunk_logits(hidden[rows], weight, bias)
+            logits = head.logits(rows)
             logp, lse, _ = logprobs_forward(logits, labels[rows], inv_temperature, _IGNORED, False, backend)
             grad_logp, chunk_partials = policy_loss_partials(
                 logp.unsqueeze(0), behavior[rows].unsqueeze(0), advantages[rows].unsqueeze(0), mask[rows].unsqueeze(0),
@@ -50,8 +51,8 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
             )
             partials += chunk_partials
             grad_logits = logprobs_backward(logits, labels[rows], lse, None, grad_logp.squeeze(0), None,
-                                            inv_temperature, _IGNORED, backend, out=logits)
-            grads.add(rows, grad_logits, hidden[rows], weight)
+                                            inv_temperature, _IGNORED, backend, out=head.gradient_buffer(logits))
+            grads.add(rows, grad_logits, *head.operands(rows))
         loss, stats = loss_and_stats(partials, denominator)
         ctx.save_for_backward(*(g for g in grads.result() if g is not None))
         ctx.has_grad = tuple(g is not None for g in grads.result())
@@ -107,7 +108,7 @@ def fused_linear_policy_loss(
     inv_temperature = 1.0 / _checks.check_positive(temperature, "temperature")
     rows = chunk_rows(hidden.shape[0], weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
     resolved = resolve_backend(backend, hidden)
-    mask = model_mask.contiguous().to(torch.int8)
+    mask = (model_mask != 0).to(torch.int8).contiguous()
     safe_labels = torch.where(mask != 0, labels, _IGNORED).contiguous()
     loss, *stats = FusedLinearPolicyLossFunction.apply(
         hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(), safe_labels,

@@ -209,8 +209,8 @@ def filtered_dual_clip_loss(
         logprobs: [B, T] current-policy log-probs (differentiable).
         behavior_logprobs: [B, T] log-probs recorded at rollout time.
         advantages: [B] per trajectory (broadcast over T) or [B, T] per token.
-        model_mask: [B, T] bool (or 0/1): tokens the policy generated; tool output
-            and prompt tokens stay in context but get no loss.
+        model_mask: [B, T] bool (or 0/1 of any dtype): tokens the policy generated; tool
+            output and prompt tokens stay in context but get no loss.
         ratio_low, ratio_high: tokens whose ratio is outside (ratio_low, ratio_high)
             are dropped, not clipped.
         clip_c: dual-clip cap; a negative-advantage token contributes at most clip_c * |A|.
@@ -235,7 +235,7 @@ def filtered_dual_clip_loss(
         advantages = advantages.unsqueeze(1).expand(logprobs.shape)  # stride-0 view, no copy
     denominator = denominator_tensor(num_model_tokens, model_mask)
     loss, *stats = PolicyLossFunction.apply(
-        logprobs.contiguous(), behavior_logprobs.contiguous(), advantages, model_mask.contiguous().to(torch.int8),
+        logprobs.contiguous(), behavior_logprobs.contiguous(), advantages, (model_mask != 0).to(torch.int8).contiguous(),
         denominator, low, high, clip, resolved,
     )
     return loss, dict(zip(STAT_NAMES, stats))

@@ -37,7 +37,9 @@ def _token_logprobs_fwd_kernel(
     row_ptr = logits_ptr + row * stride_row
     running_max = tl.full((), float("-inf"), tl.float32)
     running_sum = tl.full((), 0.0, tl.float32)
-    running_dot = tl.full((), 0.0, tl.float32)  # sum exp(s - max) * s, for the entropy
+    # sum exp(s - max) * (s - max), for the entropy log(sum) - dot / sum: kept
+    # relative to the running max so large logits do not cancel.
+    running_dot = tl.full((), 0.0, tl.float32)
     for start in range(0, vocab_size, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         inside = cols < vocab_size
@@ -46,9 +48,10 @@ def _token_logprobs_fwd_kernel(
         new_max = tl.maximum(running_max, tl.max(s_or_floor, axis=0))
         rescale = tl.exp(running_max - new_max)
         p = tl.exp(s_or_floor - new_max)
-        running_sum = running_sum * rescale + tl.sum(p, axis=0)
         if WITH_ENTROPY:
-            running_dot = running_dot * rescale + tl.sum(p * s, axis=0)
+            shift = tl.where(running_sum > 0, running_max - new_max, 0.0)  # no -inf * 0 on the first tile
+            running_dot = (running_dot + shift * running_sum) * rescale + tl.sum(p * (s - new_max), axis=0)
+        running_sum = running_sum * rescale + tl.sum(p, axis=0)
         running_max = new_max
     lse = running_max + tl.log(running_sum)
     label = tl.load(labels_ptr + row).to(tl.int64)
@@ -57,7 +60,7 @@ def _token_logprobs_fwd_kernel(
     tl.store(logp_ptr + row, tl.where(counted, label_logit - lse, 0.0))
     tl.store(lse_ptr + row, lse)
     if WITH_ENTROPY:
-        tl.store(entropy_ptr + row, lse - running_dot / running_sum)
+        tl.store(entropy_ptr + row, tl.log(running_sum) - running_dot / running_sum)
 
 
 @triton.jit
@@ -146,7 +149,8 @@ def _torch_forward(logits, labels, inv_temperature, ignore_index, with_entropy):
         logp[part] = torch.where(counted, label_logit - part_lse, 0.0)
         lse[part] = part_lse
         if with_entropy:
-            entropy[part] = part_lse - (torch.softmax(s, dim=-1) * s).sum(-1)
+            log_p = s - part_lse.unsqueeze(1)  # small numbers: no cancellation against lse
+            entropy[part] = -(log_p.exp() * log_p).sum(-1)
     return logp, lse, entropy
 
 
