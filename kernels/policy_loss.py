@@ -33,7 +33,7 @@ _NUM_PARTIALS = 7
 # --------------------------------------------------------------------------- Triton kernel
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["num_tokens", "seq_len", "adv_stride_row", "adv_stride_col"])
 def _policy_loss_fwd_kernel(
     logp_ptr, behavior_ptr, advantages_ptr, mask_ptr, denominator_ptr, grad_ptr, partials_ptr,
     num_tokens, seq_len, adv_stride_row, adv_stride_col,

@@ -25,7 +25,10 @@ TORCH_CHUNK_ELEMENTS = 1 << 22  # fp32 logits per chunk on the PyTorch path (16 
 # --------------------------------------------------------------------------- Triton kernels
 
 
-@triton.jit
+# Integer arguments are not specialized (Triton would otherwise compile a
+# variant per value that is 1 or a multiple of 16): one compile serves every
+# vocabulary size, stride and temperature.
+@triton.jit(do_not_specialize=["stride_row", "vocab_size", "ignore_index"])
 def _token_logprobs_fwd_kernel(
     logits_ptr, labels_ptr, logp_ptr, lse_ptr, entropy_ptr,
     stride_row, vocab_size, inv_temperature, ignore_index,
@@ -63,7 +66,7 @@ def _token_logprobs_fwd_kernel(
         tl.store(entropy_ptr + row, tl.log(running_sum) - running_dot / running_sum)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["stride_row", "grad_stride_row", "vocab_size", "ignore_index"])
 def _token_logprobs_bwd_kernel(
     logits_ptr, labels_ptr, lse_ptr, entropy_ptr, grad_logp_ptr, grad_entropy_ptr, grad_logits_ptr,
     stride_row, grad_stride_row, vocab_size, inv_temperature, ignore_index,
