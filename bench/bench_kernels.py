@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from _report import machine, publish  # noqa: E402
+
 PEERS = ("rwcore", "eager", "liger")
 SEQ_LEN = 256
 DEFAULT_SIZES = ((1024, 512, 16384), (2048, 1024, 32768))  # (tokens N, hidden H, vocab V)
@@ -116,24 +118,16 @@ def run_worker(peer: str, size: tuple, repeats: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def machine() -> dict:
-    import torch
+def library_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
 
-    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "torch": torch.__version__}
-    try:
-        info["cpu"] = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                           if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    try:
-        import liger_kernel  # noqa: F401
-        from importlib.metadata import version
-
-        info["liger_kernel"] = version("liger-kernel")
-    except Exception:  # noqa: BLE001 - only for the report
-        pass
-    return info
+    versions = {}
+    for name in ("torch", "liger-kernel"):
+        try:
+            versions[name.replace("-", "_")] = version(name)
+        except PackageNotFoundError:
+            pass
+    return versions
 
 
 def render(report: dict) -> str:
@@ -183,17 +177,9 @@ def main(argv=None) -> dict:
             print(f"{peer:7s} N={size[0]} H={size[1]} V={size[2]} ...", flush=True)
             row[peer] = run_worker(peer, size, args.repeats)
         rows.append(row)
-    report = {"machine": machine(), "rows": rows}
+    report = {"machine": machine(**library_versions()), "rows": rows}
     if set(PEERS) <= set(peers):
-        text = render(report)
-        print()
-        print(text)
-        if args.out:
-            from rwcore._io import atomic_write_bytes
-
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
-            atomic_write_bytes(args.out.with_suffix(".md"), text.encode())
+        publish(report, render(report), args.out)
     else:
         print(json.dumps(rows, indent=2))
     return report

@@ -19,9 +19,6 @@ Measured:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -32,27 +29,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
 
 import rwcore  # noqa: E402
 from reference_sampler import RefCapabilitySampler, RefEvidenceStore  # noqa: E402
 from reference_sampler import Verdict as RefVerdict  # noqa: E402
-from rwcore._io import atomic_write_bytes  # noqa: E402
+from _report import machine, publish  # noqa: E402
 
 CAPABILITIES = rwcore.DEFAULT_CAPABILITIES
-
-
-def machine() -> dict:
-    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info["rwcore"] = rwcore.__version__
-    info["numpy"] = np.__version__
-    return info
 
 
 def timed(function, repeat: int) -> list[float]:
@@ -212,18 +196,12 @@ def main(argv=None) -> dict:
     print("sample() ...", flush=True)
     sample = bench_sample(args, random.Random(args.seed))
     report = {
-        "machine": machine(),
+        "machine": machine(rwcore=rwcore.__version__, numpy=np.__version__),
         "config": {k: getattr(args, k) for k in ("tasks", "tags", "rubrics", "batch_size", "group_size", "seed")},
         "observe_many": observe,
         "sample": sample,
     }
-    text = render(report)
-    print()
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
-        atomic_write_bytes(args.out.with_suffix(".md"), text.encode())
+    publish(report, render(report), args.out)
     return report
 
 
