@@ -54,3 +54,17 @@ def test_bench_script_quick_run_writes_json_and_markdown(tmp_path):
     markdown = out.with_suffix(".md").read_text()
     assert "| observe_many throughput |" in markdown and "Machine:" in markdown
     assert report["config"] == saved["config"]
+
+
+def test_kernel_bench_workers_measure_time_and_memory():
+    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "bench" / "bench_kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = bench.main(["--size", "256", "64", "2048", "--peers", "rwcore,eager", "--repeats", "1"])
+    (row,) = report["rows"]
+    for peer in ("rwcore", "eager"):
+        assert row[peer]["seconds"] > 0
+        assert row[peer]["tokens"] == 256 and row[peer]["vocab"] == 2048
+    # eager materializes [256, 2048] fp32 logits (2 MiB) more than once; rwcore holds 64-row chunks
+    assert row["eager"]["peak_mib"] >= 2.0
+    assert row["rwcore"]["peak_mib"] < row["eager"]["peak_mib"]
