@@ -7,8 +7,10 @@ Public surface of this package:
 - `UniformSampler`, `OutcomeSampler`: the ablations' baselines, same interface.
 - `AdaptiveBatchSampler`: any of them as a `torch.utils.data` batch sampler.
 - `Verdict`: PASS / FAIL / NA / INVALID.
+- `length_regularize`, `compute_advantages`: Arise's advantages (eq. 15-17), vectorized over groups.
 """
 
+from rwcore.advantages import compute_advantages, length_regularize
 from rwcore.baselines import OutcomeSampler, UniformSampler
 from rwcore.evidence import EvidenceStore
 from rwcore.sampling import CapabilitySampler
@@ -25,6 +27,8 @@ __all__ = [
     "OutcomeSampler",
     "UniformSampler",
     "Verdict",
+    "compute_advantages",
+    "length_regularize",
 ]
 
 
