@@ -6,11 +6,12 @@ CMakeExtension to CMake, which writes the module where setuptools expects it
 """
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -43,22 +44,34 @@ class CMakeBuild(build_ext):
             except ImportError:
                 pass
         build_dir = Path(self.build_temp) / ext.name
+        # A cache from an earlier build points at that build's isolated
+        # environment (its ninja, its pybind11), which pip has since deleted.
+        shutil.rmtree(build_dir, ignore_errors=True)
         build_dir.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cmake", str(ext.source_dir), *configure], cwd=build_dir, check=True)
         subprocess.run(["cmake", "--build", ".", *build], cwd=build_dir, check=True)
 
 
+def mapped_packages(folder: str, name: str) -> list[str]:
+    """Packages found under `folder`, renamed to live under `name` (kernels/x -> rwcore.kernels.x)."""
+    found = find_packages(where=str(ROOT), include=[folder, f"{folder}.*"])
+    return [name + package[len(folder):] for package in found]
+
+
 setup(
-    packages=[
-        "rwcore",
-        "rwcore.kernels",
-        "rwcore.trainer",
-    ],
+    packages=(
+        find_packages(where=str(ROOT), include=["rwcore", "rwcore.*"])
+        + mapped_packages("kernels", "rwcore.kernels")
+        + mapped_packages("trainer", "rwcore.trainer")
+    ),
+    # Only the top-level name rwcore is installed: a top-level `kernels` or
+    # `trainer` would shadow other packages.
     package_dir={
         "rwcore": "rwcore",
         "rwcore.kernels": "kernels",
         "rwcore.trainer": "trainer",
     },
+    package_data={"rwcore.judges": ["prompts/*.md"]},
     ext_modules=[CMakeExtension("rwcore._evidence")],
     cmdclass={"build_ext": CMakeBuild},
 )
