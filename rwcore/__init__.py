@@ -7,12 +7,14 @@ Public surface of this package:
 - `UniformSampler`, `OutcomeSampler`: the ablations' baselines, same interface.
 - `AdaptiveBatchSampler`: any of them as a `torch.utils.data` batch sampler.
 - `Verdict`: PASS / FAIL / NA / INVALID.
+- `RubricSkillPool` (with `Rubric`, `Skill`): Arise's evolving rubric-skill pool (eq. 4-8).
 - `length_regularize`, `compute_advantages`: Arise's advantages (eq. 15-17), vectorized over groups.
 """
 
 from rwcore.advantages import compute_advantages, length_regularize
 from rwcore.baselines import OutcomeSampler, UniformSampler
 from rwcore.evidence import EvidenceStore
+from rwcore.pool import PoolEvent, PoolUpdate, Rubric, RubricSkillPair, RubricSkillPool, Skill, SkillStatus
 from rwcore.sampling import CapabilitySampler
 from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.verdict import Verdict
@@ -25,6 +27,13 @@ __all__ = [
     "DEFAULT_CAPABILITIES",
     "EvidenceStore",
     "OutcomeSampler",
+    "PoolEvent",
+    "PoolUpdate",
+    "Rubric",
+    "RubricSkillPair",
+    "RubricSkillPool",
+    "Skill",
+    "SkillStatus",
     "UniformSampler",
     "Verdict",
     "compute_advantages",
