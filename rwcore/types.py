@@ -191,10 +191,14 @@ class AttributionRecord:
 
 @dataclass(frozen=True)
 class RubricSkillProposal:
-    """A new Arise rubric with its skill (guidance text injected into the policy's prompt)."""
+    """A new Arise rubric with its skill (guidance text injected into the policy's prompt).
+
+    evidence: the observed behaviour that motivated the pair (kept in the pool's history).
+    """
 
     rubric: RubricSpec
     skill: str
+    evidence: str = ""
 
 
 @runtime_checkable
