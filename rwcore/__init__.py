@@ -8,6 +8,8 @@ Public surface of this package:
 - `AdaptiveBatchSampler`: any of them as a `torch.utils.data` batch sampler.
 - `Verdict`: PASS / FAIL / NA / INVALID.
 - `RubricSkillPool` (with `Rubric`, `Skill`): Arise's evolving rubric-skill pool (eq. 4-8).
+- `RewardWeaver`, `CapabilityLibrary`, `Capability`: RewardWeaver's validated capability library,
+  failure attribution, budgeted active set and process reward (rwcore.rewardweaver has the rest).
 - `length_regularize`, `compute_advantages`: Arise's advantages (eq. 15-17), vectorized over groups.
 """
 
@@ -15,6 +17,15 @@ from rwcore.advantages import compute_advantages, length_regularize
 from rwcore.baselines import OutcomeSampler, UniformSampler
 from rwcore.evidence import EvidenceStore
 from rwcore.pool import PoolEvent, PoolUpdate, Rubric, RubricSkillPair, RubricSkillPool, Skill, SkillStatus
+from rwcore.rewardweaver import (
+    AdmissionConfig,
+    Capability,
+    CapabilityLibrary,
+    LabelledCase,
+    RewardWeaver,
+    judgment_matrix,
+    process_reward,
+)
 from rwcore.sampling import CapabilitySampler
 from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.verdict import Verdict
@@ -23,6 +34,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdaptiveBatchSampler",
+    "AdmissionConfig",
+    "Capability",
+    "CapabilityLibrary",
+    "LabelledCase",
+    "RewardWeaver",
+    "judgment_matrix",
+    "process_reward",
     "CapabilitySampler",
     "DEFAULT_CAPABILITIES",
     "EvidenceStore",

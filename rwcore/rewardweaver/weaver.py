@@ -1,0 +1,435 @@
+"""`RewardWeaver`: the stage-wise outer loop (RewardWeaver §2.3-2.5, Algorithm 2).
+
+Every stage (30 optimizer steps in the paper) the trainer rolls the current
+policy out, judges the trajectories and calls `update`:
+
+    cohort F = {tau : q_o(R_o(tau), x) = 1}
+    -> attribution records on F, screened           (attribution.attribute)
+    -> G = Aggregate(records)                       (attribution.aggregate)
+    -> A_{k+1} = Select(G, D_k)                     (selection strategies)
+    -> controlled expansion of D (optional)         (expansion.*)
+    -> close stage k with y (this batch's summary), open stage k+1 with A_{k+1}.
+
+Between updates `reward` gives R(tau) = R_o(tau) + mean of the defined active
+judgments (see `reward` for NA/INVALID). Capabilities admitted by expansion
+become candidates from the next update on (they have no attribution yet).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rwcore.rewardweaver._util import (
+    check_int,
+    check_metrics,
+    check_trajectories,
+    check_unit,
+    make_rng,
+    rng_state,
+)
+from rwcore.rewardweaver.attribution import (
+    AggregatedFailures,
+    AttributionResult,
+    LowOutcomeRule,
+    Retriever,
+    aggregate,
+    attribute,
+    low_outcome_mask,
+)
+from rwcore.rewardweaver.expansion import CaseProvider, ExpansionResult, expand_library, find_expansion_triggers
+from rwcore.rewardweaver.history import RewardHistory, StageRecord, _parse as _parse_history
+from rwcore.rewardweaver.judgments import judge_failure_rates, judgment_matrix
+from rwcore.rewardweaver.library import CapabilityLibrary, _parse_state as _parse_library
+from rwcore.rewardweaver.reward import process_reward, process_terms
+from rwcore.rewardweaver.selection import (
+    DEFAULT_BUDGET,
+    Selection,
+    SelectionInput,
+    SelectionStrategy,
+    make_strategy,
+)
+from rwcore.types import Attributor, CapabilityProposer, Judge, JudgeReport, RubricSpec, Trajectory
+
+_FORMAT = "rwcore.reward_weaver"
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StageUpdate:
+    """What one `update` did (nothing of it is stored beyond the history record).
+
+    stage: the new stage k+1; active / previous: A_{k+1} / A_k.
+    selection: the strategy's decision. low_outcome: ids of the low-outcome cohort.
+    attribution / failures: attribution and its aggregate on the diagnosis cohort (None when not run).
+    success_attribution / successes: the same on the success trajectories (contrast strategy).
+    judge_fail_rates: capability -> judge FAIL rate among low-outcome trajectories (when reports were given).
+    expansion: controlled expansion's result (None when not configured).
+    closed: the record of the stage this update closed (None on the first update); opened: the new one.
+    """
+
+    stage: int
+    active: tuple[str, ...]
+    previous: tuple[str, ...]
+    selection: Selection
+    low_outcome: tuple[str, ...]
+    attribution: AttributionResult | None
+    failures: AggregatedFailures | None
+    success_attribution: AttributionResult | None
+    successes: AggregatedFailures | None
+    judge_fail_rates: Mapping[str, float] | None
+    expansion: ExpansionResult | None
+    closed: StageRecord | None
+    opened: StageRecord
+
+
+class RewardWeaver:
+    """Holds the capability library, the active set and the reward history; runs the outer loop.
+
+    Args:
+        library: the validated capability space D (grows only through admission).
+        attributor: an `rwcore.types.Attributor`; required by strategies that attribute.
+        strategy: a name from `selection.STRATEGIES` or a strategy object ["attribution"].
+        budget: B, the most capabilities active at once [6].
+        low_outcome: q_o, a threshold (low when R_o < threshold) or a callable
+            (outcome, trajectory) -> bool [0.5].
+        min_confidence: attribution records below it are rejected [0.5].
+        min_support: a failure mode is recurrent on >= this many distinct trajectories [3].
+        retrieve: optional candidate retrieval (trajectory, rubrics) -> capability ids.
+        initial_active: when given, stage 0 opens at step 0 with this active set;
+            otherwise stage 0 opens at the first `update` (outcome-only reward until then).
+        max_success_attributions: cap on success trajectories attributed for the contrast
+            strategy (drawn with the seeded generator); None attributes all of them.
+        proposer, evaluator, acceptance_cases: controlled expansion; all three or none.
+            acceptance_cases(candidate) gives the labelled cases for its admission test.
+        max_new: candidates asked of the proposer per update [2].
+        min_recurrence: an uncovered failure recurs on >= this many trajectories [min_support].
+        empty_value: process term of a trajectory with no defined active judgment [0.0].
+        seed: seeds the generator used by "random", "random_trajectory" and success sampling.
+    """
+
+    def __init__(
+        self,
+        library: CapabilityLibrary,
+        attributor: Attributor | None = None,
+        *,
+        strategy: str | SelectionStrategy = "attribution",
+        budget: int = DEFAULT_BUDGET,
+        low_outcome: LowOutcomeRule = 0.5,
+        min_confidence: float = 0.5,
+        min_support: int = 3,
+        retrieve: Retriever | None = None,
+        initial_active: Sequence[str] | None = None,
+        max_success_attributions: int | None = None,
+        proposer: CapabilityProposer | None = None,
+        evaluator: Judge | None = None,
+        acceptance_cases: CaseProvider | None = None,
+        max_new: int = 2,
+        min_recurrence: int | None = None,
+        empty_value: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(library, CapabilityLibrary):
+            raise ValueError(f"library must be a CapabilityLibrary, got {type(library).__name__}")
+        if attributor is not None and not isinstance(attributor, Attributor):
+            raise ValueError("attributor must implement rwcore.types.Attributor (an attribute method)")
+        self._strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
+        if not all(hasattr(self._strategy, name) for name in ("select", "requires", "diagnosis_mask", "state_dict")):
+            raise ValueError("strategy must be a strategy name or an object with the selection interface")
+        if callable(low_outcome):
+            q_o_config = "callable"
+        else:
+            low_outcome_mask([], low_outcome)  # validates the threshold
+            q_o_config = float(low_outcome)
+        expansion_parts = (proposer, evaluator, acceptance_cases)
+        if any(part is not None for part in expansion_parts) and not all(part is not None for part in expansion_parts):
+            raise ValueError("proposer, evaluator and acceptance_cases must be given together (controlled expansion)")
+        if proposer is not None and not isinstance(proposer, CapabilityProposer):
+            raise ValueError("proposer must implement rwcore.types.CapabilityProposer")
+        if evaluator is not None and not isinstance(evaluator, Judge):
+            raise ValueError("evaluator must implement rwcore.types.Judge")
+        if retrieve is not None and not callable(retrieve):
+            raise ValueError("retrieve must be a callable (trajectory, rubrics) -> capability ids")
+        self._library = library
+        self._attributor = attributor
+        self._low_outcome = low_outcome
+        self._retrieve = retrieve
+        self._proposer, self._evaluator, self._acceptance_cases = expansion_parts
+        min_support = check_int(min_support, "min_support", low=1)
+        self._config = {
+            "strategy": self._strategy.name,
+            "budget": check_int(budget, "budget", low=1),
+            "low_outcome": q_o_config,
+            "min_confidence": check_unit(min_confidence, "min_confidence"),
+            "min_support": min_support,
+            "max_success_attributions": None if max_success_attributions is None
+            else check_int(max_success_attributions, "max_success_attributions", low=0),
+            "expansion": proposer is not None,
+            "max_new": check_int(max_new, "max_new", low=0),
+            "min_recurrence": min_support if min_recurrence is None else check_int(min_recurrence, "min_recurrence", low=1),
+            "empty_value": float(empty_value),
+            "seed": check_int(seed, "seed", low=0),
+        }
+        if not np.isfinite(self._config["empty_value"]):
+            raise ValueError(f"empty_value must be finite, got {empty_value!r}")
+        self._rng = np.random.default_rng(self._config["seed"])
+        self._history = RewardHistory()
+        if initial_active is not None:
+            active = library.check_ids(initial_active, "initial_active")
+            if len(active) > self._config["budget"]:
+                raise ValueError(f"initial_active has {len(active)} capabilities, more than budget {budget}")
+            self._history.open_stage(StageRecord(
+                stage=0, active=active, active_hashes={cid: library[cid].content_hash for cid in active},
+                strategy="initial", reason="initial active set (given)", start_step=0,
+            ))
+
+    # -- reading -------------------------------------------------------------------
+
+    @property
+    def library(self) -> CapabilityLibrary:
+        return self._library
+
+    @property
+    def history(self) -> RewardHistory:
+        return self._history
+
+    @property
+    def strategy(self) -> SelectionStrategy:
+        return self._strategy
+
+    @property
+    def config(self) -> dict:
+        return dict(self._config)
+
+    @property
+    def active(self) -> tuple[str, ...]:
+        """A_k, the current active set (empty before the first stage opens)."""
+        current = self._history.current
+        return current.active if current is not None else ()
+
+    @property
+    def stage(self) -> int | None:
+        current = self._history.current
+        return current.stage if current is not None else None
+
+    def active_rubrics(self) -> list[RubricSpec]:
+        """The RubricSpecs a Judge must evaluate for this stage's process reward."""
+        return self._library.rubrics(self.active) if self.active else []
+
+    def reward(self, trajectories: Sequence[Trajectory], reports: Sequence[JudgeReport]) -> np.ndarray:
+        """R(tau) for each trajectory under the current active set (float64 [N]).
+
+        reports[i] must be trajectories[i]'s JudgeReport. NA and INVALID (or missing)
+        active judgments are left out of the mean; a trajectory without any defined
+        active judgment gets `empty_value` as its process term (see rewardweaver.reward).
+        """
+        trajectories = check_trajectories(trajectories)
+        values, _ = judgment_matrix(reports, self.active, trajectory_ids=[t.trajectory_id for t in trajectories])
+        outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
+        return process_reward(outcomes, values, empty_value=self._config["empty_value"])
+
+    # -- the outer-loop update ------------------------------------------------------
+
+    def update(
+        self,
+        trajectories: Sequence[Trajectory],
+        reports: Sequence[JudgeReport] | None = None,
+        *,
+        step: int,
+        performance: Mapping[str, float] | None = None,
+    ) -> StageUpdate:
+        """One outer-loop update from a batch of on-policy trajectories (all or nothing).
+
+        trajectories: the batch (distinct non-empty trajectory ids, finite outcomes).
+        reports: optional judge reports, reports[i] for trajectories[i]; required by
+            "dynamic_topk" (judgments of library capabilities on the low-outcome trajectories).
+            Used for the performance summary and uncovered-behaviour expansion triggers.
+        step: the optimizer step; the open stage ends and the new one starts here.
+        performance: extra finite numbers for y_k (must not reuse the built-in keys).
+        """
+        trajectories = check_trajectories(trajectories)
+        if not trajectories:
+            raise ValueError("trajectories must not be empty")
+        step = check_int(step, "step", low=0)
+        current = self._history.current
+        if current is not None and step < current.start_step:
+            raise ValueError(f"step {step} is before the current stage's start_step {current.start_step}")
+        extra = check_metrics(performance, "performance")
+        needs = self._strategy.requires()
+        if needs & {"attribution", "success_attribution"} and self._attributor is None:
+            raise ValueError(f"attributor is required by the {self._strategy.name!r} strategy")
+        ids = [t.trajectory_id for t in trajectories]
+        library_ids = self._library.ids()
+        values = codes = None
+        if reports is not None:
+            values, codes = judgment_matrix(reports, library_ids, trajectory_ids=ids)
+        elif "judgments" in needs:
+            raise ValueError(f"reports are required by the {self._strategy.name!r} strategy")
+
+        low = low_outcome_mask(trajectories, self._low_outcome)
+        rng = make_rng(rng_state(self._rng))
+        attribution = failures = success_attribution = successes = None
+        if "attribution" in needs:
+            diagnose = np.asarray(self._strategy.diagnosis_mask(low, rng), dtype=bool)
+            if diagnose.shape != low.shape:
+                raise ValueError("strategy.diagnosis_mask returned a mask of the wrong shape")
+            attribution, failures = self._attribute([t for t, m in zip(trajectories, diagnose) if m])
+        if "success_attribution" in needs:
+            success = np.flatnonzero(~low)
+            cap = self._config["max_success_attributions"]
+            if cap is not None and success.size > cap:
+                success = np.sort(rng.choice(success, size=cap, replace=False))
+            success_attribution, successes = self._attribute([trajectories[i] for i in success])
+        fail_rates = None
+        if codes is not None:
+            rates, _ = judge_failure_rates(codes, low)
+            fail_rates = {cid: float(rate) for cid, rate in zip(library_ids, rates)}
+
+        previous = self.active
+        strategy_state = self._strategy.state_dict()
+        try:
+            selection = self._strategy.select(SelectionInput(
+                library_ids=library_ids, budget=self._config["budget"],
+                previous=tuple(cid for cid in previous if cid in set(library_ids)),
+                failures=failures, successes=successes, judge_fail_rates=fail_rates, rng=rng,
+            ))
+            active = self._library.check_ids(selection.active, "selection.active")
+            if len(active) > self._config["budget"]:
+                raise ValueError(f"strategy selected {len(active)} capabilities, more than budget {self._config['budget']}")
+            expansion = None
+            if self._proposer is not None:
+                cohort = [t for t, m in zip(trajectories, low) if m]
+                cohort_attribution = attribution if self._strategy.name not in ("random_trajectory",) else None
+                triggers = find_expansion_triggers(
+                    cohort, attribution=cohort_attribution, reports=reports,
+                    min_recurrence=self._config["min_recurrence"],
+                )
+                expansion = expand_library(
+                    self._library, self._proposer, triggers, cohort, self._evaluator, self._acceptance_cases,
+                    max_new=self._config["max_new"], commit=False,
+                )
+            summary = self._performance(trajectories, low, reports, extra)
+            diagnosis = self._diagnosis(len(trajectories), low, attribution, failures, success_attribution,
+                                        successes, fail_rates)
+        except BaseException:
+            self._strategy.load_state_dict(strategy_state)
+            raise
+
+        # Commit: nothing below can fail on valid state.
+        if expansion is not None and expansion.entries:
+            self._library._insert(expansion.entries)
+        closed = self._history.close_stage(step, summary) if current is not None else None
+        opened = StageRecord(
+            stage=len(self._history),
+            active=active,
+            active_hashes={cid: self._library[cid].content_hash for cid in active},
+            strategy=selection.strategy,
+            reason=selection.reason,
+            start_step=step,
+            failure_modes=tuple(m.summary() for m in failures.modes) if failures is not None else (),
+            diagnosis=diagnosis,
+            admitted=expansion.admitted if expansion is not None else (),
+        )
+        self._history.open_stage(opened)
+        self._rng = rng
+        return StageUpdate(
+            stage=opened.stage, active=active, previous=previous, selection=selection,
+            low_outcome=tuple(i for i, m in zip(ids, low) if m), attribution=attribution, failures=failures,
+            success_attribution=success_attribution, successes=successes, judge_fail_rates=fail_rates,
+            expansion=expansion, closed=closed, opened=opened,
+        )
+
+    def _attribute(self, cohort: list[Trajectory]) -> tuple[AttributionResult, AggregatedFailures]:
+        result = attribute(cohort, self._library, self._attributor, retrieve=self._retrieve,
+                           min_confidence=self._config["min_confidence"])
+        return result, aggregate(result, min_support=self._config["min_support"])
+
+    def _performance(self, trajectories, low, reports, extra) -> dict:
+        outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
+        summary = {
+            "trajectories": len(trajectories),
+            "mean_outcome": float(outcomes.mean()),
+            "low_outcome_rate": float(low.mean()),
+        }
+        if reports is not None and self.active:
+            active_values, _ = judgment_matrix(reports, self.active)
+            term, count = process_terms(active_values)
+            defined = count > 0
+            summary["mean_process_term"] = float(term[defined].mean()) if defined.any() else None
+        clash = set(extra) & set(summary)
+        if clash:
+            raise ValueError(f"performance must not reuse the built-in keys {sorted(clash)}")
+        summary.update(extra)
+        return summary
+
+    def _diagnosis(self, n, low, attribution, failures, success_attribution, successes, fail_rates) -> dict:
+        library_ids = self._library.ids()
+        diagnosis: dict = {"trajectories": n, "low_outcome": int(low.sum())}
+        if attribution is not None:
+            frequencies = failures.frequencies()
+            diagnosis.update(
+                diagnosed=attribution.n_diagnosed,
+                failure_rates={cid: frequencies.get(cid, 0.0) for cid in library_ids} if attribution.n_diagnosed else {},
+                rejections=attribution.rejection_counts(),
+                unattributed=len(attribution.unattributed),
+                external=len(attribution.external),
+            )
+        if success_attribution is not None:
+            frequencies = successes.frequencies()
+            diagnosis.update(
+                success_diagnosed=success_attribution.n_diagnosed,
+                success_rates={cid: frequencies.get(cid, 0.0) for cid in library_ids}
+                if success_attribution.n_diagnosed else {},
+            )
+        if fail_rates is not None:
+            diagnosis["judge_fail_rates"] = {cid: r for cid, r in fail_rates.items() if np.isfinite(r)}
+        return diagnosis
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        """JSON-serializable: config, library (entries with hashes), history, strategy state, generator."""
+        return {
+            "format": _FORMAT,
+            "version": _VERSION,
+            "config": dict(self._config),
+            "library": self._library.state_dict(),
+            "history": self._history.state_dict(),
+            "strategy": self._strategy.state_dict(),
+            "rng": rng_state(self._rng),
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restores a `state_dict` exactly; everything is checked before anything changes.
+
+        The weaver must have been built with the same configuration (a differing key is a
+        ValueError naming it); every library hash is verified, and every stage's active
+        hashes must match the library.
+        """
+        if not isinstance(state, Mapping) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
+            raise ValueError(f"state must be a {_FORMAT!r} version {_VERSION} mapping")
+        config = state.get("config")
+        if not isinstance(config, Mapping):
+            raise ValueError("state config must be a mapping")
+        for key in sorted(set(config) | set(self._config)):
+            if config.get(key) != self._config.get(key):
+                raise ValueError(
+                    f"state config {key!r} is {config.get(key)!r} but this weaver has {self._config.get(key)!r}"
+                )
+        _, entries, _ = _parse_library(state.get("library"))
+        stages = _parse_history(state.get("history"))
+        hashes = {entry.capability_id: entry.content_hash for entry in entries}
+        for record in stages:
+            for cid in record.active:
+                if hashes.get(cid) != record.active_hashes.get(cid):
+                    raise ValueError(
+                        f"state history stage {record.stage}: capability {cid!r} does not match the library entry"
+                    )
+        rng = make_rng(state.get("rng"))
+        self._strategy.load_state_dict(state.get("strategy"))
+        # Both were parsed above, so neither can fail now.
+        self._library.load_state_dict(state["library"])
+        self._history.load_state_dict(state["history"])
+        self._rng = rng
