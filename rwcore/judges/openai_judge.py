@@ -1,0 +1,256 @@
+"""`OpenAIJudge`: rubric verdicts from any OpenAI-compatible chat-completions server.
+
+For each trajectory, the rubrics not found in the cache are split into requests of
+`rubrics_per_request`; all requests of all trajectories run concurrently under the client's
+limits. Each request carries one system message (instructions, the rubrics, the answer schema —
+prompts/rubric_evaluation.md) and one user message holding only the trajectory as untrusted,
+JSON-encoded data (see `rwcore.judges.templates`). The reply is read by
+`rwcore.judges.verdicts.parse_judge_answer`; rubrics it leaves unresolved (missing, ambiguous,
+malformed) are asked again, up to `max_reasks` times, in a fresh request with a new request id.
+Whatever is still unresolved then, and every rubric of a request that failed after the
+client's retries, is `Verdict.INVALID` with the reason in `RubricJudgment.error` — never PASS or
+FAIL.
+
+Arise B.6 diagnostics: the first request of each trajectory also receives the whole rubric pool
+(every rubric passed to `evaluate`) and asks for behaviours it does not cover; they come back in
+`JudgeReport.uncovered`. Other requests return verdicts only. Diagnostics come from fresh
+requests: when every verdict of a trajectory is served from the cache, `uncovered` is the cached
+diagnostics for the same trajectory and the same pool, or () if there are none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rwcore.judges._checks import (
+    check_bool,
+    check_count,
+    check_optional_count,
+    check_rubrics,
+    check_trajectories,
+    check_unit,
+)
+from rwcore.judges.cache import JudgmentCache, cache_key
+from rwcore.judges.client import ChatClient, ChatError, ChatSession, ClientOptions, run_sync
+from rwcore.judges.templates import (
+    data_rules,
+    new_request_id,
+    operator_json,
+    render_file,
+    rubric_payload,
+    template_digest,
+    trajectory_payload,
+    untrusted_block,
+)
+from rwcore.judges.verdicts import parse_judge_answer
+from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory
+from rwcore.verdict import Verdict
+
+logger = logging.getLogger("rwcore.judges")
+
+_TEMPLATES = ("rubric_evaluation", "rubric_evaluation_scored", "rubric_evaluation_diagnostics", "_untrusted_data")
+
+
+class OpenAIJudge:
+    """Judge (rwcore.types.Judge) backed by an OpenAI-compatible chat-completions server.
+
+    Connection and retry options are those of `rwcore.judges.client.ClientOptions` (model,
+    base_url, api_key_env, max_concurrency, requests_per_minute, tokens_per_minute, timeout,
+    max_retries, backoff, temperature, max_tokens, seed, extra_body, retry_after_cap). Also:
+
+    rubrics_per_request: rubrics of one trajectory judged in one request.
+    cache_dir: directory of the on-disk cache (None: no cache). Keys cover the model, the rubric's
+        and the trajectory's content hashes, the prompt templates and the settings below that
+        change a verdict; entries never contain the API key.
+    pass_threshold: a scored rubric passes when its score is at least this.
+    max_reasks: follow-up requests for rubrics a reply left unresolved.
+    diagnostics: ask for uncovered behaviours (Arise B.6) in each trajectory's first request.
+    require_request_id: accept only answer objects carrying the request's random id. Keep it on:
+        it is what stops a verdict written inside the trajectory and copied by the judge from
+        counting. Turn it off only for a model that cannot copy a 16-character token; then the
+        other defences remain (requested ids only, ambiguity -> INVALID).
+    include_outcome: show the trajectory's outcome reward to the judge (as auxiliary context).
+    max_transcript_chars: cut long turns in the middle so a transcript stays about this long.
+
+    API key: read from the environment variable `api_key_env` when each `evaluate` starts, never
+    stored on the judge; unset with a `base_url` -> the placeholder "EMPTY" is sent (vLLM accepts
+    any key); unset for the default OpenAI endpoint -> MissingAPIKeyError (details:
+    `rwcore.judges.client`).
+
+    `evaluate` is synchronous (it runs `aevaluate` on an event loop, or on a worker thread when
+    one is already running); `aevaluate` is the coroutine. Both return one JudgeReport per
+    trajectory, in order, with one judgment per rubric, in the rubrics' order.
+    """
+
+    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
+                 max_concurrency: int = 8, requests_per_minute: float | None = None,
+                 tokens_per_minute: float | None = None, timeout: float = 60.0, max_retries: int = 3,
+                 backoff: tuple[float, float] = (0.5, 8.0), rubrics_per_request: int = 4,
+                 cache_dir: str | os.PathLike | None = None, temperature: float | None = 0.0, *,
+                 max_tokens: int | None = 2048, seed: int | None = None,
+                 extra_body: Mapping[str, Any] | None = None, retry_after_cap: float = 60.0,
+                 pass_threshold: float = 0.5, max_reasks: int = 1, diagnostics: bool = True,
+                 require_request_id: bool = True, include_outcome: bool = True,
+                 max_transcript_chars: int | None = None) -> None:
+        self.client = ChatClient(ClientOptions(
+            model=model, base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
+            requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute, timeout=timeout,
+            max_retries=max_retries, backoff=backoff, temperature=temperature, max_tokens=max_tokens,
+            seed=seed, extra_body=extra_body, retry_after_cap=retry_after_cap))
+        self.rubrics_per_request = check_count(rubrics_per_request, "rubrics_per_request", low=1)
+        self.cache = JudgmentCache(cache_dir) if cache_dir is not None else None
+        self.pass_threshold = check_unit(pass_threshold, "pass_threshold")
+        self.max_reasks = check_count(max_reasks, "max_reasks")
+        self.diagnostics = check_bool(diagnostics, "diagnostics")
+        self.require_request_id = check_bool(require_request_id, "require_request_id")
+        self.include_outcome = check_bool(include_outcome, "include_outcome")
+        self.max_transcript_chars = check_optional_count(max_transcript_chars, "max_transcript_chars")
+        # Everything besides the model and the two contents that can change a verdict.
+        self._config_digest = hashlib.sha256(repr((
+            template_digest(*_TEMPLATES), self.pass_threshold, self.include_outcome, self.max_transcript_chars,
+        )).encode()).hexdigest()
+
+    @property
+    def model(self) -> str:
+        return self.client.options.model
+
+    def __repr__(self) -> str:
+        o = self.client.options
+        return (f"OpenAIJudge(model={o.model!r}, base_url={o.base_url!r}, api_key_env={o.api_key_env!r}, "
+                f"rubrics_per_request={self.rubrics_per_request}, cache={self.cache!r})")
+
+    # ---- keys -------------------------------------------------------------------------------
+
+    def judgment_key(self, rubric: RubricSpec, trajectory: Trajectory) -> str:
+        """The cache key of one (rubric, trajectory) judgment by this judge."""
+        return cache_key("judgment", model=self.model, rubric=rubric.content_hash(),
+                         trajectory=trajectory.content_hash(), config=self._config_digest)
+
+    def _diagnostics_key(self, pool_digest: str, trajectory: Trajectory) -> str:
+        return cache_key("diagnostics", model=self.model, pool=pool_digest,
+                         trajectory=trajectory.content_hash(), config=self._config_digest)
+
+    # ---- prompts ----------------------------------------------------------------------------
+
+    def build_messages(self, trajectory: Trajectory, rubrics: Sequence[RubricSpec], request_id: str,
+                       pool: Sequence[RubricSpec] | None = None) -> list[dict[str, str]]:
+        """The chat messages of one request; `pool` given -> diagnostics are asked for."""
+        scored_note = ""
+        if any(rubric.scored for rubric in rubrics):
+            scored_note = render_file("rubric_evaluation_scored", pass_threshold=f"{self.pass_threshold:g}")
+        diagnostics_section = ""
+        if pool is not None:
+            listing = [{key: value for key, value in rubric_payload(r, include_scored=False).items()
+                        if key in ("rubric_id", "criterion", "applicability")} for r in pool]
+            diagnostics_section = render_file("rubric_evaluation_diagnostics", request_id=request_id,
+                                              pool=operator_json(listing))
+        system = render_file(
+            "rubric_evaluation",
+            request_id=request_id,
+            rubrics=operator_json([rubric_payload(r) for r in rubrics]),
+            scored_note=scored_note,
+            diagnostics_section=diagnostics_section,
+            data_rules=data_rules(request_id),
+        )
+        data = {"trajectory": trajectory_payload(trajectory, include_outcome=self.include_outcome,
+                                                 max_chars=self.max_transcript_chars)}
+        return [{"role": "system", "content": system}, {"role": "user", "content": untrusted_block(data, request_id)}]
+
+    # ---- evaluation -------------------------------------------------------------------------
+
+    def evaluate(self, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec]) -> list[JudgeReport]:
+        """Synchronous `aevaluate`."""
+        return run_sync(self.aevaluate(trajectories, rubrics))
+
+    async def aevaluate(self, trajectories: Sequence[Trajectory],
+                        rubrics: Sequence[RubricSpec]) -> list[JudgeReport]:
+        """One JudgeReport per trajectory (in order) with a judgment for every rubric (in order).
+
+        ValueError for bad arguments (before any request); MissingAPIKeyError when no key is
+        configured for the default endpoint. Request failures never raise: they are INVALID.
+        """
+        trajectories = check_trajectories(trajectories)
+        rubrics = check_rubrics(rubrics)
+        found: list[dict[str, RubricJudgment]] = [{} for _ in trajectories]
+        uncovered: list[tuple[str, ...]] = [() for _ in trajectories]
+        pool_digest = hashlib.sha256("\n".join(sorted(r.content_hash() for r in rubrics)).encode()).hexdigest()
+        work: list[tuple[int, list[tuple[RubricSpec, str]], bool, str]] = []
+        for index, trajectory in enumerate(trajectories):
+            pending: list[tuple[RubricSpec, str]] = []
+            for rubric in rubrics:
+                key = self.judgment_key(rubric, trajectory)
+                hit = self.cache.get_judgment(key, rubric.rubric_id) if self.cache is not None else None
+                if hit is not None:
+                    found[index][rubric.rubric_id] = hit
+                else:
+                    pending.append((rubric, key))
+            diagnostics_key = self._diagnostics_key(pool_digest, trajectory)
+            want_diagnostics = self.diagnostics and bool(rubrics)
+            if want_diagnostics and self.cache is not None:
+                cached = self.cache.get_uncovered(diagnostics_key)
+                if cached is not None:
+                    uncovered[index] = cached
+                    want_diagnostics = False
+            for start in range(0, len(pending), self.rubrics_per_request):
+                work.append((index, pending[start:start + self.rubrics_per_request],
+                             want_diagnostics and start == 0, diagnostics_key))
+        if work:
+            async with self.client.session() as session:
+                results = await asyncio.gather(*(
+                    self._judge_batch(session, trajectories[index], batch, rubrics if with_pool else None)
+                    for index, batch, with_pool, _ in work))
+            for (index, _, with_pool, diagnostics_key), (judgments, batch_uncovered) in zip(work, results):
+                found[index].update(judgments)
+                if with_pool and batch_uncovered is not None:
+                    uncovered[index] = batch_uncovered
+                    if self.cache is not None:
+                        self.cache.put_uncovered(diagnostics_key, batch_uncovered, model=self.model)
+        return [
+            JudgeReport(trajectory.trajectory_id, {r.rubric_id: found[index][r.rubric_id] for r in rubrics},
+                        uncovered[index])
+            for index, trajectory in enumerate(trajectories)
+        ]
+
+    async def _judge_batch(self, session: ChatSession, trajectory: Trajectory,
+                           batch: list[tuple[RubricSpec, str]], pool: Sequence[RubricSpec] | None,
+                           ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
+        pending = {rubric.rubric_id: rubric for rubric, _ in batch}
+        keys = {rubric.rubric_id: key for rubric, key in batch}
+        judgments: dict[str, RubricJudgment] = {}
+        problems: dict[str, str] = {}
+        uncovered: tuple[str, ...] | None = None
+        for round_index in range(1 + self.max_reasks):
+            request_id = new_request_id()
+            ask_pool = pool if round_index == 0 else None
+            messages = self.build_messages(trajectory, list(pending.values()), request_id, ask_pool)
+            try:
+                reply = await session.complete(messages)
+            except ChatError as error:
+                # The client already retried; asking again would only repeat that.
+                problems = {rubric_id: f"judge request failed: {error.message}" for rubric_id in pending}
+                break
+            answer = parse_judge_answer(reply.text, pending,
+                                        request_id=request_id if self.require_request_id else None,
+                                        pass_threshold=self.pass_threshold, want_diagnostics=ask_pool is not None)
+            if ask_pool is not None:
+                uncovered = answer.uncovered
+            for rubric_id, judgment in answer.judgments.items():
+                judgments[rubric_id] = judgment
+                del pending[rubric_id]
+                if self.cache is not None:
+                    self.cache.put_judgment(keys[rubric_id], judgment, model=self.model)
+            cut = " (the answer was cut off at max_tokens)" if reply.finish_reason == "length" else ""
+            problems = {rubric_id: answer.problems[rubric_id] + cut for rubric_id in pending}
+            if not pending:
+                break
+            if round_index < self.max_reasks:
+                logger.info("judge %s left %d rubric(s) unresolved for trajectory %r; asking again",
+                            self.model, len(pending), trajectory.trajectory_id)
+        for rubric_id in pending:
+            judgments[rubric_id] = RubricJudgment(rubric_id, Verdict.INVALID, error=problems[rubric_id])
+        return judgments, uncovered

@@ -1,0 +1,178 @@
+"""The judge's answer schema, and turning one reply into per-rubric judgments.
+
+Answer schema (JSON Lines; one object per line, see prompts/rubric_evaluation.md):
+
+    {"request_id": "<id of this request>", "rubric_id": "<a requested rubric id>",
+     "verdict": "pass" | "fail" | "na", "score": number in [0, 1] or null,
+     "confidence": number in [0, 1] or null, "evidence": "<string>"}
+    {"request_id": "<id of this request>", "diagnostics": {"uncovered": ["<string>", ...]}}
+
+Also accepted, because models produce them: the same objects inside one JSON array, or inside a
+wrapper object `{"request_id": ..., "verdicts": [...], "diagnostics": {...}}` (objects inside
+inherit the wrapper's request id); `"uncovered"` directly on the diagnostics object; verdict words
+in any case, and "n/a" / "not applicable" / "not_applicable" for "na". Extra keys are ignored.
+
+Rules (each rubric independently; objects the model wrote while reasoning, in a leading
+<think> block, are not part of the answer — `parsing.answer_objects`):
+- only objects with a "verdict" key whose "rubric_id" is one of the requested ids are candidates;
+  anything else (other ids, echoed prompt fragments) is ignored;
+- no candidate -> unresolved ("missing"); more than one candidate -> unresolved ("ambiguous":
+  picking one would let an injected or drafted verdict win by position);
+- the single candidate must carry this request's id (when one is required), a valid verdict word,
+  a score in [0, 1] when the rubric is scored and the verdict is not "na", and, when present,
+  confidence in [0, 1] and a string evidence; otherwise unresolved with the field named;
+- scored rubrics: the score decides (PASS iff score >= pass_threshold), the verdict word only
+  distinguishes "na"; unscored rubrics: the verdict word decides and any score is dropped.
+Unresolved rubrics are re-asked or become INVALID in the caller — never PASS or FAIL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rwcore.judges.parsing import (
+    SchemaError,
+    answer_objects,
+    check_request_id,
+    text_field,
+    unit_number,
+)
+from rwcore.types import RubricJudgment, RubricSpec
+from rwcore.verdict import Verdict
+
+VERDICT_WORDS: Mapping[str, Verdict] = {
+    "pass": Verdict.PASS,
+    "fail": Verdict.FAIL,
+    "na": Verdict.NA,
+    "n/a": Verdict.NA,
+    "not applicable": Verdict.NA,
+    "not_applicable": Verdict.NA,
+}
+MAX_EVIDENCE_CHARS = 4000
+MAX_UNCOVERED_ITEMS = 32
+MAX_UNCOVERED_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class JudgeAnswer:
+    """One reply, read.
+
+    judgments: valid judgments by rubric id (only requested ids).
+    problems: requested rubric id -> why it has no valid judgment in this reply.
+    uncovered: the diagnostics' uncovered behaviours, or None when diagnostics were not wanted or
+        the reply has no single valid diagnostics object.
+    ignored: how many JSON objects in the reply were not candidates for anything.
+    """
+
+    judgments: dict[str, RubricJudgment] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    uncovered: tuple[str, ...] | None = None
+    ignored: int = 0
+
+
+def parse_verdict(obj: dict, rubric: RubricSpec, *, request_id: str | None,
+                  pass_threshold: float = 0.5) -> RubricJudgment:
+    """One candidate object -> a RubricJudgment (PASS / FAIL / NA); SchemaError naming the bad field."""
+    check_request_id(obj, request_id)
+    word = obj.get("verdict")
+    verdict = VERDICT_WORDS.get(word.strip().lower()) if isinstance(word, str) else None
+    if verdict is None:
+        raise SchemaError(f'"verdict" must be one of "pass", "fail", "na", got {word!r}')
+    confidence = unit_number(obj, "confidence", required=False)
+    evidence = text_field(obj, "evidence", required=False, max_chars=MAX_EVIDENCE_CHARS)
+    score = None
+    if verdict != Verdict.NA:
+        score = unit_number(obj, "score", required=rubric.scored)
+        if rubric.scored:
+            verdict = Verdict.PASS if score >= pass_threshold else Verdict.FAIL
+        else:
+            score = None
+    return RubricJudgment(rubric.rubric_id, verdict, score=score, confidence=confidence, evidence=evidence)
+
+
+def parse_uncovered(obj: dict, *, request_id: str | None) -> tuple[str, ...]:
+    """A diagnostics object -> its uncovered behaviours; SchemaError when malformed.
+
+    Items are strings; an object item is reduced to its "behavior" / "behaviour" / "description"
+    string, else its compact JSON. Empty items are dropped; at most 32 items of 1000 characters.
+    """
+    check_request_id(obj, request_id)
+    inner = obj.get("diagnostics", obj)
+    if not isinstance(inner, dict):
+        raise SchemaError(f'"diagnostics" must be an object, got {type(inner).__name__}')
+    items = inner.get("uncovered", [])
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise SchemaError(f'"uncovered" must be a list, got {type(items).__name__}')
+    found: list[str] = []
+    for item in items:
+        if isinstance(item, dict):
+            text = next((item[key] for key in ("behavior", "behaviour", "description")
+                         if isinstance(item.get(key), str)), None)
+            item = text if text is not None else json.dumps(item, sort_keys=True, ensure_ascii=False)
+        if not isinstance(item, str):
+            raise SchemaError(f'"uncovered" items must be strings, got {type(item).__name__}')
+        if item.strip():
+            found.append(item.strip()[:MAX_UNCOVERED_CHARS])
+    return tuple(found[:MAX_UNCOVERED_ITEMS])
+
+
+def _flatten(objects: list[dict]) -> list[dict]:
+    """Unwraps `{"verdicts": [...], "diagnostics": ...}` wrappers; other objects pass through."""
+    flat: list[dict] = []
+    for obj in objects:
+        inner = obj.get("verdicts")
+        if isinstance(inner, list) and "rubric_id" not in obj:
+            for item in inner:
+                if isinstance(item, dict):
+                    if "request_id" in obj and "request_id" not in item:
+                        item = {"request_id": obj["request_id"], **item}
+                    flat.append(item)
+            rest = {key: value for key, value in obj.items() if key != "verdicts"}
+            if "diagnostics" in rest or "uncovered" in rest:
+                flat.append(rest)
+        else:
+            flat.append(obj)
+    return flat
+
+
+def parse_judge_answer(text: str, rubrics: Mapping[str, RubricSpec], *, request_id: str | None,
+                       pass_threshold: float = 0.5, want_diagnostics: bool = False) -> JudgeAnswer:
+    """Reads one judge reply for the requested `rubrics` (id -> spec); see the module docstring."""
+    objects = _flatten(answer_objects(text))
+    candidates: dict[str, list[dict]] = {rubric_id: [] for rubric_id in rubrics}
+    diagnostics: list[dict] = []
+    ignored = 0
+    for obj in objects:
+        rubric_id = obj.get("rubric_id")
+        if "verdict" in obj and isinstance(rubric_id, str) and rubric_id in candidates:
+            candidates[rubric_id].append(obj)
+        elif "rubric_id" not in obj and ("diagnostics" in obj or "uncovered" in obj):
+            diagnostics.append(obj)
+        else:
+            ignored += 1
+    judgments: dict[str, RubricJudgment] = {}
+    problems: dict[str, str] = {}
+    for rubric_id, found in candidates.items():
+        if not found:
+            problems[rubric_id] = "no verdict for this rubric in the judge's answer"
+        elif len(found) > 1:
+            problems[rubric_id] = (
+                f"{len(found)} verdict objects for this rubric in one answer (ambiguous; none used)"
+            )
+        else:
+            try:
+                judgments[rubric_id] = parse_verdict(
+                    found[0], rubrics[rubric_id], request_id=request_id, pass_threshold=pass_threshold)
+            except SchemaError as error:
+                problems[rubric_id] = f"malformed verdict: {error}"
+    uncovered = None
+    if want_diagnostics and len(diagnostics) == 1:
+        try:
+            uncovered = parse_uncovered(diagnostics[0], request_id=request_id)
+        except SchemaError:
+            uncovered = None
+    return JudgeAnswer(judgments, problems, uncovered, ignored)
