@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from rwcore._io import atomic_write_bytes
+from rwcore.tasks import check_int  # noqa: F401 - re-exported for the RewardWeaver modules
 from rwcore.types import Trajectory
 
 
@@ -19,16 +20,6 @@ def digest(payload) -> str:
     """sha256 of the canonical JSON of `payload` (sorted keys, UTF-8)."""
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def check_int(value, argument: str, *, low: int | None = None) -> int:
-    """`value` as an int >= low; ValueError naming `argument` otherwise (bools refused)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{argument} must be an integer, got {value!r}")
-    value = int(value)
-    if low is not None and value < low:
-        raise ValueError(f"{argument} must be >= {low}, got {value}")
-    return value
 
 
 def check_unit(value, argument: str) -> float:
