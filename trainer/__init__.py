@@ -1,4 +1,6 @@
-"""The thin trainer, environments, rollout engines and the `rw` CLI (rwcore.trainer).
+"""The thin trainer, environments, rollouts and the `rw` CLI (rwcore.trainer).
 
-Filled in by the trainer work; it depends on rwcore, never the other way round.
+`rw train` runs `Trainer` (trainer.py) on a `Config` (config.py) over an
+environment (envs/); `rw report` renders a run folder's plots (report.py).
+It depends on rwcore and rwcore.kernels, never the other way round.
 """

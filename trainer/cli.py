@@ -1,0 +1,331 @@
+"""The `rw` command line: `rw train`, `rw eval`, `rw report` and `rw config`.
+
+Each subcommand is one small class with `name`, `help`, `add_arguments(parser)` and
+`run(args) -> int`; `main(argv=None) -> int` parses and dispatches. Exit codes: 0 success,
+2 bad input (argparse usage errors, config errors, missing folders — one line on stderr, no
+traceback), 1 a missing optional dependency, 130 interrupted.
+
+`python -m rwcore.trainer` and `python -m rwcore.trainer.cli` are the same as `rw`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Sequence
+
+from rwcore.trainer.config import describe_config, dump_config, load_config
+
+__all__ = ["main", "build_parser", "CommandError"]
+
+PROG = "rw"
+
+
+class CommandError(Exception):
+    """Bad input to a command: printed as one line, exit code `code` (2 by default)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def _trainer_class() -> Any:
+    """The Trainer class (imported lazily: it pulls in torch). Tests replace this function."""
+    try:
+        from rwcore.trainer.trainer import Trainer
+    except ImportError as error:
+        raise CommandError(f"cannot import the trainer: {error}", code=1) from error
+    return Trainer
+
+
+def _print_err(message: str) -> None:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _override(text: str) -> str:
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(
+            f"expected section.key=value (e.g. train.steps=20), got {text!r}"
+        )
+    return text
+
+
+def _default_run_dir() -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / stamp
+    candidate, n = base, 1
+    while candidate.exists():
+        candidate = Path(f"{base}-{n}")
+        n += 1
+    return candidate
+
+
+def _jsonable(value: Any) -> Any:
+    """Metrics may hold numpy / torch scalars or non-finite floats; make them JSON-safe."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Subcommands
+# --------------------------------------------------------------------------------------------
+
+
+class Command:
+    """One subcommand."""
+
+    name = ""
+    help = ""
+    description = ""
+    epilog = ""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def run(self, args: argparse.Namespace) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+
+class TrainCommand(Command):
+    name = "train"
+    help = "train a policy (the embedded default, or a configured model and environment)"
+    description = (
+        "Runs the full training loop and writes a run folder: the resolved config.yaml, "
+        "metrics.jsonl, checkpoints, the reward-stage history and the pool's event log. "
+        "Overrides are section.key=value pairs applied after --config; "
+        "`rw config --describe` lists every key."
+    )
+    epilog = """examples:
+  rw train --out runs/demo                         # the embedded default (CPU, minutes)
+  rw train train.steps=20 pool.skills=off          # dotted overrides
+  rw train --config my.yaml train.method=arise rewardweaver.selection=random
+  rw train model.name=Qwen/Qwen2.5-0.5B-Instruct rollout.engine=vllm judge.kind=openai \\
+      judge.model=gpt-4o-mini judge.base_url=http://localhost:8000/v1
+  rw train --resume runs/demo                      # continue a killed run exactly
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--config", metavar="FILE", help="YAML config file, nested by section")
+        parser.add_argument("--out", metavar="DIR",
+                            help="run folder (default: runs/<timestamp>)")
+        parser.add_argument("--resume", metavar="DIR",
+                            help="resume the run in DIR from its latest checkpoint "
+                                 "(uses that run's saved config; no --config/--out/overrides)")
+        parser.add_argument("--quiet", action="store_true",
+                            help="no progress bar, log lines only")
+        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
+                            help="config overrides, e.g. train.steps=20 optim.lr=1e-3")
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.resume is not None:
+            if args.config or args.out or args.overrides:
+                raise CommandError(
+                    "--resume continues a run with its saved config; "
+                    "it cannot be combined with --config, --out or overrides"
+                )
+            run_dir = Path(args.resume)
+            if not run_dir.is_dir():
+                raise CommandError(f"--resume: {str(run_dir)!r} is not a folder")
+            Trainer = _trainer_class()
+            try:
+                trainer = Trainer.resume(str(run_dir), quiet=args.quiet)
+            except (ValueError, FileNotFoundError) as error:
+                raise CommandError(f"--resume {str(run_dir)!r}: {error}") from None
+        else:
+            try:
+                config = load_config(args.config, args.overrides)
+            except ValueError as error:
+                raise CommandError(str(error)) from None
+            run_dir = Path(args.out) if args.out else _default_run_dir()
+            if run_dir.exists() and not run_dir.is_dir():
+                raise CommandError(f"--out: {str(run_dir)!r} exists and is not a folder")
+            Trainer = _trainer_class()
+            try:
+                trainer = Trainer(config, out_dir=str(run_dir), quiet=args.quiet)
+            except ValueError as error:
+                raise CommandError(str(error)) from None
+        print(f"run folder: {run_dir}", flush=True)
+        try:
+            trainer.setup()
+            trainer.train()
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; continue with: {PROG} train --resume {run_dir}",
+                  file=sys.stderr)
+            return 130
+        finally:
+            trainer.cleanup()
+        print(f"done; run folder: {run_dir}  (plots: {PROG} report {run_dir})", flush=True)
+        return 0
+
+
+class EvalCommand(Command):
+    name = "eval"
+    help = "evaluate a checkpoint on the held-out (or training) split"
+    description = "Evaluates a saved checkpoint and prints its metrics as JSON on stdout."
+    epilog = """examples:
+  rw eval runs/demo/checkpoints/step_200
+  rw eval runs/demo/checkpoints/step_200 --split train --tasks 64
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("checkpoint", metavar="CHECKPOINT_DIR", help="a checkpoint folder")
+        parser.add_argument("--split", choices=("eval", "train"), default="eval",
+                            help="task split (default: eval, the held-out split)")
+        parser.add_argument("--tasks", type=_positive_int, default=None, metavar="N",
+                            help="evaluate at most N tasks (default: the whole split)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        path = Path(args.checkpoint)
+        if not path.exists():
+            raise CommandError(f"CHECKPOINT_DIR {str(path)!r} does not exist")
+        Trainer = _trainer_class()
+        try:
+            metrics = Trainer.evaluate_checkpoint(str(path), split=args.split,
+                                                  max_tasks=args.tasks)
+        except (ValueError, FileNotFoundError) as error:
+            raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
+        print(json.dumps(_jsonable(metrics), indent=2, sort_keys=True))
+        return 0
+
+
+class ReportCommand(Command):
+    name = "report"
+    help = "render PNG plots from a run folder"
+    description = (
+        "Renders active_rubric_emphasis.png, sampling_probabilities.png, pool_counts.png and "
+        "success_curves.png from a run folder; a plot whose inputs are missing is skipped "
+        "with a note."
+    )
+    epilog = """examples:
+  rw report runs/demo                  # PNGs into runs/demo/report/
+  rw report runs/demo --out figures/
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by rw train")
+        parser.add_argument("--out", metavar="DIR", default=None,
+                            help="output folder (default: RUN_DIR/report)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        run_dir = Path(args.run_dir)
+        if not run_dir.is_dir():
+            raise CommandError(f"RUN_DIR {str(run_dir)!r} is not a folder")
+        from rwcore.trainer.report import render_report
+
+        try:
+            results = render_report(run_dir, args.out)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        written = 0
+        for name, outcome in results.items():
+            if isinstance(outcome, Path) or (isinstance(outcome, str) and outcome.endswith(".png")
+                                             and os.path.exists(outcome)):
+                print(outcome)
+                written += 1
+            else:
+                print(f"skipped {name}: {outcome.removeprefix('skipped: ')}", file=sys.stderr)
+        if not written:
+            print("no plots written (see the notes above)", file=sys.stderr)
+        return 0
+
+
+class ConfigCommand(Command):
+    name = "config"
+    help = "print the resolved config (or every key with its type and meaning)"
+    description = "Resolves defaults, --config and overrides exactly as `rw train` does."
+    epilog = """examples:
+  rw config                                    # the embedded default as YAML
+  rw config --config my.yaml train.steps=20    # what rw train would run
+  rw config --describe                         # every key, its type, default and meaning
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--config", metavar="FILE", help="YAML config file")
+        parser.add_argument("--describe", action="store_true",
+                            help="list every key with its type and documentation")
+        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
+                            help="config overrides")
+
+    def run(self, args: argparse.Namespace) -> int:
+        try:
+            config = load_config(args.config, args.overrides)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        print(describe_config(config) if args.describe else dump_config(config), end="\n")
+        return 0
+
+
+COMMANDS: tuple[type[Command], ...] = (TrainCommand, EvalCommand, ReportCommand, ConfigCommand)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Reinforcement learning of LLM agents with adaptive rewards and task mix "
+                    "(RewardWeaver, Arise).",
+        epilog="examples:\n  rw train --out runs/demo\n  rw report runs/demo\n"
+               "  rw eval runs/demo/checkpoints/step_200\n"
+               "run `rw COMMAND --help` for a command's options",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    commands: dict[str, Command] = {}
+    for cls in COMMANDS:
+        command = cls()
+        child = sub.add_parser(command.name, help=command.help,
+                               description=textwrap.fill(command.description or command.help, 88),
+                               epilog=command.epilog,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        command.add_arguments(child)
+        commands[command.name] = command
+    return parser, commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `rw` console script; returns the exit code."""
+    parser, commands = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a usage error (2, already printed)
+        return int(stop.code) if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    try:
+        return commands[args.command].run(args)
+    except CommandError as error:
+        _print_err(str(error))
+        return error.code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,610 @@
+"""Typed configuration for `rw train`: dataclass sections, YAML files and dotted overrides.
+
+A configuration is a `Config` made of one dataclass per section (`env`, `model`, `rollout`,
+`optim`, `loss`, `advantage`, `sampler`, `pool`, `rewardweaver`, `judge`, `train`). Every field
+has a default, so `Config()` is the embedded default run. Values come, in increasing precedence,
+from the defaults, a YAML file nested by section, and `section.key=value` overrides::
+
+    cfg = load_config("my.yaml", ["train.steps=20", "pool.skills=off", "model.name=null"])
+
+Override values are parsed with `yaml.safe_load` and then coerced to the field's declared type:
+`optim.lr=1e-3` is a float even though YAML 1.1 reads `1e-3` as a string, a string field keeps the
+text as typed (`pool.skills=off` is "off", not False), `null` gives None where the type allows it,
+and a `dict` field takes a flow mapping (`env.options={difficulty: 2}`) or deeper dotted keys
+(`env.options.difficulty=2`). Enumerated fields are `typing.Literal` types and are checked against
+their allowed values.
+
+Every problem raises `ValueError` naming the full dotted key: an unknown section or key (the
+message lists the valid ones), a value of the wrong type (with the expected type and the value),
+a value outside an enumeration (with the allowed values) or outside a documented range.
+
+Secrets are never part of a configuration: `JudgeConfig.api_key_env` is the NAME of the
+environment variable that holds the key, read by the judge at run time.
+
+The loader is generic over dataclass fields: a new field only needs a type annotation, a default
+and, preferably, a docstring (`_f(default, "doc")` stores it as the field's `help` metadata, which
+`describe_config()` and `rw config --describe` print).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping, Sequence
+
+import yaml
+
+__all__ = [
+    "AdvantageConfig",
+    "Config",
+    "EnvConfig",
+    "JudgeConfig",
+    "LossConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "PoolConfig",
+    "RewardWeaverConfig",
+    "RolloutConfig",
+    "SamplerConfig",
+    "TrainConfig",
+    "config_from_dict",
+    "config_to_dict",
+    "describe_config",
+    "dump_config",
+    "load_config",
+    "save_config",
+]
+
+
+def _f(default: Any, doc: str, *, ge: float | None = None, gt: float | None = None,
+       le: float | None = None, lt: float | None = None) -> Any:
+    """A dataclass field with a docstring (`help`) and an optional numeric range."""
+    metadata = {"help": doc}
+    for name, bound in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)):
+        if bound is not None:
+            metadata[name] = bound
+    if isinstance(default, (dict, list)):
+        copy = type(default)(default)
+        return field(default_factory=lambda: type(copy)(copy), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# --------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EnvConfig:
+    """The training environment (task family, partner, rubric library)."""
+
+    name: str = _f("negotiation", "Environment name, looked up in the environment registry.")
+    options: dict = _f({}, "Keyword options passed to the environment factory.")
+
+
+@dataclass
+class ModelConfig:
+    """The policy model. With `name` unset, a tiny transformer is built locally."""
+
+    name: str | None = _f(None, "HF model name or local path; null = the built-in tiny transformer.")
+    hidden_size: int = _f(64, "Built-in model: hidden size.", gt=0)
+    num_layers: int = _f(2, "Built-in model: number of transformer layers.", gt=0)
+    num_heads: int = _f(4, "Built-in model: attention heads (must divide hidden_size).", gt=0)
+    intermediate_size: int = _f(128, "Built-in model: MLP width.", gt=0)
+    max_length: int = _f(256, "Maximum context length in tokens (prompt + generated).", gt=0)
+    dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "Parameter dtype.")
+    device: str = _f("auto", "Device: auto (CUDA when available), cpu, cuda, cuda:N.")
+
+
+@dataclass
+class RolloutConfig:
+    """Rollout generation."""
+
+    engine: Literal["hf", "vllm"] = _f("hf", "Rollout engine: HF generate or vLLM (CUDA).")
+    tasks_per_step: int = _f(16, "Tasks sampled per training step (batch size B).", gt=0)
+    group_size: int = _f(8, "Rollouts per task (group size G).", gt=0)
+    temperature: float = _f(1.0, "Sampling temperature.", gt=0)
+    max_new_tokens: int = _f(6, "Maximum generated tokens per agent turn.", gt=0)
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer and policy-update schedule."""
+
+    lr: float = _f(3e-3, "AdamW learning rate.", gt=0)
+    weight_decay: float = _f(0.0, "AdamW weight decay.", ge=0)
+    grad_clip: float = _f(1.0, "Gradient-norm clip.", ge=0)
+    epochs: int = _f(1, "Passes over each step's rollouts.", gt=0)
+    minibatches: int = _f(1, "Minibatches per epoch.", gt=0)
+
+
+@dataclass
+class LossConfig:
+    """Filtered dual-clip policy loss (Arise eq. 18-19)."""
+
+    ratio_low: float = _f(0.5, "Importance ratios at or below this are filtered out.", ge=0)
+    ratio_high: float = _f(5.0, "Importance ratios at or above this are filtered out.", gt=0)
+    clip_c: float = _f(3.0, "Dual-clip constant c.", gt=0)
+    backend: Literal["auto", "torch", "triton"] = _f("auto", "Kernel backend.")
+
+
+@dataclass
+class AdvantageConfig:
+    """Advantages (Arise eq. 15-17)."""
+
+    lam: float = _f(0.3, "Weight of the rubric advantages.", ge=0, le=1)
+    eps: float = _f(1e-9, "Epsilon in the normalizations.", gt=0)
+    ddof: int = _f(1, "Delta degrees of freedom of the group standard deviation.", ge=0, le=1)
+    length_alpha: float = _f(0.5, "Length-regularization strength alpha.", ge=0)
+    length_threshold: int = _f(16384, "Length regularization applies above this length.", ge=0)
+
+
+@dataclass
+class SamplerConfig:
+    """Task sampler (Arise 3.2.2)."""
+
+    kind: Literal["capability", "outcome", "uniform"] = _f("capability", "Sampler kind.")
+    rho_min: float = _f(0.1, "Minimum discovery share of a batch.", ge=0, le=1)
+    quota_fraction: float = _f(0.25, "Per-pair quota as a fraction of the batch.", gt=0, le=1)
+    gamma_obs: float = _f(0.2, "Evidence decay on a new observation.", ge=0, le=1)
+    gamma_unobs: float = _f(0.999, "Evidence decay per unobserved policy version.", ge=0, le=1)
+
+
+@dataclass
+class PoolConfig:
+    """Arise rubric-skill pool (eq. 4-8)."""
+
+    skills: Literal["on", "off"] = _f("on", "Inject active skills into the policy's prompt.")
+    delta_pool: int = _f(10, "Steps between pool updates.", gt=0)
+    eta_high: float = _f(0.9, "Pass rate at or above which a pair retires.", ge=0, le=1)
+    eta_low: float = _f(0.3, "Pass rate at or below which a skill activates or refines.", ge=0, le=1)
+    max_pool: int = _f(64, "Maximum pool size.", gt=0)
+    max_new: int = _f(8, "Maximum new pairs per reflection.", ge=0)
+
+
+@dataclass
+class RewardWeaverConfig:
+    """RewardWeaver outer loop."""
+
+    adaptation_interval: int = _f(30, "Steps per stage (between active-set selections).", gt=0)
+    budget: int = _f(6, "Active-set budget B.", gt=0)
+    selection: Literal[
+        "attribution",
+        "static_topk",
+        "random",
+        "dynamic_topk",
+        "random_trajectory",
+        "success_failure_contrast",
+    ] = _f("attribution", "Active-set selection strategy.")
+    low_outcome: float = _f(0.5, "Outcome reward below which a trajectory is low-outcome.")
+    min_confidence: float = _f(0.5, "Minimum attribution confidence.", ge=0, le=1)
+    min_support: int = _f(3, "Minimum number of supporting trajectories (k).", ge=1)
+
+
+@dataclass
+class JudgeConfig:
+    """Rubric judge. Holds only the NAME of the API-key environment variable, never a key."""
+
+    kind: Literal["rule", "openai"] = _f("rule", "Judge: the environment's RuleJudge or OpenAIJudge.")
+    model: str = _f("", "OpenAI judge: model name.")
+    base_url: str = _f("", "OpenAI judge: server base URL (empty = the client's default).")
+    api_key_env: str = _f("OPENAI_API_KEY", "Name of the environment variable holding the API key.")
+    max_concurrency: int = _f(8, "OpenAI judge: concurrent requests.", gt=0)
+    timeout: float = _f(60.0, "OpenAI judge: request timeout in seconds.", gt=0)
+    cache_dir: str = _f("", "Verdict cache folder (empty = no cache).")
+
+
+@dataclass
+class TrainConfig:
+    """The training run."""
+
+    method: Literal["rewardweaver", "arise", "combined", "outcome_only"] = _f(
+        "combined", "Which adaptive machinery runs.")
+    steps: int = _f(200, "Training steps.", ge=0)
+    seed: int = _f(0, "Seed for every random generator.")
+    eval_every: int = _f(25, "Steps between held-out evaluations.", ge=0)
+    checkpoint_every: int = _f(50, "Steps between checkpoints.", ge=0)
+    log_every: int = _f(1, "Steps between metric log lines.", gt=0)
+    engine: Literal["torch", "deepspeed"] = _f("torch", "Training engine.")
+
+
+@dataclass
+class Config:
+    """The whole `rw train` configuration."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    rewardweaver: RewardWeaverConfig = field(default_factory=RewardWeaverConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+# --------------------------------------------------------------------------------------------
+# Type coercion
+# --------------------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    if origin is not None:
+        args = ", ".join(_type_name(a) for a in typing.get_args(tp))
+        return f"{origin.__name__}[{args}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+class _Bad(Exception):
+    """Internal: the value does not fit the type."""
+
+
+def _coerce(value: Any, tp: Any, raw: str | None) -> Any:
+    """Coerces `value` to `tp`; raises _Bad. `raw` is the override text, if any."""
+    if tp is Any or tp is object:
+        return value
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        members = [a for a in args if a is not type(None)]
+        # Prefer a member the value already is, so `int | str` keeps 3 an int.
+        for member in members:
+            if isinstance(member, type) and type(value) is member:
+                return value
+        for member in members:
+            try:
+                return _coerce(value, member, raw)
+            except _Bad:
+                continue
+        raise _Bad
+    if origin is Literal:
+        allowed = args
+        if isinstance(value, bool) and all(isinstance(a, str) for a in allowed):
+            if raw is not None:
+                value = raw.strip()
+            elif {"on", "off"} <= set(allowed):
+                value = "on" if value else "off"
+            elif {"true", "false"} <= set(allowed):
+                value = "true" if value else "false"
+        if value in allowed and type(value) in {type(a) for a in allowed}:
+            return value
+        if raw is not None and raw.strip() in allowed:
+            return raw.strip()
+        raise _Bad
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise _Bad
+    if tp is int:
+        if isinstance(value, bool):
+            raise _Bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip().replace("_", ""))
+            except ValueError:
+                try:
+                    number = float(value)
+                except ValueError:
+                    raise _Bad from None
+                if math.isfinite(number) and number.is_integer():
+                    return int(number)
+        raise _Bad
+    if tp is float:
+        if isinstance(value, bool):
+            raise _Bad
+        if isinstance(value, (int, float)):
+            number = float(value)
+        elif isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise _Bad from None
+        else:
+            raise _Bad
+        if math.isnan(number):
+            raise _Bad
+        return number
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (bool, int, float)):
+            # A scalar YAML read as something else: keep the text the user typed.
+            if raw is not None:
+                return raw.strip()
+            if isinstance(value, bool):
+                return "true" if value else "false"
+            return str(value)
+        raise _Bad
+    if tp is dict or origin is dict:
+        if not isinstance(value, Mapping):
+            raise _Bad
+        key_tp, val_tp = args if args else (Any, Any)
+        return {_coerce(k, key_tp, None): _coerce(v, val_tp, None) for k, v in value.items()}
+    if tp is list or origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise _Bad
+        (item_tp,) = args if args else (Any,)
+        return [_coerce(v, item_tp, None) for v in value]
+    if tp is tuple or origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise _Bad
+        if not args:
+            return tuple(value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], None) for v in value)
+        if len(args) != len(value):
+            raise _Bad
+        return tuple(_coerce(v, a, None) for v, a in zip(value, args))
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        raise _Bad
+    return value
+
+
+def _check_range(key: str, value: Any, meta: Mapping[str, Any]) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    checks = (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
+              ("le", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b))
+    for name, symbol, ok in checks:
+        if name in meta and not ok(value, meta[name]):
+            raise ValueError(f"config key {key!r}: must be {symbol} {meta[name]}, got {value!r}")
+
+
+def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str | None) -> None:
+    """Sets one field of one section after coercion and checks (or raises ValueError)."""
+    fields = {f.name: f for f in dataclasses.fields(section)}
+    dotted = f"{section_name}.{key}"
+    if key not in fields:
+        raise ValueError(
+            f"unknown config key {dotted!r}; valid keys in section {section_name!r}: "
+            + ", ".join(fields)
+        )
+    tp = _hints(type(section))[key]
+    try:
+        coerced = _coerce(value, tp, raw)
+    except _Bad:
+        shown = raw.strip() if raw is not None and not isinstance(value, str) else value
+        if key == "api_key_env" or section_name == "judge" and "key" in key:
+            shown = "<hidden>"  # never echo what may be a pasted secret
+        if typing.get_origin(tp) is Literal:
+            allowed = ", ".join(str(a) for a in typing.get_args(tp))
+            raise ValueError(
+                f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}"
+            ) from None
+        raise ValueError(
+            f"config key {dotted!r}: expected {_type_name(tp)}, got {shown!r} "
+            f"({type(value).__name__})"
+        ) from None
+    _check_range(dotted, coerced, fields[key].metadata)
+    setattr(section, key, coerced)
+
+
+def _sections(cfg: Config) -> dict[str, Any]:
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def _unknown_section(name: str, cfg: Config) -> ValueError:
+    return ValueError(
+        f"unknown config section {name!r}; valid sections: " + ", ".join(_sections(cfg))
+    )
+
+
+def _apply_mapping(cfg: Config, data: Mapping[str, Any], source: str) -> None:
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{source}: expected a mapping of sections, got {type(data).__name__}")
+    sections = _sections(cfg)
+    for name, values in data.items():
+        if name not in sections:
+            raise _unknown_section(str(name), cfg)
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise ValueError(
+                f"config section {name!r} in {source}: expected a mapping of keys, "
+                f"got {values!r}"
+            )
+        for key, value in values.items():
+            _set_field(sections[name], name, str(key), value, None)
+
+
+def _apply_override(cfg: Config, override: str) -> None:
+    if not isinstance(override, str) or "=" not in override:
+        raise ValueError(f"override {override!r}: expected section.key=value")
+    dotted, _, text = override.partition("=")
+    dotted = dotted.strip()
+    parts = dotted.split(".")
+    sections = _sections(cfg)
+    if len(parts) < 2 or not all(parts):
+        raise ValueError(
+            f"override {override!r}: expected section.key=value with a section among "
+            + ", ".join(sections)
+        )
+    name, key, rest = parts[0], parts[1], parts[2:]
+    if name not in sections:
+        raise _unknown_section(name, cfg)
+    section = sections[name]
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text  # not YAML: the text itself (coerced or rejected by type below)
+    if rest:
+        # env.options.difficulty=2: set one key inside a dict field.
+        fields = {f.name for f in dataclasses.fields(section)}
+        if key not in fields:
+            _set_field(section, name, key, None, None)  # raises the unknown-key error
+        tp = _hints(type(section))[key]
+        if not (tp is dict or typing.get_origin(tp) is dict):
+            raise ValueError(
+                f"config key {dotted!r}: {name}.{key} is {_type_name(tp)}, "
+                "not a mapping; deeper keys are only allowed in dict fields"
+            )
+        current = dict(getattr(section, key) or {})
+        node = current
+        for part in rest[:-1]:
+            child = node.get(part)
+            node[part] = dict(child) if isinstance(child, Mapping) else {}
+            node = node[part]
+        node[rest[-1]] = value
+        _set_field(section, name, key, current, None)
+        return
+    _set_field(section, name, key, value, text)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _validate(cfg: Config) -> Config:
+    """Cross-field checks."""
+    if not _ENV_NAME.fullmatch(cfg.judge.api_key_env):
+        # Do not echo the value: it may be a key pasted by mistake.
+        raise ValueError(
+            "config key 'judge.api_key_env': must be the NAME of an environment variable "
+            "(letters, digits, underscores, e.g. OPENAI_API_KEY), never the key itself"
+        )
+    if cfg.loss.ratio_low >= cfg.loss.ratio_high:
+        raise ValueError(
+            f"config keys 'loss.ratio_low' and 'loss.ratio_high': need ratio_low < ratio_high, "
+            f"got {cfg.loss.ratio_low} and {cfg.loss.ratio_high}"
+        )
+    if cfg.pool.eta_low >= cfg.pool.eta_high:
+        raise ValueError(
+            f"config keys 'pool.eta_low' and 'pool.eta_high': need eta_low < eta_high, "
+            f"got {cfg.pool.eta_low} and {cfg.pool.eta_high}"
+        )
+    if cfg.model.name is None and cfg.model.hidden_size % cfg.model.num_heads:
+        raise ValueError(
+            f"config keys 'model.hidden_size' and 'model.num_heads': num_heads must divide "
+            f"hidden_size, got {cfg.model.hidden_size} and {cfg.model.num_heads}"
+        )
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+
+def config_from_dict(data: Mapping[str, Any] | None, overrides: Sequence[str] = ()) -> Config:
+    """A validated Config from a nested mapping {section: {key: value}} plus dotted overrides."""
+    cfg = Config()
+    if data:
+        _apply_mapping(cfg, data, "config")
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    for override in overrides:
+        _apply_override(cfg, override)
+    return _validate(cfg)
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Defaults, then the YAML file at `path` (if any), then `section.key=value` overrides.
+
+    Raises ValueError for an unreadable or malformed file, an unknown key, a wrong type or a
+    value outside its allowed set, always naming the dotted key.
+    """
+    data: Any = None
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as stream:
+                text = stream.read()
+        except OSError as error:
+            raise ValueError(f"config file {str(path)!r}: cannot read ({error.strerror or error})") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ValueError(f"config file {str(path)!r}: not valid YAML ({error})") from None
+        if data is not None and not isinstance(data, Mapping):
+            raise ValueError(
+                f"config file {str(path)!r}: expected a mapping of sections, "
+                f"got {type(data).__name__}"
+            )
+        try:
+            cfg = Config()
+            _apply_mapping(cfg, data or {}, f"config file {str(path)!r}")
+        except ValueError as error:
+            raise ValueError(f"{error} (in {str(path)!r})") from None
+    return config_from_dict(data, overrides)
+
+
+def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The configuration as plain nested dicts (YAML/JSON-safe)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, section in _sections(cfg).items():
+        out[name] = {}
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if isinstance(value, tuple):
+                value = list(value)
+            out[name][f.name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def dump_config(cfg: Config) -> str:
+    """The configuration as YAML text (sections in declaration order)."""
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=False)
+
+
+def save_config(cfg: Config, path: str | os.PathLike) -> None:
+    """Writes the configuration as YAML, atomically. It holds no secrets (only env var names)."""
+    from rwcore._io import atomic_write_bytes
+
+    atomic_write_bytes(path, dump_config(cfg).encode("utf-8"))
+
+
+def describe_config(cfg: Config | None = None) -> str:
+    """One line per key: `section.key = value  (type)  help`, for `rw config --describe`."""
+    cfg = cfg or Config()
+    lines = []
+    for name, section in _sections(cfg).items():
+        lines.append(f"[{name}] {(type(section).__doc__ or '').strip().splitlines()[0]}")
+        hints = _hints(type(section))
+        for f in dataclasses.fields(section):
+            value = yaml.safe_dump(_plain(getattr(section, f.name)), default_flow_style=True)
+            value = value.strip().removesuffix("...").strip()
+            lines.append(
+                f"  {name}.{f.name} = {value}  ({_type_name(hints[f.name])})  "
+                f"{f.metadata.get('help', '')}".rstrip()
+            )
+    return "\n".join(lines)

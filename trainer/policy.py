@@ -1,0 +1,144 @@
+"""The policy: a tokenizer, a causal LM, and how conversations become token ids.
+
+The embedded default is a small Llama-architecture transformer built from a
+`transformers` config with random weights, over a word-level tokenizer built
+locally from the environment's vocabulary (nothing is downloaded). A real
+model (`model.name=<HF name or local path>`) brings its own tokenizer and chat
+template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+ROLE_TOKENS = {"system": "<system>", "user": "<user>", "assistant": "<assistant>", "tool": "<tool>", "partner": "<partner>"}
+SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<end>", *ROLE_TOKENS.values()]
+
+
+class WordCodec:
+    """Conversations in the built-in word-level language.
+
+    A conversation is `<bos> <role> words ... <role> words ...`; an agent
+    message ends with `<end>`, which is where generation stops.
+    """
+
+    def __init__(self, vocabulary: Sequence[str]) -> None:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        words = sorted({w for w in vocabulary if w and w not in SPECIAL_TOKENS})
+        vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
+        core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        self.tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
+                                                 bos_token="<bos>", eos_token="<end>")
+        self.vocab = vocab
+        self.pad_id = vocab["<pad>"]
+        self.end_id = vocab["<end>"]
+        self.bos_id = vocab["<bos>"]
+
+    def __len__(self) -> int:
+        return len(self.vocab)
+
+    def _words(self, text: str) -> list[int]:
+        return [self.vocab.get(w, self.vocab["<unk>"]) for w in text.lower().split()]
+
+    def start(self, system_prompt: str, brief: str) -> list[int]:
+        """Ids of the conversation up to the first agent turn."""
+        return [self.bos_id, self.vocab["<system>"], *self._words(system_prompt),
+                self.vocab["<partner>"], *self._words(brief), self.vocab["<assistant>"]]
+
+    def reply(self, role: str, text: str, history=()) -> list[int]:
+        """Ids appended after an agent message: the counterpart's message and the next agent cue."""
+        return [self.vocab[ROLE_TOKENS[role]], *self._words(text), self.vocab["<assistant>"]]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        inverse = self.tokenizer.convert_ids_to_tokens(list(ids))
+        return " ".join(t for t in inverse if t not in SPECIAL_TOKENS)
+
+
+def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
+                max_length: int, seed: int) -> torch.nn.Module:
+    """A randomly initialized small Llama-architecture causal LM."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
+        max_position_embeddings=max_length, tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+@dataclass
+class Policy:
+    """The model with its codec; `version` counts optimizer updates."""
+
+    model: torch.nn.Module
+    codec: WordCodec
+    device: torch.device
+    version: int = 0
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, L, H] final (normed) hidden states, the input of the LM head."""
+        return self.model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+    @property
+    def head(self) -> torch.nn.Linear:
+        return self.model.lm_head
+
+
+_CHAT_ROLES = {"system": "system", "user": "user", "partner": "user", "tool": "tool", "assistant": "assistant"}
+
+
+class TemplateCodec:
+    """Conversations of a real model through its tokenizer's chat template.
+
+    Roles map onto the template's: the environment's counterpart speaks as
+    "user". Each continuation is the template's rendering of the longer
+    conversation minus what was already encoded (templates that are not
+    prefix-stable are handled at the text level).
+    """
+
+    def __init__(self, tokenizer) -> None:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError("model.name: the tokenizer has no chat template; use a chat/instruct model")
+        self.tokenizer = tokenizer
+        self.end_id = tokenizer.eos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def __len__(self) -> int:
+        return len(self.tokenizer)
+
+    def render(self, messages: list[dict]) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def start(self, system_prompt: str, brief: str) -> list[int]:
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": brief}]
+        return self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
+
+    def reply(self, role: str, text: str, history=()) -> list[int]:
+        """Ids that extend the conversation `history` (Turns, ending with an agent message) by the
+        counterpart's message `text` and the next generation prompt."""
+        before = [{"role": _CHAT_ROLES[turn.role], "content": turn.content} for turn in history]
+        old = self.tokenizer.apply_chat_template(before, tokenize=False)
+        new = self.render(before + [{"role": _CHAT_ROLES[role], "content": text}])
+        delta = new[len(old):] if new.startswith(old) else new
+        return self.tokenizer(delta, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+
+def load_pretrained(name: str, device: torch.device, dtype: str):
+    """(model, TemplateCodec) from a Hugging Face name or local path (the user's cache or disk)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name)
+    model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=getattr(torch, dtype))
+    return model.to(device), TemplateCodec(tokenizer)
