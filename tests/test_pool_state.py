@@ -103,6 +103,16 @@ def test_corrupted_state_is_refused_and_nothing_changes(edit, message):
     assert other.state_dict() == before
 
 
+def test_proposals_of_held_or_retired_ids_are_dropped_not_fatal():
+    pool = RubricSkillPool(FakeReflector(bad=[proposal("a"), proposal("x")]), proposals=[proposal("a"), proposal("b")])
+    pool.record(reports("b", passes=2), 0)
+    update = pool.update(9)                                                 # b retires; a is still held
+    assert update.retired == ("b",) and update.created == ("x",) and update.dropped == 1
+    pool.record(reports("x", fails=1), 12)
+    update = pool.update(19, reflector=FakeReflector(bad=[proposal("b")]))  # b was retired: never reused
+    assert update.created == () and update.dropped == 1 and "b" not in pool
+
+
 def test_reflector_failure_leaves_the_pool_unchanged():
     reflector = FakeReflector(per_call=2)
     pool = RubricSkillPool(reflector, proposals=[proposal("a"), proposal("b"), proposal("c")])
@@ -118,7 +128,6 @@ def test_reflector_failure_leaves_the_pool_unchanged():
         (FakeReflector(fail_propose=True), "reflection model is down"),
         (FakeReflector(refine_result=""), "refine_skill returned"),
         (FakeReflector(refine_result=None, bad=[proposal("x", capability="Cooking")]), "capability 'Cooking'"),
-        (FakeReflector(bad=[proposal("b")]), "already used"),                   # retiring now, still taken
         (FakeReflector(bad=[proposal("x"), proposal("x")]), "already used"),
         (FakeReflector(bad=[proposal("x", skill="  ")]), r"\[0\].skill"),
         (FakeReflector(bad=["not a proposal"]), "RubricSkillProposal"),

@@ -357,9 +357,14 @@ class RubricSkillPool:
             argument = "reflector.propose_rubric_skills(...)"
             if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Sequence):
                 raise ValueError(f"{argument} must return a list of RubricSkillProposal, got {type(proposals).__name__}")
-            dropped = max(0, len(proposals) - room)
             taken = set(self._entries) | set(self._retired)
-            new_pairs, next_id = self._check_proposals(list(proposals)[:room], argument, taken, next_id)
+            # A reflector (an LLM especially) may propose a rubric the pool holds or has
+            # retired; ids are never reused, so such proposals are dropped, not fatal.
+            fresh = [p for p in proposals
+                     if not (isinstance(p, RubricSkillProposal) and isinstance(p.rubric, RubricSpec)
+                             and p.rubric.rubric_id in taken)]
+            dropped = len(proposals) - min(len(fresh), room)
+            new_pairs, next_id = self._check_proposals(fresh[:room], argument, taken, next_id)
 
         # 4. commit: nothing below can fail
         entries: dict[str, _Entry] = {}
