@@ -105,7 +105,8 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
             task_id=task.task_id, turns=episode_turns, outcome=float(outcome.reward), tags=tuple(task.tags),
             group_id=group_id, policy_version=policy.version, generated_length=int(sum(gen)),
             token_spans=_spans(gen), trajectory_id=f"{group_id}/{index}",
-            metadata={"env_state": episode.state, "task": task.data, "success": bool(outcome.success)},
+            metadata={"env_state": episode.state, "task": task.data, "task_id": task.task_id, "seed": seed,
+                      "success": bool(outcome.success)},
         )
         rollouts.append(Rollout(trajectory, outcome, seq, gen))
     return rollouts

@@ -173,7 +173,9 @@ class Trainer:
             candidate = Capability(capability_id=rubric_id, definition=rule.spec.criterion, family=rule.family,
                                    applicability=rule.spec.applicability, evaluator_prompt=rule.spec.evaluator_prompt,
                                    scored=False)
-            library.admit(candidate, evaluator, self.env.labelled_cases([rubric_id]), evaluator_id="env-rules")
+            cases = [case for case in self.env.labelled_cases([rubric_id])
+                     if case.trajectory.metadata.get("labelled_rule", rubric_id) == rubric_id]
+            library.admit(candidate, evaluator, cases, evaluator_id="env-rules")
         if not library.ids():
             raise ValueError(f"env.name {self.config.env.name!r}: no capability passed admission")
         return RewardWeaver(library, self.env.attributor(), strategy=cfg.selection, budget=cfg.budget,
@@ -218,6 +220,17 @@ class Trainer:
             self._report_progress(progress, row)
         if progress is not None:
             progress.close()
+        self._print_summary()
+
+    def _print_summary(self) -> None:
+        """The run in three numbers: held-out success before and after, and what adaptation cost."""
+        rows = [json.loads(line) for line in self._metrics_path.read_text().splitlines() if line]
+        evals = [r for r in rows if r.get("kind") == "eval"]
+        fractions = [r["time/adaptive_fraction"] for r in rows if r.get("kind") == "train"]
+        if evals and fractions:
+            print(f"held-out success {evals[0]['eval/success_rate']:.3f} -> {evals[-1]['eval/success_rate']:.3f} "
+                  f"(step {evals[0]['step']} -> {evals[-1]['step']}); adaptive machinery "
+                  f"{100 * float(np.mean(fractions)):.1f}% of step time; run folder {self.out}", flush=True)
 
     def _report_progress(self, progress, row: dict) -> None:
         figures = {
@@ -348,7 +361,7 @@ class Trainer:
                     backend=cfg.loss.backend, validate=False,
                 )
                 loss.backward()
-                loss_value += float(loss)
+                loss_value += float(loss.detach())
                 for name, value in stats.items():
                     stats_sum[name] = stats_sum.get(name, 0.0) + float(value) * len(part) / len(rollouts)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)

@@ -1,0 +1,128 @@
+"""Short end-to-end `rw train` runs on the CPU: every method, strategy and sampler runs; resume
+reproduces an uninterrupted run; a failing judge degrades to INVALID verdicts; `rw report` draws."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rwcore import Verdict
+from rwcore.judges import RuleJudge
+from rwcore.trainer import cli
+from rwcore.trainer.config import load_config
+from rwcore.trainer.trainer import Trainer
+
+SMALL = [
+    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=4", "rollout.group_size=4",
+    "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+]
+
+
+def run(tmp_path: Path, *overrides: str, steps: int = 4, name: str = "run") -> tuple[Trainer, list[dict]]:
+    trainer = Trainer(load_config(None, [*SMALL, f"train.steps={steps}", *overrides]), tmp_path / name, quiet=True)
+    trainer.setup()
+    trainer.train()
+    trainer.cleanup()
+    return trainer, rows(tmp_path / name)
+
+
+def rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
+
+
+def without_timing(metrics: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
+
+
+@pytest.mark.parametrize("method", ["rewardweaver", "arise", "combined", "outcome_only"])
+def test_every_method_trains_and_logs(tmp_path, method):
+    trainer, metrics = run(tmp_path, f"train.method={method}")
+    train_rows = [r for r in metrics if r["kind"] == "train"]
+    eval_rows = [r for r in metrics if r["kind"] == "eval"]
+    assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
+    assert [r["step"] for r in eval_rows] == [0, 2, 4]  # one before training
+    for row in train_rows:
+        assert 0.0 <= row["success_rate"] <= 1.0 and 0.0 <= row["kept_fraction"] <= 1.0
+        assert 0.0 <= row["time/adaptive_fraction"] < 1.0
+    assert (tmp_path / "run" / "config.yaml").exists()
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step_000004"
+    if method in ("arise", "combined"):
+        events = json.loads((tmp_path / "run" / "pool_events.json").read_text())
+        assert any(event["kind"] == "created" for event in events)
+        assert all(r["active_rubrics"] > 0 for r in train_rows)
+    if method in ("rewardweaver", "combined"):
+        stages = json.loads((tmp_path / "run" / "reward_stages.json").read_text())
+        assert len(stages) >= 2 and all(stage["active"] for stage in stages)
+    if method == "outcome_only":
+        assert all(r["active_rubrics"] == 0 for r in train_rows)
+
+
+@pytest.mark.parametrize("selection", ["attribution", "static_topk", "random", "dynamic_topk", "random_trajectory",
+                                       "success_failure_contrast"])
+def test_every_selection_strategy_runs(tmp_path, selection):
+    _, metrics = run(tmp_path, "train.method=rewardweaver", f"rewardweaver.selection={selection}", steps=2)
+    stages = json.loads((tmp_path / "run" / "reward_stages.json").read_text())
+    assert stages[-1]["strategy"] == selection
+    assert len([r for r in metrics if r["kind"] == "train"]) == 2
+
+
+@pytest.mark.parametrize("overrides", [["sampler.kind=outcome"], ["sampler.kind=uniform"], ["pool.skills=off"]])
+def test_samplers_and_skill_ablation_run(tmp_path, overrides):
+    trainer, metrics = run(tmp_path, "train.method=arise", *overrides, steps=2)
+    assert len([r for r in metrics if r["kind"] == "train"]) == 2
+    if overrides == ["pool.skills=off"]:
+        assert trainer._system_prompt() == trainer.env.system_prompt
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    _, straight = run(tmp_path, "train.method=combined", steps=6, name="straight")
+    interrupted = Trainer(load_config(None, [*SMALL, "train.steps=6", "train.method=combined"]), tmp_path / "cut",
+                          quiet=True)
+    interrupted.setup()
+    interrupted.config.train.steps = 4
+    interrupted.train()  # checkpoint at step 4 (and the eval row a finished run writes)
+    interrupted._log(interrupted.train_step())  # a step whose checkpoint never happened: killed here
+    resumed = Trainer.resume(tmp_path / "cut", quiet=True)
+    resumed.setup()
+    assert resumed.step == 4
+    resumed.train()
+    assert without_timing(rows(tmp_path / "cut")) == without_timing(straight)
+
+
+def test_a_failing_judge_yields_invalid_verdicts_and_the_run_goes_on(tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=3", "train.method=arise"]), tmp_path / "run", quiet=True)
+    trainer.setup()
+
+    def broken(_trajectory):
+        raise TimeoutError("judge timed out")
+
+    trainer.judge = RuleJudge({rubric_id: broken for rubric_id in trainer.rules})
+    trainer.train()
+    train_rows = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
+    assert len(train_rows) == 3
+    assert all(r["invalid_rate"] == 1.0 for r in train_rows)
+    state = trainer.sampler.task_state(trainer.sampler.task_ids[0])
+    assert state["applicable"] == set()  # INVALID is never evidence
+
+
+def test_rw_cli_train_then_report_draws_pngs(tmp_path, capsys):
+    out = tmp_path / "cli-run"
+    code = cli.main(["train", "--out", str(out), "--quiet", *SMALL, "train.steps=4", "train.method=combined"])
+    assert code == 0
+    assert cli.main(["report", str(out)]) == 0
+    for name in ("success_curves.png", "pool_counts.png", "active_rubric_emphasis.png", "sampling_probabilities.png"):
+        png = out / "report" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert cli.main(["eval", str(out), "--tasks", "4"]) == 0
+    out_text = capsys.readouterr().out
+    printed = json.loads(out_text[out_text.index("{"):])
+    assert 0.0 <= printed["eval/success_rate"] <= 1.0
+
+
+def test_unknown_config_key_names_it_and_lists_valid_ones(capsys):
+    assert cli.main(["train", "train.stepz=3"]) == 2
+    err = capsys.readouterr().err
+    assert "train.stepz" in err and "steps" in err
