@@ -1,0 +1,6 @@
+"""Drop-in integrations of rwcore's loss, sampler and rubric rewards into other trainers.
+
+Each integration is its own submodule (e.g. `rwcore.integrations.trl`) and imports its trainer
+lazily, on first use of the pieces that need it: importing `rwcore` or this package never imports
+TRL, verl or OpenRLHF, and the core never depends on them.
+"""
