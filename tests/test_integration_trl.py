@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-pytest.importorskip("trl")
-pytest.importorskip("datasets")
+import trl  # noqa: E402,F401 - the real TRL (installed by the test extra)
+import datasets  # noqa: E402,F401
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
