@@ -1,4 +1,4 @@
-"""The `rw` command line: `rw train`, `rw eval`, `rw report` and `rw config`.
+"""The `rw` command line: `rw train`, `rw eval`, `rw report`, `rw config` and `rw bench`.
 
 Each subcommand is one small class with `name`, `help`, `add_arguments(parser)` and
 `run(args) -> int`; `main(argv=None) -> int` parses and dispatches. Exit codes: 0 success,
@@ -283,7 +283,78 @@ class ConfigCommand(Command):
         return 0
 
 
-COMMANDS: tuple[type[Command], ...] = (TrainCommand, EvalCommand, ReportCommand, ConfigCommand)
+def _bench_candidates() -> list[Path]:
+    """Where bench/run_all.py may be: beside the package in a source checkout (editable install), then the
+    current folder. Tests replace this function."""
+    return [Path(__file__).resolve().parents[1] / "bench", Path.cwd() / "bench"]
+
+
+def _load_bench_runner() -> Any:
+    """bench/run_all.py of a source checkout, imported as a module."""
+    import importlib.util
+
+    candidates = _bench_candidates()
+    for folder in candidates:
+        script = folder / "run_all.py"
+        if script.is_file():
+            spec = importlib.util.spec_from_file_location("rwcore_bench_run_all", script)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    looked = ", ".join(str(folder) for folder in dict.fromkeys(candidates))
+    raise CommandError(
+        "the benchmarks are not installed with the package: rw bench runs bench/run_all.py from a source "
+        f"checkout (looked in {looked}); run it from a source checkout of rwcore (pip install -e . there, "
+        "then rw bench in that folder)"
+    )
+
+
+class BenchCommand(Command):
+    name = "bench"
+    help = "run the benchmark suite (from a source checkout) and write a JSON and Markdown report"
+    description = (
+        "Runs bench/run_all.py of a source checkout: evidence store and sampler vs pure Python, the "
+        "fused policy loss vs PyTorch eager and Liger-Kernel, advantages vs a per-group loop and the "
+        "adaptive share of a training step (plus, on a GPU, the kernels against the device's peak); "
+        "prints each ratio table and writes report.json and report.md into --out."
+    )
+    epilog = """examples:
+  rw bench --quick                              # small sizes, under two minutes on 2 cores
+  rw bench --only advantages sampler --out /tmp/bench
+  rw bench                                      # full sizes into bench/results/latest/
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+        parser.add_argument("--out", metavar="DIR", default=None,
+                            help="folder for report.json and report.md (default: bench/results/latest)")
+        parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                            help="run only these benchmarks: sampler, kernels, advantages, training_step, "
+                                 "kernels_cuda")
+
+    def run(self, args: argparse.Namespace) -> int:
+        runner = _load_bench_runner()
+        argv = ["--quick"] if args.quick else []
+        if args.out is not None:
+            out = Path(args.out)
+            if out.exists() and not out.is_dir():
+                raise CommandError(f"--out: {str(out)!r} exists and is not a folder")
+            argv += ["--out", str(out)]
+        if args.only:
+            names = []
+            for text in args.only:
+                name = text.strip().lower().replace("-", "_")
+                if name not in runner.NAMES:
+                    raise CommandError(f"--only: unknown benchmark {text!r}; choose from {', '.join(runner.NAMES)}")
+                names.append(name)
+            argv += ["--only", *names]
+        command = " ".join([PROG, "bench", *(["--quick"] if args.quick else []),
+                            *(["--out", str(args.out)] if args.out is not None else []),
+                            *(["--only", *args.only] if args.only else [])])
+        return runner.main(argv, command=command)
+
+
+COMMANDS: tuple[type[Command], ...] = (TrainCommand, EvalCommand, ReportCommand, ConfigCommand, BenchCommand)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
@@ -293,6 +364,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
                     "(RewardWeaver, Arise).",
         epilog="examples:\n  rw train --out runs/demo\n  rw report runs/demo\n"
                "  rw eval runs/demo/checkpoints/step_200\n"
+               "  rw bench --quick\n"
                "run `rw COMMAND --help` for a command's options",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
