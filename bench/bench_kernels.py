@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _report import machine, publish  # noqa: E402
 
 PEERS = ("rwcore", "eager", "liger")
+OPTIONAL_PEERS = ("compile",)  # torch.compile of the eager code: add with --peers rwcore,eager,liger,compile
 SEQ_LEN = 256
 DEFAULT_SIZES = ((1024, 512, 16384), (2048, 1024, 32768))  # (tokens N, hidden H, vocab V)
 
@@ -68,14 +69,20 @@ def worker(peer: str, tokens: int, hidden_size: int, vocab: int, repeats: int) -
             loss, _ = fused_linear_policy_loss(h, w, labels, behavior, per_token_advantages, mask, backend="torch",
                                                validate=False)
             loss.backward()
-    elif peer == "eager":
-        def step(h, w):
+    elif peer in ("eager", "compile"):
+        def eager_loss(h, w):
             logits = h @ w.t()
             logp = torch.log_softmax(logits.float(), dim=-1).gather(1, labels.unsqueeze(1)).squeeze(1)
             ratio = torch.exp((logp - behavior).clamp(-20, 20))
             keep = mask & (ratio > 0.5) & (ratio < 5.0)
             term = torch.where(keep, torch.minimum(-ratio * per_token_advantages, 3.0 * per_token_advantages.abs()), 0.0)
-            (term.sum() / mask.sum()).backward()
+            return term.sum() / mask.sum()
+
+        # "compile": the same eager code through torch.compile (Inductor), compiled in the warm-up.
+        loss_of = torch.compile(eager_loss) if peer == "compile" else eager_loss
+
+        def step(h, w):
+            loss_of(h, w).backward()
     elif peer == "liger":
         from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
@@ -151,6 +158,14 @@ def render(report: dict) -> str:
             f"| {r['seconds'] / e['seconds']:.2f} | {r['seconds'] / g['seconds']:.2f} "
             f"| {r['peak_mib'] / e['peak_mib']:.2f} | {r['peak_mib'] / g['peak_mib']:.2f} |"
         )
+    compiled = [row for row in report["rows"] if "compile" in row]
+    if compiled:
+        lines += ["", "| N x H x V | torch.compile time | torch.compile peak | time rwcore/compile | peak rwcore/compile |",
+                  "|---|---:|---:|---:|---:|"]
+        for row in compiled:
+            r, c = row["rwcore"], row["compile"]
+            lines.append(f"| {r['tokens']} x {r['hidden']} x {r['vocab']} | {c['seconds'] * 1e3:.0f} ms | "
+                         f"{c['peak_mib']:.0f} MiB | {r['seconds'] / c['seconds']:.2f} | {r['peak_mib'] / c['peak_mib']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -159,7 +174,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--size", action="append", nargs=3, type=int, metavar=("N", "H", "V"),
                         help="tokens, hidden size, vocabulary (repeatable; default: two sizes)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of rwcore,eager,liger")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers from rwcore,eager,liger (default) and compile")
     parser.add_argument("--quick", action="store_true", help="one small size")
     parser.add_argument("--out", type=Path, help="write JSON here and Markdown beside it (.md)")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
