@@ -126,3 +126,26 @@ def test_unknown_config_key_names_it_and_lists_valid_ones(capsys):
     assert cli.main(["train", "train.stepz=3"]) == 2
     err = capsys.readouterr().err
     assert "train.stepz" in err and "steps" in err
+
+
+def test_action_words_restrict_sampling_and_the_loss_to_the_same_softmax(tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only",
+                                         "rollout.action_words=on"]), tmp_path / "run", quiet=True)
+    trainer.setup()
+    allowed = set(trainer.policy.allowed.tolist())
+    rollouts = trainer._rollout(trainer.sampler.sample(0), step=0)
+    for rollout in rollouts:
+        produced = [token for token, flag in zip(rollout.token_ids, rollout.generated) if flag]
+        assert produced and set(produced) <= allowed
+    # behavior log-probs are under the restricted softmax: the probabilities of the allowed
+    # tokens at a generated position sum to 1
+    import torch
+
+    first = rollouts[0]
+    position = next(t for t, flag in enumerate(first.generated) if flag)
+    ids = torch.tensor([first.token_ids[:position]])
+    logits = trainer.policy.model(input_ids=ids).logits[0, -1, trainer.policy.allowed] / trainer.config.rollout.temperature
+    expected = torch.log_softmax(logits.double(), -1)[sorted(allowed).index(first.token_ids[position])]
+    assert abs(float(first.behavior_logprobs[position]) - float(expected)) < 1e-5
+    trainer.train()
+    assert [r["step"] for r in rows(tmp_path / "run") if r["kind"] == "train"] == [1]

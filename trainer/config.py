@@ -110,6 +110,9 @@ class RolloutConfig:
     group_size: int = _f(8, "Rollouts per task (group size G).", gt=0)
     temperature: float = _f(1.0, "Sampling temperature.", gt=0)
     max_new_tokens: int = _f(6, "Maximum generated tokens per agent turn.", gt=0)
+    action_words: Literal["on", "off"] = _f(
+        "off", "Built-in model: sample agent messages only from the environment's action words "
+        "(env.action_vocabulary()); the loss and behavior log-probs use the same restricted softmax.")
 
 
 @dataclass

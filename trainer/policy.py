@@ -83,6 +83,27 @@ class Policy:
     codec: WordCodec
     device: torch.device
     version: int = 0
+    allowed: torch.Tensor | None = None  # [K] token ids agent messages may use; None = the whole vocabulary
+
+    def restrict(self, token_ids: Sequence[int]) -> None:
+        """Agent messages use only `token_ids`: sampling suppresses the rest, and scoring and the loss
+        take the softmax over these alone, so behavior and current log-probs stay the same distribution."""
+        self.allowed = torch.tensor(sorted(set(token_ids)), dtype=torch.long, device=self.device)
+
+    def suppressed(self) -> list[int] | None:
+        """Token ids generation must never produce, for `generate(suppress_tokens=...)`."""
+        if self.allowed is None:
+            return None
+        keep = set(self.allowed.tolist())
+        return [i for i in range(self.model.config.vocab_size) if i not in keep]
+
+    def action_space(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(head weight [K, H], labels as indices into it, -100 outside) for the restricted softmax."""
+        if self.allowed is None:
+            return self.head.weight, labels
+        position = torch.full((self.model.config.vocab_size,), -100, dtype=torch.long, device=labels.device)
+        position[self.allowed] = torch.arange(len(self.allowed), device=labels.device)
+        return self.head.weight.index_select(0, self.allowed), position[labels]
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """[B, L, H] final (normed) hidden states, the input of the LM head."""

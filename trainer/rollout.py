@@ -73,7 +73,7 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
         output = model.generate(
             input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
             do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
-            eos_token_id=codec.end_id, pad_token_id=codec.pad_id,
+            eos_token_id=codec.end_id, pad_token_id=codec.pad_id, suppress_tokens=policy.suppressed(),
         )
         new_tokens = output[:, input_ids.shape[1]:].tolist()
         for row, i in enumerate(live):
@@ -138,7 +138,11 @@ def score_behavior(policy, rollouts: Sequence[Rollout], temperature: float, back
     policy.model.eval()
     input_ids, attention, generated = batch_tensors(rollouts, policy.codec.pad_id, policy.device)
     logits = policy.model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
-    logp = token_logprobs(logits.float(), input_ids[:, 1:], temperature=temperature, backend=backend)
+    labels = input_ids[:, 1:]
+    if policy.allowed is not None:  # the same restricted softmax the sampler drew from
+        _, labels = policy.action_space(labels)
+        logits = logits.index_select(-1, policy.allowed)
+    logp = token_logprobs(logits.float(), labels, temperature=temperature, backend=backend, validate=False)
     logp = torch.cat([torch.zeros_like(logp[:, :1]), logp], dim=1) * generated
     for row, rollout in enumerate(rollouts):
         rollout.behavior_logprobs = logp[row, :len(rollout.token_ids)].cpu()

@@ -121,7 +121,13 @@ class Trainer:
             model = build_model(len(codec), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size,
                                 cfg.max_length, self.config.train.seed).to(self.device)
         model.train()
-        return Policy(model, codec, self.device)
+        policy = Policy(model, codec, self.device)
+        if self.config.rollout.action_words == "on":
+            if cfg.name or not hasattr(self.env, "action_vocabulary"):
+                raise ValueError("rollout.action_words=on needs the built-in model (model.name=null) and an "
+                                 "environment with action_vocabulary()")
+            policy.restrict([codec.vocab[w] for w in self.env.action_vocabulary()] + [codec.end_id])
+        return policy
 
     def _build_judge(self):
         cfg = self.config.judge
@@ -340,7 +346,7 @@ class Trainer:
         model = self.policy.model
         input_ids, attention, generated = batch_tensors(rollouts, self.policy.codec.pad_id, self.device)
         behavior = pad_right([r.behavior_logprobs.tolist() for r in rollouts], 0.0, torch.float32, self.device)
-        labels = input_ids[:, 1:]
+        head_weight, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
         adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
         total_tokens = mask.sum()
@@ -354,9 +360,10 @@ class Trainer:
                     continue
                 hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
                 loss, stats = fused_linear_policy_loss(
-                    hidden.reshape(-1, hidden.shape[-1]), self.policy.head.weight, labels[part].reshape(-1),
+                    hidden.reshape(-1, hidden.shape[-1]), head_weight, labels[part].reshape(-1),
                     behavior[part, 1:].reshape(-1), adv[part].reshape(-1), mask[part].reshape(-1),
-                    bias=self.policy.head.bias, temperature=cfg.rollout.temperature, ratio_low=cfg.loss.ratio_low,
+                    bias=None if self.policy.head.bias is None else self.policy.head.bias[self.policy.allowed]
+                    if self.policy.allowed is not None else self.policy.head.bias, temperature=cfg.rollout.temperature, ratio_low=cfg.loss.ratio_low,
                     ratio_high=cfg.loss.ratio_high, clip_c=cfg.loss.clip_c, num_model_tokens=total_tokens,
                     backend=cfg.loss.backend, validate=False,
                 )

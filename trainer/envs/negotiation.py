@@ -440,6 +440,10 @@ class NegotiationEnv:
 
     # -- language -----------------------------------------------------------------
 
+    def action_vocabulary(self) -> list[str]:
+        """The words agent messages are made of (what `rollout.action_words=on` restricts sampling to)."""
+        return sorted({word for phrase in ACTION_PHRASES for word in phrase.split()})
+
     def vocabulary(self) -> list[str]:
         from rwcore.trainer.envs import negotiation_rubrics as rubrics
 
