@@ -235,3 +235,27 @@ def test_random_vs_scripted_success_gap():
     assert 0.15 <= random_rate <= 0.35, random_rate
     assert scripted_rate >= 0.8, scripted_rate
     assert scripted_rate - random_rate > 0.4
+
+
+def test_hints_mark_each_buyer_number_above_or_below_its_cost_and_change_nothing_else():
+    from rwcore.trainer.envs.negotiation import NegotiationEnv, parse_observation
+
+    plain, hinted = NegotiationEnv(seed=3), NegotiationEnv(seed=3, hints=True)
+    assert {"above", "below"} <= set(hinted.vocabulary())
+    checked = 0
+    for task in hinted.tasks("eval")[:20]:
+        a, b = plain.reset(task, 7), hinted.reset(task, 7)
+        for action in ("ask budget", "offer 150", "end"):
+            words = b.observation.split()
+            facts = parse_observation(b.observation)
+            assert {k: v for k, v in facts.items()} == parse_observation(a.observation)
+            for i, word in enumerate(words[:-1]):
+                if word.isdigit() and words[i - 1] in ("offer", "budget", "deal"):
+                    cost = facts["bundle_cost"] if "bundle" in words[max(0, i - 3):i] and facts["bundle_cost"] else facts["cost"]
+                    assert words[i + 1] == ("above" if int(word) >= cost else "below")
+                    checked += 1
+            if a.done:
+                break
+            a, b = plain.step(a, action), hinted.step(b, action)
+            assert a.state == b.state  # the same episode, only the wording differs
+    assert checked > 10

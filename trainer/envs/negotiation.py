@@ -182,6 +182,19 @@ def parse_action(text: str) -> tuple[str, int | None]:
     return verb, None
 
 
+def _with_hints(message: str, state: dict) -> str:
+    """`message` with "above"/"below" after each buyer number, relative to the cost it must cover."""
+    words = message.split()
+    out = []
+    for i, word in enumerate(words):
+        out.append(word)
+        if word.isdigit() and i and words[i - 1] in ("offer", "budget", "deal"):
+            bundle = "bundle" in words[max(0, i - 3):i] and state.get("bundle_cost") is not None
+            cost = state["bundle_cost"] if bundle else state["cost"]
+            out.append("above" if int(word) >= cost else "below")
+    return " ".join(out)
+
+
 def parse_observation(observation: str) -> dict:
     """An observation -> its facts: cost, list, bundle_cost, offer (buyer's standing offer),
     budget, bundle_budget, angry, wants_bundle, final, done-words. Missing facts are None/False."""
@@ -231,7 +244,7 @@ class NegotiationEnv:
     name = "negotiation"
 
     def __init__(self, seed: int = 0, num_train: int = 200, num_eval: int = 60, max_turns: int = 4,
-                 kind_weights: dict | None = None) -> None:
+                 kind_weights: dict | None = None, hints: bool = False) -> None:
         if int(num_train) < 1 or int(num_eval) < 1:
             raise ValueError(f"num_train and num_eval must be >= 1, got {num_train}, {num_eval}")
         if int(max_turns) < 1:
@@ -244,6 +257,9 @@ class NegotiationEnv:
         self.num_train = int(num_train)
         self.num_eval = int(num_eval)
         self.max_turns = int(max_turns)
+        # hints: every buyer number is followed by "above" or "below" the seller's cost for it, so a
+        # small model trained from scratch need not learn to compare two number tokens first.
+        self.hints = bool(hints)
         self.kind_weights = {k: float(v) for k, v in weights.items() if float(v) > 0}
         self.system_prompt = SYSTEM_PROMPT
         self._splits = self._generate()
@@ -323,6 +339,8 @@ class NegotiationEnv:
         head = f"item {state['item']} cost {state['cost']}"
         if state["bundle_cost"] is not None:
             head += f" bundle cost {state['bundle_cost']}"
+        if self.hints:
+            message = _with_hints(message, state)
         return f"{head} list {state['list']} {message}"
 
     def step(self, episode: Episode, action: str) -> Episode:
@@ -449,6 +467,7 @@ class NegotiationEnv:
 
         words: set[str] = set(SYSTEM_PROMPT.split()) | set(_OBS_WORDS) | set(ITEMS)
         words |= {str(p) for p in PRICES}
+        words |= {"above", "below"}
         for phrase in ACTION_PHRASES:
             words |= set(phrase.split())
         for variants in rubrics.SKILLS.values():
