@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
-import numpy as np
 
 from rwcore import _evidence
 from rwcore.tasks import (

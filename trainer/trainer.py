@@ -35,9 +35,9 @@ from rwcore import CapabilitySampler, OutcomeSampler, UniformSampler, Verdict, c
 from rwcore._io import atomic_write_bytes
 from rwcore.kernels import fused_linear_policy_loss
 from rwcore.trainer import envs
-from rwcore.trainer.config import Config, config_from_dict, config_to_dict, load_config, save_config
+from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
 from rwcore.trainer.policy import Policy, WordCodec, build_model, load_pretrained
-from rwcore.trainer.rollout import Rollout, batch_tensors, pad_right, run_episodes, score_behavior
+from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
@@ -56,6 +56,7 @@ class Trainer:
         self.quiet = quiet
         self.step = 0  # optimizer steps completed
         self._resume_from: Path | None = None
+        self._evaluation_only = False  # rw eval: load a checkpoint, leave the run's logs alone
 
     # ------------------------------------------------------------------ construction
 
@@ -345,7 +346,8 @@ class Trainer:
         cfg = self.config
         model = self.policy.model
         input_ids, attention, generated = batch_tensors(rollouts, self.policy.codec.pad_id, self.device)
-        behavior = pad_right([r.behavior_logprobs.tolist() for r in rollouts], 0.0, torch.float32, self.device)
+        behavior = torch.nn.utils.rnn.pad_sequence([r.behavior_logprobs for r in rollouts],
+                                                   batch_first=True).to(self.device)
         head_weight, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
         adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
@@ -521,7 +523,7 @@ class Trainer:
         torch.set_rng_state(state["rng"]["torch"])
         self.step = int(state["step"])
         self.policy.version = self.step
-        if not getattr(self, "_evaluation_only", False):
+        if not self._evaluation_only:
             for log in (self._metrics_path, self._sampling_path):
                 _truncate_after(log, self.step)
 
