@@ -197,3 +197,38 @@ def test_missing_trainer_is_a_one_line_error(monkeypatch, tmp_path, capsys):
     assert main(["train", "--out", str(tmp_path / "r")]) == 1
     err = capsys.readouterr().err
     assert "cannot import the trainer" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["--local_rank=1", "train"], ["train", "--local-rank", "1"]])
+def test_deepspeed_launchers_local_rank_goes_to_the_environment(fake, tmp_path, monkeypatch, argv):
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert main([*argv, "--out", str(tmp_path / "r"), "train.steps=3"]) == 0
+    import os
+
+    assert os.environ["LOCAL_RANK"] == "1"
+    assert fake.calls[0][1].train.steps == 3
+
+
+def test_bad_local_rank_is_a_one_line_error(fake, capsys):
+    assert main(["--local_rank=x", "train"]) == 2
+    assert "--local_rank" in capsys.readouterr().err and not fake.calls
+
+
+def test_under_a_launcher_out_is_required_and_only_rank_0_prints(fake, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert main(["train"]) != 0
+    assert "--out is required" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "r")]) == 0
+    assert capsys.readouterr().out == ""  # rank 1 prints nothing of its own
+
+
+def test_setup_errors_are_one_line_errors(fake, tmp_path, monkeypatch, capsys):
+    def broken_setup(self):
+        raise ValueError("optim.minibatches=9 is more than the 4 rollouts a process updates on")
+
+    monkeypatch.setattr(fake, "setup", broken_setup)
+    assert main(["train", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "optim.minibatches=9" in err and "Traceback" not in err
+    assert names(fake.calls)[-1] == "cleanup"

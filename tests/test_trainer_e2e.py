@@ -133,7 +133,7 @@ def test_action_words_restrict_sampling_and_the_loss_to_the_same_softmax(tmp_pat
                                          "rollout.action_words=on"]), tmp_path / "run", quiet=True)
     trainer.setup()
     allowed = set(trainer.policy.allowed.tolist())
-    rollouts = trainer._rollout(trainer.sampler.sample(0), step=0)
+    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
     for rollout in rollouts:
         produced = [token for token, flag in zip(rollout.token_ids, rollout.generated) if flag]
         assert produced and set(produced) <= allowed

@@ -130,6 +130,8 @@ class TrainCommand(Command):
   rw train model.name=Qwen/Qwen2.5-0.5B-Instruct rollout.engine=vllm judge.kind=openai \\
       judge.model=gpt-4o-mini judge.base_url=http://localhost:8000/v1
   rw train --resume runs/demo                      # continue a killed run exactly
+  torchrun --nproc_per_node 2 -m rwcore.trainer train --out runs/dp train.engine=deepspeed
+  deepspeed --num_gpus 8 $(which rw) train --out runs/dp train.engine=deepspeed model.name=...
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -145,6 +147,10 @@ class TrainCommand(Command):
                             help="config overrides, e.g. train.steps=20 optim.lr=1e-3")
 
     def run(self, args: argparse.Namespace) -> int:
+        main_process = os.environ.get("RANK", "0") == "0"
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.out is None and args.resume is None:
+            raise CommandError("--out is required under a multi-process launcher (every process must write to "
+                               "the same run folder)")
         if args.resume is not None:
             if args.config or args.out or args.overrides:
                 raise CommandError(
@@ -172,9 +178,13 @@ class TrainCommand(Command):
                 trainer = Trainer(config, out_dir=str(run_dir), quiet=args.quiet)
             except ValueError as error:
                 raise CommandError(str(error)) from None
-        print(f"run folder: {run_dir}", flush=True)
+        if main_process:
+            print(f"run folder: {run_dir}", flush=True)
         try:
-            trainer.setup()
+            try:
+                trainer.setup()
+            except ValueError as error:  # configuration problems found while building (engine, batch, model)
+                raise CommandError(str(error)) from None
             trainer.train()
         except KeyboardInterrupt:
             print(f"\ninterrupted; continue with: {PROG} train --resume {run_dir}",
@@ -182,7 +192,8 @@ class TrainCommand(Command):
             return 130
         finally:
             trainer.cleanup()
-        print(f"done; run folder: {run_dir}  (plots: {PROG} report {run_dir})", flush=True)
+        if main_process:
+            print(f"done; run folder: {run_dir}  (plots: {PROG} report {run_dir})", flush=True)
         return 0
 
 
@@ -382,9 +393,34 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     return parser, commands
 
 
+def _take_local_rank(argv: list[str]) -> list[str]:
+    """The `deepspeed` launcher puts --local_rank=N before the subcommand (torchrun sets LOCAL_RANK
+    instead): it goes into the environment, where the engine reads it, and out of the arguments."""
+    kept = []
+    flags = ("--local_rank", "--local-rank")
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.split("=", 1)[0] in flags:
+            value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in arg else 2
+            if not value.isdigit():
+                raise ValueError(f"--local_rank needs a non-negative integer, got {value!r}")
+            os.environ.setdefault("LOCAL_RANK", value)
+            continue
+        kept.append(arg)
+        i += 1
+    return kept
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `rw` console script; returns the exit code."""
     parser, commands = build_parser()
+    try:
+        argv = _take_local_rank(list(sys.argv[1:] if argv is None else argv))
+    except ValueError as error:
+        _print_err(str(error))
+        return 2
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help (0) or a usage error (2, already printed)

@@ -213,7 +213,12 @@ class TrainConfig:
     eval_every: int = _f(25, "Steps between held-out evaluations.", ge=0)
     checkpoint_every: int = _f(50, "Steps between checkpoints.", ge=0)
     log_every: int = _f(1, "Steps between metric log lines.", gt=0)
-    engine: Literal["torch", "deepspeed"] = _f("torch", "Training engine.")
+    engine: Literal["torch", "deepspeed"] = _f(
+        "torch", "Training engine: plain PyTorch (one process) or DeepSpeed ZeRO (data parallel over the processes "
+        "`deepspeed` / `torchrun` start; one process when run directly).")
+    zero_stage: int = _f(2, "DeepSpeed: ZeRO stage (0, 1 or 2).", ge=0, le=2)
+    deepspeed_config: str = _f("", "DeepSpeed: a JSON file merged over the generated config (offload, "
+                                   "optimizer, precision...); batch-size keys are set by the trainer.")
 
 
 @dataclass

@@ -16,6 +16,13 @@ sampler, skills), "combined" (both), "outcome_only" (neither).
 Run folder (see rwcore.trainer.report for the plots made from it):
 config.yaml, metrics.jsonl, sampling.jsonl, reward_stages.json,
 pool_counts.json, pool_events.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest).
+
+Processes: with train.engine=deepspeed under `deepspeed` / `torchrun`, every
+rank draws the same batch, rolls out and judges its own block of groups, and
+gathers the trajectories and verdicts, so rewards, advantages, the sampler
+and the evidence are computed identically everywhere; reflection and
+attribution (which may call an LLM) run on rank 0 and their state is
+broadcast. Rank 0 alone writes the run folder.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from rwcore._io import atomic_write_bytes
 from rwcore.kernels import fused_linear_policy_loss
 from rwcore.trainer import envs
 from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
+from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
 from rwcore.trainer.policy import Policy, WordCodec, build_model, load_pretrained
 from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec
@@ -75,9 +83,9 @@ class Trainer:
     def setup(self) -> None:
         cfg = self.config
         _check_engines(cfg)
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "checkpoints").mkdir(exist_ok=True)
-        save_config(cfg, self.out / "config.yaml")
+        if self._evaluation_only:
+            cfg.train.engine = "torch"  # evaluation needs no optimizer; DeepSpeed checkpoints hold model.pt
+        self._check_batch(cfg)
         self._seed_everything(cfg.train.seed)
         self.device = self._device()
         self.env = envs.make(cfg.env.name, **dict(cfg.env.options))
@@ -85,8 +93,15 @@ class Trainer:
         self.eval_tasks = self.env.tasks("eval")
         self.rules = {rule.spec.rubric_id: rule for rule in self.env.rules()}
         self.policy = self._build_policy()
-        self.optimizer = torch.optim.AdamW(self.policy.model.parameters(), lr=cfg.optim.lr,
-                                           weight_decay=cfg.optim.weight_decay)
+        self.engine = self._build_engine()
+        self.rank, self.world_size = self.engine.rank, self.engine.world_size
+        self.main = self.rank == 0  # the process that writes the run folder
+        if self.main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "checkpoints").mkdir(exist_ok=True)
+            if not self._evaluation_only:
+                save_config(cfg, self.out / "config.yaml")
+        self.engine.barrier()
         self.judge = self._build_judge()
         self.sampler = self._build_sampler()
         self.pool = self._build_pool() if cfg.train.method in ("arise", "combined") else None
@@ -96,11 +111,13 @@ class Trainer:
         if self._resume_from is not None:
             self._load_checkpoint(self._resume_from)
         else:
-            for path in (self._metrics_path, self._sampling_path):
-                atomic_write_bytes(path, b"")
+            if self.main:
+                for path in (self._metrics_path, self._sampling_path):
+                    atomic_write_bytes(path, b"")
             self._initial_analysis()
         self._sync_sampler_rubrics()
-        self._write_adaptation_files()
+        if not self._evaluation_only:
+            self._write_adaptation_files()
 
     def _seed_everything(self, seed: int) -> None:
         random.seed(seed)
@@ -110,8 +127,31 @@ class Trainer:
     def _device(self) -> torch.device:
         wanted = self.config.model.device
         if wanted == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            if not torch.cuda.is_available():
+                return torch.device("cpu")
+            # Under a launcher each process drives the GPU of its local rank.
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         return torch.device(wanted)
+
+    def _check_batch(self, cfg: Config) -> None:
+        world = int(os.environ.get("WORLD_SIZE", "1")) if cfg.train.engine == "deepspeed" else 1
+        if cfg.rollout.tasks_per_step < world:
+            raise ValueError(f"rollout.tasks_per_step={cfg.rollout.tasks_per_step} is smaller than the number of "
+                             f"processes ({world}): every process needs at least one task group")
+        smallest = (cfg.rollout.tasks_per_step // world) * cfg.rollout.group_size
+        if cfg.optim.minibatches > smallest:
+            raise ValueError(f"optim.minibatches={cfg.optim.minibatches} is more than the {smallest} rollouts a "
+                             f"process updates on per step (rollout.tasks_per_step x rollout.group_size / processes)")
+
+    def _build_engine(self):
+        cfg = self.config
+        model = self.policy.model
+        if cfg.train.engine == "deepspeed":
+            return DeepSpeedEngine(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
+                                   grad_clip=cfg.optim.grad_clip, zero_stage=cfg.train.zero_stage,
+                                   micro_batches=cfg.optim.minibatches, dtype=cfg.model.dtype,
+                                   config_file=cfg.train.deepspeed_config)
+        return TorchEngine(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, grad_clip=cfg.optim.grad_clip)
 
     def _build_policy(self) -> Policy:
         cfg = self.config.model
@@ -193,15 +233,17 @@ class Trainer:
         """Arise's initial trajectory analysis and RewardWeaver's first attribution, on one rollout batch."""
         if self.pool is None and self.weaver is None:
             return
-        torch.manual_seed(_step_seed(self.config.train.seed, -1))
-        rollouts = self._rollout(self.sampler.sample(0), step=-1)
-        trajectories = [r.trajectory for r in rollouts]
-        if self.pool is not None:
-            self.pool = self._build_pool(
-                self._reflector().propose_rubric_skills(trajectories, [], self.config.pool.max_new))
-        if self.weaver is not None:
-            reports = self.judge.evaluate(trajectories, self.weaver.library.rubrics(self.weaver.library.ids()))
-            self.weaver.update(trajectories, reports, step=0)
+        torch.manual_seed(_step_seed(self.config.train.seed, -1) + self.rank)
+        _, trajectories = self._rollout(self.sampler.sample(0), step=-1)
+        reports = self._judge(trajectories, self.weaver.library.rubrics(self.weaver.library.ids())) \
+            if self.weaver is not None else []
+        if self.main:
+            if self.pool is not None:
+                self.pool = self._build_pool(
+                    self._reflector().propose_rubric_skills(trajectories, [], self.config.pool.max_new))
+            if self.weaver is not None:
+                self.weaver.update(trajectories, reports, step=0)
+        self._share_adaptive_state()
 
     # ------------------------------------------------------------------ the loop
 
@@ -209,7 +251,7 @@ class Trainer:
         cfg = self.config
         total = cfg.train.steps
         progress = None
-        if not self.quiet:
+        if not self.quiet and self.main:
             from tqdm import tqdm
 
             progress = tqdm(total=total, initial=self.step, desc="rw train", unit="step", dynamic_ncols=True)
@@ -227,7 +269,8 @@ class Trainer:
             self._report_progress(progress, row)
         if progress is not None:
             progress.close()
-        self._print_summary()
+        if self.main:
+            self._print_summary()
 
     def _print_summary(self) -> None:
         """The run in three numbers: held-out success before and after, and what adaptation cost."""
@@ -249,26 +292,22 @@ class Trainer:
         if progress is not None:
             progress.set_postfix(figures, refresh=False)
             progress.update(1)
-        elif self.step % self.config.train.log_every == 0:
+        elif self.main and self.step % self.config.train.log_every == 0:
             print(f"step {self.step}/{self.config.train.steps} " + " ".join(f"{k}={v}" for k, v in figures.items()),
                   flush=True)
 
     def train_step(self) -> dict:
         cfg = self.config
         index = self.step
-        torch.manual_seed(_step_seed(cfg.train.seed, index))
+        torch.manual_seed(_step_seed(cfg.train.seed, index) + self.rank)
         started = time.perf_counter()
         adaptive = 0.0
 
         clock = time.perf_counter()
         task_ids = self.sampler.sample(index)
         adaptive += time.perf_counter() - clock
-        rollouts = self._rollout(task_ids, step=index)
-        trajectories = [r.trajectory for r in rollouts]
-
-        specs = self._judged_rubrics(index)
-        reports = self.judge.evaluate(trajectories, specs) if specs else [
-            JudgeReport(t.trajectory_id, {}) for t in trajectories]
+        rollouts, trajectories = self._rollout(task_ids, step=index)  # this rank's rollouts; every trajectory
+        reports = self._judge(trajectories, self._judged_rubrics(index))
 
         clock = time.perf_counter()
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
@@ -283,7 +322,9 @@ class Trainer:
                                         ddof=cfg.advantage.ddof)
         adaptive += time.perf_counter() - clock
 
-        update = self._update_policy(rollouts, advantages)
+        first, last = self._my_groups(len(task_ids))
+        group = cfg.rollout.group_size
+        update = self._update_policy(rollouts, advantages[first * group:last * group])
 
         clock = time.perf_counter()
         self._record_evidence(task_ids, trajectories, reports, index)
@@ -292,9 +333,9 @@ class Trainer:
         self.step += 1
         self.policy.version = self.step
 
-        if changed or self.step % max(1, cfg.train.eval_every // 5) == 0:
+        if self.main and (changed or self.step % max(1, cfg.train.eval_every // 5) == 0):
             self._write_sampling()
-        if changed:
+        if self.main and changed:
             self._write_adaptation_files()
         elapsed = time.perf_counter() - started
         judgments = [j for report in reports for j in report.judgments.values()]
@@ -313,16 +354,37 @@ class Trainer:
             row["sampler/coverage"] = self.sampler.coverage()
         return row
 
-    def _rollout(self, task_ids: Sequence, step: int) -> list[Rollout]:
+    def _my_groups(self, count: int) -> tuple[int, int]:
+        """[first, last): the block of `count` task groups (or evaluation tasks) this rank runs."""
+        return count * self.rank // self.world_size, count * (self.rank + 1) // self.world_size
+
+    def _rollout(self, task_ids: Sequence, step: int) -> tuple[list[Rollout], list]:
+        """(this rank's rollouts, every rank's trajectories in group order)."""
         cfg = self.config
+        first, last = self._my_groups(len(task_ids))
         jobs = []
-        for i, task_id in enumerate(task_ids):
+        for i in range(first, last):
             for j in range(cfg.rollout.group_size):
-                jobs.append((self.train_tasks[task_id], _step_seed(cfg.train.seed, step) + 31 * i + j, f"s{step}/t{i}"))
+                jobs.append((self.train_tasks[task_ids[i]], _step_seed(cfg.train.seed, step) + 31 * i + j,
+                             f"s{step}/t{i}"))
         rollouts = run_episodes(self.env, self.policy, jobs, self._system_prompt(), cfg.rollout.temperature,
                                 cfg.rollout.max_new_tokens)
         score_behavior(self.policy, rollouts, cfg.rollout.temperature, cfg.loss.backend)
-        return rollouts
+        return rollouts, self._gathered([r.trajectory for r in rollouts])
+
+    def _gathered(self, items: list) -> list:
+        """Every rank's `items`, concatenated in rank order (the items themselves on one process)."""
+        if self.world_size == 1:
+            return items
+        return [item for part in self.engine.all_gather(items) for item in part]
+
+    def _judge(self, trajectories: Sequence, specs: Sequence[RubricSpec]) -> list[JudgeReport]:
+        """Reports for every trajectory; each rank judges its own block and the reports are gathered."""
+        if not specs:
+            return [JudgeReport(t.trajectory_id, {}) for t in trajectories]
+        first, last = self._my_groups(len(trajectories) // self.config.rollout.group_size)
+        group = self.config.rollout.group_size
+        return self._gathered(self.judge.evaluate(trajectories[first * group:last * group], specs))
 
     def _system_prompt(self) -> str:
         if self.pool is not None and self.config.pool.skills == "on":
@@ -344,22 +406,19 @@ class Trainer:
 
     def _update_policy(self, rollouts: Sequence[Rollout], advantages: np.ndarray) -> dict:
         cfg = self.config
-        model = self.policy.model
         input_ids, attention, generated = batch_tensors(rollouts, self.policy.codec.pad_id, self.device)
         behavior = torch.nn.utils.rnn.pad_sequence([r.behavior_logprobs for r in rollouts],
                                                    batch_first=True).to(self.device)
         head_weight, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
         adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
-        total_tokens = mask.sum()
+        total_tokens = self.engine.tokens_denominator(self.engine.all_sum_tensor(mask.sum()))
         rows = torch.arange(len(rollouts))
         stats_sum: dict[str, float] = {}
         loss_value = 0.0
         for _ in range(cfg.optim.epochs):
-            self.optimizer.zero_grad(set_to_none=True)
+            self.engine.zero_grad()
             for part in torch.tensor_split(rows, cfg.optim.minibatches):
-                if len(part) == 0:
-                    continue
                 hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
                 loss, stats = fused_linear_policy_loss(
                     hidden.reshape(-1, hidden.shape[-1]), head_weight, labels[part].reshape(-1),
@@ -369,15 +428,17 @@ class Trainer:
                     ratio_high=cfg.loss.ratio_high, clip_c=cfg.loss.clip_c, num_model_tokens=total_tokens,
                     backend=cfg.loss.backend, validate=False,
                 )
-                loss.backward()
+                self.engine.accumulate(loss)
                 loss_value += float(loss.detach())
                 for name, value in stats.items():
                     stats_sum[name] = stats_sum.get(name, 0.0) + float(value) * len(part) / len(rollouts)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
-            self.optimizer.step()
+            grad_norm = self.engine.step()
         epochs = max(1, cfg.optim.epochs)
-        return {"loss": loss_value / epochs, "grad_norm": float(grad_norm),
-                **{name: value / epochs for name, value in stats_sum.items()}}
+        # Each rank's loss and stats are its share of the step's tokens scaled by the world size: the mean over
+        # ranks is the whole batch's figure.
+        figures = self.engine.all_mean({"loss": loss_value / epochs,
+                                        **{name: value / epochs for name, value in stats_sum.items()}})
+        return {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
 
     def _record_evidence(self, task_ids, trajectories, reports, index: int) -> None:
         group = self.config.rollout.group_size
@@ -394,14 +455,33 @@ class Trainer:
 
     def _adapt(self, index: int, trajectories, reports) -> bool:
         changed = False
-        if self.pool is not None and self.pool.maybe_update(index, trajectories) is not None:
-            changed = True
-        if self._adaptation_due(index):
-            self.weaver.update(trajectories, reports, step=index + 1)
-            changed = True
+        if self.main:
+            if self.pool is not None and self.pool.maybe_update(index, trajectories) is not None:
+                changed = True
+            if self._adaptation_due(index):
+                self.weaver.update(trajectories, reports, step=index + 1)
+                changed = True
+        changed = self._share_adaptive_state(changed)
         if changed:
             self._sync_sampler_rubrics()
         return changed
+
+    def _share_adaptive_state(self, changed: bool = True) -> bool:
+        """Rank 0's pool and RewardWeaver state on every rank (reflection may call an LLM, so only rank 0
+        runs it); returns rank 0's `changed`."""
+        if self.world_size == 1:
+            return changed
+        shared = self.engine.broadcast({
+            "changed": changed,
+            "pool": self.pool.state_dict() if changed and self.pool is not None else None,
+            "weaver": self.weaver.state_dict() if changed and self.weaver is not None else None,
+        })
+        if not self.main and shared["changed"]:
+            if shared["pool"] is not None:
+                self.pool.load_state_dict(shared["pool"])
+            if shared["weaver"] is not None:
+                self.weaver.load_state_dict(shared["weaver"])
+        return shared["changed"]
 
     def _sync_sampler_rubrics(self) -> None:
         """The sampler follows the rubrics that currently steer training."""
@@ -425,16 +505,18 @@ class Trainer:
         """Success rate and mean outcome on a split, one sampled episode per task with fixed seeds."""
         tasks = self.eval_tasks if split == "eval" else list(self.train_tasks.values())
         tasks = tasks[:max_tasks] if max_tasks else tasks
+        first, last = self._my_groups(len(tasks))
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(EVAL_SEED)
-            jobs = [(task, EVAL_SEED + i, f"eval/{i}") for i, task in enumerate(tasks)]
+            torch.manual_seed(EVAL_SEED + self.rank)
+            jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
             rollouts = run_episodes(self.env, self.policy, jobs, self._system_prompt(), self.config.rollout.temperature,
                                     self.config.rollout.max_new_tokens)
+        outcomes = self._gathered([(r.outcome.success, r.outcome.reward) for r in rollouts])
         return {
             "step": self.step, "kind": "eval",
-            f"{split}/success_rate": float(np.mean([r.outcome.success for r in rollouts])),
-            f"{split}/outcome_mean": float(np.mean([r.outcome.reward for r in rollouts])),
-            f"{split}/episodes": len(rollouts),
+            f"{split}/success_rate": float(np.mean([success for success, _ in outcomes])),
+            f"{split}/outcome_mean": float(np.mean([reward for _, reward in outcomes])),
+            f"{split}/episodes": len(outcomes),
         }
 
     @classmethod
@@ -453,6 +535,8 @@ class Trainer:
     # ------------------------------------------------------------------ files
 
     def _log(self, row: dict) -> None:
+        if not self.main:
+            return
         with open(self._metrics_path, "a") as stream:
             stream.write(json.dumps(row) + "\n")
 
@@ -487,30 +571,46 @@ class Trainer:
         folder = self.out / "checkpoints"
         name = f"step_{self.step:06d}"
         staging = folder / f".{name}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        torch.save(self.policy.model.state_dict(), staging / "model.pt")
-        torch.save(self.optimizer.state_dict(), staging / "optimizer.pt")
-        state = {
-            "step": self.step, "config": config_to_dict(self.config),
-            "sampler": self.sampler.state_dict(),
-            "pool": self.pool.state_dict() if self.pool is not None else None,
-            "weaver": self.weaver.state_dict() if self.weaver is not None else None,
-            "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},
-        }
-        torch.save(state, staging / "state.pt")
+        if self.main:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        self.engine.barrier()
+        self.engine.save(staging)  # collective under DeepSpeed
+        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+        if self.main:
+            torch.save({
+                "step": self.step, "config": config_to_dict(self.config), "world_size": self.world_size,
+                "sampler": self.sampler.state_dict(),
+                "pool": self.pool.state_dict() if self.pool is not None else None,
+                "weaver": self.weaver.state_dict() if self.weaver is not None else None,
+                "rng": rng,
+            }, staging / "state.pt")
+        else:
+            torch.save(rng, staging / f"rng_rank{self.rank}.pt")
+        self.engine.barrier()
         target = folder / name
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
-        atomic_write_bytes(folder / "latest", name.encode())
+        if self.main:
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging, target)
+            atomic_write_bytes(folder / "latest", name.encode())
+        self.engine.barrier()
         return target
 
     def _load_checkpoint(self, path: Path) -> None:
         if not path.is_dir():
             raise ValueError(f"checkpoint {path} does not exist")
         state = torch.load(path / "state.pt", weights_only=False)
-        self.policy.model.load_state_dict(torch.load(path / "model.pt", weights_only=True))
-        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        if self._evaluation_only:
+            self.policy.model.load_state_dict(torch.load(path / "model.pt", weights_only=True))
+        else:
+            saved_world = int(state.get("world_size", 1))
+            if saved_world != self.world_size:
+                raise ValueError(f"--resume: checkpoint {path} was written by {saved_world} process(es); resume it "
+                                 f"with the same number (this run has {self.world_size})")
+            if self.engine.name == "torch" and not (path / "optimizer.pt").exists():
+                raise ValueError(f"--resume: checkpoint {path} was written by train.engine=deepspeed; the run's "
+                                 "config must keep that engine")
+            self.engine.load(path)
         self.sampler.load_state_dict(state["sampler"])
         if self.pool is not None:
             if not state["pool"]:
@@ -518,31 +618,35 @@ class Trainer:
             self.pool.load_state_dict(state["pool"])
         if self.weaver is not None:
             self.weaver.load_state_dict(state["weaver"])
-        random.setstate(state["rng"]["python"])
-        np.random.set_state(state["rng"]["numpy"])
-        torch.set_rng_state(state["rng"]["torch"])
+        rng = state["rng"] if self.main else torch.load(path / f"rng_rank{self.rank}.pt", weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
         self.step = int(state["step"])
         self.policy.version = self.step
-        if not self._evaluation_only:
+        if not self._evaluation_only and self.main:
             for log in (self._metrics_path, self._sampling_path):
                 _truncate_after(log, self.step)
+        self.engine.barrier()  # no rank starts before rank 0 has truncated the logs
 
     def cleanup(self) -> None:
-        """Nothing is left open between steps; kept for the trainer protocol (engines may hold resources)."""
+        """Releases the training engine (DeepSpeed's buffers and hooks)."""
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
 
 
 def _check_engines(cfg: Config) -> None:
     """The optional engines: a clear message when they are missing or not wired in yet."""
-    for key, value, package, purpose in (("rollout.engine", cfg.rollout.engine, "vllm", "vLLM rollouts (CUDA)"),
-                                         ("train.engine", cfg.train.engine, "deepspeed", "DeepSpeed ZeRO (multi-GPU)")):
-        if value not in ("vllm", "deepspeed"):
-            continue
-        import importlib.util
+    import importlib.util
 
-        if importlib.util.find_spec(package) is None:
-            raise ValueError(f"{key}={value} needs {purpose}: pip install {package} on a CUDA machine")
-        raise ValueError(f"{key}={value}: {purpose} are not wired into this version of the trainer yet; "
-                         f"use {key}={'hf' if package == 'vllm' else 'torch'}")
+    if cfg.train.engine == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise ValueError("train.engine=deepspeed needs DeepSpeed: pip install 'rwcore[deepspeed]'")
+    if cfg.rollout.engine == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("rollout.engine=vllm needs vLLM rollouts (CUDA): pip install vllm on a CUDA machine")
+        raise ValueError("rollout.engine=vllm: vLLM rollouts are not wired into this version of the trainer yet; "
+                         "use rollout.engine=hf")
 
 
 def _due(step: int, every: int) -> bool:
