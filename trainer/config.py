@@ -105,7 +105,12 @@ class ModelConfig:
 class RolloutConfig:
     """Rollout generation."""
 
-    engine: Literal["hf", "vllm"] = _f("hf", "Rollout engine: HF generate or vLLM (CUDA).")
+    engine: Literal["hf", "vllm"] = _f(
+        "hf", "Rollout engine: HF generate on the training model, or a colocated vLLM engine (CUDA) whose "
+        "weights are synced after every update.")
+    vllm_gpu_memory_utilization: float = _f(0.3, "vLLM: share of GPU memory for its weights and KV cache "
+                                                 "(training shares the GPU).", gt=0, le=1)
+    vllm_max_model_len: int = _f(0, "vLLM: context length (0 = model.max_length).", ge=0)
     tasks_per_step: int = _f(16, "Tasks sampled per training step (batch size B).", gt=0)
     group_size: int = _f(8, "Rollouts per task (group size G).", gt=0)
     temperature: float = _f(1.0, "Sampling temperature.", gt=0)

@@ -214,12 +214,18 @@ def init_distributed(deepspeed) -> None:
 
     if dist.is_initialized():
         return
-    if "RANK" not in os.environ:
-        os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": os.environ.get("MASTER_PORT") or str(_free_port())})
+    launcher_environment()
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     deepspeed.init_distributed(verbose=False)
+
+
+def launcher_environment() -> None:
+    """The torch.distributed variables a launcher sets; without one, those of a single process on loopback."""
+    if "RANK" in os.environ:
+        return
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": os.environ.get("MASTER_PORT") or str(_free_port())})
 
 
 def _free_port() -> int:

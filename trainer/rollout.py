@@ -1,8 +1,9 @@
 """Multi-turn rollouts: episodes of many tasks advanced together, one batched generate per turn.
 
-Every agent turn of every live episode is generated in one `model.generate`
-call (left-padded); the environment answers each, and its reply is appended
-to that episode's token ids. After the episodes end, one forward pass scores
+Every agent turn of every live episode is generated in one batched call —
+HF `model.generate` (left-padded) by default, or a `Generator` such as the
+vLLM engine (rwcore.trainer.vllm_rollout); the environment answers each, and
+its reply is appended to that episode's token ids. After the episodes end, one forward pass scores
 every policy-generated token under the policy that produced it (the behavior
 log-probs the loss's importance ratios need).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -54,28 +56,63 @@ def pad_right(sequences: Sequence[list], pad, dtype, device) -> torch.Tensor:
     return out.to(device)
 
 
+class Generator(Protocol):
+    """Samples one agent message per prompt.
+
+    prompts: token-id lists (the conversations so far); seeds: one int per
+    prompt (engines with per-request generators use it, HF generate draws from
+    torch's global generator instead). Returns the new token ids per prompt:
+    ending with the codec's end id when the policy chose to stop, otherwise
+    exactly `max_new_tokens` ids.
+    """
+
+    def __call__(self, prompts: Sequence[list[int]], seeds: Sequence[int], temperature: float,
+                 max_new_tokens: int, greedy: bool) -> list[list[int]]: ...
+
+
+class HFGenerator:
+    """`model.generate` on the policy's own model, left-padded."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+
+    @torch.no_grad()
+    def __call__(self, prompts, seeds, temperature, max_new_tokens, greedy):
+        policy, codec = self.policy, self.policy.codec
+        input_ids, attention = pad_left(prompts, codec.pad_id, policy.device)
+        output = policy.model.generate(
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+            do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
+            eos_token_id=codec.end_id, pad_token_id=codec.pad_id, suppress_tokens=policy.suppressed(),
+        )
+        return output[:, input_ids.shape[1]:].tolist()
+
+
+def turn_seed(episode_seed: int, turn: int) -> int:
+    """The per-request seed of an agent turn (for generators that take one)."""
+    return (episode_seed * 1_000_003 + turn * 7_919 + 1) % (2**31 - 1)
+
+
 @torch.no_grad()
 def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]], system_prompt: str,
-                 temperature: float, max_new_tokens: int, greedy: bool = False) -> list[Rollout]:
-    """Runs one episode per (task, seed, group_id) job with the current policy; returns them in job order."""
+                 temperature: float, max_new_tokens: int, greedy: bool = False,
+                 generator: Generator | None = None) -> list[Rollout]:
+    """Runs one episode per (task, seed, group_id) job with the current policy; returns them in job order.
+    `generator` samples the agent messages (default: HF generate on the policy's model)."""
     codec, model = policy.codec, policy.model
+    generator = generator or HFGenerator(policy)
     was_training = model.training
     model.eval()
     episodes: list[Episode] = [env.reset(task, seed) for task, seed, _ in jobs]
     ids = [codec.start(system_prompt, ep.observation) for ep in episodes]
     generated = [[False] * len(seq) for seq in ids]
     turns = [[Turn("system", system_prompt), Turn("partner", ep.observation)] for ep in episodes]
-    for _ in range(env.max_turns):
+    for turn in range(env.max_turns):
         live = [i for i, ep in enumerate(episodes) if not ep.done]
         if not live:
             break
-        input_ids, attention = pad_left([ids[i] for i in live], codec.pad_id, policy.device)
-        output = model.generate(
-            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-            do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
-            eos_token_id=codec.end_id, pad_token_id=codec.pad_id, suppress_tokens=policy.suppressed(),
-        )
-        new_tokens = output[:, input_ids.shape[1]:].tolist()
+        new_tokens = generator([ids[i] for i in live], [turn_seed(jobs[i][1], turn) for i in live], temperature,
+                               max_new_tokens, greedy)
         for row, i in enumerate(live):
             sampled = new_tokens[row]
             if codec.end_id in sampled:

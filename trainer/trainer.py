@@ -85,6 +85,7 @@ class Trainer:
         _check_engines(cfg)
         if self._evaluation_only:
             cfg.train.engine = "torch"  # evaluation needs no optimizer; DeepSpeed checkpoints hold model.pt
+            cfg.rollout.engine = "hf"
         self._check_batch(cfg)
         self._seed_everything(cfg.train.seed)
         self.device = self._device()
@@ -102,6 +103,7 @@ class Trainer:
             if not self._evaluation_only:
                 save_config(cfg, self.out / "config.yaml")
         self.engine.barrier()
+        self.generator = self._build_generator()
         self.judge = self._build_judge()
         self.sampler = self._build_sampler()
         self.pool = self._build_pool() if cfg.train.method in ("arise", "combined") else None
@@ -110,6 +112,7 @@ class Trainer:
         self._sampling_path = self.out / "sampling.jsonl"
         if self._resume_from is not None:
             self._load_checkpoint(self._resume_from)
+            self._sync_generator()  # the rollout engine starts from the checkpoint's weights
         else:
             if self.main:
                 for path in (self._metrics_path, self._sampling_path):
@@ -132,6 +135,20 @@ class Trainer:
             # Under a launcher each process drives the GPU of its local rank.
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         return torch.device(wanted)
+
+    def _build_generator(self):
+        """None for HF generate on the training model; a vLLM engine for rollout.engine=vllm."""
+        cfg = self.config
+        if cfg.rollout.engine != "vllm":
+            return None
+        from rwcore.trainer.vllm_rollout import VLLMGenerator
+
+        return VLLMGenerator(self.policy, cfg.model.name, cfg.model.dtype, cfg.rollout.vllm_gpu_memory_utilization,
+                             cfg.rollout.vllm_max_model_len or cfg.model.max_length, seed=cfg.train.seed + self.rank)
+
+    def _sync_generator(self) -> None:
+        if self.generator is not None:
+            self.generator.sync(self.policy.model)
 
     def _check_batch(self, cfg: Config) -> None:
         world = int(os.environ.get("WORLD_SIZE", "1")) if cfg.train.engine == "deepspeed" else 1
@@ -325,6 +342,7 @@ class Trainer:
         first, last = self._my_groups(len(task_ids))
         group = cfg.rollout.group_size
         update = self._update_policy(rollouts, advantages[first * group:last * group])
+        self._sync_generator()
 
         clock = time.perf_counter()
         self._record_evidence(task_ids, trajectories, reports, index)
@@ -368,7 +386,7 @@ class Trainer:
                 jobs.append((self.train_tasks[task_ids[i]], _step_seed(cfg.train.seed, step) + 31 * i + j,
                              f"s{step}/t{i}"))
         rollouts = run_episodes(self.env, self.policy, jobs, self._system_prompt(), cfg.rollout.temperature,
-                                cfg.rollout.max_new_tokens)
+                                cfg.rollout.max_new_tokens, generator=self.generator)
         score_behavior(self.policy, rollouts, cfg.rollout.temperature, cfg.loss.backend)
         return rollouts, self._gathered([r.trajectory for r in rollouts])
 
@@ -510,7 +528,7 @@ class Trainer:
             torch.manual_seed(EVAL_SEED + self.rank)
             jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
             rollouts = run_episodes(self.env, self.policy, jobs, self._system_prompt(), self.config.rollout.temperature,
-                                    self.config.rollout.max_new_tokens)
+                                    self.config.rollout.max_new_tokens, generator=self.generator)
         outcomes = self._gathered([(r.outcome.success, r.outcome.reward) for r in rollouts])
         return {
             "step": self.step, "kind": "eval",
@@ -630,10 +648,10 @@ class Trainer:
         self.engine.barrier()  # no rank starts before rank 0 has truncated the logs
 
     def cleanup(self) -> None:
-        """Releases the training engine (DeepSpeed's buffers and hooks)."""
-        engine = getattr(self, "engine", None)
-        if engine is not None:
-            engine.close()
+        """Releases the engines (DeepSpeed's buffers and hooks, vLLM's temporary model folder)."""
+        for engine in (getattr(self, "generator", None), getattr(self, "engine", None)):
+            if engine is not None:
+                engine.close()
 
 
 def _check_engines(cfg: Config) -> None:
@@ -642,11 +660,8 @@ def _check_engines(cfg: Config) -> None:
 
     if cfg.train.engine == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise ValueError("train.engine=deepspeed needs DeepSpeed: pip install 'rwcore[deepspeed]'")
-    if cfg.rollout.engine == "vllm":
-        if importlib.util.find_spec("vllm") is None:
-            raise ValueError("rollout.engine=vllm needs vLLM rollouts (CUDA): pip install vllm on a CUDA machine")
-        raise ValueError("rollout.engine=vllm: vLLM rollouts are not wired into this version of the trainer yet; "
-                         "use rollout.engine=hf")
+    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("rollout.engine=vllm needs vLLM on a CUDA machine: pip install 'rwcore[vllm]'")
 
 
 def _due(step: int, every: int) -> bool:

@@ -1,0 +1,145 @@
+"""rollout.engine=vllm against a CPU stand-in of vLLM's offline API (tests/fake_vllm; the real vLLM
+needs CUDA): rollouts are sampled by the vLLM engine with per-request seeds, its weights equal the
+policy's after every update and after a resume, action words reach it as allowed_token_ids, and a
+missing vLLM is a clear error."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rwcore.trainer.config import load_config
+from rwcore.trainer.trainer import Trainer
+
+FAKE = Path(__file__).parent / "fake_vllm"
+SMALL = [
+    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=3", "rollout.group_size=4",
+    "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1", "rollout.engine=vllm",
+]
+
+
+@pytest.fixture
+def vllm(monkeypatch):
+    """The stand-in on sys.path, its call log cleared; the launcher variables it sets are undone after."""
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", "29500")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.syspath_prepend(str(FAKE))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    import vllm as fake
+
+    fake.CALLS.clear()
+    monkeypatch.setattr(fake, "INCLUDE_STOP_TOKEN", True)
+    yield fake
+    sys.modules.pop("vllm", None)
+
+
+def engine_weights(trainer: Trainer) -> dict:
+    return trainer.generator.llm.model.hf_model.state_dict()
+
+
+def assert_same_weights(trainer: Trainer) -> None:
+    theirs = engine_weights(trainer)
+    for name, tensor in trainer.policy.model.state_dict().items():
+        assert torch.equal(theirs[name], tensor), name
+
+
+def test_engine_weights_follow_every_update(vllm, tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=3"]), tmp_path / "run", quiet=True)
+    trainer.setup()
+    assert_same_weights(trainer)  # loaded from the built-in model saved for it
+    init = [call for call in vllm.CALLS if call[0] == "init"]
+    assert len(init) == 1 and init[0][2]["skip_tokenizer_init"] is True
+    assert init[0][2]["distributed_executor_backend"] == "external_launcher"
+    before = {name: tensor.clone() for name, tensor in trainer.policy.model.state_dict().items()}
+    for step in range(3):
+        generated = sum(1 for call in vllm.CALLS if call[0] == "generate")
+        trainer._log(trainer.train_step())
+        assert sum(1 for call in vllm.CALLS if call[0] == "generate") > generated  # rollouts came from vLLM
+        assert_same_weights(trainer)
+    assert trainer.generator.synced_updates == 3
+    names = [call[1] for call in vllm.CALLS if call[0] == "load_weights"]
+    assert len(names) == 3 * len(before) and set(names) == set(before)
+    assert any(not torch.equal(before[name], tensor) for name, tensor in trainer.policy.model.state_dict().items())
+    trainer.cleanup()
+
+
+def test_rollouts_depend_on_request_seeds_not_on_torch_global_generator(vllm, tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only"]), tmp_path / "run", quiet=True)
+    trainer.setup()
+    tasks = trainer.sampler.sample(0)
+    torch.manual_seed(1)
+    first, _ = trainer._rollout(tasks, step=0)
+    torch.manual_seed(2)
+    second, _ = trainer._rollout(tasks, step=0)
+    assert [r.token_ids for r in first] == [r.token_ids for r in second]
+    seeds = [params.seed for call in vllm.CALLS if call[0] == "generate" for params in call[2]]
+    assert len(set(seeds[:len(first)])) == len(first)  # one seed per episode in the first turn
+    # behavior log-probs come from the training model: a generated token's is its log-softmax there
+    rollout = first[0]
+    position = next(t for t, flag in enumerate(rollout.generated) if flag)
+    logits = trainer.policy.model(input_ids=torch.tensor([rollout.token_ids[:position]])).logits[0, -1]
+    expected = torch.log_softmax(logits.double() / trainer.config.rollout.temperature, -1)[rollout.token_ids[position]]
+    assert abs(float(rollout.behavior_logprobs[position]) - float(expected.detach())) < 1e-5
+    trainer.cleanup()
+
+
+def test_action_words_reach_vllm_as_allowed_token_ids(vllm, tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.action_words=on"]),
+                      tmp_path / "run", quiet=True)
+    trainer.setup()
+    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
+    allowed = set(trainer.policy.allowed.tolist())
+    params = [p for call in vllm.CALLS if call[0] == "generate" for p in call[2]]
+    assert params and all(set(p.allowed_token_ids) == allowed for p in params)
+    assert all(p.stop_token_ids == [trainer.policy.codec.end_id] for p in params)
+    for rollout in rollouts:
+        produced = [token for token, flag in zip(rollout.token_ids, rollout.generated) if flag]
+        assert produced and set(produced) <= allowed
+    trainer.cleanup()
+
+
+def test_a_stop_token_vllm_leaves_out_is_put_back_as_generated(vllm, tmp_path):
+    vllm.INCLUDE_STOP_TOKEN = False
+    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.max_new_tokens=12"]),
+                      tmp_path / "run", quiet=True)
+    trainer.setup()
+    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
+    end = trainer.policy.codec.end_id
+    ends = [(token, flag) for r in rollouts for token, flag in zip(r.token_ids, r.generated) if token == end]
+    assert any(flag for _, flag in ends)  # messages that stopped by choice end with a generated <end>
+    # and every agent message still ends with <end>
+    for rollout in rollouts:
+        for start, stop in rollout.trajectory.token_spans:
+            assert rollout.token_ids[stop - 1] == end or rollout.token_ids[stop] == end
+    trainer.cleanup()
+
+
+def test_resume_pushes_the_checkpoint_weights_into_vllm(vllm, tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=2", "train.method=outcome_only"]), tmp_path / "run",
+                      quiet=True)
+    trainer.setup()
+    trainer.train()
+    trainer.cleanup()
+    resumed = Trainer.resume(tmp_path / "run", quiet=True)
+    resumed.setup()
+    assert resumed.step == 2
+    assert_same_weights(resumed)
+    fresh = Trainer(load_config(None, [*SMALL, "train.method=outcome_only"]), tmp_path / "fresh", quiet=True)
+    fresh.setup()
+    assert any(not torch.equal(a, b) for a, b in zip(fresh.policy.model.state_dict().values(),
+                                                    resumed.policy.model.state_dict().values()))
+    resumed.cleanup()
+    fresh.cleanup()
+
+
+def test_missing_vllm_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "vllm" else object())
+    trainer = Trainer(load_config(None, SMALL), tmp_path / "run", quiet=True)
+    with pytest.raises(ValueError, match=r"rollout.engine=vllm needs vLLM.*pip install"):
+        trainer.setup()
