@@ -201,7 +201,8 @@ def test_missing_trainer_is_a_one_line_error(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv", [["--local_rank=1", "train"], ["train", "--local-rank", "1"]])
 def test_deepspeed_launchers_local_rank_goes_to_the_environment(fake, tmp_path, monkeypatch, argv):
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "unset")  # so that monkeypatch removes what main() sets
+    monkeypatch.delenv("LOCAL_RANK")
     assert main([*argv, "--out", str(tmp_path / "r"), "train.steps=3"]) == 0
     import os
 

@@ -216,3 +216,10 @@ def test_no_secrets(tmp_path, monkeypatch):
     with pytest.raises(ValueError) as info:
         load_config(None, ["judge.api_key_env=sk-very-secret"])
     assert "sk-very-secret" not in str(info.value) and "NAME" in str(info.value)
+
+
+def test_model_shorthand_sets_model_name():
+    cfg = load_config(None, ["model=/models/my-chat-model", "model.dtype=bfloat16"])
+    assert cfg.model.name == "/models/my-chat-model" and cfg.model.dtype == "bfloat16"
+    with pytest.raises(ValueError, match="train"):
+        load_config(None, ["train=arise"])  # only `model` has a short form

@@ -459,6 +459,8 @@ def _apply_override(cfg: Config, override: str) -> None:
         raise ValueError(f"override {override!r}: expected section.key=value")
     dotted, _, text = override.partition("=")
     dotted = dotted.strip()
+    if dotted == "model":  # `model=<HF name or local path>`: the short form of model.name=...
+        dotted = "model.name"
     parts = dotted.split(".")
     sections = _sections(cfg)
     if len(parts) < 2 or not all(parts):
