@@ -149,3 +149,37 @@ def test_action_words_restrict_sampling_and_the_loss_to_the_same_softmax(tmp_pat
     assert abs(float(first.behavior_logprobs[position]) - float(expected)) < 1e-5
     trainer.train()
     assert [r["step"] for r in rows(tmp_path / "run") if r["kind"] == "train"] == [1]
+
+
+def _mean_entropy(trainer, rollouts) -> float:
+    """Mean policy entropy at the sampling temperature over the model tokens, straight from the logits."""
+    import torch
+
+    from rwcore.trainer.rollout import batch_tensors
+
+    input_ids, attention, generated = batch_tensors(rollouts, trainer.policy.codec.pad_id, trainer.device)
+    with torch.no_grad():
+        logits = trainer.policy.model(input_ids=input_ids, attention_mask=attention).logits[:, :-1].double()
+    logp = torch.log_softmax(logits / trainer.config.rollout.temperature, -1)
+    entropy = -(logp.exp() * logp).sum(-1)
+    mask = generated[:, 1:] & (attention[:, 1:] != 0)
+    return float(entropy[mask].mean())
+
+
+def test_entropy_bonus_reports_the_policy_entropy_and_raises_it(tmp_path):
+    import numpy as np
+
+    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "loss.entropy_coef=1.0",
+                                         "optim.lr=1e-2"]), tmp_path / "run", quiet=True)
+    trainer.setup()
+    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
+    before = _mean_entropy(trainer, rollouts)
+    update = trainer._update_policy(rollouts, np.zeros(len(rollouts)))  # no policy-gradient signal at all
+    assert abs(update["entropy"] - before) < 1e-4  # the statistic is the entropy before the step
+    assert _mean_entropy(trainer, rollouts) > before + 1e-3  # and the bonus alone pushed it up
+    trainer.config.loss.entropy_coef = 0.0
+    frozen = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
+    update = trainer._update_policy(rollouts, np.zeros(len(rollouts)))
+    assert "entropy" not in update and update["loss"] == 0.0
+    # AdamW's momentum from the first step still moves the weights; the gradient itself was zero
+    assert update["grad_norm"] == 0.0 and frozen.keys() == trainer.policy.model.state_dict().keys()

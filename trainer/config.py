@@ -139,6 +139,8 @@ class LossConfig:
     ratio_high: float = _f(5.0, "Importance ratios at or above this are filtered out.", gt=0)
     clip_c: float = _f(3.0, "Dual-clip constant c.", gt=0)
     backend: Literal["auto", "torch", "triton"] = _f("auto", "Kernel backend.")
+    entropy_coef: float = _f(0.0, "Entropy bonus: subtracts coef x the mean policy entropy over model tokens "
+                                  "(materializes the action space's logits; 0 = off).", ge=0)
 
 
 @dataclass

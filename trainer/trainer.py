@@ -40,7 +40,7 @@ import torch
 
 from rwcore import CapabilitySampler, OutcomeSampler, UniformSampler, Verdict, compute_advantages, length_regularize
 from rwcore._io import atomic_write_bytes
-from rwcore.kernels import fused_linear_policy_loss
+from rwcore.kernels import fused_linear_policy_loss, token_logprobs
 from rwcore.trainer import envs
 from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
@@ -430,6 +430,9 @@ class Trainer:
         head_weight, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
         adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
+        head_bias = self.policy.head.bias
+        if head_bias is not None and self.policy.allowed is not None:
+            head_bias = head_bias[self.policy.allowed]
         total_tokens = self.engine.tokens_denominator(self.engine.all_sum_tensor(mask.sum()))
         rows = torch.arange(len(rollouts))
         stats_sum: dict[str, float] = {}
@@ -438,25 +441,37 @@ class Trainer:
             self.engine.zero_grad()
             for part in torch.tensor_split(rows, cfg.optim.minibatches):
                 hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
+                hidden = hidden.reshape(-1, hidden.shape[-1])
                 loss, stats = fused_linear_policy_loss(
-                    hidden.reshape(-1, hidden.shape[-1]), head_weight, labels[part].reshape(-1),
-                    behavior[part, 1:].reshape(-1), adv[part].reshape(-1), mask[part].reshape(-1),
-                    bias=None if self.policy.head.bias is None else self.policy.head.bias[self.policy.allowed]
-                    if self.policy.allowed is not None else self.policy.head.bias, temperature=cfg.rollout.temperature, ratio_low=cfg.loss.ratio_low,
-                    ratio_high=cfg.loss.ratio_high, clip_c=cfg.loss.clip_c, num_model_tokens=total_tokens,
-                    backend=cfg.loss.backend, validate=False,
+                    hidden, head_weight, labels[part].reshape(-1), behavior[part, 1:].reshape(-1),
+                    adv[part].reshape(-1), mask[part].reshape(-1), bias=head_bias, temperature=cfg.rollout.temperature,
+                    ratio_low=cfg.loss.ratio_low, ratio_high=cfg.loss.ratio_high, clip_c=cfg.loss.clip_c,
+                    num_model_tokens=total_tokens, backend=cfg.loss.backend, validate=False,
                 )
+                if cfg.loss.entropy_coef > 0:
+                    entropy = self._entropy_sum(hidden, head_weight, head_bias, mask[part].reshape(-1))
+                    loss = loss - cfg.loss.entropy_coef * entropy / total_tokens
+                    stats["entropy"] = entropy.detach() / mask[part].sum().clamp_min(1)  # per model token
                 self.engine.accumulate(loss)
                 loss_value += float(loss.detach())
                 for name, value in stats.items():
                     stats_sum[name] = stats_sum.get(name, 0.0) + float(value) * len(part) / len(rollouts)
             grad_norm = self.engine.step()
         epochs = max(1, cfg.optim.epochs)
-        # Each rank's loss and stats are its share of the step's tokens scaled by the world size: the mean over
-        # ranks is the whole batch's figure.
+        # Each rank's loss is its share of the step's tokens scaled by the world size, so the mean over ranks is
+        # the whole batch's loss; the statistics are each rank's token fractions, averaged.
         figures = self.engine.all_mean({"loss": loss_value / epochs,
                                         **{name: value / epochs for name, value in stats_sum.items()}})
         return {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
+
+    def _entropy_sum(self, hidden: torch.Tensor, weight: torch.Tensor, bias, mask: torch.Tensor) -> torch.Tensor:
+        """Sum over model tokens of the policy's entropy at the sampling temperature (fp32, differentiable).
+        Materializes the [N, V] logits of the action space: meant for small vocabularies or action words."""
+        logits = torch.nn.functional.linear(hidden, weight, bias).float()
+        placeholder = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+        _, entropy = token_logprobs(logits, placeholder, temperature=self.config.rollout.temperature,
+                                    return_entropy=True, backend=self.config.loss.backend, validate=False)
+        return (entropy * mask).sum()
 
     def _record_evidence(self, task_ids, trajectories, reports, index: int) -> None:
         group = self.config.rollout.group_size
