@@ -109,6 +109,9 @@ class DeepSpeedEngine:
         self._dist = dist
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        # NCCL reduces device tensors only; gloo (the CPU accelerator) host tensors.
+        self._reduce_device = torch.device("cuda", torch.cuda.current_device()) \
+            if dist.get_backend() == "nccl" else torch.device("cpu")
         self.micro_batches = micro_batches
         config = deepspeed_config(zero_stage, grad_clip, micro_batches, self.world_size, dtype, config_file)
         self.zero_stage = config["zero_optimization"].get("stage", 0)
@@ -180,12 +183,12 @@ class DeepSpeedEngine:
 
     def all_mean(self, values: dict[str, float]) -> dict[str, float]:
         names = sorted(values)
-        packed = torch.tensor([float(values[name]) for name in names], dtype=torch.float64)
+        packed = torch.tensor([float(values[name]) for name in names], dtype=torch.float64, device=self._reduce_device)
         self._dist.all_reduce(packed)
         return {name: float(total) / self.world_size for name, total in zip(names, packed.tolist())}
 
     def all_sum_tensor(self, value: torch.Tensor) -> torch.Tensor:
-        total = value.detach().to(torch.float64).cpu().clone()
+        total = value.detach().to(device=self._reduce_device, dtype=torch.float64).clone()
         self._dist.all_reduce(total)
         return total.to(device=value.device, dtype=torch.float32)
 
