@@ -670,7 +670,7 @@ class Trainer:
 
 
 def _check_engines(cfg: Config) -> None:
-    """The optional engines: a clear message when they are missing or not wired in yet."""
+    """The optional engines: a clear message naming what to install when one is missing."""
     import importlib.util
 
     if cfg.train.engine == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
