@@ -179,3 +179,11 @@ def test_batch_too_small_for_the_processes_or_micro_batches_names_the_setting(tm
     with pytest.raises(ValueError, match="optim.minibatches=3"):
         trainer.setup()
     assert not (tmp_path / "b").exists()  # nothing written before the check
+
+
+def test_missing_deepspeed_is_a_clear_error_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # import deepspeed raises ImportError
+    trainer = Trainer(load_config(None, [*SMALL, "train.engine=deepspeed"]), tmp_path / "run")
+    with pytest.raises(ValueError, match=r"train.engine=deepspeed needs DeepSpeed.*pip install"):
+        trainer.setup()
+    assert not (tmp_path / "run").exists()

@@ -139,7 +139,7 @@ def test_resume_pushes_the_checkpoint_weights_into_vllm(vllm, tmp_path):
 
 def test_missing_vllm_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm raises ImportError
-    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "vllm" else object())
     trainer = Trainer(load_config(None, SMALL), tmp_path / "run", quiet=True)
     with pytest.raises(ValueError, match=r"rollout.engine=vllm needs vLLM.*pip install"):
         trainer.setup()
+    assert not (tmp_path / "run").exists()  # failed before writing anything

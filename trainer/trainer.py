@@ -82,7 +82,6 @@ class Trainer:
 
     def setup(self) -> None:
         cfg = self.config
-        _check_engines(cfg)
         if self._evaluation_only:
             cfg.train.engine = "torch"  # evaluation needs no optimizer; DeepSpeed checkpoints hold model.pt
             cfg.rollout.engine = "hf"
@@ -97,13 +96,13 @@ class Trainer:
         self.engine = self._build_engine()
         self.rank, self.world_size = self.engine.rank, self.engine.world_size
         self.main = self.rank == 0  # the process that writes the run folder
+        self.generator = self._build_generator()  # before any file is written: vLLM may be missing
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "checkpoints").mkdir(exist_ok=True)
             if not self._evaluation_only:
                 save_config(cfg, self.out / "config.yaml")
         self.engine.barrier()
-        self.generator = self._build_generator()
         self.judge = self._build_judge()
         self.sampler = self._build_sampler()
         self.pool = self._build_pool() if cfg.train.method in ("arise", "combined") else None
@@ -667,16 +666,6 @@ class Trainer:
         for engine in (getattr(self, "generator", None), getattr(self, "engine", None)):
             if engine is not None:
                 engine.close()
-
-
-def _check_engines(cfg: Config) -> None:
-    """The optional engines: a clear message naming what to install when one is missing."""
-    import importlib.util
-
-    if cfg.train.engine == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
-        raise ValueError("train.engine=deepspeed needs DeepSpeed: pip install 'rwcore[deepspeed]'")
-    if cfg.rollout.engine == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ValueError("rollout.engine=vllm needs vLLM on a CUDA machine: pip install 'rwcore[vllm]'")
 
 
 def _due(step: int, every: int) -> bool:
