@@ -2,6 +2,8 @@
 
 Public surface of this package:
 
+- `AdaptiveMethod`: the two papers' pieces composed into one method, with every ablation row
+  as a named variant (`AdaptiveMethod.variants()`); `JudgedBatch`: one step's verdicts `[N, R]`.
 - `EvidenceStore`: decayed Beta evidence per (task-type tag, rubric), C++ core.
 - `CapabilitySampler`: Arise's capability-based adaptive task sampler.
 - `UniformSampler`, `OutcomeSampler`: the ablations' baselines, same interface.
@@ -13,26 +15,45 @@ Public surface of this package:
 - `length_regularize`, `compute_advantages`: Arise's advantages (eq. 15-17), vectorized over groups.
 """
 
-from rwcore.advantages import compute_advantages, length_regularize
-from rwcore.baselines import OutcomeSampler, UniformSampler
-from rwcore.evidence import EvidenceStore
-from rwcore.pool import PoolEvent, PoolUpdate, Rubric, RubricSkillPair, RubricSkillPool, Skill, SkillStatus
-from rwcore.rewardweaver import (
-    AdmissionConfig,
-    Capability,
-    CapabilityLibrary,
-    LabelledCase,
-    RewardWeaver,
-    judgment_matrix,
-    process_reward,
-)
-from rwcore.sampling import CapabilitySampler
-from rwcore.tasks import DEFAULT_CAPABILITIES
-from rwcore.verdict import Verdict
+# Every public name is imported on first use (PEP 562), so `import rwcore.kernels` loads neither
+# the C++ extension nor the algorithms, and `import rwcore` does not pay for importing torch.
+_LAZY = {
+    "AdaptiveBatchSampler": "rwcore.data",
+    "AdaptiveMethod": "rwcore.method",
+    "JudgedBatch": "rwcore.judged",
+    "MethodSettings": "rwcore.method",
+    "Variant": "rwcore.method",
+    "AdmissionConfig": "rwcore.rewardweaver",
+    "Capability": "rwcore.rewardweaver",
+    "CapabilityLibrary": "rwcore.rewardweaver",
+    "LabelledCase": "rwcore.rewardweaver",
+    "RewardWeaver": "rwcore.rewardweaver",
+    "judgment_matrix": "rwcore.rewardweaver",
+    "process_reward": "rwcore.rewardweaver",
+    "CapabilitySampler": "rwcore.sampling",
+    "DEFAULT_CAPABILITIES": "rwcore.tasks",
+    "EvidenceStore": "rwcore.evidence",
+    "OutcomeSampler": "rwcore.baselines",
+    "UniformSampler": "rwcore.baselines",
+    "PoolEvent": "rwcore.pool",
+    "PoolUpdate": "rwcore.pool",
+    "Rubric": "rwcore.pool",
+    "RubricSkillPair": "rwcore.pool",
+    "RubricSkillPool": "rwcore.pool",
+    "Skill": "rwcore.pool",
+    "SkillStatus": "rwcore.pool",
+    "Verdict": "rwcore.verdict",
+    "compute_advantages": "rwcore.advantages",
+    "length_regularize": "rwcore.advantages",
+}
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaptiveMethod",
+    "JudgedBatch",
+    "MethodSettings",
+    "Variant",
     "AdaptiveBatchSampler",
     "AdmissionConfig",
     "Capability",
@@ -60,9 +81,15 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # Imported on first use so `import rwcore` does not pay for importing torch.
-    if name == "AdaptiveBatchSampler":
-        from rwcore.data import AdaptiveBatchSampler
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rwcore' has no attribute {name!r}")
+    import importlib
 
-        return AdaptiveBatchSampler
-    raise AttributeError(f"module 'rwcore' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -7,42 +7,21 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
+from rwcore.validation import check_int, check_unit
 from rwcore.verdict import verdict_codes
 
 DEFAULT_CAPABILITIES = ("Understanding", "Execution", "Verification", "Debugging", "Efficiency")
 """Arise table 3: the behavioural capability a rubric evaluates."""
 
 
-def check_int(value, argument: str, *, low: int | None = None, high: int | None = None) -> int:
-    """`value` as an int within [low, high]; ValueError naming `argument` otherwise (bools refused)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{argument} must be an integer, got {value!r}")
-    value = int(value)
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'}]"
-        raise ValueError(f"{argument} must be in {bounds}, got {value}")
-    return value
-
-
 def check_fraction(value, argument: str) -> float:
-    """`value` as a float in [0, 1]; ValueError naming `argument` otherwise."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{argument} must be a number in [0, 1], got {value!r}") from None
-    if not 0.0 <= number <= 1.0:
-        raise ValueError(f"{argument} must be in [0, 1], got {value!r}")
-    return number
+    """A number in [0, 1] (rwcore.validation.check_unit)."""
+    return check_unit(value, argument)
 
 
 def check_gamma(value, argument: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{argument} must be a number in (0, 1], got {value!r}") from None
-    if not 0.0 < number <= 1.0:
-        raise ValueError(f"{argument} must be in (0, 1], got {value!r}")
-    return number
+    """A decay factor in (0, 1]."""
+    return check_unit(value, argument, low_open=True)
 
 
 def check_version(value) -> int:

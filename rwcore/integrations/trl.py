@@ -313,7 +313,7 @@ def rubric_reward_funcs(
     `OutcomeSampler` needs) go to `recorder` (a new `RubricRecorder` when None), which the returned
     list exposes as `.recorder` for `RubricFeedbackCallback` (`RWGRPOTrainer` finds it by itself).
     """
-    from rwcore.judges._checks import check_rubrics
+    from rwcore.validation import check_rubrics
 
     rubrics = check_rubrics(rubrics)
     if not rubrics:

@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rwcore.judges._checks import (
+from rwcore.validation import (
     check_bool,
     check_count,
     check_optional_count,

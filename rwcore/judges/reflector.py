@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from rwcore.judges._checks import (
+from rwcore.validation import (
     check_bool,
     check_count,
     check_optional_count,

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Union
 
-from rwcore.judges._checks import check_rubrics, check_trajectories, check_unit
+from rwcore.validation import check_rubrics, check_trajectories, check_unit
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rwcore.pool.records import SkillStatus, check_rate
+from rwcore.pool.records import SkillStatus
+from rwcore.validation import check_unit
 
 
 def transition(rate: float | None, status: SkillStatus, eta_low: float, eta_high: float) -> str:
@@ -20,7 +21,7 @@ def transition(rate: float | None, status: SkillStatus, eta_low: float, eta_high
     """
     if rate is None:
         return "retained"
-    check_rate(rate, "rate")
+    check_unit(rate, "rate")
     if rate >= eta_high:
         return "retired"
     if rate <= eta_low:

@@ -40,7 +40,6 @@ recorded for later steps stays for the next window.
 from __future__ import annotations
 
 import json
-import math
 import numbers
 import os
 from collections.abc import Mapping, Sequence
@@ -59,8 +58,9 @@ from rwcore.pool.records import (
     pass_rate,
 )
 from rwcore.pool.window import WindowEvidence, parse_counts, parse_reports
-from rwcore.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_int, check_state
+from rwcore.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_state
 from rwcore.types import RubricReflector, RubricSkillProposal, RubricSpec, Trajectory
+from rwcore.validation import check_int, check_trajectories, check_unit
 
 _STATE_KIND = "RubricSkillPool"
 _STATE_FORMAT = 1
@@ -110,10 +110,10 @@ class RubricSkillPool:
         self._max_pool = check_int(max_pool, "max_pool", low=1)
         self._max_new = check_int(max_new, "max_new", low=0)
         self._delta_pool = check_int(delta_pool, "delta_pool", low=1)
-        self._eta_high = _check_threshold(eta_high, "eta_high")
+        self._eta_high = check_unit(eta_high, "eta_high")
         if self._eta_high <= 0.0:
             raise ValueError(f"eta_high must be in (0, 1], got {eta_high!r}")
-        self._eta_low = _check_threshold(eta_low, "eta_low")
+        self._eta_low = check_unit(eta_low, "eta_low")
         if not self._eta_low < self._eta_high:
             raise ValueError(f"eta_low must be in [0, eta_high) = [0, {self._eta_high}), got {eta_low!r}")
         self._capabilities = check_capabilities(capabilities)
@@ -304,7 +304,7 @@ class RubricSkillPool:
             )
         if step <= self._last_update:
             raise ValueError(f"step {step} is not after the last update (step {self._last_update})")
-        trajectories = _check_trajectories(trajectories)
+        trajectories = check_trajectories(trajectories)
         if reflector is not None:
             reflector = _check_reflector(reflector, "reflector")
         else:
@@ -595,12 +595,6 @@ def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _check_threshold(value, argument: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not 0 <= value <= 1:
-        raise ValueError(f"{argument} must be a finite number in [0, 1], got {value!r}")
-    return float(value)
-
-
 def _check_reflector(reflector, argument: str) -> RubricReflector:
     if not isinstance(reflector, RubricReflector):
         raise ValueError(
@@ -608,15 +602,6 @@ def _check_reflector(reflector, argument: str) -> RubricReflector:
             f"got {type(reflector).__name__}"
         )
     return reflector
-
-
-def _check_trajectories(trajectories) -> list[Trajectory]:
-    if isinstance(trajectories, (str, bytes)) or not isinstance(trajectories, Sequence):
-        raise ValueError(f"trajectories must be a sequence of rwcore.types.Trajectory, got {type(trajectories).__name__}")
-    for n, trajectory in enumerate(trajectories):
-        if not isinstance(trajectory, Trajectory):
-            raise ValueError(f"trajectories[{n}] must be a rwcore.types.Trajectory, got {type(trajectory).__name__}")
-    return list(trajectories)
 
 
 def _rubric(spec: RubricSpec, counts: Sequence[int]) -> Rubric:

@@ -14,11 +14,11 @@ to the constructor are created at step -1 (before training).
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rwcore.types import RubricSpec
+from rwcore.validation import check_unit
 
 
 class SkillStatus(str, enum.Enum):
@@ -175,7 +175,7 @@ class PoolEvent:
                 raise ValueError(f"{argument}.{name} must be an integer, got {value!r}")
         if self.step < -1 or self.applicable < 0 or not 0 <= self.passes <= self.applicable or self.revision < 0:
             raise ValueError(f"{argument} has out-of-range counts or step")
-        check_rate(self.pass_rate, f"{argument}.pass_rate", optional=True)
+        check_unit(self.pass_rate, f"{argument}.pass_rate", optional=True)
         if self.skill_status not in (SkillStatus.HIDDEN.value, SkillStatus.ACTIVE.value):
             raise ValueError(f"{argument}.skill_status must be 'hidden' or 'active', got {self.skill_status!r}")
         if self.skill is not None and not isinstance(self.skill, str):
@@ -243,7 +243,7 @@ class PoolUpdate:
             if not isinstance(rates, Mapping):
                 raise ValueError(f"{argument}.pass_rates must be a mapping")
             for rubric_id, rate in rates.items():
-                check_rate(rate, f"{argument}.pass_rates[{rubric_id!r}]", optional=True)
+                check_unit(rate, f"{argument}.pass_rates[{rubric_id!r}]", optional=True)
             lists = {}
             for name in ("activated", "refined", "hidden", "retired", "retained", "created"):
                 ids = data[name]
@@ -261,12 +261,3 @@ class PoolUpdate:
         except TypeError:
             raise ValueError(f"{argument} is malformed") from None
         return cls(pass_rates=dict(rates), **lists, **numbers)
-
-
-def check_rate(value, argument: str, *, optional: bool = False) -> float | None:
-    """A pass rate: a finite number in [0, 1] (None allowed when `optional`); ValueError naming `argument`."""
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
-        raise ValueError(f"{argument} must be a finite number in [0, 1]{' or None' if optional else ''}, got {value!r}")
-    return float(value)

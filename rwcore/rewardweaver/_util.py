@@ -1,93 +1,24 @@
-"""Argument checks, content hashing and JSON/YAML files shared by the RewardWeaver modules."""
+"""Content hashing, metric checks, generators and JSON/YAML files shared by the RewardWeaver modules
+(argument checks live in `rwcore.validation`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from rwcore._io import atomic_write_bytes
-from rwcore.tasks import check_int  # noqa: F401 - re-exported for the RewardWeaver modules
-from rwcore.types import Trajectory
+from rwcore.validation import check_finite, check_str
 
 
 def digest(payload) -> str:
     """sha256 of the canonical JSON of `payload` (sorted keys, UTF-8)."""
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, allow_nan=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def check_unit(value, argument: str) -> float:
-    """`value` as a finite float in [0, 1]; ValueError naming `argument` otherwise."""
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{argument} must be a number in [0, 1], got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{argument} must be a number in [0, 1], got {value!r}") from None
-    if not 0.0 <= number <= 1.0:
-        raise ValueError(f"{argument} must be in [0, 1], got {value!r}")
-    return number
-
-
-def check_finite(value, argument: str) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{argument} must be a finite number, got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{argument} must be a finite number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise ValueError(f"{argument} must be a finite number, got {value!r}")
-    return number
-
-
-def check_str(value, argument: str, *, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{argument} must be a string, got {type(value).__name__} {value!r}")
-    if not allow_empty and not value.strip():
-        raise ValueError(f"{argument} must be a non-empty string")
-    return value
-
-
-def check_ids(values, argument: str) -> tuple[str, ...]:
-    """A sequence of distinct non-empty string ids, as a tuple."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, set, frozenset, np.ndarray)):
-        raise ValueError(f"{argument} must be a sequence of capability ids, got {type(values).__name__}")
-    if isinstance(values, (set, frozenset)):
-        values = sorted(values)
-    ids = tuple(values)
-    seen = set()
-    for j, value in enumerate(ids):
-        check_str(value, f"{argument}[{j}]")
-        if value in seen:
-            raise ValueError(f"{argument} lists {value!r} twice")
-        seen.add(value)
-    return ids
-
-
-def check_trajectories(trajectories, argument: str = "trajectories", *, need_ids: bool = True) -> list[Trajectory]:
-    """A list of Trajectory with finite outcomes and (when need_ids) distinct, non-empty ids."""
-    if isinstance(trajectories, (str, bytes)) or not isinstance(trajectories, Sequence):
-        raise ValueError(f"{argument} must be a sequence of Trajectory, got {type(trajectories).__name__}")
-    out = list(trajectories)
-    seen: set[str] = set()
-    for i, trajectory in enumerate(out):
-        if not isinstance(trajectory, Trajectory):
-            raise ValueError(f"{argument}[{i}] must be a rwcore.types.Trajectory, got {type(trajectory).__name__}")
-        check_finite(trajectory.outcome, f"{argument}[{i}].outcome")
-        if need_ids:
-            if not isinstance(trajectory.trajectory_id, str) or not trajectory.trajectory_id:
-                raise ValueError(f"{argument}[{i}].trajectory_id must be a non-empty string")
-            if trajectory.trajectory_id in seen:
-                raise ValueError(f"{argument}[{i}].trajectory_id {trajectory.trajectory_id!r} appears twice")
-            seen.add(trajectory.trajectory_id)
-    return out
 
 
 def check_metrics(values, argument: str) -> dict[str, float]:

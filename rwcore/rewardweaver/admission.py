@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from rwcore.rewardweaver._util import check_int, check_str, check_unit
 from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability, _exact_fields
 from rwcore.types import Judge, JudgeReport, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
+from rwcore.validation import check_int, check_str, check_unit
 
 
 @dataclass(frozen=True)

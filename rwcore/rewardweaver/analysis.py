@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rwcore.rewardweaver._util import check_ids
+from rwcore.validation import check_ids
 
 
 def rankdata(values) -> np.ndarray:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rwcore.rewardweaver._util import check_int, check_trajectories, check_unit
 from rwcore.rewardweaver.library import CapabilityLibrary
 from rwcore.types import AttributionRecord, Attributor, RubricSpec, Trajectory
+from rwcore.validation import check_int, check_trajectories, check_unit
 
 REJECTION_REASONS: tuple[str, ...] = (
     "no_deficit",        # s = False: the record says the capability was not deficient
@@ -49,7 +49,7 @@ def low_outcome_mask(trajectories: Sequence[Trajectory], q_o: LowOutcomeRule = 0
         q_o(outcome, trajectory) -> bool implementing a per-task rule (the
         trajectory carries task_id, tags and metadata); see `per_task_threshold`.
     """
-    trajectories = check_trajectories(trajectories, need_ids=False)
+    trajectories = check_trajectories(trajectories, finite_outcomes=True)
     mask = np.zeros(len(trajectories), dtype=bool)
     if callable(q_o):
         for i, trajectory in enumerate(trajectories):
@@ -171,7 +171,7 @@ def attribute(
         candidate ids (default: every candidate). An unknown id is a ValueError.
     min_confidence: records below it are rejected ("low_confidence").
     """
-    trajectories = check_trajectories(trajectories)
+    trajectories = check_trajectories(trajectories, need_ids=True, finite_outcomes=True)
     min_confidence = check_unit(min_confidence, "min_confidence")
     if isinstance(candidates, CapabilityLibrary):
         specs = candidates.rubrics()

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 
-from rwcore.rewardweaver._util import check_str, digest
+from rwcore.rewardweaver._util import digest
 from rwcore.types import RubricSpec
+from rwcore.validation import check_str
 
 
 @dataclass(frozen=True)

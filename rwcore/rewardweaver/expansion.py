@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rwcore.rewardweaver._util import check_int, check_trajectories
 from rwcore.rewardweaver.attribution import AttributionResult
 from rwcore.rewardweaver.admission import LabelledCase, acceptance_test, evaluator_name, rejected_report
 from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability
 from rwcore.rewardweaver.library import CapabilityLibrary
 from rwcore.types import CapabilityProposer, Judge, JudgeReport, RubricSpec, Trajectory
+from rwcore.validation import check_int, check_trajectories
 
 CaseProvider = Callable[[Capability], Sequence[LabelledCase]]
 """Labelled acceptance cases for a candidate: a sequence of LabelledCase (partitioned by
@@ -81,7 +81,7 @@ def find_expansion_triggers(
     attribution: the cohort's attribution (its `unattributed` trajectories count).
     reports: judge reports; only those of cohort trajectories are read, for `uncovered`.
     """
-    cohort = check_trajectories(cohort, "cohort")
+    cohort = check_trajectories(cohort, "cohort", need_ids=True, finite_outcomes=True)
     min_recurrence = check_int(min_recurrence, "min_recurrence", low=1)
     ids = [t.trajectory_id for t in cohort]
     members = set(ids)
@@ -164,7 +164,7 @@ def expand_library(
         raise ValueError("proposer must implement rwcore.types.CapabilityProposer (propose_capabilities)")
     if not callable(acceptance_cases):
         raise ValueError("acceptance_cases must be a callable candidate -> labelled cases")
-    cohort = check_trajectories(cohort, "cohort")
+    cohort = check_trajectories(cohort, "cohort", need_ids=True, finite_outcomes=True)
     by_id = {t.trajectory_id: t for t in cohort}
     wanted = {tid for trigger in triggers for tid in trigger.trajectory_ids}
     unknown = wanted - set(by_id)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rwcore.rewardweaver._util import check_ids, check_int, check_str, read_document, write_document
+from rwcore.rewardweaver._util import read_document, write_document
+from rwcore.validation import check_ids, check_int, check_str
 
 _FORMAT = "rwcore.reward_history"
 _VERSION = 1

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from rwcore.rewardweaver._util import check_ids
 from rwcore.types import JudgeReport
 from rwcore.verdict import Verdict
+from rwcore.validation import check_ids
 
 
 def judgment_matrix(

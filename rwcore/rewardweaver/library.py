@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 
-from rwcore.rewardweaver._util import check_ids, check_str, read_document, write_document
+from rwcore.rewardweaver._util import read_document, write_document
 from rwcore.rewardweaver.admission import AdmissionConfig, LabelledCase, acceptance_test
 from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability
 from rwcore.types import Judge, RubricSpec
+from rwcore.validation import check_ids, check_str
 
 _FORMAT = "rwcore.capability_library"
 _VERSION = 1

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rwcore.rewardweaver._util import check_ids, check_int
 from rwcore.rewardweaver.attribution import AggregatedFailures
+from rwcore.validation import check_ids, check_int
 
 STRATEGIES: tuple[str, ...] = (
     "attribution",

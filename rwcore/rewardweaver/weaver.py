@@ -22,14 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rwcore.rewardweaver._util import (
-    check_int,
-    check_metrics,
-    check_trajectories,
-    check_unit,
-    make_rng,
-    rng_state,
-)
+from rwcore.rewardweaver._util import check_metrics, make_rng, rng_state
 from rwcore.rewardweaver.attribution import (
     AggregatedFailures,
     AttributionResult,
@@ -52,6 +45,7 @@ from rwcore.rewardweaver.selection import (
     make_strategy,
 )
 from rwcore.types import Attributor, CapabilityProposer, Judge, JudgeReport, RubricSpec, Trajectory
+from rwcore.validation import check_int, check_trajectories, check_unit
 
 _FORMAT = "rwcore.reward_weaver"
 _VERSION = 1
@@ -225,7 +219,7 @@ class RewardWeaver:
         active judgments are left out of the mean; a trajectory without any defined
         active judgment gets `empty_value` as its process term (see rewardweaver.reward).
         """
-        trajectories = check_trajectories(trajectories)
+        trajectories = check_trajectories(trajectories, need_ids=True, finite_outcomes=True)
         values, _ = judgment_matrix(reports, self.active, trajectory_ids=[t.trajectory_id for t in trajectories])
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
         return process_reward(outcomes, values, empty_value=self._config["empty_value"])
@@ -249,7 +243,7 @@ class RewardWeaver:
         step: the optimizer step; the open stage ends and the new one starts here.
         performance: extra finite numbers for y_k (must not reuse the built-in keys).
         """
-        trajectories = check_trajectories(trajectories)
+        trajectories = check_trajectories(trajectories, need_ids=True, finite_outcomes=True)
         if not trajectories:
             raise ValueError("trajectories must not be empty")
         step = check_int(step, "step", low=0)
