@@ -71,7 +71,7 @@ setup(
         "rwcore.kernels": "kernels",
         "rwcore.trainer": "trainer",
     },
-    package_data={"rwcore.judges": ["prompts/*.md"]},
+    package_data={"rwcore.judges": ["prompts/*.md"], "rwcore.trainer": ["configs/*.yaml"]},
     ext_modules=[CMakeExtension("rwcore._evidence")],
     cmdclass={"build_ext": CMakeBuild},
 )

@@ -4,8 +4,8 @@ Everything that crosses a module boundary is one of these: a `Trajectory`
 (what the policy did), a `RubricSpec` (what a judge checks), a
 `RubricJudgment` / `JudgeReport` (what a judge said), an `AttributionRecord`
 (why a failure happened), and the `Judge` / `Attributor` / `RubricReflector` /
-`CapabilityProposer` protocols that LLM-backed and programmatic
-implementations satisfy.
+`CapabilityProposer` / `EvaluatorReviser` / `InstanceRubricWriter` protocols that LLM-backed and
+programmatic implementations satisfy.
 """
 
 from __future__ import annotations
@@ -221,8 +221,32 @@ class RubricReflector(Protocol):
 
     def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
                               max_new: int) -> list[RubricSkillProposal]: ...
+    # A reflector may also take `diagnostics: str | None` as a keyword (the window's compressed
+    # evidence, Arise B.3); `rwcore.AdaptiveMethod` passes it to reflectors whose signature has it.
 
     def refine_skill(self, rubric: RubricSpec, skill: str, failures: Sequence[Trajectory]) -> str: ...
+
+
+@runtime_checkable
+class EvaluatorReviser(Protocol):
+    """RewardWeaver's evaluator revision (§2.2, A.3, D.2): clearer evaluator instructions for a candidate
+    that failed its acceptance test, written from its *development-partition* disagreements only.
+
+    disagreements: (trajectory, reference label, the evaluator's verdict) for each development case
+    the evaluator got wrong. Returns the new evaluator prompt p_d; the definition (the rubric's
+    semantics), applicability and id never change.
+    """
+
+    def revise_evaluator(self, rubric: RubricSpec,
+                         disagreements: Sequence[tuple[Trajectory, Verdict, Verdict]]) -> str: ...
+
+
+@runtime_checkable
+class InstanceRubricWriter(Protocol):
+    """Rubrics written for one task instance (RewardWeaver's Instance-Specific Rubrics ablation):
+    `context` is the instance as the policy first sees it (system and first partner turns)."""
+
+    def instance_rubrics(self, context: Trajectory, max_rubrics: int) -> list[RubricSpec]: ...
 
 
 @runtime_checkable

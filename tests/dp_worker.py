@@ -18,12 +18,11 @@ from rwcore.trainer.trainer import Trainer
 
 
 def write_state(trainer: Trainer, run: Path) -> None:
-    """What must be the same on every rank: the model, the sampler, the pool and RewardWeaver."""
+    """What must be the same on every rank: the model and the method (sampler, pool, window, RewardWeaver)."""
+    method = trainer.method.state_dict()
     state = {
         "model": [p.detach().cpu().numpy() for p in trainer.policy.model.parameters()],
-        "sampler": trainer.sampler.state_dict(),
-        "pool": trainer.pool.state_dict() if trainer.pool is not None else None,
-        "weaver": trainer.weaver.state_dict() if trainer.weaver is not None else None,
+        "sampler": method["sampler"], "pool": method["pool"], "weaver": method["weaver"], "window": method["window"],
         "step": trainer.step,
     }
     (run / f"state.{trainer.rank}.pkl").write_bytes(pickle.dumps(state))

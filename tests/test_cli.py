@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rwcore.trainer import cli
-from rwcore.trainer.config import Config
+from rwcore.trainer.config import Config, load_config
 from rwcore.trainer.cli import main
 
 
@@ -64,12 +64,12 @@ def test_train_builds_config_and_runs(fake, tmp_path, capsys):
     path.write_text("train: {steps: 50, method: arise}\n")
     out = tmp_path / "run"
     code = main(["train", "--config", str(path), "--out", str(out), "--quiet",
-                 "train.steps=3", "pool.skills=off"])
+                 "train.steps=3", "train.method=arise_no_skills"])
     assert code == 0
     assert names(fake.calls) == ["init", "setup", "train", "cleanup"]
     _, config, out_dir, quiet = fake.calls[0]
     assert isinstance(config, Config)
-    assert config.train.steps == 3 and config.train.method == "arise"
+    assert config.train.steps == 3 and config.train.method == "arise_no_skills"
     assert config.pool.skills == "off"
     assert Path(out_dir) == out and quiet is True
     assert str(out) in capsys.readouterr().out
@@ -79,7 +79,7 @@ def test_train_default_out_is_timestamped(fake, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["train"]) == 0
     _, config, out_dir, quiet = fake.calls[0]
-    assert config == Config() and quiet is False
+    assert config == load_config() and quiet is False
     assert Path(out_dir).parent == Path("runs") and Path(out_dir).name[:2] == "20"
 
 
@@ -100,7 +100,11 @@ def test_interrupt_suggests_resume(fake, tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["train", "train.stepz=3"], "unknown config key 'train.stepz'"),
     (["train", "train.steps=abc"], "'train.steps': expected int"),
-    (["train", "train.method=grpo"], "rewardweaver, arise, combined, outcome_only"),
+    (["train", "train.method=grpo"], "combined, rewardweaver, rw_outcome_grpo"),
+    (["train", "train.method=arise", "sampler.kind=uniform"],
+     "'sampler.kind': train.method=arise sets it to 'capability', got 'uniform'; "
+     "train.method=arise_no_adaptive_sampling is that variant"),
+    (["train", "train.method=arise_frozen_rubrics"], "'pool.frozen_from'"),
     (["train", "--config", "/nonexistent/c.yaml"], "cannot read"),
     (["train", "train.seed=666"], "environment 'nope' is not registered"),
 ])
@@ -177,7 +181,7 @@ def test_help_and_missing_command(capsys):
 
 
 def test_config_command(capsys, tmp_path):
-    assert main(["config", "train.steps=7", "pool.skills=off"]) == 0
+    assert main(["config", "train.steps=7", "train.method=arise_no_skills"]) == 0
     out = capsys.readouterr().out
     assert "steps: 7" in out and "skills: 'off'" in out
     assert main(["config", "--describe"]) == 0

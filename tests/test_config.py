@@ -11,6 +11,7 @@ from rwcore.trainer.config import (
     config_to_dict,
     describe_config,
     load_config,
+    resolve_variant,
     save_config,
 )
 
@@ -23,7 +24,8 @@ def write(tmp_path, text, name="cfg.yaml"):
 
 def test_defaults():
     cfg = load_config()
-    assert cfg == Config()
+    assert cfg == resolve_variant(Config())  # the keys train.method sets are filled in
+    assert Config().sampler.kind is None and Config().pool.skills is None
     assert cfg.env.name == "negotiation" and cfg.env.options == {}
     assert cfg.model.name is None and cfg.model.hidden_size == 64 and cfg.model.device == "auto"
     assert cfg.rollout.engine == "hf" and cfg.rollout.group_size == 8
@@ -62,20 +64,24 @@ pool:
 env:
   options: {difficulty: 2}
 """)
-    cfg = load_config(path)
-    assert cfg.train.steps == 50 and cfg.train.method == "arise"
+    cfg = load_config(path, ["train.method=arise_no_skills"])
+    assert cfg.train.steps == 50 and cfg.train.method == "arise_no_skills"
     assert cfg.optim.lr == 1e-4 and cfg.pool.skills == "off"
     assert cfg.env.options == {"difficulty": 2}
+    with pytest.raises(ValueError, match="'pool.skills': train.method=arise sets it to 'on', got 'off'"):
+        load_config(path)  # arise injects skills: the ablation is a variant of its own
     cfg = load_config(path, ["train.steps=20", "optim.lr=1e-3", "pool.skills=on"])
     assert cfg.train.steps == 20 and cfg.optim.lr == 1e-3 and cfg.pool.skills == "on"
     assert cfg.train.method == "arise"  # untouched by overrides
-    last = load_config(path, ["train.steps=1", "train.steps=2"])
+    cfg = load_config(path, ["train.method=arise_no_skills"])
+    assert cfg.pool.skills == "off" and cfg.sampler.kind == "capability" and cfg.rewardweaver.selection is None
+    last = load_config(path, ["train.steps=1", "train.steps=2", "pool.skills=null"])
     assert last.train.steps == 2
 
 
 def test_empty_yaml_and_empty_sections(tmp_path):
-    assert load_config(write(tmp_path, "")) == Config()
-    assert load_config(write(tmp_path, "train:\n", "b.yaml")) == Config()
+    assert load_config(write(tmp_path, "")) == load_config()
+    assert load_config(write(tmp_path, "train:\n", "b.yaml")) == load_config()
 
 
 @pytest.mark.parametrize("override, section, key, expected", [
@@ -84,7 +90,6 @@ def test_empty_yaml_and_empty_sections(tmp_path):
     ("train.steps=2.0", "train", "steps", 2),
     ("optim.lr=1e-3", "optim", "lr", 1e-3),  # YAML 1.1 reads 1e-3 as a string
     ("optim.lr=1", "optim", "lr", 1.0),
-    ("pool.skills=off", "pool", "skills", "off"),
     ("pool.skills=on", "pool", "skills", "on"),
     ("judge.base_url=http://localhost:8000/v1", "judge", "base_url", "http://localhost:8000/v1"),
     ("judge.model=1.10", "judge", "model", "1.10"),  # a str field keeps the text as typed
@@ -93,8 +98,7 @@ def test_empty_yaml_and_empty_sections(tmp_path):
     ("model.name=Qwen/Qwen2.5-0.5B", "model", "name", "Qwen/Qwen2.5-0.5B"),
     ("model.name='null'", "model", "name", "null"),
     ("env.options={a: 1, b: [1, 2]}", "env", "options", {"a": 1, "b": [1, 2]}),
-    ("rewardweaver.selection=success_failure_contrast", "rewardweaver", "selection",
-     "success_failure_contrast"),
+    ("rewardweaver.selection=attribution", "rewardweaver", "selection", "attribution"),
     ("judge.timeout=5", "judge", "timeout", 5.0),
 ])
 def test_override_coercion(override, section, key, expected):
@@ -143,7 +147,7 @@ def test_wrong_types(override, pieces):
 
 
 @pytest.mark.parametrize("override, allowed", [
-    ("train.method=grpo", "rewardweaver, arise, combined, outcome_only"),
+    ("train.method=grpo", "combined, rewardweaver, rw_outcome_grpo, rw_static_topk"),
     ("rewardweaver.selection=best", "attribution, static_topk, random, dynamic_topk"),
     ("sampler.kind=vade", "capability, outcome, uniform"),
     ("train.engine=fsdp", "torch, deepspeed"),
@@ -193,7 +197,7 @@ def test_malformed_overrides_and_files(tmp_path):
 def test_round_trip(tmp_path):
     cfg = load_config(None, ["pool.skills=off", "model.name=null", "optim.lr=1e-4",
                              "env.options={level: 3, names: [a, b]}", "judge.model=1.10",
-                             "train.method=outcome_only"])
+                             "train.method=arise_no_skills"])
     path = tmp_path / "config.yaml"
     save_config(cfg, path)
     assert load_config(path) == cfg

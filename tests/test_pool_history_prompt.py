@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from pool_fakes import FakeReflector, proposal, reports
+from pool_fakes import FakeReflector, proposal, reports, trajectory
 
 from rwcore.pool import EVENT_KINDS, RubricSkillPool, render_system_prompt
 
@@ -39,9 +39,10 @@ def test_refined_events_carry_the_new_skill_and_revision():
     pool.record(reports("a", fails=2), 0)
     pool.update(9)
     pool.record(reports("a", fails=2), 10)
-    pool.update(19)
+    window = [trajectory(f"t-a-fail-{n}") for n in range(3)]  # the window's failed rollouts
+    pool.update(19, window)
     pool.record(reports("a", passes=1, fails=3), 20)
-    pool.update(29)
+    pool.update(29, window)
     refined = [e for e in pool.events if e.kind == "refined"]
     assert [(e.step, e.revision, e.skill, e.pass_rate) for e in refined] == [
         (19, 1, "skill of a [rev]", 0.0), (29, 2, "skill of a [rev] [rev]", 0.25)]

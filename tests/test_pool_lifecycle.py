@@ -17,11 +17,15 @@ def make_pool(ids, reflector=None, **kwargs):
                            proposals=[proposal(i) for i in ids], **kwargs)
 
 
-def run_window(pool, counts, step, trajectories=()):
-    """Records {rubric: (passes, fails)} at `step` and runs the update at `step`."""
+def run_window(pool, counts, step, trajectories=None):
+    """Records {rubric: (passes, fails)} at `step` and runs the update at `step` (by default with the
+    window's rollouts, so refinement finds the failures)."""
+    recorded = []
     for rubric_id, (passes, fails) in counts.items():
-        pool.record(reports(rubric_id, passes, fails, prefix=f"s{step}"), step)
-    return pool.update(step, trajectories)
+        batch = reports(rubric_id, passes, fails, prefix=f"s{step}")
+        pool.record(batch, step)
+        recorded += [trajectory(r.trajectory_id) for r in batch]
+    return pool.update(step, recorded if trajectories is None else trajectories)
 
 
 def status(pool, rubric_id):
@@ -227,7 +231,8 @@ def test_order_refine_then_retire_then_generate_with_the_whole_previous_pool():
     reflector.calls.clear()
     update = run_window(pool, {"a": (0, 1), "b": (1, 0)}, step=19)
     # a refined, b retired; the reflector sees P_k (b included) and room counts b's slot
-    assert reflector.calls == [("refine", "a", "skill of a", []), ("propose", [], ["a", "b", "p0"], 1)]
+    window = ["s19-a-fail-0", "s19-b-pass-0"]
+    assert reflector.calls == [("refine", "a", "skill of a", ["s19-a-fail-0"]), ("propose", window, ["a", "b", "p0"], 1)]
     assert update.refined == ("a",) and update.retired == ("b",) and update.created == ("p1",)
     assert pool.rubric_ids() == ["a", "p0", "p1"]
     kinds = [(e.kind, e.rubric_id) for e in pool.events if e.step == 19]
@@ -260,10 +265,24 @@ def test_fixed_pool_needs_no_reflector_unless_a_skill_must_be_refined():
     pool.record(reports("a", fails=1), 0)
     pool.update(9)                                              # activation needs no reflector
     pool.record(reports("a", fails=1), 10)
+    failed = [trajectory("t-a-fail-0")]
     with pytest.raises(ValueError, match="reflector"):
-        pool.update(19)
+        pool.update(19, failed)
     assert pool.last_update_step == 9
-    assert pool.update(19, reflector=FakeReflector()).refined == ("a",)
+    assert pool.update(19, failed, reflector=FakeReflector()).refined == ("a",)
+
+
+def test_refinement_without_failure_evidence_asks_nobody_and_keeps_the_skill():
+    """An active skill at a low pass rate whose failed rollouts are not in the window's trajectories
+    (e.g. recorded from counts) is kept as it is: no reflector call with an empty failure list."""
+    reflector = FakeReflector()
+    pool = RubricSkillPool(reflector, max_new=0, proposals=[proposal("a")])
+    pool.record(reports("a", fails=1), 0)
+    pool.update(9)
+    pool.record_counts({"a": (0, 3)}, 10)
+    update = pool.update(19, [trajectory("unrelated")])
+    assert update.refined == () and update.retained == ("a",)
+    assert reflector.calls == [] and pool.pair("a").skill.text == "skill of a"
     with pytest.raises(ValueError, match="reflector"):
         RubricSkillPool(None).update(9)                         # room for new pairs
 

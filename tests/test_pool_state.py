@@ -135,11 +135,11 @@ def test_reflector_failure_leaves_the_pool_unchanged():
         (FakeReflector(bad=[RubricSkillProposal(RubricSpec("y", ""), "s")]), "criterion"),
     ):
         with pytest.raises((RuntimeError, ValueError), match=message):
-            pool.update(19, [trajectory("s12-a-fail-0")], reflector=broken)
+            pool.update(19, [trajectory("t-a-fail-0")], reflector=broken)
         assert json.dumps(pool.state_dict()) == before
         assert pool.system_prompt("x") == prompt and pool.last_update_step == 9
 
-    update = pool.update(19, [trajectory("s12-a-fail-0")])                   # the same update, retried
+    update = pool.update(19, [trajectory("t-a-fail-0")])                   # the same update, retried
     assert update.refined == ("a",) and update.retired == ("b",) and update.retained == ("c", "p0", "p1")
     assert pool.pass_rates()["c"] == 0.0                                    # pending evidence survived
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rwcore import Verdict
+from rwcore import AdaptiveMethod, Verdict
 from rwcore.judges import RuleJudge
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
@@ -17,7 +17,7 @@ from rwcore.trainer.trainer import Trainer
 SMALL = [
     "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=4", "rollout.group_size=4",
     "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
+    "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=4", "rewardweaver.diagnostic_tasks=4",
 ]
 
 
@@ -37,9 +37,20 @@ def without_timing(metrics: list[dict]) -> list[dict]:
     return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
 
 
-@pytest.mark.parametrize("method", ["rewardweaver", "arise", "combined", "outcome_only"])
-def test_every_method_trains_and_logs(tmp_path, method):
-    trainer, metrics = run(tmp_path, f"train.method={method}")
+@pytest.fixture(scope="module")
+def arise_run(tmp_path_factory):
+    """A short Arise run whose pool_rubrics.json is the source of arise_frozen_rubrics."""
+    folder = tmp_path_factory.mktemp("arise-source")
+    run(folder, "train.method=arise", steps=4)
+    return folder / "run"
+
+
+@pytest.mark.parametrize("name", list(AdaptiveMethod.variants()))
+def test_every_variant_trains_end_to_end(tmp_path, name, arise_run):
+    variant = AdaptiveMethod.variants()[name]
+    extra = [f"pool.frozen_from={arise_run}"] if name == "arise_frozen_rubrics" else []
+    trainer, metrics = run(tmp_path, f"train.method={name}", *extra)
+    folder = tmp_path / "run"
     train_rows = [r for r in metrics if r["kind"] == "train"]
     eval_rows = [r for r in metrics if r["kind"] == "eval"]
     assert [r["step"] for r in train_rows] == [1, 2, 3, 4]
@@ -47,34 +58,35 @@ def test_every_method_trains_and_logs(tmp_path, method):
     for row in train_rows:
         assert 0.0 <= row["success_rate"] <= 1.0 and 0.0 <= row["kept_fraction"] <= 1.0
         assert 0.0 <= row["time/adaptive_fraction"] < 1.0
-    assert (tmp_path / "run" / "config.yaml").exists()
-    assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step_000004"
-    if method in ("arise", "combined"):
-        events = json.loads((tmp_path / "run" / "pool_events.json").read_text())
-        assert any(event["kind"] == "created" for event in events)
-        assert all(r["active_rubrics"] > 0 for r in train_rows)
-    if method in ("rewardweaver", "combined"):
-        stages = json.loads((tmp_path / "run" / "reward_stages.json").read_text())
-        assert len(stages) >= 2 and all(stage["active"] for stage in stages)
-    if method == "outcome_only":
-        assert all(r["active_rubrics"] == 0 for r in train_rows)
-
-
-@pytest.mark.parametrize("selection", ["attribution", "static_topk", "random", "dynamic_topk", "random_trajectory",
-                                       "success_failure_contrast"])
-def test_every_selection_strategy_runs(tmp_path, selection):
-    _, metrics = run(tmp_path, "train.method=rewardweaver", f"rewardweaver.selection={selection}", steps=2)
-    stages = json.loads((tmp_path / "run" / "reward_stages.json").read_text())
-    assert stages[-1]["strategy"] == selection
-    assert len([r for r in metrics if r["kind"] == "train"]) == 2
-
-
-@pytest.mark.parametrize("overrides", [["sampler.kind=outcome"], ["sampler.kind=uniform"], ["pool.skills=off"]])
-def test_samplers_and_skill_ablation_run(tmp_path, overrides):
-    trainer, metrics = run(tmp_path, "train.method=arise", *overrides, steps=2)
-    assert len([r for r in metrics if r["kind"] == "train"]) == 2
-    if overrides == ["pool.skills=off"]:
-        assert trainer._system_prompt() == trainer.env.system_prompt
+    resolved = json.loads((folder / "method.json").read_text())
+    assert resolved["variant"]["name"] == name and resolved["variant"]["components"] == dict(variant.components)
+    assert (folder / "checkpoints" / "latest").read_text() == "step_000004"
+    c = variant.components
+    # RewardWeaver's process reward: present exactly when the variant has one
+    if c["process_reward"] is None:
+        assert all(r["process_term_mean"] == 0.0 and r["rubrics/process"] == 0 for r in train_rows)
+    else:
+        assert any(r["rubrics/process"] > 0 for r in train_rows)
+    if variant.has_stages:
+        stages = json.loads((folder / "reward_stages.json").read_text())
+        assert [s["start_step"] for s in stages] == [0, 2, 4]  # before training, then every interval
+        strategy = c["process_reward"]
+        assert all(s["strategy"] == strategy for s in stages[1:])
+    else:
+        assert not (folder / "reward_stages.json").exists()
+    # Arise's pool: empty until the first scheduled update (unless frozen), skills only when the variant has them
+    if c["arise_rubrics"] is None:
+        assert not (folder / "pool_events.json").exists()
+        assert all(r["rubrics/advantage"] == 0 for r in train_rows)
+    else:
+        events = json.loads((folder / "pool_events.json").read_text())
+        created = [e["step"] for e in events if e["kind"] == "created"]
+        assert created and (min(created) == 0 if c["arise_rubrics"] == "frozen" else min(created) >= 2)
+    base = trainer.env.system_prompt
+    assert (trainer.method.system_prompt(base) != base) == (c["skills"] and bool(trainer.method.pool.active_skills()))
+    assert trainer.method.system_prompt(base, evaluation=True) == base
+    assert type(trainer.method.sampler).__name__ == {"capability": "CapabilitySampler", "outcome": "OutcomeSampler",
+                                                     "uniform": "UniformSampler"}[c["sampler"]]
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
@@ -93,19 +105,20 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
 
 
 def test_a_failing_judge_yields_invalid_verdicts_and_the_run_goes_on(tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.steps=3", "train.method=arise"]), tmp_path / "run", quiet=True)
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=5", "train.method=arise"]), tmp_path / "run", quiet=True)
     trainer.setup()
 
     def broken(_trajectory):
         raise TimeoutError("judge timed out")
 
-    trainer.judge = RuleJudge({rubric_id: broken for rubric_id in trainer.rules})
+    trainer.judge = RuleJudge({rule.spec.rubric_id: broken for rule in trainer.env.rules()})
     trainer.train()
     train_rows = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
-    assert len(train_rows) == 3
-    assert all(r["invalid_rate"] == 1.0 for r in train_rows)
-    state = trainer.sampler.task_state(trainer.sampler.task_ids[0])
-    assert state["applicable"] == set()  # INVALID is never evidence
+    assert len(train_rows) == 5
+    judged = [r for r in train_rows if r["judgments"]]  # the pool is empty for the first delta_pool steps
+    assert judged and all(r["invalid_rate"] == 1.0 for r in judged)
+    sampler = trainer.method.sampler
+    assert all(sampler.task_state(task)["applicable"] == set() for task in sampler.task_ids)  # INVALID is no evidence
 
 
 def test_rw_cli_train_then_report_draws_pngs(tmp_path, capsys):
@@ -133,7 +146,7 @@ def test_action_words_restrict_sampling_and_the_loss_to_the_same_softmax(tmp_pat
                                          "rollout.action_words=on"]), tmp_path / "run", quiet=True)
     trainer.setup()
     allowed = set(trainer.policy.allowed.tolist())
-    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
+    rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     for rollout in rollouts:
         produced = [token for token, flag in zip(rollout.token_ids, rollout.generated) if flag]
         assert produced and set(produced) <= allowed
@@ -172,7 +185,7 @@ def test_entropy_bonus_reports_the_policy_entropy_and_raises_it(tmp_path):
     trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "loss.entropy_coef=1.0",
                                          "optim.lr=1e-2"]), tmp_path / "run", quiet=True)
     trainer.setup()
-    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
+    rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     before = _mean_entropy(trainer, rollouts)
     update = trainer._update_policy(rollouts, np.zeros(len(rollouts)))  # no policy-gradient signal at all
     assert abs(update["entropy"] - before) < 1e-4  # the statistic is the entropy before the step

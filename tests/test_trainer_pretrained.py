@@ -51,7 +51,7 @@ def test_trains_a_saved_model_through_its_chat_template(tmp_path):
     assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2]
     changed = any(not torch.equal(before[k], v) for k, v in trainer.policy.model.state_dict().items())
     assert changed  # the update reached the saved model's weights
-    rollouts, _ = trainer._rollout(trainer.sampler.sample(2), step=2)
+    rollouts, _ = trainer._rollout(trainer.method.sample(2), 2, "s2", trainer.env.system_prompt)
     text = trainer.policy.codec.decode(rollouts[0].token_ids)
     assert "item" in text  # the task brief went through the chat template
     assert any(rollouts[0].generated) and rollouts[0].behavior_logprobs.abs().sum() > 0

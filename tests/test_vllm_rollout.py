@@ -71,11 +71,11 @@ def test_engine_weights_follow_every_update(vllm, tmp_path):
 def test_rollouts_depend_on_request_seeds_not_on_torch_global_generator(vllm, tmp_path):
     trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only"]), tmp_path / "run", quiet=True)
     trainer.setup()
-    tasks = trainer.sampler.sample(0)
+    tasks = trainer.method.sample(0)
     torch.manual_seed(1)
-    first, _ = trainer._rollout(tasks, step=0)
+    first, _ = trainer._rollout(tasks, 0, "s0", trainer.env.system_prompt)
     torch.manual_seed(2)
-    second, _ = trainer._rollout(tasks, step=0)
+    second, _ = trainer._rollout(tasks, 0, "s0", trainer.env.system_prompt)
     assert [r.token_ids for r in first] == [r.token_ids for r in second]
     seeds = [params.seed for call in vllm.CALLS if call[0] == "generate" for params in call[2]]
     assert len(set(seeds[:len(first)])) == len(first)  # one seed per episode in the first turn
@@ -92,7 +92,7 @@ def test_action_words_reach_vllm_as_allowed_token_ids(vllm, tmp_path):
     trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.action_words=on"]),
                       tmp_path / "run", quiet=True)
     trainer.setup()
-    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
+    rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     allowed = set(trainer.policy.allowed.tolist())
     params = [p for call in vllm.CALLS if call[0] == "generate" for p in call[2]]
     assert params and all(set(p.allowed_token_ids) == allowed for p in params)
@@ -108,7 +108,7 @@ def test_a_stop_token_vllm_leaves_out_is_put_back_as_generated(vllm, tmp_path):
     trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.max_new_tokens=12"]),
                       tmp_path / "run", quiet=True)
     trainer.setup()
-    rollouts, _ = trainer._rollout(trainer.sampler.sample(0), step=0)
+    rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     end = trainer.policy.codec.end_id
     ends = [(token, flag) for r in rollouts for token, flag in zip(r.token_ids, r.generated) if token == end]
     assert any(flag for _, flag in ends)  # messages that stopped by choice end with a generated <end>

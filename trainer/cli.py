@@ -1,4 +1,5 @@
-"""The `rw` command line: `rw train`, `rw eval`, `rw report`, `rw config` and `rw bench`.
+"""The `rw` command line: `rw train`, `rw eval`, `rw report`, `rw analyze`, `rw variants`, `rw config`
+and `rw bench`.
 
 Each subcommand is one small class with `name`, `help`, `add_arguments(parser)` and
 `run(args) -> int`; `main(argv=None) -> int` parses and dispatches. Exit codes: 0 success,
@@ -125,8 +126,9 @@ class TrainCommand(Command):
     )
     epilog = """examples:
   rw train --out runs/demo                         # the embedded default (CPU, minutes)
-  rw train train.steps=20 pool.skills=off          # dotted overrides
-  rw train --config my.yaml train.method=arise rewardweaver.selection=random
+  rw train train.steps=20 train.method=arise_no_skills   # a variant (rw variants lists them) and overrides
+  rw train --config arise-qwen                     # a shipped config by name (rw config --list)
+  rw train --config my.yaml train.method=rw_random_active_set
   rw train model.name=Qwen/Qwen2.5-0.5B-Instruct rollout.engine=vllm judge.kind=openai \\
       judge.model=gpt-4o-mini judge.base_url=http://localhost:8000/v1
   rw train --resume runs/demo                      # continue a killed run exactly
@@ -135,7 +137,8 @@ class TrainCommand(Command):
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", metavar="FILE", help="YAML config file, nested by section")
+        parser.add_argument("--config", metavar="FILE", help="YAML config file, nested by section, or the name "
+                                                             "of a shipped config (rw config --list)")
         parser.add_argument("--out", metavar="DIR",
                             help="run folder (default: runs/<timestamp>)")
         parser.add_argument("--resume", metavar="DIR",
@@ -167,7 +170,7 @@ class TrainCommand(Command):
                 raise CommandError(f"--resume {str(run_dir)!r}: {error}") from None
         else:
             try:
-                config = load_config(args.config, args.overrides)
+                config = load_config(_config_file(args.config), args.overrides)
             except ValueError as error:
                 raise CommandError(str(error)) from None
             run_dir = Path(args.out) if args.out else _default_run_dir()
@@ -204,6 +207,7 @@ class EvalCommand(Command):
     epilog = """examples:
   rw eval runs/demo/checkpoints/step_200
   rw eval runs/demo/checkpoints/step_200 --split train --tasks 64
+  rw eval runs/demo --with-skills     # analysis only: with the pool's active skills in the prompt
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -212,6 +216,9 @@ class EvalCommand(Command):
                             help="task split (default: eval, the held-out split)")
         parser.add_argument("--tasks", type=_positive_int, default=None, metavar="N",
                             help="evaluate at most N tasks (default: the whole split)")
+        parser.add_argument("--with-skills", action="store_true",
+                            help="put the checkpoint's active Arise skills in the prompt (analysis only: held-out "
+                                 "evaluation withholds them; metrics are labelled *_with_skills)")
 
     def run(self, args: argparse.Namespace) -> int:
         path = Path(args.checkpoint)
@@ -220,7 +227,7 @@ class EvalCommand(Command):
         Trainer = _trainer_class()
         try:
             metrics = Trainer.evaluate_checkpoint(str(path), split=args.split,
-                                                  max_tasks=args.tasks)
+                                                  max_tasks=args.tasks, with_skills=args.with_skills)
         except (ValueError, FileNotFoundError) as error:
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
         print(json.dumps(_jsonable(metrics), indent=2, sort_keys=True))
@@ -268,6 +275,81 @@ class ReportCommand(Command):
         return 0
 
 
+class AnalyzeCommand(Command):
+    name = "analyze"
+    help = "RewardWeaver's appendix E and G tables from a run folder (JSON, Markdown, PNG)"
+    description = (
+        "Writes bottleneck.{json,md,png} (appendix E: bottleneck importance vs next-stage failure reduction, "
+        "Spearman, partial and within-stage) and retention.{json,md,png} (appendix G: capability scores on the "
+        "fixed diagnostic set after deactivation) from reward_history.json and diagnostics.json."
+    )
+    epilog = """examples:
+  rw analyze runs/demo                 # into runs/demo/analysis/
+  rw analyze runs/demo --out tables/
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by rw train")
+        parser.add_argument("--out", metavar="DIR", default=None, help="output folder (default: RUN_DIR/analysis)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rwcore.trainer.analyze import analyze_run
+
+        try:
+            written = analyze_run(args.run_dir, args.out)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        for path in written:
+            print(path)
+        return 0
+
+
+class VariantsCommand(Command):
+    name = "variants"
+    help = "list the method variants train.method takes, with the paper rows they reproduce"
+    description = ("Each ablation differs from its parent in exactly one component (process_reward, "
+                   "arise_rubrics, skills, sampler).")
+    epilog = """examples:
+  rw variants
+  rw variants --json
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rwcore.method import VARIANTS
+
+        if args.json:
+            print(json.dumps([v.to_dict() for v in VARIANTS.values()], indent=1))
+            return 0
+        for variant in VARIANTS.values():
+            c = variant.components
+            parts = f"process_reward={c['process_reward']} arise_rubrics={c['arise_rubrics']} " \
+                    f"skills={'on' if c['skills'] else 'off'} sampler={c['sampler']}"
+            parent = f" (ablates {variant.parent})" if variant.parent else ""
+            print(f"{variant.name:28s} {variant.paper_row}{parent}\n{'':28s} {variant.description}\n{'':28s} {parts}")
+        return 0
+
+
+def _shipped_configs() -> dict[str, Path]:
+    """Config name -> YAML file shipped in rwcore/trainer/configs."""
+    folder = Path(__file__).resolve().parent / "configs"
+    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
+
+
+def _config_file(value: str | None) -> str | None:
+    """--config: a file path, or the name of a shipped config."""
+    if value is None or os.path.exists(value):
+        return value
+    shipped = _shipped_configs()
+    if value in shipped:
+        return str(shipped[value])
+    if os.sep in value or value.endswith((".yaml", ".yml")):
+        return value  # a missing file: load_config says it cannot be read
+    raise CommandError(f"--config {value!r} is neither a file nor a shipped config; shipped: {', '.join(shipped)}")
+
+
 class ConfigCommand(Command):
     name = "config"
     help = "print the resolved config (or every key with its type and meaning)"
@@ -276,18 +358,26 @@ class ConfigCommand(Command):
   rw config                                    # the embedded default as YAML
   rw config --config my.yaml train.steps=20    # what rw train would run
   rw config --describe                         # every key, its type, default and meaning
+  rw config --list                             # the shipped configs (rw train --config NAME)
+  rw config --config arise-qwen                # what a shipped config resolves to
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--config", metavar="FILE", help="YAML config file")
         parser.add_argument("--describe", action="store_true",
                             help="list every key with its type and documentation")
+        parser.add_argument("--list", action="store_true", help="list the shipped configs")
         parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
                             help="config overrides")
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.list:
+            for name, path in _shipped_configs().items():
+                first = next((line[1:].strip() for line in path.read_text().splitlines() if line.startswith("#")), "")
+                print(f"{name:24s} {first}")
+            return 0
         try:
-            config = load_config(args.config, args.overrides)
+            config = load_config(_config_file(args.config), args.overrides)
         except ValueError as error:
             raise CommandError(str(error)) from None
         print(describe_config(config) if args.describe else dump_config(config), end="\n")
@@ -365,7 +455,8 @@ class BenchCommand(Command):
         return runner.main(argv, command=command)
 
 
-COMMANDS: tuple[type[Command], ...] = (TrainCommand, EvalCommand, ReportCommand, ConfigCommand, BenchCommand)
+COMMANDS: tuple[type[Command], ...] = (TrainCommand, EvalCommand, ReportCommand, AnalyzeCommand, VariantsCommand,
+                                       ConfigCommand, BenchCommand)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
@@ -373,7 +464,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         prog=PROG,
         description="Reinforcement learning of LLM agents with adaptive rewards and task mix "
                     "(RewardWeaver, Arise).",
-        epilog="examples:\n  rw train --out runs/demo\n  rw report runs/demo\n"
+        epilog="examples:\n  rw train --out runs/demo\n  rw report runs/demo\n  rw analyze runs/demo\n"
+               "  rw variants\n"
                "  rw eval runs/demo/checkpoints/step_200\n"
                "  rw bench --quick\n"
                "run `rw COMMAND --help` for a command's options",
@@ -433,6 +525,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # e.g. `rw variants | head`: the reader left; nothing to report
+        sys.stderr = open(os.devnull, "w")
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

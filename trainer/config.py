@@ -39,6 +39,10 @@ from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
+from rwcore.method.variants import VARIANTS, get_variant
+
+VARIANT_NAMES = tuple(VARIANTS)
+
 __all__ = [
     "AdvantageConfig",
     "Config",
@@ -129,6 +133,10 @@ class OptimConfig:
     grad_clip: float = _f(1.0, "Gradient-norm clip.", ge=0)
     epochs: int = _f(1, "Passes over each step's rollouts.", gt=0)
     minibatches: int = _f(1, "Minibatches per epoch.", gt=0)
+    warmup_steps: int = _f(0, "Linear learning-rate warm-up from 0 over this many steps (Arise table 2: 40).", ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = _f(
+        "constant", "Learning rate after warm-up: constant (Arise table 2), or linear / cosine decay to 0 at "
+        "train.steps.")
 
 
 @dataclass
@@ -158,7 +166,8 @@ class AdvantageConfig:
 class SamplerConfig:
     """Task sampler (Arise 3.2.2)."""
 
-    kind: Literal["capability", "outcome", "uniform"] = _f("capability", "Sampler kind.")
+    kind: Literal["capability", "outcome", "uniform"] | None = _f(
+        None, "Sampler kind; null = the one train.method uses (set it only to the same value).")
     rho_min: float = _f(0.1, "Minimum discovery share of a batch.", ge=0, le=1)
     quota_fraction: float = _f(0.25, "Per-pair quota as a fraction of the batch.", gt=0, le=1)
     gamma_obs: float = _f(0.2, "Evidence decay on a new observation.", ge=0, le=1)
@@ -169,7 +178,11 @@ class SamplerConfig:
 class PoolConfig:
     """Arise rubric-skill pool (eq. 4-8)."""
 
-    skills: Literal["on", "off"] = _f("on", "Inject active skills into the policy's prompt.")
+    skills: Literal["on", "off"] | None = _f(
+        None, "Inject active skills into the training prompt; null = what train.method does.")
+    frozen_from: str = _f("", "train.method=arise_frozen_rubrics: the run folder of a previous Arise run whose "
+                              "rubrics (pool_rubrics.json) form the fixed pool.")
+    max_records: int = _f(256, "Records of the window one generation call reads at most (Arise B.3).", gt=0)
     delta_pool: int = _f(10, "Steps between pool updates.", gt=0)
     eta_high: float = _f(0.9, "Pass rate at or above which a pair retires.", ge=0, le=1)
     eta_low: float = _f(0.3, "Pass rate at or below which a skill activates or refines.", ge=0, le=1)
@@ -190,10 +203,21 @@ class RewardWeaverConfig:
         "dynamic_topk",
         "random_trajectory",
         "success_failure_contrast",
-    ] = _f("attribution", "Active-set selection strategy.")
+    ] | None = _f(None, "Active-set selection strategy; null = the one train.method uses.")
     low_outcome: float = _f(0.5, "Outcome reward below which a trajectory is low-outcome.")
     min_confidence: float = _f(0.5, "Minimum attribution confidence.", ge=0, le=1)
     min_support: int = _f(3, "Minimum number of supporting trajectories (k).", ge=1)
+    max_candidates: int = _f(8, "Candidate capabilities retrieved per failed trajectory (from its judged "
+                                "applicable capabilities).", gt=0)
+    diagnosis_tasks: int = _f(16, "Tasks of the fresh on-policy diagnosis batch at each stage boundary "
+                                  "(rollout.group_size rollouts each).", gt=0)
+    diagnostic_tasks: int = _f(16, "Fixed diagnostic tasks scored at every stage boundary (appendix G); 0 = none.",
+                               ge=0)
+    success_sample: int = _f(32, "Success trajectories attributed per stage for appendix E (F_succ); 0 = none.",
+                             ge=0)
+    expansion: Literal["on", "off"] = _f("on", "Controlled expansion of the library at stage boundaries.")
+    max_new: int = _f(2, "Candidate capabilities proposed per expansion.", ge=0)
+    max_revisions: int = _f(1, "Evaluator revisions of a rejected candidate (development partition).", ge=0)
 
 
 @dataclass
@@ -213,11 +237,14 @@ class JudgeConfig:
 class TrainConfig:
     """The training run."""
 
-    method: Literal["rewardweaver", "arise", "combined", "outcome_only"] = _f(
-        "combined", "Which adaptive machinery runs.")
+    method: Literal[VARIANT_NAMES] = _f(  # type: ignore[valid-type]
+        "combined", "The method variant (rw variants lists them with the paper rows they reproduce).")
     steps: int = _f(200, "Training steps.", ge=0)
     seed: int = _f(0, "Seed for every random generator.")
     eval_every: int = _f(25, "Steps between held-out evaluations.", ge=0)
+    eval_with_skills: Literal["on", "off"] = _f(
+        "off", "Also evaluate with the active skills in the prompt (analysis only; logged as eval_with_skills/*). "
+        "Held-out evaluation itself never shows skills.")
     checkpoint_every: int = _f(50, "Steps between checkpoints.", ge=0)
     log_every: int = _f(1, "Steps between metric log lines.", gt=0)
     engine: Literal["torch", "deepspeed"] = _f(
@@ -389,6 +416,17 @@ def _coerce(value: Any, tp: Any, raw: str | None) -> Any:
     return value
 
 
+def _literal_of(tp: Any) -> Any:
+    """The Literal type of an enumerated field (`Literal[...]` or `Literal[...] | None`), else None."""
+    if typing.get_origin(tp) is Literal:
+        return tp
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(members) == 1 and typing.get_origin(members[0]) is Literal:
+            return members[0]
+    return None
+
+
 def _check_range(key: str, value: Any, meta: Mapping[str, Any]) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
@@ -415,8 +453,11 @@ def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str |
         shown = raw.strip() if raw is not None and not isinstance(value, str) else value
         if key == "api_key_env" or section_name == "judge" and "key" in key:
             shown = "<hidden>"  # never echo what may be a pasted secret
-        if typing.get_origin(tp) is Literal:
-            allowed = ", ".join(str(a) for a in typing.get_args(tp))
+        literal = _literal_of(tp)
+        if literal is not None:
+            allowed = ", ".join(str(a) for a in typing.get_args(literal))
+            if literal is not tp:
+                allowed += ", null"
             raise ValueError(
                 f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}"
             ) from None
@@ -504,6 +545,39 @@ def _apply_override(cfg: Config, override: str) -> None:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# config key -> (what a variant sets it to, from the variant)
+def _variant_settings(variant) -> dict[str, Any]:
+    strategy = variant.process_reward if variant.uses_library else None
+    return {
+        "rewardweaver.selection": strategy,
+        "sampler.kind": variant.sampler,
+        "pool.skills": ("on" if variant.skills else "off") if variant.arise_rubrics is not None else None,
+    }
+
+
+def resolve_variant(cfg: Config) -> Config:
+    """Fills the keys train.method sets (sampler.kind, pool.skills, rewardweaver.selection); a key set to
+    another value is refused, naming it and the variant that has that value."""
+    variant = get_variant(cfg.train.method, "config key 'train.method':")
+    for key, wanted in _variant_settings(variant).items():
+        section, name = key.split(".")
+        given = getattr(getattr(cfg, section), name)
+        if given is not None and given != wanted:
+            matches = [v.name for v in VARIANTS.values() if _variant_settings(v)[key] == given
+                       and all(_variant_settings(v)[k] == w for k, w in _variant_settings(variant).items() if k != key)]
+            hint = f"; train.method={matches[0]} is that variant" if matches else ""
+            what = f"sets it to {wanted!r}" if wanted is not None else "does not use it"
+            raise ValueError(f"config key {key!r}: train.method={variant.name} {what}, got {given!r}{hint}")
+        setattr(getattr(cfg, section), name, wanted)
+    if variant.arise_rubrics == "frozen" and not cfg.pool.frozen_from:
+        raise ValueError("config key 'pool.frozen_from': train.method=arise_frozen_rubrics needs the run folder of a "
+                         "previous Arise run (its pool_rubrics.json holds the rubrics to freeze)")
+    if variant.arise_rubrics != "frozen" and cfg.pool.frozen_from:
+        raise ValueError(f"config key 'pool.frozen_from': only train.method=arise_frozen_rubrics uses it "
+                         f"(train.method={variant.name})")
+    return cfg
+
+
 def _validate(cfg: Config) -> Config:
     """Cross-field checks."""
     if not _ENV_NAME.fullmatch(cfg.judge.api_key_env):
@@ -527,7 +601,7 @@ def _validate(cfg: Config) -> Config:
             f"config keys 'model.hidden_size' and 'model.num_heads': num_heads must divide "
             f"hidden_size, got {cfg.model.hidden_size} and {cfg.model.num_heads}"
         )
-    return cfg
+    return resolve_variant(cfg)
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,8 +685,9 @@ def save_config(cfg: Config, path: str | os.PathLike) -> None:
 
 
 def describe_config(cfg: Config | None = None) -> str:
-    """One line per key: `section.key = value  (type)  help`, for `rw config --describe`."""
-    cfg = cfg or Config()
+    """One line per key: `section.key = value  (type)  help`, for `rw config --describe` (the defaults,
+    resolved for the default train.method, when `cfg` is None)."""
+    cfg = cfg or config_from_dict(None)
     lines = []
     for name, section in _sections(cfg).items():
         lines.append(f"[{name}] {(type(section).__doc__ or '').strip().splitlines()[0]}")

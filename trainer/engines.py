@@ -7,7 +7,7 @@ directly); on a machine without CUDA it uses DeepSpeed's CPU accelerator and
 gloo, which is how it is tested here.
 
 Both expose one small interface the trainer drives once per optimizer step:
-`zero_grad()`, `accumulate(loss)` for each micro-batch, `step() -> grad norm`,
+`set_lr(lr)`, `zero_grad()`, `accumulate(loss)` for each micro-batch, `step() -> grad norm`,
 plus `save(folder)` / `load(folder)` and the few collectives the trainer
 needs to keep every rank's adaptive state identical (`all_gather`,
 `broadcast`, `all_mean`, `barrier`). On one process the collectives are
@@ -57,6 +57,11 @@ class TorchEngine:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip or float("inf"))
         self.optimizer.step()
         return float(norm)
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next optimizer step (the trainer's warm-up / schedule)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def tokens_denominator(self, global_tokens: torch.Tensor) -> torch.Tensor:
         return global_tokens
@@ -152,6 +157,11 @@ class DeepSpeedEngine:
         if norm is None:
             norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the next optimizer step (set on DeepSpeed's wrapped optimizer's groups)."""
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
 
     def tokens_denominator(self, global_tokens: torch.Tensor) -> torch.Tensor:
         return global_tokens / self.world_size

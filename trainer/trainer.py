@@ -1,33 +1,32 @@
-"""`Trainer`: the whole RewardWeaver / Arise loop, one class with setup / train / save_checkpoint / cleanup.
+"""`Trainer`: `rw train` - rollouts, the policy update, processes and checkpoints around an
+`rwcore.AdaptiveMethod`, which holds the method itself (sampler, pool, RewardWeaver).
 
-Per step: the sampler picks tasks -> G rollouts each (behavior log-probs
-recorded) -> the judge evaluates the active rubrics -> rewards (outcome, or
-RewardWeaver's process reward) -> Arise advantages (task + rubric verdicts)
--> one policy update with the fused filtered dual-clip loss -> evidence for
-the sampler and the pool. Every `pool.delta_pool` steps Arise's pool evolves
-(skills injected into the system prompt); every
-`rewardweaver.adaptation_interval` steps RewardWeaver re-attributes failures
-and re-selects its active set.
+Per step k: the method picks tasks -> G rollouts each under the method's training prompt
+(behavior log-probs recorded) -> the judge evaluates what the method asks for -> the method's
+rewards and advantages -> one policy update with the fused filtered dual-clip loss -> the
+method takes the evidence. When the method says a RewardWeaver stage boundary falls at the end of
+step k (and before step 0), the trainer rolls out a *fresh on-policy* diagnosis batch of the
+updated policy and the fixed diagnostic set (without skills, appendix G); then `method.adapt`
+runs the pool update and / or the new stage. Held-out evaluation never shows skills.
 
-Methods: "rewardweaver" (process reward from the active capabilities, outcome
-advantages), "arise" (outcome reward, pool rubrics in the advantages and the
-sampler, skills), "combined" (both), "outcome_only" (neither).
+Variants: `train.method` is any name of `rwcore.AdaptiveMethod.variants()` (`rw variants`).
 
-Run folder (see rwcore.trainer.report for the plots made from it):
-config.yaml, metrics.jsonl, sampling.jsonl, reward_stages.json,
-pool_counts.json, pool_events.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest).
+Run folder (see rwcore.trainer.report for the plots, rwcore.trainer.analyze for the tables):
+config.yaml (resolved), method.json (the variant, its components and every method setting),
+metrics.jsonl, sampling.jsonl, reward_stages.json, reward_history.json, diagnostics.json,
+pool_counts.json, pool_events.json, pool_rubrics.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest).
 
-Processes: with train.engine=deepspeed under `deepspeed` / `torchrun`, every
-rank draws the same batch, rolls out and judges its own block of groups, and
-gathers the trajectories and verdicts, so rewards, advantages, the sampler
-and the evidence are computed identically everywhere; reflection and
-attribution (which may call an LLM) run on rank 0 and their state is
-broadcast. Rank 0 alone writes the run folder.
+Processes: with train.engine=deepspeed under `deepspeed` / `torchrun`, every rank draws the same
+batch, rolls out and judges its own block of groups, and gathers the trajectories and verdicts, so
+rewards, advantages and the method's evidence are computed identically everywhere; adaptation and
+library admission (which may call an LLM) run on rank 0 and the method's state is broadcast.
+Rank 0 alone writes the run folder.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -38,21 +37,36 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rwcore import CapabilitySampler, OutcomeSampler, UniformSampler, Verdict, compute_advantages, length_regularize
 from rwcore._io import atomic_write_bytes
 from rwcore.kernels import fused_linear_policy_loss, token_logprobs
+from rwcore.method import AdaptiveMethod, get_variant
+from rwcore.method.method import judge_groups
 from rwcore.trainer import envs
 from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
+from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
 from rwcore.trainer.policy import Policy, WordCodec, build_model, load_pretrained
 from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
-from rwcore.types import JudgeReport, RubricJudgment, RubricSpec
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
+DIAGNOSTIC_SEED = 2_000_003  # the fixed diagnostic set's episodes (appendix G), the same at every boundary
 
 
 def _step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step * 7_919 + 17) % (2**63)
+
+
+def learning_rate(step: int, base: float, warmup: int, schedule: str, total: int) -> float:
+    """The learning rate of optimizer step `step` (0-based): linear warm-up over `warmup` steps, then
+    constant, or linear / cosine decay to 0 at `total`."""
+    if warmup and step < warmup:
+        return base * (step + 1) / warmup
+    if schedule == "constant" or total <= warmup:
+        return base
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "linear":
+        return base * (1.0 - progress)
+    return base * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class Trainer:
@@ -91,22 +105,25 @@ class Trainer:
         self.env = envs.make(cfg.env.name, **dict(cfg.env.options))
         self.train_tasks = {task.task_id: task for task in self.env.tasks("train")}
         self.eval_tasks = self.env.tasks("eval")
-        self.rules = {rule.spec.rubric_id: rule for rule in self.env.rules()}
         self.policy = self._build_policy()
         self.engine = self._build_engine()
         self.rank, self.world_size = self.engine.rank, self.engine.world_size
         self.main = self.rank == 0  # the process that writes the run folder
         self.generator = self._build_generator()  # before any file is written: vLLM may be missing
+        self.variant = get_variant(cfg.train.method, "train.method")
+        self.method = None
+        self._eval_skills_prompt = None
+        if self._evaluation_only:
+            self._load_checkpoint(self._resume_from)
+            return
+        self.judge = build_judge(cfg, self.env)
+        self.method = self._build_method()  # may refuse pool.frozen_from before anything is written
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "checkpoints").mkdir(exist_ok=True)
-            if not self._evaluation_only:
-                save_config(cfg, self.out / "config.yaml")
+            save_config(cfg, self.out / "config.yaml")
+            atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
         self.engine.barrier()
-        self.judge = self._build_judge()
-        self.sampler = self._build_sampler()
-        self.pool = self._build_pool() if cfg.train.method in ("arise", "combined") else None
-        self.weaver = self._build_weaver() if cfg.train.method in ("rewardweaver", "combined") else None
         self._metrics_path = self.out / "metrics.jsonl"
         self._sampling_path = self.out / "sampling.jsonl"
         if self._resume_from is not None:
@@ -116,10 +133,30 @@ class Trainer:
             if self.main:
                 for path in (self._metrics_path, self._sampling_path):
                     atomic_write_bytes(path, b"")
-            self._initial_analysis()
-        self._sync_sampler_rubrics()
-        if not self._evaluation_only:
-            self._write_adaptation_files()
+            self._start_method()
+        self._write_adaptation_files()
+
+    def _build_method(self) -> AdaptiveMethod:
+        """The variant with its providers; RewardWeaver's library is admitted on rank 0 with the training
+        judge and broadcast (admission may call an LLM)."""
+        cfg = self.config
+        providers = build_providers(cfg, self.env, self.judge, self.variant, admit=self.main)
+        if self.world_size > 1:
+            library = self.engine.broadcast(providers.library.state_dict() if providers.library is not None else None)
+            if not self.main and library is not None:
+                providers.library.load_state_dict(library)
+        tasks = {task_id: list(task.tags) for task_id, task in self.train_tasks.items()}
+        return AdaptiveMethod(self.variant, tasks, method_settings(cfg), providers)
+
+    def _start_method(self) -> None:
+        """Before step 0: instance rubrics (rw_instance_specific) and RewardWeaver's first stage from a
+        diagnosis batch of the initial policy. Arise's pool starts empty: nothing is rolled out for it."""
+        if self.method.needs_instance_contexts:
+            if self.main:
+                self.method.set_instance_contexts(task_contexts(self.env, self.train_tasks.values()))
+            self._share_method_state()
+        if self.method.stage_due(-1):
+            self._adapt(-1)
 
     def _seed_everything(self, seed: int) -> None:
         random.seed(seed)
@@ -186,81 +223,6 @@ class Trainer:
             policy.restrict([codec.vocab[w] for w in self.env.action_vocabulary()] + [codec.end_id])
         return policy
 
-    def _build_judge(self):
-        cfg = self.config.judge
-        if cfg.kind == "openai":
-            from rwcore.judges import OpenAIJudge
-
-            return OpenAIJudge(cfg.model, base_url=cfg.base_url or None, api_key_env=cfg.api_key_env,
-                               max_concurrency=cfg.max_concurrency, timeout=cfg.timeout,
-                               cache_dir=cfg.cache_dir or None)
-        from rwcore.judges import RuleJudge
-
-        return RuleJudge({rubric_id: rule.check for rubric_id, rule in self.rules.items()})
-
-    def _build_sampler(self):
-        cfg, rollout = self.config.sampler, self.config.rollout
-        tasks = {task_id: list(task.tags) for task_id, task in self.train_tasks.items()}
-        common = dict(batch_size=rollout.tasks_per_step, group_size=rollout.group_size, seed=self.config.train.seed)
-        if cfg.kind == "uniform":
-            return UniformSampler(tasks, **common)
-        if cfg.kind == "outcome":
-            return OutcomeSampler(tasks, gamma_obs=cfg.gamma_obs, gamma_unobs=cfg.gamma_unobs, **common)
-        return CapabilitySampler(tasks, rho_min=cfg.rho_min, quota_fraction=cfg.quota_fraction,
-                                 gamma_obs=cfg.gamma_obs, gamma_unobs=cfg.gamma_unobs, **common)
-
-    def _build_pool(self, proposals=()):
-        from rwcore.pool import RubricSkillPool
-
-        cfg = self.config.pool
-        return RubricSkillPool(self._reflector(), max_pool=cfg.max_pool, max_new=cfg.max_new, delta_pool=cfg.delta_pool,
-                               eta_high=cfg.eta_high, eta_low=cfg.eta_low, proposals=proposals)
-
-    def _reflector(self):
-        cfg = self.config.judge
-        if cfg.kind == "openai":
-            from rwcore.judges import OpenAIReflector
-
-            return OpenAIReflector(cfg.model, base_url=cfg.base_url or None, api_key_env=cfg.api_key_env,
-                                   max_concurrency=cfg.max_concurrency)
-        return self.env.reflector()
-
-    def _build_weaver(self):
-        from rwcore.judges import RuleJudge
-        from rwcore.rewardweaver import Capability, CapabilityLibrary, RewardWeaver
-
-        cfg = self.config.rewardweaver
-        library = CapabilityLibrary()
-        evaluator = RuleJudge({rubric_id: rule.check for rubric_id, rule in self.rules.items()})
-        for rubric_id, rule in self.rules.items():
-            candidate = Capability(capability_id=rubric_id, definition=rule.spec.criterion, family=rule.family,
-                                   applicability=rule.spec.applicability, evaluator_prompt=rule.spec.evaluator_prompt,
-                                   scored=False)
-            cases = [case for case in self.env.labelled_cases([rubric_id])
-                     if case.trajectory.metadata.get("labelled_rule", rubric_id) == rubric_id]
-            library.admit(candidate, evaluator, cases, evaluator_id="env-rules")
-        if not library.ids():
-            raise ValueError(f"env.name {self.config.env.name!r}: no capability passed admission")
-        return RewardWeaver(library, self.env.attributor(), strategy=cfg.selection, budget=cfg.budget,
-                            low_outcome=cfg.low_outcome, min_confidence=cfg.min_confidence,
-                            min_support=cfg.min_support, seed=self.config.train.seed)
-
-    def _initial_analysis(self) -> None:
-        """Arise's initial trajectory analysis and RewardWeaver's first attribution, on one rollout batch."""
-        if self.pool is None and self.weaver is None:
-            return
-        torch.manual_seed(_step_seed(self.config.train.seed, -1) + self.rank)
-        _, trajectories = self._rollout(self.sampler.sample(0), step=-1)
-        reports = self._judge(trajectories, self.weaver.library.rubrics(self.weaver.library.ids())) \
-            if self.weaver is not None else []
-        if self.main:
-            if self.pool is not None:
-                self.pool = self._build_pool(
-                    self._reflector().propose_rubric_skills(trajectories, [], self.config.pool.max_new))
-            if self.weaver is not None:
-                self.weaver.update(trajectories, reports, step=0)
-        self._share_adaptive_state()
-
     # ------------------------------------------------------------------ the loop
 
     def train(self) -> None:
@@ -272,14 +234,16 @@ class Trainer:
 
             progress = tqdm(total=total, initial=self.step, desc="rw train", unit="step", dynamic_ncols=True)
         if self.step == 0:
-            self._log(self.evaluate("eval"))
+            self._log_evaluation()
         while self.step < total:
             row = self.train_step()
             self._log(row)
             if _due(self.step, cfg.train.eval_every) or self.step == total:
-                evaluation = self.evaluate("eval")
-                self._log(evaluation)
-                row.update(evaluation)
+                row.update(self._log_evaluation())
+            if self.step == total and self.method.diagnostic_set and \
+                    all(point["step"] != total for point in self.method.diagnostic_scores()):
+                self._score_diagnostic_set(total)  # appendix G: the last stage's end
+                self._write_adaptation_files()
             if _due(self.step, cfg.train.checkpoint_every) or self.step == total:
                 self.save_checkpoint()
             self._report_progress(progress, row)
@@ -288,6 +252,13 @@ class Trainer:
         if self.main:
             self._print_summary()
 
+    def _log_evaluation(self) -> dict:
+        evaluation = self.evaluate("eval")
+        self._log(evaluation)
+        if self.config.train.eval_with_skills == "on":
+            self._log(self.evaluate("eval", with_skills=True))
+        return evaluation
+
     def _print_summary(self) -> None:
         """The run in three numbers: held-out success before and after, and what adaptation cost."""
         rows = [json.loads(line) for line in self._metrics_path.read_text().splitlines() if line]
@@ -295,8 +266,8 @@ class Trainer:
         fractions = [r["time/adaptive_fraction"] for r in rows if r.get("kind") == "train"]
         if evals and fractions:
             print(f"held-out success {evals[0]['eval/success_rate']:.3f} -> {evals[-1]['eval/success_rate']:.3f} "
-                  f"(step {evals[0]['step']} -> {evals[-1]['step']}); adaptive machinery "
-                  f"{100 * float(np.mean(fractions)):.1f}% of step time; run folder {self.out}", flush=True)
+                  f"(step {evals[0]['step']} -> {evals[-1]['step']}, train.method={self.variant.name}); adaptive "
+                  f"machinery {100 * float(np.mean(fractions)):.1f}% of step time; run folder {self.out}", flush=True)
 
     def _report_progress(self, progress, row: dict) -> None:
         figures = {
@@ -320,33 +291,28 @@ class Trainer:
         adaptive = 0.0
 
         clock = time.perf_counter()
-        task_ids = self.sampler.sample(index)
+        task_ids = self.method.sample(index)
         adaptive += time.perf_counter() - clock
-        rollouts, trajectories = self._rollout(task_ids, step=index)  # this rank's rollouts; every trajectory
-        reports = self._judge(trajectories, self._judged_rubrics(index))
+        prompt = self.method.system_prompt(self.env.system_prompt)
+        rollouts, trajectories = self._rollout(task_ids, _step_seed(cfg.train.seed, index), f"s{index}", prompt)
+        reports = self._judge(trajectories, self.method.rubrics_to_judge(index, task_ids))
 
         clock = time.perf_counter()
-        outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
-        group_index = np.repeat(np.arange(len(task_ids)), cfg.rollout.group_size)
-        rewards = self.weaver.reward(trajectories, reports) if self.weaver is not None else outcomes.copy()
-        rewards = length_regularize(rewards, np.array([t.generated_length for t in trajectories]), group_index,
-                                    alpha=cfg.advantage.length_alpha, threshold=cfg.advantage.length_threshold,
-                                    eps=cfg.advantage.eps)
-        rubric_ids = [spec.rubric_id for spec in self.pool.active_rubrics()] if self.pool is not None else []
-        verdicts = _verdict_matrix(reports, rubric_ids)
-        advantages = compute_advantages(rewards, verdicts, group_index, lam=cfg.advantage.lam, eps=cfg.advantage.eps,
-                                        ddof=cfg.advantage.ddof)
+        scored = self.method.score(trajectories, reports)
         adaptive += time.perf_counter() - clock
 
         first, last = self._my_groups(len(task_ids))
         group = cfg.rollout.group_size
-        update = self._update_policy(rollouts, advantages[first * group:last * group])
+        self.engine.set_lr(learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule,
+                                         cfg.train.steps))
+        update = self._update_policy(rollouts, scored.advantages[first * group:last * group])
         self._sync_generator()
 
         clock = time.perf_counter()
-        self._record_evidence(task_ids, trajectories, reports, index)
-        changed = self._adapt(index, trajectories, reports)
+        self.method.observe(index, task_ids, trajectories, scored.judged)
         adaptive += time.perf_counter() - clock
+        changed, adapt_seconds = self._adapt(index)
+        adaptive += adapt_seconds
         self.step += 1
         self.policy.version = self.step
 
@@ -355,36 +321,36 @@ class Trainer:
         if self.main and changed:
             self._write_adaptation_files()
         elapsed = time.perf_counter() - started
-        judgments = [j for report in reports for j in report.judgments.values()]
-        invalid = sum(1 for j in judgments if j.verdict == Verdict.INVALID)
+        judged = scored.judged
+        outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
         row = {
             "step": self.step, "kind": "train",
             "success_rate": float(np.mean([t.metadata.get("success", False) for t in trajectories])),
-            "outcome_mean": float(outcomes.mean()), "reward_mean": float(np.mean(rewards)),
-            "advantage_std": float(np.std(advantages)), "active_rubrics": self._active_count(),
-            "judgments": len(judgments), "invalid_rate": invalid / len(judgments) if judgments else 0.0,
+            "outcome_mean": float(outcomes.mean()), "reward_mean": float(np.mean(scored.rewards)),
+            "process_term_mean": float(np.mean(scored.process_terms)),
+            "advantage_std": float(np.std(scored.advantages)),
+            "rubrics/process": len(scored.process_rubrics), "rubrics/advantage": len(scored.advantage_rubrics),
+            "judgments": int(judged.codes.size), "invalid_rate": judged.invalid_fraction(),
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
-            **update, "time/step": elapsed, "time/adaptive": adaptive,
+            "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
+            **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
         }
-        if isinstance(self.sampler, CapabilitySampler):
-            row["sampler/coverage"] = self.sampler.coverage()
         return row
 
     def _my_groups(self, count: int) -> tuple[int, int]:
         """[first, last): the block of `count` task groups (or evaluation tasks) this rank runs."""
         return count * self.rank // self.world_size, count * (self.rank + 1) // self.world_size
 
-    def _rollout(self, task_ids: Sequence, step: int) -> tuple[list[Rollout], list]:
-        """(this rank's rollouts, every rank's trajectories in group order)."""
+    def _rollout(self, task_ids: Sequence, seed: int, label: str, prompt: str) -> tuple[list[Rollout], list]:
+        """(this rank's rollouts, every rank's trajectories in group order): G episodes per task."""
         cfg = self.config
         first, last = self._my_groups(len(task_ids))
         jobs = []
         for i in range(first, last):
             for j in range(cfg.rollout.group_size):
-                jobs.append((self.train_tasks[task_ids[i]], _step_seed(cfg.train.seed, step) + 31 * i + j,
-                             f"s{step}/t{i}"))
-        rollouts = run_episodes(self.env, self.policy, jobs, self._system_prompt(), cfg.rollout.temperature,
+                jobs.append((self.train_tasks[task_ids[i]], seed + 31 * i + j, f"{label}/t{i}"))
+        rollouts = run_episodes(self.env, self.policy, jobs, prompt, cfg.rollout.temperature,
                                 cfg.rollout.max_new_tokens, generator=self.generator)
         score_behavior(self.policy, rollouts, cfg.rollout.temperature, cfg.loss.backend)
         return rollouts, self._gathered([r.trajectory for r in rollouts])
@@ -395,31 +361,68 @@ class Trainer:
             return items
         return [item for part in self.engine.all_gather(items) for item in part]
 
-    def _judge(self, trajectories: Sequence, specs: Sequence[RubricSpec]) -> list[JudgeReport]:
-        """Reports for every trajectory; each rank judges its own block and the reports are gathered."""
-        if not specs:
-            return [JudgeReport(t.trajectory_id, {}) for t in trajectories]
-        first, last = self._my_groups(len(trajectories) // self.config.rollout.group_size)
+    def _judge(self, trajectories: Sequence, plans: Sequence[Sequence]) -> list:
+        """Reports for every trajectory (plans: the rubrics of each task group); each rank judges its own
+        block of groups and the reports are gathered."""
         group = self.config.rollout.group_size
-        return self._gathered(self.judge.evaluate(trajectories[first * group:last * group], specs))
+        first, last = self._my_groups(len(plans))
+        mine = judge_groups(self.judge, trajectories[first * group:last * group], plans[first:last], group)
+        return self._gathered(mine)
 
-    def _system_prompt(self) -> str:
-        if self.pool is not None and self.config.pool.skills == "on":
-            return self.pool.system_prompt(self.env.system_prompt)
-        return self.env.system_prompt
+    # ------------------------------------------------------------------ adaptation
 
-    def _judged_rubrics(self, index: int) -> list[RubricSpec]:
-        """The pool's active rubrics, RewardWeaver's active set, and at adaptation steps its whole library."""
-        specs: dict[str, RubricSpec] = {}
-        if self.pool is not None:
-            specs.update({spec.rubric_id: spec for spec in self.pool.active_rubrics()})
-        if self.weaver is not None:
-            ids = self.weaver.library.ids() if self._adaptation_due(index) else self.weaver.active
-            specs.update({spec.rubric_id: spec for spec in self.weaver.library.rubrics(ids)})
-        return list(specs.values())
+    def _adapt(self, index: int) -> tuple[bool, float]:
+        """The method's scheduled adaptation at the end of step `index` (-1: before training): a fresh
+        on-policy diagnosis batch and the fixed diagnostic set at stage boundaries, then method.adapt on
+        rank 0, whose state every rank then loads. Returns (changed, seconds in the method)."""
+        method = self.method
+        stage = method.stage_due(index)
+        if not stage and not method.pool_due(index):
+            return False, 0.0
+        diagnosis = self._diagnosis(index) if stage else None
+        if stage and method.diagnostic_set:
+            self._score_diagnostic_set(index + 1)
+        clock = time.perf_counter()
+        if self.main:
+            method.adapt(index, diagnosis=diagnosis)
+        seconds = time.perf_counter() - clock
+        self._share_method_state()
+        return True, seconds
 
-    def _adaptation_due(self, index: int) -> bool:
-        return self.weaver is not None and (index + 1) % self.config.rewardweaver.adaptation_interval == 0
+    def _diagnosis(self, index: int) -> tuple[list, list]:
+        """RewardWeaver's fresh on-policy batch of the current policy: the method's diagnosis tasks, G
+        rollouts each under the training prompt, judged on the whole library. Its own seeds; torch's
+        global generator is left as it was."""
+        tasks = self.method.diagnosis_tasks(index)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(_step_seed(self.config.train.seed, index) + 104_729 + self.rank)
+            _, trajectories = self._rollout(tasks, _step_seed(self.config.train.seed, index) + 104_729,
+                                            f"diagnosis{index + 1}", self.method.system_prompt(self.env.system_prompt))
+        specs = self.method.diagnosis_rubrics()
+        return trajectories, self._judge(trajectories, [specs] * len(tasks))
+
+    def _score_diagnostic_set(self, step: int) -> None:
+        """Appendix G: the fixed diagnostic tasks, one episode each with fixed seeds and no skills, judged on
+        the library; the method records the mean score per capability at `step`."""
+        tasks = list(self.method.diagnostic_set)
+        first, last = self._my_groups(len(tasks))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(DIAGNOSTIC_SEED + self.rank)
+            jobs = [(self.train_tasks[tasks[i]], DIAGNOSTIC_SEED + i, f"diagnostic{step}/{i}") for i in range(first, last)]
+            rollouts = run_episodes(self.env, self.policy, jobs, self.method.system_prompt(self.env.system_prompt, True),
+                                    self.config.rollout.temperature, self.config.rollout.max_new_tokens,
+                                    generator=self.generator)
+        reports = self._gathered(judge_groups(self.judge, [r.trajectory for r in rollouts],
+                                              [self.method.diagnostic_rubrics()] * len(rollouts), 1))
+        self.method.record_diagnostic_scores(step, reports)
+
+    def _share_method_state(self) -> None:
+        """Rank 0's method state on every rank (adaptation may call an LLM, so only rank 0 runs it)."""
+        if self.world_size == 1:
+            return
+        state = self.engine.broadcast(self.method.state_dict() if self.main else None)
+        if not self.main:
+            self.method.load_state_dict(state)
 
     def _update_policy(self, rollouts: Sequence[Rollout], advantages: np.ndarray) -> dict:
         cfg = self.config
@@ -472,87 +475,41 @@ class Trainer:
                                     return_entropy=True, backend=self.config.loss.backend, validate=False)
         return (entropy * mask).sum()
 
-    def _record_evidence(self, task_ids, trajectories, reports, index: int) -> None:
-        group = self.config.rollout.group_size
-        sampler_rubrics = self.sampler.rubrics
-        for i, task_id in enumerate(task_ids):
-            chunk = reports[i * group:(i + 1) * group]
-            verdicts = {rubric_id: [report.judgments.get(rubric_id, _INVALID).verdict for report in chunk]
-                        for rubric_id in sampler_rubrics}
-            outcomes = [t.outcome for t in trajectories[i * group:(i + 1) * group]]
-            self.sampler.record_group(task_id, verdicts, index, outcomes=[min(1.0, max(0.0, o)) for o in outcomes])
-        if self.pool is not None:
-            self.pool.record([_only(report, {s.rubric_id for s in self.pool.active_rubrics()}) for report in reports],
-                             index)
-
-    def _adapt(self, index: int, trajectories, reports) -> bool:
-        changed = False
-        if self.main:
-            if self.pool is not None and self.pool.maybe_update(index, trajectories) is not None:
-                changed = True
-            if self._adaptation_due(index):
-                self.weaver.update(trajectories, reports, step=index + 1)
-                changed = True
-        changed = self._share_adaptive_state(changed)
-        if changed:
-            self._sync_sampler_rubrics()
-        return changed
-
-    def _share_adaptive_state(self, changed: bool = True) -> bool:
-        """Rank 0's pool and RewardWeaver state on every rank (reflection may call an LLM, so only rank 0
-        runs it); returns rank 0's `changed`."""
-        if self.world_size == 1:
-            return changed
-        shared = self.engine.broadcast({
-            "changed": changed,
-            "pool": self.pool.state_dict() if changed and self.pool is not None else None,
-            "weaver": self.weaver.state_dict() if changed and self.weaver is not None else None,
-        })
-        if not self.main and shared["changed"]:
-            if shared["pool"] is not None:
-                self.pool.load_state_dict(shared["pool"])
-            if shared["weaver"] is not None:
-                self.weaver.load_state_dict(shared["weaver"])
-        return shared["changed"]
-
-    def _sync_sampler_rubrics(self) -> None:
-        """The sampler follows the rubrics that currently steer training."""
-        if self.pool is not None:
-            rubrics = self.pool.rubric_capabilities()
-        elif self.weaver is not None:
-            rubrics = {rubric_id: self.rules[rubric_id].spec.capability for rubric_id in self.weaver.active}
-        else:
-            rubrics = {}
-        if rubrics != self.sampler.rubrics:
-            self.sampler.set_rubrics(rubrics)
-
-    def _active_count(self) -> int:
-        count = len(self.pool.active_rubrics()) if self.pool is not None else 0
-        return count + (len(self.weaver.active) if self.weaver is not None else 0)
-
     # ------------------------------------------------------------------ evaluation
 
     @torch.no_grad()
-    def evaluate(self, split: str = "eval", max_tasks: int | None = None) -> dict:
-        """Success rate and mean outcome on a split, one sampled episode per task with fixed seeds."""
+    def evaluate(self, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False) -> dict:
+        """Success rate and mean outcome on a split, one sampled episode per task with fixed seeds.
+
+        The prompt is the environment's base prompt: Arise withholds the evolved skills at evaluation.
+        `with_skills` (analysis only) adds the active skills and labels the metrics eval_with_skills/*.
+        """
         tasks = self.eval_tasks if split == "eval" else list(self.train_tasks.values())
         tasks = tasks[:max_tasks] if max_tasks else tasks
         first, last = self._my_groups(len(tasks))
+        prompt = self._skills_prompt() if with_skills else self.env.system_prompt
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(EVAL_SEED + self.rank)
             jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
-            rollouts = run_episodes(self.env, self.policy, jobs, self._system_prompt(), self.config.rollout.temperature,
+            rollouts = run_episodes(self.env, self.policy, jobs, prompt, self.config.rollout.temperature,
                                     self.config.rollout.max_new_tokens, generator=self.generator)
         outcomes = self._gathered([(r.outcome.success, r.outcome.reward) for r in rollouts])
+        name = f"{split}_with_skills" if with_skills else split
         return {
-            "step": self.step, "kind": "eval",
-            f"{split}/success_rate": float(np.mean([success for success, _ in outcomes])),
-            f"{split}/outcome_mean": float(np.mean([reward for _, reward in outcomes])),
-            f"{split}/episodes": len(outcomes),
+            "step": self.step, "kind": "eval_with_skills" if with_skills else "eval",
+            f"{name}/success_rate": float(np.mean([success for success, _ in outcomes])),
+            f"{name}/outcome_mean": float(np.mean([reward for _, reward in outcomes])),
+            f"{name}/episodes": len(outcomes),
         }
 
+    def _skills_prompt(self) -> str:
+        if self.method is not None:
+            return self.method.system_prompt(self.env.system_prompt)
+        return self._eval_skills_prompt or self.env.system_prompt
+
     @classmethod
-    def evaluate_checkpoint(cls, path: str | os.PathLike, split: str = "eval", max_tasks: int | None = None) -> dict:
+    def evaluate_checkpoint(cls, path: str | os.PathLike, split: str = "eval", max_tasks: int | None = None,
+                            with_skills: bool = False) -> dict:
         """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest)."""
         path = Path(path)
         if (path / "checkpoints" / "latest").exists():
@@ -562,7 +519,7 @@ class Trainer:
         trainer._resume_from = path
         trainer._evaluation_only = True
         trainer.setup()
-        return trainer.evaluate(split, max_tasks)
+        return trainer.evaluate(split, max_tasks, with_skills=with_skills)
 
     # ------------------------------------------------------------------ files
 
@@ -573,30 +530,31 @@ class Trainer:
             stream.write(json.dumps(row) + "\n")
 
     def _write_sampling(self) -> None:
-        if not isinstance(self.sampler, CapabilitySampler):
+        sampler = self.method.sampler
+        if not hasattr(sampler, "pair_probabilities"):
             return
-        pairs = self.sampler.pair_probabilities(self.step, num_draws=500)
+        pairs = sampler.pair_probabilities(self.step, num_draws=500)
         line = {"step": self.step, "pairs": [{"tag": tag, "capability": cap, "probability": p}
                                              for (tag, cap), p in pairs.items()]}
         with open(self._sampling_path, "a") as stream:
             stream.write(json.dumps(line) + "\n")
 
     def _write_adaptation_files(self) -> None:
-        if self.weaver is not None:
-            families = {cid: self.weaver.library[cid].capability.family for cid in self.weaver.library.ids()}
-            stages = []
-            for record in self.weaver.history.stages:
-                stages.append({"stage": record.stage, "start_step": record.start_step, "end_step": record.end_step,
-                               "active": list(record.active), "families": {c: families.get(c, "") for c in record.active},
-                               "strategy": record.strategy, "reason": record.reason})
-            atomic_write_bytes(self.out / "reward_stages.json", json.dumps(stages, indent=1).encode())
-            atomic_write_bytes(self.out / "reward_history.json",
-                               json.dumps(self.weaver.history.state_dict(), indent=1, default=str).encode())
-        if self.pool is not None:
-            counts = [{"step": row["step"], "active": row["active_rubrics"], "added": row["added"],
-                       "retired": row["retired"]} for row in self.pool.counts()]
-            atomic_write_bytes(self.out / "pool_counts.json", json.dumps(counts, indent=1).encode())
-            atomic_write_bytes(self.out / "pool_events.json", json.dumps(self.pool.history(), indent=1).encode())
+        if not self.main:
+            return
+        method = self.method
+        files = {}
+        if method.variant.has_stages:
+            files["reward_stages.json"] = method.reward_stages()
+            if method.reward_history() is not None:
+                files["reward_history.json"] = method.reward_history()
+                files["diagnostics.json"] = method.diagnostic_scores()
+        if method.pool is not None:
+            files["pool_counts.json"] = method.pool_counts()
+            files["pool_events.json"] = method.pool_events()
+            files["pool_rubrics.json"] = method.pool_rubrics()
+        for name, payload in files.items():
+            atomic_write_bytes(self.out / name, json.dumps(payload, indent=1, default=str).encode())
 
     def save_checkpoint(self) -> Path:
         """Everything an exact resume needs, written to a temporary folder and renamed into place."""
@@ -612,9 +570,7 @@ class Trainer:
         if self.main:
             torch.save({
                 "step": self.step, "config": config_to_dict(self.config), "world_size": self.world_size,
-                "sampler": self.sampler.state_dict(),
-                "pool": self.pool.state_dict() if self.pool is not None else None,
-                "weaver": self.weaver.state_dict() if self.weaver is not None else None,
+                "method": self.method.state_dict(),
                 "rng": rng,
             }, staging / "state.pt")
         else:
@@ -634,29 +590,32 @@ class Trainer:
         state = torch.load(path / "state.pt", weights_only=False)
         if self._evaluation_only:
             self.policy.model.load_state_dict(torch.load(path / "model.pt", weights_only=True))
-        else:
-            saved_world = int(state.get("world_size", 1))
-            if saved_world != self.world_size:
-                raise ValueError(f"--resume: checkpoint {path} was written by {saved_world} process(es); resume it "
-                                 f"with the same number (this run has {self.world_size})")
-            if self.engine.name == "torch" and not (path / "optimizer.pt").exists():
-                raise ValueError(f"--resume: checkpoint {path} was written by train.engine=deepspeed; the run's "
-                                 "config must keep that engine")
-            self.engine.load(path)
-        self.sampler.load_state_dict(state["sampler"])
-        if self.pool is not None:
-            if not state["pool"]:
-                raise ValueError(f"checkpoint {path} has no pool state but train.method={self.config.train.method}")
-            self.pool.load_state_dict(state["pool"])
-        if self.weaver is not None:
-            self.weaver.load_state_dict(state["weaver"])
+            pool = (state.get("method") or {}).get("pool")
+            if pool:
+                from rwcore.pool import render_system_prompt
+
+                skills = [pair["skill"] for pair in pool["pairs"] if pair["status"] == "active"]
+                self._eval_skills_prompt = render_system_prompt(self.env.system_prompt, skills)
+            self.step = int(state["step"])
+            return
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != self.world_size:
+            raise ValueError(f"--resume: checkpoint {path} was written by {saved_world} process(es); resume it "
+                             f"with the same number (this run has {self.world_size})")
+        if self.engine.name == "torch" and not (path / "optimizer.pt").exists():
+            raise ValueError(f"--resume: checkpoint {path} was written by train.engine=deepspeed; the run's "
+                             "config must keep that engine")
+        if "method" not in state:
+            raise ValueError(f"--resume: checkpoint {path} predates rwcore.AdaptiveMethod; start a new run")
+        self.method.load_state_dict(state["method"])  # refuses another variant, naming train.method
+        self.engine.load(path)
         rng = state["rng"] if self.main else torch.load(path / f"rng_rank{self.rank}.pt", weights_only=False)
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
         torch.set_rng_state(rng["torch"])
         self.step = int(state["step"])
         self.policy.version = self.step
-        if not self._evaluation_only and self.main:
+        if self.main:
             for log in (self._metrics_path, self._sampling_path):
                 _truncate_after(log, self.step)
         self.engine.barrier()  # no rank starts before rank 0 has truncated the logs
@@ -671,25 +630,6 @@ class Trainer:
 def _due(step: int, every: int) -> bool:
     """Whether a periodic action (every 0 = never) falls on `step`."""
     return every > 0 and step % every == 0
-
-
-_INVALID = RubricJudgment("", Verdict.INVALID, error="not judged")
-
-
-def _only(report: JudgeReport, rubric_ids: set) -> JudgeReport:
-    return JudgeReport(report.trajectory_id, {k: v for k, v in report.judgments.items() if k in rubric_ids},
-                       report.uncovered)
-
-
-def _verdict_matrix(reports: Sequence[JudgeReport], rubric_ids: Sequence[str]) -> np.ndarray:
-    """[N, R]: 1.0 pass, 0.0 fail, NaN for not applicable / invalid / not judged."""
-    matrix = np.full((len(reports), len(rubric_ids)), np.nan)
-    for row, report in enumerate(reports):
-        for col, rubric_id in enumerate(rubric_ids):
-            judgment = report.judgments.get(rubric_id)
-            if judgment is not None and judgment.verdict in (Verdict.PASS, Verdict.FAIL):
-                matrix[row, col] = 1.0 if judgment.verdict == Verdict.PASS else 0.0
-    return matrix
 
 
 def _truncate_after(path: Path, step: int) -> None:

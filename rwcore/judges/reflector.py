@@ -1,8 +1,9 @@
 """`OpenAIReflector`: Arise's reflection model and RewardWeaver's attribution / expansion model.
 
 One object implements `RubricReflector` (propose_rubric_skills, refine_skill), `Attributor`
-(attribute) and `CapabilityProposer` (propose_capabilities), plus Arise's initial trajectory
-analysis (`analyze_trajectories`), over the same chat client as `OpenAIJudge` (limits, time-outs,
+(attribute), `CapabilityProposer` (propose_capabilities), `EvaluatorReviser` (revise_evaluator)
+and `InstanceRubricWriter` (instance_rubrics), plus Arise's initial trajectory analysis
+(`analyze_trajectories`), over the same chat client as `OpenAIJudge` (limits, time-outs,
 retries, key handling: `rwcore.judges.client`). Prompts are the files in `prompts/`.
 
 Every request follows the judge's rules: instructions and operator data (rubrics, skills, the
@@ -57,6 +58,7 @@ from rwcore.judges.templates import (
 )
 from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.types import CAUSES, AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
+from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.judges")
 
@@ -520,3 +522,81 @@ class OpenAIReflector:
         async with self.client.session() as session:
             return await self._ask(session, "capability proposal", build, parse)
 
+
+    # ---- RewardWeaver: evaluator revision on the development partition ----------------------
+
+    def revise_evaluator(self, rubric: RubricSpec, disagreements: Sequence[tuple[Trajectory, Verdict, Verdict]]) -> str:
+        """Synchronous `arevise_evaluator`."""
+        return run_sync(self.arevise_evaluator(rubric, disagreements))
+
+    async def arevise_evaluator(self, rubric: RubricSpec,
+                                disagreements: Sequence[tuple[Trajectory, Verdict, Verdict]]) -> str:
+        """New evaluator instructions for `rubric` (RewardWeaver A.3, D.2: rubric-level diagnostics guide
+        revision) from development cases the evaluator got wrong: (trajectory, reference label, the
+        evaluator's verdict). The definition is kept; the first `max_trajectories_per_request` cases
+        are shown. Implements rwcore.types.EvaluatorReviser."""
+        if not isinstance(rubric, RubricSpec):
+            raise ValueError(f"rubric must be a RubricSpec, got {type(rubric).__name__}")
+        if isinstance(disagreements, (str, bytes)) or not isinstance(disagreements, Sequence) or not disagreements:
+            raise ValueError("disagreements must be a non-empty sequence of (trajectory, label, verdict)")
+        names = {Verdict.PASS: "pass", Verdict.FAIL: "fail", Verdict.NA: "not_applicable", Verdict.INVALID: "invalid"}
+        cases = []
+        for i, item in enumerate(disagreements[:self.max_trajectories_per_request]):
+            if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], Trajectory)
+                    and isinstance(item[1], Verdict) and isinstance(item[2], Verdict)):
+                raise ValueError(f"disagreements[{i}] must be (Trajectory, Verdict, Verdict)")
+            cases.append({**self._payload(item[0], ref=f"T{i}"), "reference_label": names[item[1]],
+                          "evaluator_verdict": names[item[2]]})
+
+        def build(request_id: str) -> list[dict[str, str]]:
+            return self._messages("evaluator_revision", request_id, {"cases": cases},
+                                  rubric=operator_json(rubric_payload(rubric)))
+
+        def parse(text: str, request_id: str) -> str:
+            obj = _single_object(text, "evaluator_instructions", self._checked_id(request_id))
+            return text_field(obj, "evaluator_instructions", required=True, max_chars=MAX_FIELD_CHARS).strip()
+
+        async with self.client.session() as session:
+            return await self._ask(session, f"evaluator revision of {rubric.rubric_id!r}", build, parse)
+
+    # ---- RewardWeaver ablation: instance-specific rubrics -----------------------------------
+
+    def instance_rubrics(self, context: Trajectory, max_rubrics: int) -> list[RubricSpec]:
+        """Synchronous `ainstance_rubrics`."""
+        return run_sync(self.ainstance_rubrics(context, max_rubrics))
+
+    async def ainstance_rubrics(self, context: Trajectory, max_rubrics: int) -> list[RubricSpec]:
+        """At most `max_rubrics` scored rubrics written for one task instance from `context` (its first
+        turns; the outcome is not shown). Ids are prefixed with the task id, so instances never share
+        a rubric. Implements rwcore.types.InstanceRubricWriter."""
+        context = check_trajectory(context, "context")
+        max_rubrics = check_count(max_rubrics, "max_rubrics")
+        if max_rubrics == 0:
+            return []
+        data = {"instance": self._payload(context, include_outcome=False)}
+
+        def build(request_id: str) -> list[dict[str, str]]:
+            return self._messages("instance_rubrics", request_id, data, max_rubrics=str(max_rubrics))
+
+        def parse(text: str, request_id: str) -> list[RubricSpec]:
+            obj = _single_object(text, "rubrics", self._checked_id(request_id))
+            taken: set[str] = set()
+            specs = []
+            for position, item in enumerate(_list_field(obj, "rubrics")[:max_rubrics]):
+                where = f"rubrics[{position}]"
+                if not isinstance(item, dict):
+                    raise SchemaError(f"{where} must be an object")
+                try:
+                    local = _new_id(item.get("rubric_id"), "rubric_id", taken)
+                    criterion = text_field(item, "criterion", required=True, max_chars=MAX_FIELD_CHARS).strip()
+                    applicability = text_field(item, "applicability", required=False, max_chars=MAX_FIELD_CHARS)
+                    instructions = text_field(item, "evaluator_instructions", required=False,
+                                              max_chars=MAX_FIELD_CHARS)
+                except SchemaError as error:
+                    raise SchemaError(f"{where}: {error}") from None
+                specs.append(RubricSpec(f"{context.task_id}:{local}", criterion, applicability.strip(), "instance",
+                                        instructions.strip(), scored=True))
+            return specs
+
+        async with self.client.session() as session:
+            return await self._ask(session, f"instance rubrics of {context.task_id!r}", build, parse)

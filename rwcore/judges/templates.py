@@ -35,7 +35,9 @@ _HEADER_COMMENT = re.compile(r"\A\s*<!--.*?-->\s*\n", re.DOTALL)
 TEMPLATE_NAMES: tuple[str, ...] = (
     "_untrusted_data",
     "capability_proposal",
+    "evaluator_revision",
     "failure_attribution",
+    "instance_rubrics",
     "rubric_evaluation",
     "rubric_evaluation_diagnostics",
     "rubric_evaluation_scored",

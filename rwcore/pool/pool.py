@@ -39,6 +39,7 @@ recorded for later steps stays for the next window.
 
 from __future__ import annotations
 
+import inspect
 import json
 import numbers
 import os
@@ -46,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from rwcore._io import atomic_write_bytes
+from rwcore.judged import JudgedBatch
 from rwcore.pool.lifecycle import transition
 from rwcore.pool.prompt import render_system_prompt
 from rwcore.pool.records import (
@@ -61,6 +63,7 @@ from rwcore.pool.window import WindowEvidence, parse_counts, parse_reports
 from rwcore.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_state
 from rwcore.types import RubricReflector, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.validation import check_int, check_trajectories, check_unit
+from rwcore.verdict import Verdict
 
 _STATE_KIND = "RubricSkillPool"
 _STATE_FORMAT = 1
@@ -99,6 +102,9 @@ class RubricSkillPool:
         The paper starts empty and lets the first update generate from initial rollouts.
     max_failures: failed trajectories kept per rubric and step and handed to refinement
         [256, the record limit of Arise B.3].
+    frozen: a fixed rubric set (Arise's frozen-rubrics ablation): `proposals` are the pool for the
+        whole run; updates never retire a pair nor ask for new ones, while skills still activate,
+        hide and refine by the same thresholds.
 
     Bad arguments raise ValueError naming them, and leave the pool unchanged.
     """
@@ -106,7 +112,8 @@ class RubricSkillPool:
     def __init__(self, reflector: RubricReflector | None = None, *, max_pool: int = 64, max_new: int = 8,
                  delta_pool: int = 10, eta_high: float = 0.9, eta_low: float = 0.3,
                  capabilities: Sequence[str] = DEFAULT_CAPABILITIES, base_prompt: str = "",
-                 proposals: Sequence[RubricSkillProposal] = (), max_failures: int = 256) -> None:
+                 proposals: Sequence[RubricSkillProposal] = (), max_failures: int = 256,
+                 frozen: bool = False) -> None:
         self._max_pool = check_int(max_pool, "max_pool", low=1)
         self._max_new = check_int(max_new, "max_new", low=0)
         self._delta_pool = check_int(delta_pool, "delta_pool", low=1)
@@ -121,6 +128,9 @@ class RubricSkillPool:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"capabilities must be non-empty strings, got {name!r}")
         self._max_failures = check_int(max_failures, "max_failures", low=0)
+        if not isinstance(frozen, bool):
+            raise ValueError(f"frozen must be True or False, got {frozen!r}")
+        self._frozen = frozen
         if not isinstance(base_prompt, str):
             raise ValueError(f"base_prompt must be a string, got {type(base_prompt).__name__}")
         self.base_prompt = base_prompt
@@ -128,7 +138,7 @@ class RubricSkillPool:
         self._config = {
             "max_pool": self._max_pool, "max_new": self._max_new, "delta_pool": self._delta_pool,
             "eta_high": self._eta_high, "eta_low": self._eta_low, "capabilities": list(self._capabilities),
-            "max_failures": self._max_failures,
+            "max_failures": self._max_failures, "frozen": self._frozen,
         }
 
         self._entries: dict[str, _Entry] = {}
@@ -268,6 +278,26 @@ class RubricSkillPool:
         counts, failures = parse_reports(reports, self._entries, self._retired_steps())
         self._window.add(step, counts, failures)
 
+    def record_judged(self, judged: JudgedBatch, step: int) -> None:
+        """Adds the pool's columns of a `rwcore.JudgedBatch` of step `step` (what `record` does for
+        reports, without rebuilding them): counts per rubric and the FAILed trajectory ids.
+        Columns of rubrics outside the pool are ignored; a pool rubric the batch did not judge
+        gets no evidence."""
+        step = self._check_record_step(step)
+        if not isinstance(judged, JudgedBatch):
+            raise ValueError(f"judged must be a rwcore.JudgedBatch, got {type(judged).__name__}")
+        counts: dict[str, list[int]] = {}
+        failures: dict[str, list[str]] = {}
+        for j, rubric_id in enumerate(judged.rubric_ids):
+            if rubric_id not in self._entries:
+                continue
+            column = judged.codes[:, j]
+            counts[rubric_id] = [int((column == code).sum()) for code in (Verdict.PASS, Verdict.FAIL, Verdict.NA,
+                                                                         Verdict.INVALID)]
+            failures[rubric_id] = [tid for tid, code in zip(judged.trajectory_ids, column)
+                                   if code == Verdict.FAIL and tid]
+        self._window.add(step, counts, failures)
+
     def record_counts(self, counts: Mapping[str, Sequence[int]], step: int) -> None:
         """Adds already-aggregated evidence {rubric id: (passes, fails)} of step `step` (no failure ids)."""
         step = self._check_record_step(step)
@@ -281,19 +311,28 @@ class RubricSkillPool:
         return (step + 1) % self._delta_pool == 0
 
     def maybe_update(self, step: int, trajectories: Sequence[Trajectory] = (), *,
-                     reflector: RubricReflector | None = None) -> PoolUpdate | None:
+                     reflector: RubricReflector | None = None, evidence: Sequence[Trajectory] | None = None,
+                     diagnostics: str | None = None) -> PoolUpdate | None:
         """`update(step, ...)` when step is an update step not yet run, else None."""
         if self.is_update_step(step) and step > self._last_update:
-            return self.update(step, trajectories, reflector=reflector)
+            return self.update(step, trajectories, reflector=reflector, evidence=evidence, diagnostics=diagnostics)
         return None
 
     def update(self, step: int, trajectories: Sequence[Trajectory] = (), *,
-               reflector: RubricReflector | None = None) -> PoolUpdate:
+               reflector: RubricReflector | None = None, evidence: Sequence[Trajectory] | None = None,
+               diagnostics: str | None = None) -> PoolUpdate:
         """Runs the scheduled update at the end of step `step` (see the module docstring); all or nothing.
 
-        trajectories: B_k, the recent rollouts the reflector reflects on (the pool
-            passes them through; selecting up to 256 diagnostic records is the
-            reflector's job) and from which each refined skill's failures are taken.
+        trajectories: the window's rollouts, where each refined skill's failures are looked up
+            (by the trajectory ids its FAIL verdicts were recorded with). An active skill due for
+            refinement whose failures are not among them is kept as it is, without a reflector call
+            (event "retained"): refinement needs failure evidence.
+        evidence: the records the reflector generates new pairs from (B_k: up to 256 diagnostic
+            records of the window, Arise B.3; `rwcore.AdaptiveMethod` selects them); default
+            `trajectories`.
+        diagnostics: compressed diagnostic text for the reflector (e.g. the judge's uncovered-
+            behaviour notes); passed as `diagnostics=` to reflectors whose
+            `propose_rubric_skills` takes that keyword.
         reflector: overrides the pool's reflector for this update.
         """
         step = check_int(step, "step", low=0)
@@ -305,6 +344,9 @@ class RubricSkillPool:
         if step <= self._last_update:
             raise ValueError(f"step {step} is not after the last update (step {self._last_update})")
         trajectories = check_trajectories(trajectories)
+        evidence = trajectories if evidence is None else check_trajectories(evidence, "evidence")
+        if diagnostics is not None and not isinstance(diagnostics, str):
+            raise ValueError(f"diagnostics must be a str or None, got {type(diagnostics).__name__}")
         if reflector is not None:
             reflector = _check_reflector(reflector, "reflector")
         else:
@@ -319,20 +361,22 @@ class RubricSkillPool:
             window[rubric_id] = self._window.totals(rubric_id, low, step)
             rates[rubric_id] = pass_rate(*window[rubric_id][:2])
             plan[rubric_id] = transition(rates[rubric_id], entry.status, self._eta_low, self._eta_high)
+            if self._frozen and plan[rubric_id] == "retired":
+                plan[rubric_id] = "retained"  # a frozen pool keeps every rubric; only skills change
 
         # 2. refinement of active skills that still fail (eq. 8)
         refined: dict[str, str] = {}
         for rubric_id, kind in plan.items():
             if kind != "refined":
                 continue
-            if reflector is None:
-                raise ValueError(f"reflector is needed: the active skill of {rubric_id!r} must be refined")
             failed_ids = set(self._window.failure_ids(rubric_id, low, step))
             failures = [t for t in trajectories if t.trajectory_id in failed_ids]
-            if self._max_failures:
-                failures = failures[-self._max_failures:]
-            else:
-                failures = []
+            failures = failures[-self._max_failures:] if self._max_failures else []
+            if not failures:
+                plan[rubric_id] = "retained"  # nothing to refine from: keep the skill, ask nobody
+                continue
+            if reflector is None:
+                raise ValueError(f"reflector is needed: the active skill of {rubric_id!r} must be refined")
             entry = self._entries[rubric_id]
             text = reflector.refine_skill(entry.spec, entry.skill, failures)
             if not isinstance(text, str) or not text.strip():
@@ -343,7 +387,7 @@ class RubricSkillPool:
 
         # 3. new pairs (eq. 4), within the pool limits
         retiring = [rid for rid, kind in plan.items() if kind == "retired"]
-        room = min(self._max_new, self._max_pool - (len(self._entries) - len(retiring)))
+        room = 0 if self._frozen else min(self._max_new, self._max_pool - (len(self._entries) - len(retiring)))
         new_pairs: list[tuple[RubricSpec, str]] = []
         dropped = 0
         next_id = self._next_id
@@ -353,7 +397,10 @@ class RubricSkillPool:
                     f"reflector is needed: the update has room for {room} new pairs (use max_new=0 for a fixed pool)"
                 )
             existing = [entry.spec for entry in self._entries.values()]
-            proposals = reflector.propose_rubric_skills(trajectories, existing, room)
+            if diagnostics is not None and _takes_diagnostics(reflector):
+                proposals = reflector.propose_rubric_skills(evidence, existing, room, diagnostics=diagnostics)
+            else:
+                proposals = reflector.propose_rubric_skills(evidence, existing, room)
             argument = "reflector.propose_rubric_skills(...)"
             if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Sequence):
                 raise ValueError(f"{argument} must return a list of RubricSkillProposal, got {type(proposals).__name__}")
@@ -593,6 +640,15 @@ class RubricSkillPool:
 
 def _is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _takes_diagnostics(reflector) -> bool:
+    """Whether `reflector.propose_rubric_skills` accepts a `diagnostics` keyword."""
+    try:
+        parameters = inspect.signature(reflector.propose_rubric_skills).parameters
+    except (TypeError, ValueError):
+        return False
+    return "diagnostics" in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
 
 
 def _check_reflector(reflector, argument: str) -> RubricReflector:

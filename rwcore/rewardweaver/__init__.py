@@ -41,6 +41,7 @@ from rwcore.rewardweaver.attribution import (
     low_outcome_mask,
     per_task_threshold,
     screen_record,
+    verdict_retriever,
 )
 from rwcore.rewardweaver.expansion import ExpansionResult, ExpansionTrigger, expand_library, find_expansion_triggers
 from rwcore.rewardweaver.history import RewardHistory, StageRecord
@@ -125,5 +126,6 @@ __all__ = [
     "select",
     "spearman",
     "spearman_by_stage",
+    "verdict_retriever",
     "within_stage_spearman",
 ]

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability, _exact_fields
-from rwcore.types import Judge, JudgeReport, RubricSpec, Trajectory
+from rwcore.types import EvaluatorReviser, Judge, JudgeReport, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 from rwcore.validation import check_int, check_str, check_unit
 
@@ -198,14 +198,59 @@ def acceptance_test(
     heldout_sources: Sequence[str] | None = None,
     config: AdmissionConfig | None = None,
     evaluator_id: str | None = None,
+    reviser: EvaluatorReviser | None = None,
+    max_revisions: int = 1,
 ) -> tuple[AdmissionReport, AdmittedCapability | None]:
     """Source-disjoint acceptance test of one candidate; returns (report, entry or None).
 
     Give either `cases` (partitioned by `partition_by_source`, using
     `heldout_sources` or the config's fraction and seed) or `heldout_cases`
     (and optionally `dev_cases`, which must not share a source with them).
-    Only the held-out partition is evaluated. Pure: nothing is stored.
+    Acceptance is decided on the held-out partition alone. Pure: nothing is stored.
+
+    reviser: when the held-out test rejects the candidate, the evaluator is run on the
+        development partition and `reviser.revise_evaluator(rubric, disagreements)` writes new
+        evaluator instructions from the development cases it got wrong (the held-out cases are
+        never shown to it); the revised candidate (same definition, new evaluator_prompt) is then
+        re-tested on the held-out partition - at most `max_revisions` times, and never when the
+        development partition is empty or holds no disagreement. The returned report is the last
+        test's; its reasons say how many revisions were made.
     """
+    if reviser is not None and not isinstance(reviser, EvaluatorReviser):
+        raise ValueError("reviser must implement rwcore.types.EvaluatorReviser (revise_evaluator)")
+    max_revisions = check_int(max_revisions, "max_revisions", low=0)
+    report, entry, dev, heldout, candidate, name = _accept(candidate, evaluator, cases, dev_cases, heldout_cases,
+                                                           heldout_sources, config, evaluator_id)
+    revisions = 0
+    while entry is None and reviser is not None and revisions < max_revisions and dev:
+        rubric = candidate.rubric
+        dev_reports = run_judge(evaluator, [c.trajectory for c in dev], [rubric], "evaluator")
+        disagreements = []
+        for case, dev_report in zip(dev, dev_reports):
+            judgment = dev_report.judgments.get(rubric.rubric_id)
+            verdict = Verdict.INVALID if judgment is None else judgment.verdict
+            if verdict != case.label:
+                disagreements.append((case.trajectory, case.label, verdict))
+        if not disagreements:
+            break
+        prompt = reviser.revise_evaluator(rubric, disagreements)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError(f"reviser.revise_evaluator returned {prompt!r} for {rubric.rubric_id!r}; "
+                             "evaluator instructions must be non-empty text")
+        revisions += 1
+        candidate = replace(candidate, evaluator_prompt=prompt.strip())
+        report, entry, *_ = _accept(candidate, evaluator, None, dev, heldout, None, config, name)
+    if revisions:
+        note = (f"after {revisions} evaluator revision(s) from {len(dev)} development case(s); "
+                "the held-out partition decided")
+        report = _with(report, reasons=report.reasons + (note,))
+        if entry is not None:
+            entry = AdmittedCapability.create(candidate, name, report)
+    return report, entry
+
+
+def _accept(candidate, evaluator, cases, dev_cases, heldout_cases, heldout_sources, config, evaluator_id):
+    """One held-out test: (report, entry or None, dev, heldout, candidate, evaluator name)."""
     config = config if config is not None else AdmissionConfig()
     if not isinstance(config, AdmissionConfig):
         raise ValueError(f"config must be an AdmissionConfig, got {type(config).__name__}")
@@ -311,14 +356,14 @@ def acceptance_test(
         shown = "undefined (no valid judgment)" if validity is None else f"{validity:.3f}"
         problems.append(f"validity rate {shown} below min_validity {config.min_validity}")
     if problems:
-        return _with(report, reasons=tuple(problems)), None
+        return _with(report, reasons=tuple(problems)), None, dev, heldout, candidate, name
     reason = (
         f"admitted: validity {validity:.3f} >= {config.min_validity} on {counts['valid']} valid of "
         f"{len(heldout)} held-out cases from {len(report.heldout_sources)} source(s); applicable pass rate "
         f"{pass_rate:.3f}"
     )
     report = _with(report, admitted=True, reasons=(reason,))
-    return report, AdmittedCapability.create(candidate, name, report)
+    return report, AdmittedCapability.create(candidate, name, report), dev, heldout, candidate, name
 
 
 def rejected_report(candidate_id: str, reason: str, evaluator: str = "", config: AdmissionConfig | None = None) -> AdmissionReport:

@@ -2,7 +2,7 @@
 
 1. `low_outcome_mask`: the cohort F = {tau : q_o(R_o(tau), x) = 1}.
 2. `attribute`: for each trajectory of a cohort, candidate capabilities C_i
-   (all of them, or a retrieval function's pick), records a_{i,d} = (s, c, e)
+   (all of them, or a retrieval function's pick, e.g. `verdict_retriever`), records a_{i,d} = (s, c, e)
    from an `Attributor`, and the screening of every record. A record earns
    credit only when it states a deficit (s), with observable evidence (e), at
    confidence c >= min_confidence, caused by the policy. Every rejected record
@@ -21,6 +21,7 @@ import numpy as np
 
 from rwcore.rewardweaver.library import CapabilityLibrary
 from rwcore.types import AttributionRecord, Attributor, RubricSpec, Trajectory
+from rwcore.verdict import Verdict
 from rwcore.validation import check_int, check_trajectories, check_unit
 
 REJECTION_REASONS: tuple[str, ...] = (
@@ -40,6 +41,34 @@ LowOutcomeRule = float | Callable[[float, Trajectory], bool]
 
 Retriever = Callable[[Trajectory, Sequence[RubricSpec]], Sequence[str]]
 """Candidate retrieval: (trajectory, all candidate rubrics) -> ids of the candidates C_i."""
+
+
+def verdict_retriever(trajectory_ids: Sequence[str], capability_ids: Sequence[str], codes: np.ndarray,
+                      max_candidates: int = 8) -> Retriever:
+    """Candidate retrieval from judge verdicts: for each trajectory, the capabilities the judge found
+    applicable (FAIL first, then INVALID - the judge could not tell - then PASS; library order within
+    each), at most `max_candidates`. A capability judged not applicable is never a candidate, so a
+    failure no admitted capability applies to stays unattributed (controlled expansion's trigger).
+
+    trajectory_ids: the N judged trajectories; codes: uint8 [N, D] Verdict codes over `capability_ids`.
+    """
+    codes = np.asarray(codes)
+    ids = tuple(capability_ids)
+    if codes.shape != (len(trajectory_ids), len(ids)):
+        raise ValueError(f"codes must have shape ({len(trajectory_ids)}, {len(ids)}), got {codes.shape}")
+    max_candidates = check_int(max_candidates, "max_candidates", low=1)
+    row_of = {tid: i for i, tid in enumerate(trajectory_ids)}
+    order = (int(Verdict.FAIL), int(Verdict.INVALID), int(Verdict.PASS))
+
+    def retrieve(trajectory: Trajectory, candidates: Sequence[RubricSpec]) -> list[str]:
+        allowed = {spec.rubric_id for spec in candidates}
+        row = row_of.get(trajectory.trajectory_id)
+        if row is None:  # not judged in this update: every candidate
+            return [spec.rubric_id for spec in candidates]
+        picked = [cid for code in order for j, cid in enumerate(ids) if codes[row, j] == code and cid in allowed]
+        return picked[:max_candidates]
+
+    return retrieve
 
 
 def low_outcome_mask(trajectories: Sequence[Trajectory], q_o: LowOutcomeRule = 0.5) -> np.ndarray:

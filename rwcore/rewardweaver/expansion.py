@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rwcore.judged import JudgedBatch
 from rwcore.rewardweaver.attribution import AttributionResult
 from rwcore.rewardweaver.admission import LabelledCase, acceptance_test, evaluator_name, rejected_report
 from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability
@@ -79,7 +80,7 @@ def find_expansion_triggers(
     """Recurrent uncovered failures among the `cohort` (low-outcome trajectories).
 
     attribution: the cohort's attribution (its `unattributed` trajectories count).
-    reports: judge reports; only those of cohort trajectories are read, for `uncovered`.
+    reports: judge reports or a JudgedBatch; only the cohort's are read, for `uncovered`.
     """
     cohort = check_trajectories(cohort, "cohort", need_ids=True, finite_outcomes=True)
     min_recurrence = check_int(min_recurrence, "min_recurrence", low=1)
@@ -95,29 +96,39 @@ def find_expansion_triggers(
                 "unattributed", "low-outcome failures with no supported capability in the library", unattributed
             ))
     if reports is not None:
-        if isinstance(reports, (str, bytes)) or not isinstance(reports, Sequence):
-            raise ValueError("reports must be a sequence of JudgeReport")
         seen_text: dict[str, str] = {}
         where: dict[str, list[str]] = {}
         order = {tid: i for i, tid in enumerate(ids)}
-        for i, report in enumerate(reports):
-            if not isinstance(report, JudgeReport):
-                raise ValueError(f"reports[{i}] must be a JudgeReport, got {type(report).__name__}")
-            if report.trajectory_id not in members:
+        for trajectory_id, notes in _uncovered_notes(reports):
+            if trajectory_id not in members:
                 continue
-            for text in report.uncovered:
+            for text in notes:
                 if not isinstance(text, str) or not text.strip():
                     continue
                 key = _normalize(text)
                 seen_text.setdefault(key, text.strip())
                 bucket = where.setdefault(key, [])
-                if report.trajectory_id not in bucket:
-                    bucket.append(report.trajectory_id)
+                if trajectory_id not in bucket:
+                    bucket.append(trajectory_id)
         for key, tids in where.items():
             if len(tids) >= min_recurrence:
                 tids.sort(key=order.__getitem__)
                 triggers.append(ExpansionTrigger("uncovered_behaviour", seen_text[key], tuple(tids)))
     return triggers
+
+
+def _uncovered_notes(reports) -> list[tuple[str, tuple[str, ...]]]:
+    """(trajectory id, uncovered-behaviour notes) of judge reports or a JudgedBatch."""
+    if isinstance(reports, JudgedBatch):
+        return list(zip(reports.trajectory_ids, reports.uncovered))
+    if isinstance(reports, (str, bytes)) or not isinstance(reports, Sequence):
+        raise ValueError("reports must be a sequence of JudgeReport or a JudgedBatch")
+    out = []
+    for i, report in enumerate(reports):
+        if not isinstance(report, JudgeReport):
+            raise ValueError(f"reports[{i}] must be a JudgeReport, got {type(report).__name__}")
+        out.append((report.trajectory_id, tuple(report.uncovered)))
+    return out
 
 
 def _cases(provider: CaseProvider, candidate: Capability):
@@ -139,6 +150,8 @@ def expand_library(
     max_new: int = 2,
     evaluator_id: str | None = None,
     commit: bool = True,
+    reviser=None,
+    max_revisions: int = 1,
 ) -> ExpansionResult:
     """Proposes capabilities for `triggers` and admits those that pass acceptance testing.
 
@@ -147,7 +160,8 @@ def expand_library(
     candidates (extra proposals are ignored). A candidate whose id the library
     already holds, that repeats an earlier proposal or is malformed, is rejected
     without a test. Every other candidate runs `acceptance_test` with the
-    library's config on `acceptance_cases(candidate)`. With `commit` the admitted
+    library's config on `acceptance_cases(candidate)` (revised on its development partition by
+    `reviser`, when given, before a re-test). With `commit` the admitted
     entries are added to the library together, after every test ran; otherwise
     they are only returned (`result.entries`).
     """
@@ -197,9 +211,12 @@ def expand_library(
             continue
         taken.add(cid)
         cases, dev, heldout = _cases(acceptance_cases, candidate)
+        if not (cases if cases is not None else heldout):
+            reports.append(rejected_report(cid, "no labelled cases to test its evaluator on", name, library.config))
+            continue
         report, entry = acceptance_test(
             candidate, evaluator, cases, dev_cases=dev, heldout_cases=heldout,
-            config=library.config, evaluator_id=name,
+            config=library.config, evaluator_id=name, reviser=reviser, max_revisions=max_revisions,
         )
         reports.append(report)
         if entry is not None:

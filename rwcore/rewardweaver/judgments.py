@@ -2,63 +2,36 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from rwcore.types import JudgeReport
+from rwcore.judged import JudgedBatch, report_matrix
 from rwcore.verdict import Verdict
 from rwcore.validation import check_ids
 
 
 def judgment_matrix(
-    reports: Sequence[JudgeReport],
+    reports,
     capability_ids: Sequence[str],
     *,
     trajectory_ids: Sequence[str] | None = None,
     argument: str = "reports",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(values, codes) for `capability_ids` over `reports`.
+    """(values float64 [N, A], codes uint8 [N, A]) for `capability_ids`.
 
-    values: float64 [N, A], the judgment's `value` (score, else 1.0 PASS / 0.0 FAIL);
-        NaN where the verdict is NA or INVALID or the report has no judgment for it.
-    codes: uint8 [N, A], Verdict codes; a missing judgment counts as INVALID (the
-        judge did not deliver it), never as a pass or a fail.
-    trajectory_ids: when given, reports[i].trajectory_id must equal trajectory_ids[i].
-    Extra judgments in a report (other rubrics) are ignored.
+    reports: a sequence of JudgeReport (one per trajectory) or a `rwcore.JudgedBatch` that
+        judged every one of `capability_ids`. See `rwcore.judged.report_matrix` for the values
+        (NaN for NA / INVALID / missing) and codes (a missing judgment is INVALID).
+    trajectory_ids: when given, the reports' trajectory ids must equal them, in order.
     """
-    ids = check_ids(capability_ids, "capability_ids")
-    if isinstance(reports, (str, bytes)) or not isinstance(reports, Sequence):
-        raise ValueError(f"{argument} must be a sequence of JudgeReport, got {type(reports).__name__}")
-    if trajectory_ids is not None and len(trajectory_ids) != len(reports):
-        raise ValueError(f"{argument} has {len(reports)} reports for {len(trajectory_ids)} trajectories")
-    n, a = len(reports), len(ids)
-    values = np.full((n, a), np.nan, dtype=np.float64)
-    codes = np.full((n, a), int(Verdict.INVALID), dtype=np.uint8)
-    for i, report in enumerate(reports):
-        if not isinstance(report, JudgeReport) or not isinstance(report.judgments, Mapping):
-            raise ValueError(f"{argument}[{i}] must be a JudgeReport, got {type(report).__name__}")
-        if trajectory_ids is not None and report.trajectory_id != trajectory_ids[i]:
-            raise ValueError(
-                f"{argument}[{i}].trajectory_id is {report.trajectory_id!r}, expected {trajectory_ids[i]!r}"
-            )
-        for j, cid in enumerate(ids):
-            judgment = report.judgments.get(cid)
-            if judgment is None:
-                continue
-            verdict = judgment.verdict
-            if not isinstance(verdict, Verdict):
-                raise ValueError(f"{argument}[{i}].judgments[{cid!r}].verdict must be a rwcore.Verdict, got {verdict!r}")
-            codes[i, j] = int(verdict)
-            value = judgment.value
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                    or not math.isfinite(float(value)) or not 0.0 <= float(value) <= 1.0:
-                raise ValueError(f"{argument}[{i}].judgments[{cid!r}] has value {value!r}, expected a number in [0, 1]")
-            values[i, j] = float(value)
-    return values, codes
+    if isinstance(reports, JudgedBatch):
+        ids = check_ids(capability_ids, "capability_ids")
+        if trajectory_ids is not None and tuple(trajectory_ids) != reports.trajectory_ids:
+            raise ValueError(f"{argument} holds other trajectories than the ones given (ids differ)")
+        part = reports.columns(ids)
+        return part.values.copy(), part.codes.copy()
+    return report_matrix(reports, capability_ids, trajectory_ids=trajectory_ids, argument=argument)
 
 
 def judge_failure_rates(codes: np.ndarray, mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -113,8 +113,13 @@ class CapabilityLibrary:
         heldout_cases: Sequence[LabelledCase] | None = None,
         heldout_sources: Sequence[str] | None = None,
         evaluator_id: str | None = None,
+        reviser=None,
+        max_revisions: int = 1,
     ) -> AdmissionReport:
         """Runs `acceptance_test` with this library's config; adds the entry when it passes.
+
+        reviser / max_revisions: evaluator revision on the development partition before a
+        rejected candidate is re-tested on the held-out partition (see `acceptance_test`).
 
         A candidate whose id the library already holds (admitted or withdrawn) is
         refused with a ValueError: an admitted capability is never modified;
@@ -130,7 +135,7 @@ class CapabilityLibrary:
         report, entry = acceptance_test(
             candidate, evaluator, cases,
             dev_cases=dev_cases, heldout_cases=heldout_cases, heldout_sources=heldout_sources,
-            config=self._config, evaluator_id=evaluator_id,
+            config=self._config, evaluator_id=evaluator_id, reviser=reviser, max_revisions=max_revisions,
         )
         if entry is not None:
             self._insert([entry])

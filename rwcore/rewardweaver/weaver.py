@@ -31,6 +31,7 @@ from rwcore.rewardweaver.attribution import (
     aggregate,
     attribute,
     low_outcome_mask,
+    verdict_retriever,
 )
 from rwcore.rewardweaver.expansion import CaseProvider, ExpansionResult, expand_library, find_expansion_triggers
 from rwcore.rewardweaver.history import RewardHistory, StageRecord, _parse as _parse_history
@@ -44,7 +45,7 @@ from rwcore.rewardweaver.selection import (
     SelectionStrategy,
     make_strategy,
 )
-from rwcore.types import Attributor, CapabilityProposer, Judge, JudgeReport, RubricSpec, Trajectory
+from rwcore.types import Attributor, CapabilityProposer, EvaluatorReviser, Judge, JudgeReport, RubricSpec, Trajectory
 from rwcore.validation import check_int, check_trajectories, check_unit
 
 _FORMAT = "rwcore.reward_weaver"
@@ -91,7 +92,16 @@ class RewardWeaver:
             (outcome, trajectory) -> bool [0.5].
         min_confidence: attribution records below it are rejected [0.5].
         min_support: a failure mode is recurrent on >= this many distinct trajectories [3].
-        retrieve: optional candidate retrieval (trajectory, rubrics) -> capability ids.
+        retrieve: candidate retrieval per failed trajectory: "verdicts" (default) takes the
+            capabilities the judge found applicable to it in the update's reports (FAIL, then
+            INVALID, then PASS, library order within each, at most `max_candidates`); "all" gives
+            every capability to every trajectory; or a callable (trajectory, rubrics) -> ids.
+            Without reports "verdicts" falls back to "all".
+        max_candidates: the most candidates "verdicts" retrieval hands the attributor [8].
+        analyze_cohorts: at every update also attribute the low-outcome cohort (when the strategy
+            would not) and up to `max_success_attributions` success trajectories, and record both
+            cohorts' deficit rates (appendix E's F_fail and F_succ; analysis only - selection never
+            reads the success side unless the strategy is the success-failure contrast).
         initial_active: when given, stage 0 opens at step 0 with this active set;
             otherwise stage 0 opens at the first `update` (outcome-only reward until then).
         max_success_attributions: cap on success trajectories attributed for the contrast
@@ -100,6 +110,8 @@ class RewardWeaver:
             acceptance_cases(candidate) gives the labelled cases for its admission test.
         max_new: candidates asked of the proposer per update [2].
         min_recurrence: an uncovered failure recurs on >= this many trajectories [min_support].
+        reviser, max_revisions: evaluator revision on a rejected candidate's development partition
+            before it is re-tested on the held-out partition (`acceptance_test`).
         empty_value: process term of a trajectory with no defined active judgment [0.0].
         seed: seeds the generator used by "random", "random_trajectory" and success sampling.
     """
@@ -114,7 +126,9 @@ class RewardWeaver:
         low_outcome: LowOutcomeRule = 0.5,
         min_confidence: float = 0.5,
         min_support: int = 3,
-        retrieve: Retriever | None = None,
+        retrieve: str | Retriever = "verdicts",
+        max_candidates: int = 8,
+        analyze_cohorts: bool = False,
         initial_active: Sequence[str] | None = None,
         max_success_attributions: int | None = None,
         proposer: CapabilityProposer | None = None,
@@ -122,6 +136,8 @@ class RewardWeaver:
         acceptance_cases: CaseProvider | None = None,
         max_new: int = 2,
         min_recurrence: int | None = None,
+        reviser: EvaluatorReviser | None = None,
+        max_revisions: int = 1,
         empty_value: float = 0.0,
         seed: int = 0,
     ) -> None:
@@ -144,8 +160,14 @@ class RewardWeaver:
             raise ValueError("proposer must implement rwcore.types.CapabilityProposer")
         if evaluator is not None and not isinstance(evaluator, Judge):
             raise ValueError("evaluator must implement rwcore.types.Judge")
-        if retrieve is not None and not callable(retrieve):
-            raise ValueError("retrieve must be a callable (trajectory, rubrics) -> capability ids")
+        if reviser is not None and not isinstance(reviser, EvaluatorReviser):
+            raise ValueError("reviser must implement rwcore.types.EvaluatorReviser (revise_evaluator)")
+        self._reviser = reviser
+        if retrieve is None:
+            retrieve = "all"
+        if not callable(retrieve) and retrieve not in ("verdicts", "all"):
+            raise ValueError(f"retrieve must be 'verdicts', 'all' or a callable (trajectory, rubrics) -> capability "
+                             f"ids, got {retrieve!r}")
         self._library = library
         self._attributor = attributor
         self._low_outcome = low_outcome
@@ -161,8 +183,12 @@ class RewardWeaver:
             "max_success_attributions": None if max_success_attributions is None
             else check_int(max_success_attributions, "max_success_attributions", low=0),
             "expansion": proposer is not None,
+            "retrieve": retrieve if isinstance(retrieve, str) else "callable",
+            "max_candidates": check_int(max_candidates, "max_candidates", low=1),
+            "analyze_cohorts": bool(analyze_cohorts),
             "max_new": check_int(max_new, "max_new", low=0),
             "min_recurrence": min_support if min_recurrence is None else check_int(min_recurrence, "min_recurrence", low=1),
+            "max_revisions": check_int(max_revisions, "max_revisions", low=0),
             "empty_value": float(empty_value),
             "seed": check_int(seed, "seed", low=0),
         }
@@ -237,9 +263,10 @@ class RewardWeaver:
         """One outer-loop update from a batch of on-policy trajectories (all or nothing).
 
         trajectories: the batch (distinct non-empty trajectory ids, finite outcomes).
-        reports: optional judge reports, reports[i] for trajectories[i]; required by
-            "dynamic_topk" (judgments of library capabilities on the low-outcome trajectories).
-            Used for the performance summary and uncovered-behaviour expansion triggers.
+        reports: optional judge reports (reports[i] for trajectories[i]) or a `rwcore.JudgedBatch`
+            over the whole library; required by "dynamic_topk" (judgments of library capabilities
+            on the low-outcome trajectories). Used for candidate retrieval, the performance
+            summary and uncovered-behaviour expansion triggers.
         step: the optimizer step; the open stage ends and the new one starts here.
         performance: extra finite numbers for y_k (must not reuse the built-in keys).
         """
@@ -264,18 +291,23 @@ class RewardWeaver:
 
         low = low_outcome_mask(trajectories, self._low_outcome)
         rng = make_rng(rng_state(self._rng))
+        retrieve = self._retriever(ids, library_ids, codes)
         attribution = failures = success_attribution = successes = None
-        if "attribution" in needs:
+        if "attribution" in needs or self._config["analyze_cohorts"]:
+            if self._attributor is None:
+                raise ValueError("attributor is required to analyze the low-outcome cohort (analyze_cohorts)")
             diagnose = np.asarray(self._strategy.diagnosis_mask(low, rng), dtype=bool)
             if diagnose.shape != low.shape:
                 raise ValueError("strategy.diagnosis_mask returned a mask of the wrong shape")
-            attribution, failures = self._attribute([t for t, m in zip(trajectories, diagnose) if m])
-        if "success_attribution" in needs:
+            attribution, failures = self._attribute([t for t, m in zip(trajectories, diagnose) if m], retrieve)
+        if "success_attribution" in needs or self._config["analyze_cohorts"]:
+            if self._attributor is None:
+                raise ValueError("attributor is required to analyze success trajectories (analyze_cohorts)")
             success = np.flatnonzero(~low)
             cap = self._config["max_success_attributions"]
             if cap is not None and success.size > cap:
                 success = np.sort(rng.choice(success, size=cap, replace=False))
-            success_attribution, successes = self._attribute([trajectories[i] for i in success])
+            success_attribution, successes = self._attribute([trajectories[i] for i in success], retrieve)
         fail_rates = None
         if codes is not None:
             rates, _ = judge_failure_rates(codes, low)
@@ -287,7 +319,9 @@ class RewardWeaver:
             selection = self._strategy.select(SelectionInput(
                 library_ids=library_ids, budget=self._config["budget"],
                 previous=tuple(cid for cid in previous if cid in set(library_ids)),
-                failures=failures, successes=successes, judge_fail_rates=fail_rates, rng=rng,
+                failures=failures if "attribution" in needs else None,
+                successes=successes if "success_attribution" in needs else None,
+                judge_fail_rates=fail_rates, rng=rng,
             ))
             active = self._library.check_ids(selection.active, "selection.active")
             if len(active) > self._config["budget"]:
@@ -302,11 +336,14 @@ class RewardWeaver:
                 )
                 expansion = expand_library(
                     self._library, self._proposer, triggers, cohort, self._evaluator, self._acceptance_cases,
-                    max_new=self._config["max_new"], commit=False,
+                    max_new=self._config["max_new"], commit=False, reviser=self._reviser,
+                    max_revisions=self._config["max_revisions"],
                 )
             summary = self._performance(trajectories, low, reports, extra)
             diagnosis = self._diagnosis(len(trajectories), low, attribution, failures, success_attribution,
                                         successes, fail_rates)
+            if expansion is not None:
+                diagnosis["expansion"] = expansion.summary()
         except BaseException:
             self._strategy.load_state_dict(strategy_state)
             raise
@@ -335,8 +372,18 @@ class RewardWeaver:
             expansion=expansion, closed=closed, opened=opened,
         )
 
-    def _attribute(self, cohort: list[Trajectory]) -> tuple[AttributionResult, AggregatedFailures]:
-        result = attribute(cohort, self._library, self._attributor, retrieve=self._retrieve,
+    def _retriever(self, trajectory_ids: Sequence[str], library_ids: Sequence[str],
+                   codes: np.ndarray | None) -> Retriever | None:
+        """The update's candidate retrieval (None: every capability is a candidate)."""
+        if callable(self._retrieve):
+            return self._retrieve
+        if self._retrieve == "all" or codes is None:
+            return None
+        return verdict_retriever(trajectory_ids, library_ids, codes, self._config["max_candidates"])
+
+    def _attribute(self, cohort: list[Trajectory], retrieve: Retriever | None) -> tuple[AttributionResult,
+                                                                                       AggregatedFailures]:
+        result = attribute(cohort, self._library, self._attributor, retrieve=retrieve,
                            min_confidence=self._config["min_confidence"])
         return result, aggregate(result, min_support=self._config["min_support"])
 

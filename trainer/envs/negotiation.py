@@ -487,6 +487,12 @@ class NegotiationEnv:
 
         return rubrics.NegotiationReflector(self)
 
+    def initial_library(self) -> tuple[str, ...]:
+        """The rules RewardWeaver's library starts from (the rest are for controlled expansion)."""
+        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+
+        return rubrics.INITIAL_LIBRARY
+
     def attributor(self):
         from rwcore.trainer.envs import negotiation_rubrics as rubrics
 

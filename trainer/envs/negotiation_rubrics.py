@@ -296,12 +296,18 @@ def rule_judge_rules(env: NegotiationEnv | None = None) -> dict:
 
 
 class NegotiationReflector:
-    """rwcore.types.RubricReflector without an LLM.
+    """Arise's reflection model and RewardWeaver's proposers without an LLM.
 
-    propose_rubric_skills: rules not in `existing` that FAIL on at least `min_fail_rate` of the
-    trajectories where they apply (and at least once), most failures first (ties: library
-    order), with the rule's first skill text. refine_skill: the next variant of the rule's skill
-    texts (cycling); an unknown rubric keeps its skill.
+    rwcore.types.RubricReflector - propose_rubric_skills: rules not in `existing` that FAIL on at
+    least `min_fail_rate` of the trajectories where they apply (and at least once), most failures
+    first (ties: library order), with the rule's first skill text; its evidence is the
+    trajectories' episode state, so a `diagnostics` text is accepted and not needed.
+    refine_skill: the next variant of the rule's skill texts (cycling); an unknown rubric keeps
+    its skill.
+    rwcore.types.CapabilityProposer - propose_capabilities: the same ranking over the failures,
+    as capability candidates (unscored rule rubrics) not already in the library.
+    rwcore.types.InstanceRubricWriter - instance_rubrics: the rules that can apply to the task
+    instance (read from its scenario sheet), the ones specific to its kind first.
     """
 
     def __init__(self, env: NegotiationEnv | None = None, min_fail_rate: float = 0.2) -> None:
@@ -329,11 +335,7 @@ class NegotiationReflector:
             stats[rule.rule_id] = (fails, applicable, example)
         return stats
 
-    def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
-                              max_new: int) -> list[RubricSkillProposal]:
-        if max_new <= 0:
-            return []
-        taken = {spec.rubric_id for spec in existing}
+    def _ranked(self, trajectories: Sequence[Trajectory], taken: set[str]) -> list[tuple]:
         stats = self.failure_stats(trajectories)
         order = {r.rule_id: i for i, r in enumerate(RULE_DEFS)}
         candidates = []
@@ -342,6 +344,13 @@ class NegotiationReflector:
                 continue
             candidates.append((-fails, order[rule_id], rule_id, fails, applicable, example))
         candidates.sort()
+        return candidates
+
+    def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
+                              max_new: int, *, diagnostics: str | None = None) -> list[RubricSkillProposal]:
+        if max_new <= 0:
+            return []
+        candidates = self._ranked(trajectories, {spec.rubric_id for spec in existing})
         proposals = []
         for _, _, rule_id, fails, applicable, example in candidates[:max_new]:
             evidence = f"{rule_id} failed on {fails} of {applicable} applicable trajectories, e.g. {example}"
@@ -356,6 +365,53 @@ class NegotiationReflector:
         if skill in variants:
             return variants[(variants.index(skill) + 1) % len(variants)]
         return variants[0]
+
+    def propose_capabilities(self, failures: Sequence[Trajectory], library: Sequence[RubricSpec],
+                             max_new: int) -> list[RubricSpec]:
+        if max_new <= 0:
+            return []
+        candidates = self._ranked(failures, {spec.rubric_id for spec in library})
+        return [rule_spec(RULES_BY_ID[rule_id]) for _, _, rule_id, *_ in candidates[:max_new]]
+
+    def instance_rubrics(self, context: Trajectory, max_rubrics: int) -> list[RubricSpec]:
+        data = dict((context.metadata or {}).get("task") or {})
+        if not data:
+            raise ValueError(f"context of task {context.task_id!r} has no scenario sheet (metadata['task'])")
+        specific, general = [], []
+        for rule in RULE_DEFS:
+            fits = INSTANCE_APPLICABILITY[rule.rule_id](data)
+            if fits is None:
+                general.append(rule)
+            elif fits:
+                specific.append(rule)
+        return [rule_spec(rule) for rule in (specific + general)[:max(0, int(max_rubrics))]]
+
+
+def _feasible(data: dict) -> bool:
+    return bool(data.get("feasible", True))
+
+
+# rule id -> on a scenario sheet: True (applies to this instance in particular), False (cannot
+# apply), None (applies to any instance); what `instance_rubrics` writes per task.
+INSTANCE_APPLICABILITY: dict[str, Callable[[dict], bool | None]] = {
+    "never_sells_below_cost": lambda d: None,
+    "asks_budget_first": lambda d: False if d.get("hostile") else None,
+    "ends_hopeless_negotiation": lambda d: not _feasible(d),
+    "no_repeated_offer": lambda d: None,
+    "counters_low_opening": lambda d: d.get("opening", 0) < d.get("cost", 0),
+    "takes_profitable_deal": lambda d: _feasible(d) and bool(d.get("winnable", True)),
+    "offers_within_budget": lambda d: False if d.get("hostile") else None,
+    "never_offers_below_cost": lambda d: None,
+    "offers_bundle_when_wanted": lambda d: d.get("bundle_cost") is not None and _feasible(d) and not d.get("hostile"),
+    "clear_actions": lambda d: None,
+    "quick_close": lambda d: None,
+    "adapts_after_counter": lambda d: False if d.get("hostile") else None,
+}
+
+INITIAL_LIBRARY: tuple[str, ...] = tuple(r.rule_id for r in RULE_DEFS
+                                         if r.rule_id not in ("ends_hopeless_negotiation", "offers_bundle_when_wanted"))
+"""The capability library RewardWeaver starts from; the other rules are there for controlled
+expansion to find (recurrent failures the initial library does not cover) and admit."""
 
 
 # -- attributor --------------------------------------------------------------------------
@@ -488,10 +544,13 @@ def labelled_cases_by_rule(env: NegotiationEnv, rule_ids: Sequence[str], *, num_
     Sources are "gen0".."gen<num_sources-1>": each draws its own tasks (every kind, `tasks_per_kind`
     each, not the train/eval tasks) and runs the scripted, random and eight deliberately bad policies
     on them; from each source up to `per_label` PASS, `per_label` FAIL and `per_na` NA cases are kept
-    per rule (the label is the rule's verdict on the true episode state). Any half of the sources
+    per rule. The label is the reference annotator's (`negotiation_annotator.annotate`: the
+    transcript and the scenario sheet, never the rule's own check or the episode's private
+    state), so admission tests the rule against an independent reading. Any half of the sources
     then holds both labels and >= 10 applicable cases.
     """
     from rwcore.rewardweaver import LabelledCase
+    from rwcore.trainer.envs.negotiation_annotator import annotate
 
     unknown = [r for r in rule_ids if r not in RULES_BY_ID]
     if unknown:
@@ -506,8 +565,7 @@ def labelled_cases_by_rule(env: NegotiationEnv, rule_ids: Sequence[str], *, num_
             quota = {Verdict.PASS: per_label, Verdict.FAIL: per_label, Verdict.NA: per_na}
             for i in order:
                 trajectory = trajectories[i]
-                verdict = rule.check(episode_state(trajectory))[0]
-                label = Verdict.NA if verdict is None else (Verdict.PASS if verdict else Verdict.FAIL)
+                label = annotate(rule.rule_id, trajectory)
                 if quota[label] <= 0:
                     continue
                 quota[label] -= 1

@@ -1,0 +1,163 @@
+"""`JudgedBatch`: one step's judge verdicts as dense arrays, built once and read by every consumer.
+
+The sampler (verdicts per rubric and group), the pool (pass / fail counts and failed trajectory
+ids), RewardWeaver (process-reward values, failure rates) and the advantages (verdict matrix)
+all read the same object instead of reshaping the judge's reports each in its own way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rwcore.types import JudgeReport
+from rwcore.validation import check_ids
+from rwcore.verdict import Verdict
+
+__all__ = ["JudgedBatch", "report_matrix"]
+
+
+def report_matrix(reports: Sequence[JudgeReport], rubric_ids: Sequence[str], *,
+                  trajectory_ids: Sequence[str] | None = None,
+                  argument: str = "reports") -> tuple[np.ndarray, np.ndarray]:
+    """(values float64 [N, R], codes uint8 [N, R]) of `rubric_ids` over `reports`.
+
+    values: the judgment's `value` (score, else 1.0 PASS / 0.0 FAIL); NaN where the verdict is
+        NA or INVALID or the report has no judgment for the rubric.
+    codes: Verdict codes; a missing judgment counts as INVALID (the judge did not deliver it),
+        never as a pass or a fail.
+    trajectory_ids: when given, reports[i].trajectory_id must equal trajectory_ids[i].
+    Extra judgments in a report (other rubrics) are ignored.
+    """
+    ids = check_ids(rubric_ids, "rubric_ids")
+    if isinstance(reports, (str, bytes)) or not isinstance(reports, Sequence):
+        raise ValueError(f"{argument} must be a sequence of JudgeReport, got {type(reports).__name__}")
+    if trajectory_ids is not None and len(trajectory_ids) != len(reports):
+        raise ValueError(f"{argument} has {len(reports)} reports for {len(trajectory_ids)} trajectories")
+    n, r = len(reports), len(ids)
+    values = np.full((n, r), np.nan, dtype=np.float64)
+    codes = np.full((n, r), int(Verdict.INVALID), dtype=np.uint8)
+    for i, report in enumerate(reports):
+        if not isinstance(report, JudgeReport) or not isinstance(report.judgments, Mapping):
+            raise ValueError(f"{argument}[{i}] must be a JudgeReport, got {type(report).__name__}")
+        if trajectory_ids is not None and report.trajectory_id != trajectory_ids[i]:
+            raise ValueError(
+                f"{argument}[{i}].trajectory_id is {report.trajectory_id!r}, expected {trajectory_ids[i]!r}"
+            )
+        for j, rubric_id in enumerate(ids):
+            judgment = report.judgments.get(rubric_id)
+            if judgment is None:
+                continue
+            verdict = judgment.verdict
+            if not isinstance(verdict, Verdict):
+                raise ValueError(f"{argument}[{i}].judgments[{rubric_id!r}].verdict must be a rwcore.Verdict, "
+                                 f"got {verdict!r}")
+            codes[i, j] = int(verdict)
+            value = judgment.value
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(float(value)) or not 0.0 <= float(value) <= 1.0:
+                raise ValueError(f"{argument}[{i}].judgments[{rubric_id!r}] has value {value!r}, "
+                                 "expected a number in [0, 1]")
+            values[i, j] = float(value)
+    return values, codes
+
+
+@dataclass(frozen=True, eq=False)
+class JudgedBatch:
+    """Verdicts of R rubrics on N trajectories.
+
+    trajectory_ids: (N,) in batch order (groups contiguous, as the rollouts were made).
+    rubric_ids: (R,) the rubrics judged this step.
+    codes: uint8 [N, R], `Verdict` codes (a judgment the judge did not deliver is INVALID).
+    values: float64 [N, R], the number rewards use (score, else 1.0 PASS / 0.0 FAIL), NaN for
+        NA and INVALID.
+    uncovered: N tuples of the judge's uncovered-behaviour notes (Arise B.3 diagnostics).
+    The arrays are read-only.
+    """
+
+    trajectory_ids: tuple[str, ...]
+    rubric_ids: tuple[str, ...]
+    codes: np.ndarray
+    values: np.ndarray
+    uncovered: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        n, r = len(self.trajectory_ids), len(self.rubric_ids)
+        if self.codes.shape != (n, r) or self.values.shape != (n, r):
+            raise ValueError(f"codes and values must have shape ({n}, {r}), got {self.codes.shape} "
+                             f"and {self.values.shape}")
+        if len(self.uncovered) != n:
+            raise ValueError(f"uncovered must hold {n} entries, got {len(self.uncovered)}")
+        self.codes.setflags(write=False)
+        self.values.setflags(write=False)
+
+    @classmethod
+    def from_reports(cls, reports: Sequence[JudgeReport], rubric_ids: Sequence[str],
+                     trajectory_ids: Sequence[str] | None = None) -> "JudgedBatch":
+        """The batch of `reports` (one per trajectory, in order) over `rubric_ids`."""
+        values, codes = report_matrix(reports, rubric_ids, trajectory_ids=trajectory_ids)
+        uncovered = tuple(tuple(text for text in report.uncovered if isinstance(text, str) and text.strip())
+                          for report in reports)
+        ids = tuple(trajectory_ids) if trajectory_ids is not None else tuple(r.trajectory_id for r in reports)
+        return cls(ids, tuple(rubric_ids), codes, values, uncovered)
+
+    @classmethod
+    def empty(cls, trajectory_ids: Sequence[str]) -> "JudgedBatch":
+        """No rubric judged (outcome-only steps, or an empty pool)."""
+        n = len(trajectory_ids)
+        return cls(tuple(trajectory_ids), (), np.zeros((n, 0), np.uint8), np.zeros((n, 0)), ((),) * n)
+
+    # -- shape --------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.trajectory_ids)
+
+    def __contains__(self, rubric_id) -> bool:
+        return rubric_id in self.rubric_ids
+
+    def index(self, rubric_ids: Sequence[str]) -> list[int]:
+        """Column positions of `rubric_ids`; ValueError naming a rubric that was not judged."""
+        position = {rid: j for j, rid in enumerate(self.rubric_ids)}
+        missing = [rid for rid in rubric_ids if rid not in position]
+        if missing:
+            raise ValueError(f"rubric_ids {missing[:5]} were not judged in this batch "
+                             f"(judged: {list(self.rubric_ids)[:10]})")
+        return [position[rid] for rid in rubric_ids]
+
+    # -- views --------------------------------------------------------------------------------
+    def columns(self, rubric_ids: Sequence[str]) -> "JudgedBatch":
+        """The same trajectories over a subset of the rubrics, in the order given."""
+        cols = self.index(list(rubric_ids))
+        return JudgedBatch(self.trajectory_ids, tuple(rubric_ids), self.codes[:, cols].copy(),
+                           self.values[:, cols].copy(), self.uncovered)
+
+    def rows(self, start: int, stop: int) -> "JudgedBatch":
+        """Trajectories [start, stop) (e.g. one rollout group)."""
+        return JudgedBatch(self.trajectory_ids[start:stop], self.rubric_ids, self.codes[start:stop].copy(),
+                           self.values[start:stop].copy(), self.uncovered[start:stop])
+
+    def take(self, rows: Sequence[int]) -> "JudgedBatch":
+        """The trajectories at `rows`, in that order."""
+        rows = list(rows)
+        return JudgedBatch(tuple(self.trajectory_ids[i] for i in rows), self.rubric_ids, self.codes[rows].copy(),
+                           self.values[rows].copy(), tuple(self.uncovered[i] for i in rows))
+
+    def verdicts(self, rubric_id: str) -> list[Verdict]:
+        """The column of `rubric_id` as Verdicts."""
+        (col,) = self.index([rubric_id])
+        return [Verdict(int(code)) for code in self.codes[:, col]]
+
+    def verdict_matrix(self) -> np.ndarray:
+        """float64 [N, R]: 1.0 pass, 0.0 fail, NaN for NA / INVALID (what the rubric advantages read;
+        a scored judgment counts by its verdict, not its score)."""
+        matrix = np.full(self.codes.shape, np.nan)
+        matrix[self.codes == Verdict.PASS] = 1.0
+        matrix[self.codes == Verdict.FAIL] = 0.0
+        return matrix
+
+    def invalid_fraction(self) -> float:
+        return float((self.codes == Verdict.INVALID).mean()) if self.codes.size else 0.0

@@ -1,0 +1,760 @@
+"""`AdaptiveMethod`: RewardWeaver and Arise composed as each paper describes, behind one interface.
+
+The method owns the task sampler, Arise's rubric-skill pool and its evidence window, and
+RewardWeaver's capability library, active set and reward history; it routes one step's judge
+verdicts (a `JudgedBatch`) to all of them. A trainer - `rw train`, TRL, verl or your own loop -
+keeps rollouts, the policy update, processes and checkpoints, and drives the method so:
+
+    method = AdaptiveMethod("combined", tasks, settings, providers)
+    if method.stage_due(-1):                                    # RewardWeaver's first diagnosis
+        method.adapt(-1, diagnosis=roll_out_and_judge(method.diagnosis_tasks(-1), method.diagnosis_rubrics()))
+    for step in range(steps):
+        task_ids = method.sample(step)
+        prompt = method.system_prompt(base_prompt)              # skills only here, never at evaluation
+        trajectories = roll_out(task_ids, prompt)               # G per task, groups contiguous
+        reports = judge_groups(trajectories, method.rubrics_to_judge(step, task_ids))
+        scored = method.score(trajectories, reports)            # rewards, advantages, the JudgedBatch
+        update_policy(trajectories, scored.advantages)
+        method.observe(step, task_ids, trajectories, scored.judged)
+        diagnosis = ...same as above when method.stage_due(step)...
+        method.adapt(step, diagnosis=diagnosis)                 # pool every delta_pool, stages every interval
+
+Rewards and advantages (Arise eq. 15-17, RewardWeaver §2.4), with each rubric counted once:
+
+    R_task = length_regularize(R_o)                 (B.4: on the task outcome only)
+    R      = R_task + mean_{d in A} J_d             (RewardWeaver's process term; 0 without it)
+    A      = compute_advantages(R, verdicts of P \\ A)
+
+where A is RewardWeaver's rubric set of the step (the active set, the stage's open-vocabulary
+dimensions, or the task's instance rubrics) and P Arise's pool. A rubric in both is counted in
+the process reward only; `score(...).advantage_rubrics` / `.process_rubrics` say which went where.
+
+Schedules (0-based step k, the iteration that just updated the policy):
+- Arise: the pool starts empty; at the end of every step with (k + 1) % delta_pool == 0 it is
+  updated from the window's evidence (first pairs at k = delta_pool - 1, i.e. after delta_pool
+  optimizer steps). Reflection reads up to `max_records` records of the window, refinement the
+  window's failures of that rubric; a reflector that fails is logged and the lifecycle still runs.
+- RewardWeaver: a stage boundary before training (k = -1) and at the end of every step with
+  (k + 1) % adaptation_interval == 0. Each boundary needs a *fresh on-policy* diagnosis batch of
+  the current policy (`diagnosis_tasks`, judged on `diagnosis_rubrics`); the method never
+  reuses a training batch for diagnosis.
+- Appendix G: `record_diagnostic_scores` takes the fixed diagnostic set (`diagnostic_tasks`),
+  rolled out without skills, at every boundary and at the end of training.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from rwcore.advantages import compute_advantages, length_regularize
+from rwcore.judged import JudgedBatch
+from rwcore.method.variants import VARIANTS, Variant, get_variant
+from rwcore.method.window import ReflectionWindow
+from rwcore.tasks import DEFAULT_CAPABILITIES
+from rwcore.types import (
+    Attributor,
+    CapabilityProposer,
+    EvaluatorReviser,
+    InstanceRubricWriter,
+    Judge,
+    JudgeReport,
+    RubricReflector,
+    RubricSkillProposal,
+    RubricSpec,
+    Trajectory,
+)
+from rwcore.validation import check_int, check_trajectories, check_unit
+from rwcore.verdict import Verdict
+
+logger = logging.getLogger("rwcore.method")
+
+__all__ = ["AdaptiveMethod", "AdaptReport", "MethodSettings", "Providers", "Scored", "judge_groups"]
+
+_FORMAT = "rwcore.adaptive_method"
+_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MethodSettings:
+    """Every number the method uses (defaults from the papers; DESIGN.md lists them).
+
+    Batch: batch_size (tasks per step B) [16], group_size (rollouts per task G) [8], seed [0].
+    Sampler (Arise §3.2.2, B.5): rho_min [0.1], quota_fraction [0.25], gamma_obs [0.2],
+        gamma_unobs [0.999], capabilities [Arise table 3].
+    Advantages (eq. 15-17): lam [0.3], eps [1e-9], ddof [1], length_alpha [0.5],
+        length_threshold [16384].
+    Pool (eq. 4-8, B.3): delta_pool [10], eta_high [0.9], eta_low [0.3], max_pool [64],
+        max_new [8], max_records (records per generation call) [256].
+    RewardWeaver: adaptation_interval [30], budget (B) [6], low_outcome (q_o threshold) [0.5],
+        min_confidence [0.5], min_support [3], max_candidates (retrieval) [8],
+        diagnosis_tasks (tasks of the fresh on-policy diagnosis batch, G rollouts each) [16],
+        diagnostic_tasks (fixed diagnostic set, appendix G; 0 = none) [16],
+        success_sample (success trajectories attributed per stage for appendix E; 0 = none) [32],
+        expansion (controlled expansion at stage boundaries) [True], max_new_capabilities [2],
+        max_revisions (evaluator revisions of a rejected candidate) [1].
+    """
+
+    batch_size: int = 16
+    group_size: int = 8
+    seed: int = 0
+    rho_min: float = 0.1
+    quota_fraction: float = 0.25
+    gamma_obs: float = 0.2
+    gamma_unobs: float = 0.999
+    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
+    lam: float = 0.3
+    eps: float = 1e-9
+    ddof: int = 1
+    length_alpha: float = 0.5
+    length_threshold: float = 16384
+    delta_pool: int = 10
+    eta_high: float = 0.9
+    eta_low: float = 0.3
+    max_pool: int = 64
+    max_new: int = 8
+    max_records: int = 256
+    adaptation_interval: int = 30
+    budget: int = 6
+    low_outcome: float = 0.5
+    min_confidence: float = 0.5
+    min_support: int = 3
+    max_candidates: int = 8
+    diagnosis_tasks: int = 16
+    diagnostic_tasks: int = 16
+    success_sample: int = 32
+    expansion: bool = True
+    max_new_capabilities: int = 2
+    max_revisions: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "group_size", "delta_pool", "max_pool", "max_records", "adaptation_interval",
+                     "budget", "min_support", "max_candidates", "diagnosis_tasks"):
+            check_int(getattr(self, name), name, low=1)
+        for name in ("seed", "max_new", "diagnostic_tasks", "success_sample", "max_new_capabilities",
+                     "max_revisions"):
+            check_int(getattr(self, name), name, low=0)
+        check_int(self.ddof, "ddof", low=0, high=1)
+        for name in ("rho_min", "quota_fraction", "lam", "eta_high", "eta_low", "min_confidence"):
+            check_unit(getattr(self, name), name)
+        if not self.eta_low < self.eta_high:
+            raise ValueError(f"eta_low must be below eta_high, got {self.eta_low} and {self.eta_high}")
+        if not isinstance(self.expansion, bool):
+            raise ValueError(f"expansion must be True or False, got {self.expansion!r}")
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+@dataclass
+class Providers:
+    """What the method calls out to; a variant needs only its own (a missing one is a ValueError
+    naming it when the method is built).
+
+    library: RewardWeaver's validated capability library (`CapabilityLibrary`, already admitted
+        with `evaluator`) - library strategies.
+    attributor: RewardWeaver's failure attribution - strategies that attribute, and appendix E.
+    evaluator: the judge that scores training; controlled expansion admits new capabilities with
+        this same object, so the admitted evaluator is the one that scores.
+    proposer: capability proposals - controlled expansion and open-vocabulary dimensions.
+    acceptance_cases: candidate -> labelled cases for its admission test (expansion).
+    reviser: evaluator revision from a rejected candidate's development partition (optional).
+    reflector: Arise's reflection model - the evolving pool and skill refinement.
+    frozen_rubrics: the fixed rubric-skill pairs of `arise_frozen_rubrics`.
+    instance_writer: rubrics per task instance - `rw_instance_specific`.
+    rubric_family: capability id -> family, for the reward-stage files (optional).
+    """
+
+    library: object | None = None
+    attributor: Attributor | None = None
+    evaluator: Judge | None = None
+    proposer: CapabilityProposer | None = None
+    acceptance_cases: Callable | None = None
+    reviser: EvaluatorReviser | None = None
+    reflector: RubricReflector | None = None
+    frozen_rubrics: Sequence[RubricSkillProposal] = ()
+    instance_writer: InstanceRubricWriter | None = None
+    rubric_family: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """What `score` returns for one step (N trajectories).
+
+    rewards: float64 [N], R = length-regularized outcome + process term.
+    advantages: float64 [N], eq. 16 over `advantage_rubrics`.
+    task_rewards: float64 [N], the length-regularized outcome alone.
+    process_terms: float64 [N], RewardWeaver's mean over `process_rubrics` (0 without).
+    judged: the step's JudgedBatch (every rubric judged).
+    process_rubrics / advantage_rubrics: where each rubric was counted (disjoint).
+    """
+
+    rewards: np.ndarray
+    advantages: np.ndarray
+    task_rewards: np.ndarray
+    process_terms: np.ndarray
+    judged: JudgedBatch
+    process_rubrics: tuple[str, ...]
+    advantage_rubrics: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AdaptReport:
+    """What `adapt` changed: the pool update and / or the new stage (None when not due)."""
+
+    pool_update: object | None = None
+    stage: int | None = None
+    reflection_error: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.pool_update is not None or self.stage is not None
+
+
+class _SilentReflector:
+    """Stands in for a reflector that failed: no new pairs, skills kept (the lifecycle still runs)."""
+
+    def propose_rubric_skills(self, trajectories, existing, max_new, **_):
+        return []
+
+    def refine_skill(self, rubric, skill, failures):
+        return skill
+
+
+class AdaptiveMethod:
+    """One variant of the method over a task set (see the module docstring).
+
+    variant: a name from `AdaptiveMethod.variants()` (or a `Variant`).
+    tasks: task id -> task-type tags (the training split).
+    settings: `MethodSettings` (defaults when None).
+    providers: `Providers` for what the variant calls out to.
+    """
+
+    def __init__(self, variant: str | Variant, tasks: Mapping[str, Sequence[str]],
+                 settings: MethodSettings | None = None, providers: Providers | None = None) -> None:
+        self.variant = variant if isinstance(variant, Variant) else get_variant(variant)
+        self.settings = settings if settings is not None else MethodSettings()
+        if not isinstance(self.settings, MethodSettings):
+            raise ValueError(f"settings must be a MethodSettings, got {type(self.settings).__name__}")
+        self.providers = providers if providers is not None else Providers()
+        if not isinstance(tasks, Mapping) or not tasks:
+            raise ValueError("tasks must be a non-empty mapping of task id -> task-type tags")
+        self._tasks = {task_id: tuple(tags) for task_id, tags in tasks.items()}
+        self._task_ids = list(self._tasks)
+        self._check_providers()
+        s = self.settings
+        self.sampler = self._build_sampler()
+        self.pool = self._build_pool() if self.variant.arise_rubrics is not None else None
+        self.window = ReflectionWindow(s.max_records, seed=s.seed) if self.pool is not None else None
+        self.weaver = self._build_weaver() if self.variant.uses_library else None
+        self._open_stages: list[dict] = []          # rw_open_vocabulary: one record per stage
+        self._instance_rubrics: dict[str, tuple[RubricSpec, ...]] = {}  # rw_instance_specific
+        self._diagnostic_scores: list[dict] = []    # appendix G points
+        self._reflection_errors = 0
+        rng = np.random.default_rng([s.seed, 0xD1A6])
+        size = min(s.diagnostic_tasks, len(self._task_ids))
+        self._diagnostic_set = tuple(self._task_ids[i] for i in sorted(rng.choice(len(self._task_ids), size,
+                                                                                  replace=False)))
+        self._sync_sampler()
+
+    # ------------------------------------------------------------------ the catalogue
+
+    @classmethod
+    def variants(cls) -> dict[str, Variant]:
+        """name -> Variant (description, paper_row, parent, components) for every variant."""
+        return dict(VARIANTS)
+
+    def resolved(self) -> dict:
+        """The variant and every setting it runs with (what `rw train` writes to method.json)."""
+        return {"variant": self.variant.to_dict(), "settings": self.settings.to_dict(),
+                "counting": "a rubric in RewardWeaver's rubric set of the step is counted in the process reward "
+                            "only; Arise's rubric advantages use the pool's other rubrics"}
+
+    # ------------------------------------------------------------------ construction
+
+    def _check_providers(self) -> None:
+        v, p = self.variant, self.providers
+        needs: list[tuple[str, object, type | None]] = []
+        if v.arise_rubrics is not None:  # generation (evolving) and skill refinement (both)
+            needs.append(("reflector", p.reflector, RubricReflector))
+        if v.arise_rubrics == "frozen" and not p.frozen_rubrics:
+            raise ValueError(f"variant {v.name!r} needs providers.frozen_rubrics: the rubric-skill pairs a previous "
+                             "Arise run produced (rw train: pool.frozen_from=RUN_DIR)")
+        if v.uses_library:
+            from rwcore.rewardweaver import CapabilityLibrary
+
+            if not isinstance(p.library, CapabilityLibrary) or not p.library.ids():
+                raise ValueError(f"variant {v.name!r} needs providers.library: a CapabilityLibrary with at least one "
+                                 "admitted capability")
+            if v.process_reward != "dynamic_topk" and v.process_reward != "random" or self.settings.success_sample:
+                needs.append(("attributor", p.attributor, Attributor))
+        if v.process_reward == "open_vocabulary":
+            needs.append(("proposer", p.proposer, CapabilityProposer))
+        if v.process_reward == "instance_specific":
+            needs.append(("instance_writer", p.instance_writer, InstanceRubricWriter))
+        for name, value, protocol in needs:
+            if value is None or (protocol is not None and not isinstance(value, protocol)):
+                raise ValueError(f"variant {v.name!r} needs providers.{name} "
+                                 f"(a rwcore.types.{protocol.__name__}), got {type(value).__name__}")
+
+    def _build_sampler(self):
+        from rwcore import CapabilitySampler, OutcomeSampler, UniformSampler
+
+        s = self.settings
+        common = dict(batch_size=s.batch_size, group_size=s.group_size, seed=s.seed, capabilities=s.capabilities)
+        tasks = {task_id: list(tags) for task_id, tags in self._tasks.items()}
+        if self.variant.sampler == "uniform":
+            return UniformSampler(tasks, **common)
+        if self.variant.sampler == "outcome":
+            return OutcomeSampler(tasks, gamma_obs=s.gamma_obs, gamma_unobs=s.gamma_unobs, **common)
+        return CapabilitySampler(tasks, rho_min=s.rho_min, quota_fraction=s.quota_fraction, gamma_obs=s.gamma_obs,
+                                 gamma_unobs=s.gamma_unobs, **common)
+
+    def _build_pool(self):
+        from rwcore.pool import RubricSkillPool
+
+        s, frozen = self.settings, self.variant.arise_rubrics == "frozen"
+        return RubricSkillPool(
+            self.providers.reflector,
+            max_pool=max(s.max_pool, len(self.providers.frozen_rubrics)) if frozen else s.max_pool,
+            max_new=s.max_new, delta_pool=s.delta_pool, eta_high=s.eta_high, eta_low=s.eta_low,
+            capabilities=s.capabilities, proposals=list(self.providers.frozen_rubrics) if frozen else (),
+            max_failures=s.max_records, frozen=frozen,
+        )
+
+    def _build_weaver(self):
+        from rwcore.rewardweaver import RewardWeaver
+
+        s, p = self.settings, self.providers
+        expansion = s.expansion and p.proposer is not None and p.evaluator is not None \
+            and p.acceptance_cases is not None
+        return RewardWeaver(
+            p.library, p.attributor, strategy=self.variant.process_reward, budget=s.budget,
+            low_outcome=s.low_outcome, min_confidence=s.min_confidence, min_support=s.min_support,
+            retrieve="verdicts", max_candidates=s.max_candidates,
+            analyze_cohorts=s.success_sample > 0 and p.attributor is not None,
+            max_success_attributions=s.success_sample if s.success_sample > 0 else None,
+            proposer=p.proposer if expansion else None, evaluator=p.evaluator if expansion else None,
+            acceptance_cases=p.acceptance_cases if expansion else None, max_new=s.max_new_capabilities,
+            reviser=p.reviser if expansion else None, max_revisions=s.max_revisions, seed=s.seed,
+        )
+
+    # ------------------------------------------------------------------ per step
+
+    def sample(self, step: int) -> list:
+        """The step's B task ids (the variant's sampler; policy version = step)."""
+        return self.sampler.sample(max(0, int(step)))
+
+    def system_prompt(self, base: str, evaluation: bool = False) -> str:
+        """The policy's system prompt: `base` with the active skills appended during training when the
+        variant injects skills; `base` itself at evaluation (Arise withholds skills there)."""
+        if evaluation or self.pool is None or not self.variant.skills:
+            return base
+        return self.pool.system_prompt(base)
+
+    def process_rubrics(self, task_id: str | None = None) -> list[RubricSpec]:
+        """RewardWeaver's rubric set A of the current stage (for instance-specific rubrics: `task_id`'s)."""
+        v = self.variant
+        if self.weaver is not None:
+            return self.weaver.active_rubrics()
+        if v.process_reward == "open_vocabulary":
+            return list(self._open_stages[-1]["specs"]) if self._open_stages else []
+        if v.process_reward == "instance_specific":
+            return list(self._instance_rubrics.get(task_id, ())) if task_id is not None else []
+        return []
+
+    def rubrics_to_judge(self, step: int, task_ids: Sequence[str]) -> list[list[RubricSpec]]:
+        """For each task group of the step, the rubrics its trajectories are judged on: the pool's rubrics
+        and RewardWeaver's rubric set (each once). Groups usually share one list; instance-specific
+        rubrics differ per task."""
+        pool = self.pool.active_rubrics() if self.pool is not None else []
+        plans = []
+        for task_id in task_ids:
+            specs = {spec.rubric_id: spec for spec in self.process_rubrics(task_id)}
+            for spec in pool:
+                specs.setdefault(spec.rubric_id, spec)
+            plans.append(list(specs.values()))
+        return plans
+
+    def score(self, trajectories: Sequence[Trajectory], reports: Sequence[JudgeReport],
+              group_ids: Sequence | np.ndarray | None = None) -> Scored:
+        """Rewards, advantages and the step's JudgedBatch (see the module docstring for the formulas).
+
+        trajectories: the step's N rollouts, groups contiguous (G per task) unless `group_ids` says
+            otherwise; reports: their judge reports, in the same order.
+        """
+        trajectories = check_trajectories(trajectories, finite_outcomes=True)
+        n = len(trajectories)
+        if len(reports) != n:
+            raise ValueError(f"reports holds {len(reports)} reports for {n} trajectories")
+        groups = np.repeat(np.arange(n // self.settings.group_size), self.settings.group_size) \
+            if group_ids is None else np.asarray(group_ids)
+        if groups.shape != (n,):
+            raise ValueError(f"group_ids must have shape ({n},); without group_ids N must be a multiple of "
+                             f"group_size={self.settings.group_size}")
+        judged_ids = list(dict.fromkeys(rid for report in reports for rid in report.judgments))
+        judged = JudgedBatch.from_reports(reports, judged_ids, [t.trajectory_id for t in trajectories])
+        s = self.settings
+        outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
+        lengths = np.array([t.generated_length for t in trajectories], dtype=np.float64)
+        task_rewards = length_regularize(outcomes, lengths, groups, alpha=s.length_alpha,
+                                         threshold=s.length_threshold, eps=s.eps)
+        process_terms, process_ids = self._process_terms(trajectories, judged)
+        rewards = task_rewards + process_terms
+        advantage_ids = tuple(spec.rubric_id for spec in (self.pool.active_rubrics() if self.pool is not None else [])
+                              if spec.rubric_id not in process_ids and spec.rubric_id in judged)
+        verdicts = judged.columns(advantage_ids).verdict_matrix()
+        advantages = compute_advantages(rewards, verdicts, groups, lam=s.lam, eps=s.eps, ddof=s.ddof)
+        return Scored(rewards, np.asarray(advantages, dtype=np.float64), task_rewards, process_terms, judged,
+                      tuple(process_ids), advantage_ids)
+
+    def _process_terms(self, trajectories: Sequence[Trajectory], judged: JudgedBatch) -> tuple[np.ndarray, list[str]]:
+        """RewardWeaver's 1/|A| sum_d J_d per trajectory (NA / INVALID left out; 0 when nothing defined)."""
+        n = len(trajectories)
+        if self.variant.process_reward is None:
+            return np.zeros(n), []
+        if self.variant.process_reward == "instance_specific":
+            terms = np.zeros(n)
+            used: dict[str, None] = {}
+            for i, trajectory in enumerate(trajectories):
+                ids = [spec.rubric_id for spec in self._instance_rubrics.get(trajectory.task_id, ())]
+                used.update(dict.fromkeys(ids))
+                values = judged.columns(ids).values[i] if ids else np.zeros(0)
+                terms[i] = float(np.nanmean(values)) if np.isfinite(values).any() else 0.0
+            return terms, list(used)
+        ids = [spec.rubric_id for spec in self.process_rubrics()]
+        if not ids:
+            return np.zeros(n), []
+        values = judged.columns(ids).values
+        defined = np.isfinite(values)
+        counts = defined.sum(axis=1)
+        sums = np.where(defined, values, 0.0).sum(axis=1)
+        return np.where(counts > 0, sums / np.maximum(counts, 1), 0.0), ids
+
+    def observe(self, step: int, task_ids: Sequence[str], trajectories: Sequence[Trajectory], judged: JudgedBatch,
+                policy_versions: Sequence[int] | None = None) -> None:
+        """Evidence of one step: the sampler (per complete group, at the group's policy version), the pool's
+        window counts, and Arise's reflection window."""
+        step = check_int(step, "step", low=0)
+        g = self.settings.group_size
+        if len(trajectories) != len(task_ids) * g or len(judged) != len(trajectories):
+            raise ValueError(f"observe needs {len(task_ids)} groups of {g} trajectories and their JudgedBatch, got "
+                             f"{len(trajectories)} trajectories and {len(judged)} judged")
+        versions = [step] * len(task_ids) if policy_versions is None else [int(v) for v in policy_versions]
+        if len(versions) != len(task_ids):
+            raise ValueError(f"policy_versions holds {len(versions)} versions for {len(task_ids)} groups")
+        sampler_rubrics = list(self.sampler.rubrics)
+        missing = [rid for rid in sampler_rubrics if rid not in judged]
+        if missing:
+            raise ValueError(f"judged lacks the sampler's rubrics {missing[:5]} (judge rubrics_to_judge(...) first)")
+        columns = judged.columns(sampler_rubrics) if sampler_rubrics else None
+        for i, task_id in enumerate(task_ids):
+            rows = slice(i * g, (i + 1) * g)
+            verdicts = {rid: [Verdict(int(c)) for c in columns.codes[rows, j]] for j, rid in enumerate(sampler_rubrics)}
+            outcomes = [min(1.0, max(0.0, float(t.outcome))) for t in trajectories[rows]]
+            self.sampler.record_group(task_id, verdicts, versions[i], outcomes=outcomes)
+        if self.pool is not None:
+            self.pool.record_judged(judged, step)
+        if self.window is not None:
+            pool_ids = [rid for rid in self.pool.rubric_ids() if rid in judged]
+            failed = set()
+            if pool_ids:
+                codes = judged.columns(pool_ids).codes
+                failed = {tid for tid, row in zip(judged.trajectory_ids, codes) if (row == Verdict.FAIL).any()}
+            self.window.add(list(trajectories), judged.uncovered, failed)
+
+    # ------------------------------------------------------------------ schedules
+
+    def stage_due(self, step: int) -> bool:
+        """Whether a RewardWeaver stage boundary falls at the end of `step` (-1: before training)."""
+        if not self.variant.has_stages:
+            return False
+        return step == -1 or (step >= 0 and (step + 1) % self.settings.adaptation_interval == 0)
+
+    def pool_due(self, step: int) -> bool:
+        return self.pool is not None and step >= 0 and self.pool.is_update_step(step)
+
+    def diagnosis_tasks(self, step: int) -> list[str]:
+        """The tasks of the fresh on-policy diagnosis batch at the boundary after `step` (seeded from the
+        run's seed and the step, so a resumed run draws the same ones; G rollouts each)."""
+        rng = np.random.default_rng([self.settings.seed, 0xD1A9, step + 1])
+        size = min(self.settings.diagnosis_tasks, len(self._task_ids))
+        return [self._task_ids[i] for i in rng.choice(len(self._task_ids), size, replace=False)]
+
+    def diagnosis_rubrics(self) -> list[RubricSpec]:
+        """What the diagnosis batch is judged on: the whole capability library (retrieval, failure rates,
+        expansion triggers) for library strategies; nothing for open-vocabulary dimensions."""
+        return self.weaver.library.rubrics() if self.weaver is not None else []
+
+    @property
+    def diagnostic_set(self) -> tuple[str, ...]:
+        """Appendix G's fixed diagnostic tasks (empty when settings.diagnostic_tasks = 0 or no stages)."""
+        return self._diagnostic_set if self.weaver is not None else ()
+
+    def diagnostic_rubrics(self) -> list[RubricSpec]:
+        return self.diagnosis_rubrics()
+
+    # ------------------------------------------------------------------ adaptation
+
+    def adapt(self, step: int, diagnosis: tuple[Sequence[Trajectory], Sequence[JudgeReport]] | None = None) -> AdaptReport:
+        """The scheduled adaptation at the end of `step`: the pool update when due, then the stage boundary
+        when due (`diagnosis` = (trajectories, reports) of the fresh on-policy batch; required then)."""
+        pool_update = error = None
+        if self.pool_due(step):
+            pool_update, error = self._update_pool(step)
+        stage = None
+        if self.stage_due(step):
+            if diagnosis is None:
+                raise ValueError(f"step {step} is a RewardWeaver stage boundary: adapt needs diagnosis=(trajectories, "
+                                 "reports) of a fresh on-policy batch (diagnosis_tasks / diagnosis_rubrics)")
+            stage = self._new_stage(step, *diagnosis)
+        self._sync_sampler()
+        return AdaptReport(pool_update, stage, error)
+
+    def _update_pool(self, step: int):
+        evidence, diagnostics = self.window.evidence() if self.window is not None else ([], None)
+        failures = self.window.failures() if self.window is not None else []
+        try:
+            update = self.pool.maybe_update(step, failures, evidence=evidence, diagnostics=diagnostics)
+            error = None
+        except Exception as exc:  # noqa: BLE001 - an LLM reflector may fail; training must not stop
+            error = f"{type(exc).__name__}: {exc}"
+            self._reflection_errors += 1
+            logger.warning("pool update at step %d: the reflector failed (%s); the lifecycle runs without new "
+                           "pairs or refinements", step, error)
+            update = self.pool.maybe_update(step, failures, reflector=_SilentReflector())
+        if self.window is not None:
+            self.window.clear()
+        return update, error
+
+    def _new_stage(self, step: int, trajectories: Sequence[Trajectory], reports: Sequence[JudgeReport]) -> int:
+        trajectories = check_trajectories(trajectories, "diagnosis trajectories", need_ids=True, finite_outcomes=True)
+        if not trajectories:
+            raise ValueError("diagnosis trajectories must not be empty")
+        if self.weaver is not None:
+            judged = JudgedBatch.from_reports(reports, self.weaver.library.ids(), [t.trajectory_id for t in trajectories])
+            self.weaver.update(trajectories, judged, step=step + 1)
+            return int(self.weaver.stage)
+        # open vocabulary: the proposer's dimensions for this stage's failures, used as they come
+        from rwcore.rewardweaver import low_outcome_mask
+
+        cohort = [t for t, low in zip(trajectories, low_outcome_mask(trajectories, self.settings.low_outcome)) if low]
+        previous = self._open_stages[-1]["specs"] if self._open_stages else ()
+        # proposed afresh each stage (library=[]: nothing is frozen); no failures -> keep the dimensions
+        specs = list(self.providers.proposer.propose_capabilities(cohort, [], self.settings.budget)) \
+            if cohort else list(previous)
+        specs = _distinct(specs)[: self.settings.budget]
+        self._open_stages.append({"stage": len(self._open_stages), "start_step": step + 1, "specs": tuple(specs),
+                                  "cohort": len(cohort), "trajectories": len(trajectories)})
+        return len(self._open_stages) - 1
+
+    def set_instance_contexts(self, contexts: Mapping[str, Trajectory]) -> None:
+        """rw_instance_specific: writes each task's rubrics from its context (once per task; kept in the
+        state). Every training task needs a context."""
+        if self.variant.process_reward != "instance_specific":
+            return
+        missing = [task_id for task_id in self._task_ids if task_id not in contexts]
+        if missing:
+            raise ValueError(f"contexts lacks tasks {missing[:5]}: every training task needs its rubrics")
+        written = {}
+        for task_id in self._task_ids:
+            if task_id in self._instance_rubrics:
+                continue
+            specs = self.providers.instance_writer.instance_rubrics(contexts[task_id], self.settings.budget)
+            specs = _distinct(list(specs))[: self.settings.budget]
+            if not all(isinstance(spec, RubricSpec) for spec in specs):
+                raise ValueError(f"instance_writer.instance_rubrics must return RubricSpecs (task {task_id!r})")
+            written[task_id] = tuple(specs)
+        self._instance_rubrics.update(written)
+
+    @property
+    def needs_instance_contexts(self) -> bool:
+        return self.variant.process_reward == "instance_specific" and len(self._instance_rubrics) < len(self._task_ids)
+
+    def record_diagnostic_scores(self, step: int, reports: Sequence[JudgeReport]) -> dict:
+        """Appendix G: S_d at this point = mean normalized score over applicable episodes of the fixed
+        diagnostic set (rolled out without skills), for every library capability."""
+        ids = list(self.weaver.library.ids()) if self.weaver is not None else []
+        judged = JudgedBatch.from_reports(reports, ids)
+        values = judged.values
+        applicable = np.isfinite(values).sum(axis=0)
+        sums = np.where(np.isfinite(values), values, 0.0).sum(axis=0)
+        point = {
+            "step": int(step), "stage": self.weaver.stage if self.weaver is not None else None,
+            "episodes": len(judged),
+            "scores": {rid: (float(sums[j] / applicable[j]) if applicable[j] else None) for j, rid in enumerate(ids)},
+            "applicable": {rid: int(applicable[j]) for j, rid in enumerate(ids)},
+        }
+        self._diagnostic_scores = [p for p in self._diagnostic_scores if p["step"] != point["step"]] + [point]
+        return point
+
+    def _sync_sampler(self) -> None:
+        """The capability sampler follows the pool's rubrics (Arise's R_k)."""
+        if self.variant.sampler != "capability":
+            return
+        rubrics = self.pool.rubric_capabilities() if self.pool is not None else {}
+        if rubrics != self.sampler.rubrics:
+            self.sampler.set_rubrics(rubrics)
+
+    # ------------------------------------------------------------------ what the run folder shows
+
+    def active_rubric_count(self) -> int:
+        """Distinct rubrics that steer training now (pool rubrics plus RewardWeaver's set)."""
+        ids = {spec.rubric_id for spec in self.pool.active_rubrics()} if self.pool is not None else set()
+        ids |= {spec.rubric_id for spec in self.process_rubrics()}
+        if self.variant.process_reward == "instance_specific":
+            ids |= {spec.rubric_id for specs in self._instance_rubrics.values() for spec in specs}
+        return len(ids)
+
+    @property
+    def reflection_errors(self) -> int:
+        return self._reflection_errors
+
+    def pool_events(self) -> list[dict]:
+        """The pool's event history; `step` counts optimizer steps done when it happened (an update at
+        the end of 0-based iteration k is step k + 1, the row of metrics.jsonl it follows)."""
+        if self.pool is None:
+            return []
+        return [{**event, "step": event["step"] + 1} for event in self.pool.history()]
+
+    def pool_counts(self) -> list[dict]:
+        if self.pool is None:
+            return []
+        return [{"step": row["step"] + 1, "active": row["active_rubrics"], "added": row["added"],
+                 "retired": row["retired"]} for row in self.pool.counts()]
+
+    def pool_rubrics(self) -> list[dict]:
+        """Every rubric the pool ever held (current and retired) with its skill: what
+        `arise_frozen_rubrics` reads from a source run."""
+        if self.pool is None:
+            return []
+        pairs = self.pool.pairs() + self.pool.retired_pairs()
+        out = []
+        for pair in pairs:
+            r = pair.rubric
+            out.append({"rubric_id": r.rubric_id, "criterion": r.criterion, "applicability": r.applicability,
+                        "capability": r.capability, "evaluator_prompt": r.evaluator_prompt, "scored": r.scored,
+                        "skill": pair.skill.text, "created_step": pair.created_step + 1,
+                        "retired_step": None if pair.retired_step is None else pair.retired_step + 1})
+        return out
+
+    def reward_stages(self) -> list[dict]:
+        """One record per RewardWeaver stage: steps, active set (with families), strategy, reason."""
+        if self.weaver is not None:
+            families = dict(self.providers.rubric_family)
+            return [{"stage": r.stage, "start_step": r.start_step, "end_step": r.end_step, "active": list(r.active),
+                     "families": {c: families.get(c, self.weaver.library[c].capability.family) for c in r.active},
+                     "strategy": r.strategy, "reason": r.reason, "admitted": list(r.admitted),
+                     "expansion": r.diagnosis.get("expansion")}
+                    for r in self.weaver.history.stages]
+        return [{"stage": r["stage"], "start_step": r["start_step"], "active": [s.rubric_id for s in r["specs"]],
+                 "families": {s.rubric_id: s.capability for s in r["specs"]}, "strategy": "open_vocabulary",
+                 "reason": f"proposed from {r['cohort']} low-outcome of {r['trajectories']} trajectories (no admission)"}
+                for r in self._open_stages]
+
+    def reward_history(self) -> dict | None:
+        return self.weaver.history.state_dict() if self.weaver is not None else None
+
+    def diagnostic_scores(self) -> list[dict]:
+        return [dict(point) for point in self._diagnostic_scores]
+
+    def metrics(self) -> dict:
+        """A few numbers for a metrics row."""
+        row = {"active_rubrics": self.active_rubric_count()}
+        if self.pool is not None:
+            row["pool/rubrics"] = len(self.pool)
+            row["pool/active_skills"] = len(self.pool.active_skills())
+            row["pool/reflection_errors"] = self._reflection_errors
+        if self.weaver is not None and self.weaver.stage is not None:
+            row["rewardweaver/stage"] = self.weaver.stage
+        if hasattr(self.sampler, "coverage"):
+            row["sampler/coverage"] = self.sampler.coverage()
+        return row
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        """Everything an exact resume needs (JSON-serializable apart from nothing: plain types only)."""
+        return {
+            "format": _FORMAT, "version": _VERSION, "variant": self.variant.name,
+            "settings": self.settings.to_dict(),
+            "sampler": self.sampler.state_dict(),
+            "pool": self.pool.state_dict() if self.pool is not None else None,
+            "window": self.window.state_dict() if self.window is not None else None,
+            "weaver": self.weaver.state_dict() if self.weaver is not None else None,
+            "open_stages": [{**r, "specs": [_spec_dict(s) for s in r["specs"]]} for r in self._open_stages],
+            "instance_rubrics": {task: [_spec_dict(s) for s in specs] for task, specs in self._instance_rubrics.items()},
+            "diagnostic_scores": self.diagnostic_scores(),
+            "reflection_errors": self._reflection_errors,
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restores `state_dict()`; refuses another variant or other settings, naming them."""
+        if not isinstance(state, Mapping) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
+            raise ValueError(f"state must be a {_FORMAT!r} version {_VERSION} mapping")
+        if state.get("variant") != self.variant.name:
+            raise ValueError(f"train.method: the state was written by variant {state.get('variant')!r}, this method is "
+                             f"{self.variant.name!r}; resume with the variant the run started with")
+        saved, mine = state.get("settings") or {}, self.settings.to_dict()
+        for key in mine:
+            if saved.get(key) != mine[key]:
+                raise ValueError(f"method setting {key!r}: the state has {saved.get(key)!r}, this method {mine[key]!r}")
+        for name, part in (("pool", self.pool), ("window", self.window), ("weaver", self.weaver)):
+            if (state.get(name) is None) != (part is None):
+                raise ValueError(f"state[{name!r}] does not match variant {self.variant.name!r}")
+        self.sampler.load_state_dict(state["sampler"])
+        if self.pool is not None:
+            self.pool.load_state_dict(state["pool"])
+        if self.window is not None:
+            self.window.load_state_dict(state["window"])
+        if self.weaver is not None:
+            self.weaver.load_state_dict(state["weaver"])
+        self._open_stages = [{**r, "specs": tuple(RubricSpec(**s) for s in r["specs"])} for r in state["open_stages"]]
+        self._instance_rubrics = {task: tuple(RubricSpec(**s) for s in specs)
+                                  for task, specs in state["instance_rubrics"].items()}
+        self._diagnostic_scores = [dict(p) for p in state["diagnostic_scores"]]
+        self._reflection_errors = int(state["reflection_errors"])
+        self._sync_sampler()
+
+
+def judge_groups(judge: Judge, trajectories: Sequence[Trajectory], plans: Sequence[Sequence[RubricSpec]],
+                 group_size: int) -> list[JudgeReport]:
+    """Judges trajectories group by group on `rubrics_to_judge`'s plans (one rubric list per group of
+    `group_size` contiguous trajectories); consecutive groups with the same rubrics go to the judge in
+    one call. One report per trajectory, in order; a group with no rubric gets empty reports."""
+    if len(trajectories) != len(plans) * group_size:
+        raise ValueError(f"{len(trajectories)} trajectories are not {len(plans)} groups of {group_size}")
+    reports: list[JudgeReport] = []
+    start = 0
+    while start < len(plans):
+        key = tuple(spec.rubric_id for spec in plans[start])
+        end = start + 1
+        while end < len(plans) and tuple(spec.rubric_id for spec in plans[end]) == key:
+            end += 1
+        block = list(trajectories[start * group_size:end * group_size])
+        if key:
+            got = judge.evaluate(block, list(plans[start]))
+            if len(got) != len(block):
+                raise ValueError(f"judge.evaluate returned {len(got)} reports for {len(block)} trajectories")
+            reports.extend(got)
+        else:
+            reports.extend(JudgeReport(t.trajectory_id, {}) for t in block)
+        start = end
+    return reports
+
+
+def _spec_dict(spec: RubricSpec) -> dict:
+    return {"rubric_id": spec.rubric_id, "criterion": spec.criterion, "applicability": spec.applicability,
+            "capability": spec.capability, "evaluator_prompt": spec.evaluator_prompt, "scored": spec.scored}
+
+
+def _distinct(specs: Sequence[RubricSpec]) -> list[RubricSpec]:
+    seen: dict[str, RubricSpec] = {}
+    for spec in specs:
+        if not isinstance(spec, RubricSpec):
+            raise ValueError(f"expected RubricSpec, got {type(spec).__name__}")
+        seen.setdefault(spec.rubric_id, spec)
+    return list(seen.values())
