@@ -31,8 +31,8 @@ class FakeTrainer:
         return trainer
 
     @classmethod
-    def evaluate_checkpoint(cls, path, split="eval", max_tasks=None):
-        FakeTrainer.calls.append(("evaluate", path, split, max_tasks))
+    def evaluate_checkpoint(cls, path, split="eval", max_tasks=None, with_skills=False):
+        FakeTrainer.calls.append(("evaluate", path, split, max_tasks) + (("with_skills",) if with_skills else ()))
         return {"eval/success_rate": 0.5, "eval/outcome_mean": float("nan"), "tasks": 8}
 
     def setup(self):
@@ -153,6 +153,8 @@ def test_eval_prints_json(fake, tmp_path, capsys):
     assert metrics == {"eval/success_rate": 0.5, "eval/outcome_mean": None, "tasks": 8}
     assert main(["eval", str(ckpt)]) == 0
     assert fake.calls[-1] == ("evaluate", str(ckpt), "eval", None)
+    assert main(["eval", str(ckpt), "--with-skills"]) == 0
+    assert fake.calls[-1] == ("evaluate", str(ckpt), "eval", None, "with_skills")
 
 
 @pytest.mark.parametrize("argv", [

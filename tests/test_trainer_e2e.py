@@ -133,6 +133,10 @@ def test_rw_cli_train_then_report_draws_pngs(tmp_path, capsys):
     out_text = capsys.readouterr().out
     printed = json.loads(out_text[out_text.index("{"):])
     assert 0.0 <= printed["eval/success_rate"] <= 1.0
+    assert cli.main(["eval", str(out), "--tasks", "4", "--with-skills"]) == 0
+    out_text = capsys.readouterr().out
+    printed = json.loads(out_text[out_text.index("{"):])
+    assert 0.0 <= printed["eval_with_skills/success_rate"] <= 1.0 and "eval/success_rate" not in printed
 
 
 def test_unknown_config_key_names_it_and_lists_valid_ones(capsys):

@@ -118,16 +118,17 @@ class Trainer:
             return
         self.judge = build_judge(cfg, self.env)
         self.method = self._build_method()  # may refuse pool.frozen_from before anything is written
+        self._metrics_path = self.out / "metrics.jsonl"
+        self._sampling_path = self.out / "sampling.jsonl"
+        if self._resume_from is not None:
+            self._load_checkpoint(self._resume_from)  # refuses another variant before any file changes
         if self.main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "checkpoints").mkdir(exist_ok=True)
             save_config(cfg, self.out / "config.yaml")
             atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
         self.engine.barrier()
-        self._metrics_path = self.out / "metrics.jsonl"
-        self._sampling_path = self.out / "sampling.jsonl"
         if self._resume_from is not None:
-            self._load_checkpoint(self._resume_from)
             self._sync_generator()  # the rollout engine starts from the checkpoint's weights
         else:
             if self.main:
@@ -306,6 +307,7 @@ class Trainer:
         self.engine.set_lr(learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule,
                                          cfg.train.steps))
         update = self._update_policy(rollouts, scored.advantages[first * group:last * group])
+        self.policy.version = index + 1  # diagnosis rollouts below come from the updated policy
         self._sync_generator()
 
         clock = time.perf_counter()
@@ -314,7 +316,6 @@ class Trainer:
         changed, adapt_seconds = self._adapt(index)
         adaptive += adapt_seconds
         self.step += 1
-        self.policy.version = self.step
 
         if self.main and (changed or self.step % max(1, cfg.train.eval_every // 5) == 0):
             self._write_sampling()

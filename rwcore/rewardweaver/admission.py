@@ -233,7 +233,12 @@ def acceptance_test(
                 disagreements.append((case.trajectory, case.label, verdict))
         if not disagreements:
             break
-        prompt = reviser.revise_evaluator(rubric, disagreements)
+        try:
+            prompt = reviser.revise_evaluator(rubric, disagreements)
+        except Exception as error:  # noqa: BLE001 - a failed revision (an LLM's) leaves the rejection standing
+            report = _with(report, reasons=report.reasons + (f"evaluator revision failed ({type(error).__name__}: "
+                                                             f"{error}); candidate left as tested",))
+            break
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError(f"reviser.revise_evaluator returned {prompt!r} for {rubric.rubric_id!r}; "
                              "evaluator instructions must be non-empty text")

@@ -1,0 +1,136 @@
+"""`rw train judge.kind=openai` end to end against a loopback OpenAI-compatible server that plays the judge
+and the reflection model: the LLM judge is the evaluator admitted to the library and the one that
+scores training, and the same server's reflection model generates Arise's rubrics, refines skills,
+attributes RewardWeaver's failures and proposes capabilities."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
+from judge_server import ChatServer, Reply, diagnostics_line, verdict_line
+from rwcore.trainer.config import load_config
+from rwcore.trainer.envs.negotiation_annotator import ANNOTATORS, annotate
+from rwcore.trainer.trainer import Trainer
+from rwcore.types import Trajectory, Turn
+
+KEY_ENV = "RWCORE_TEST_LLM_KEY"
+SMALL = [
+    "env.options.num_train=24", "env.options.num_eval=4", "rollout.tasks_per_step=3", "rollout.group_size=3",
+    "train.eval_every=0", "train.checkpoint_every=0", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=2", "rewardweaver.diagnostic_tasks=2",
+    "rewardweaver.success_sample=2",
+]
+
+
+def answer(request, **fields) -> str:
+    return json.dumps({"request_id": request.request_id, **fields})
+
+
+def transcript(request) -> Trajectory:
+    data = request.data["trajectory"]
+    turns = [Turn(t["role"], t["content"], t["by_agent"]) for t in data["turns"]]
+    return Trajectory(data["task_id"], turns, data.get("outcome", 0.0), trajectory_id="x")
+
+
+class Server:
+    """Judges by reading the transcript (the reference annotator, so admission can pass); reflects with
+    fixed, valid answers. Counts requests per kind."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, int] = {}
+        self.generated = 0
+
+    def __call__(self, request) -> Reply:
+        system = request.system
+        for marker, kind in (("careful, impartial evaluator", "judge"), ("You analyse one rollout", "analysis"),
+                             ("You are the reflection model", "generation"), ("You improve the guidance", "refinement"),
+                             ("You diagnose why", "attribution"), ("You maintain the capability library", "proposal"),
+                             ("You calibrate the evaluator", "revision")):
+            if marker in system:
+                self.kinds[kind] = self.kinds.get(kind, 0) + 1
+                return getattr(self, kind)(request)
+        raise AssertionError("unexpected prompt")
+
+    def judge(self, request) -> Reply:
+        lines = []
+        for rubric_id in request.rubric_ids:
+            if rubric_id in ANNOTATORS:
+                verdict = {"PASS": "pass", "FAIL": "fail", "NA": "na"}[annotate(rubric_id, transcript(request)).name]
+            else:
+                verdict = "fail" if len(request.user) % 2 else "pass"
+            lines.append(verdict_line(request, rubric_id, verdict))
+        if request.wants_diagnostics:
+            lines.append(diagnostics_line(request, ["turn 1: the seller never states a price"]))
+        return Reply("\n".join(lines))
+
+    def analysis(self, request) -> Reply:
+        return Reply(answer(request, issues=[{"behavior": "offers without asking", "signal": "turn 2",
+                                              "capability": "Understanding", "covered_by": None}], strategies=[]))
+
+    def generation(self, request) -> Reply:
+        self.generated += 1
+        proposals = [{"rubric_id": f"llm-rubric-{self.generated}", "capability": "Understanding",
+                      "criterion": "The seller asks before it offers.", "applicability": "",
+                      "pass_when": "an ask precedes the first offer", "fail_when": "it does not",
+                      "skill": "ask budget before you offer", "evidence": "R0, R1"}]
+        return Reply(answer(request, proposals=proposals))
+
+    def refinement(self, request) -> Reply:
+        return Reply(answer(request, diagnosis="too vague", skill="first ask budget then offer"))
+
+    def attribution(self, request) -> Reply:
+        lines = [answer(request, capability_id=cid, deficit=True, confidence=0.9, evidence="turn 2: offer 200",
+                        cause="policy") for cid in request.candidate_ids]
+        return Reply("\n".join(lines))
+
+    def proposal(self, request) -> Reply:
+        return Reply(answer(request, proposals=[]))
+
+    def revision(self, request) -> Reply:
+        return Reply(answer(request, diagnosis="applicability unclear",
+                            evaluator_instructions="Decide applicability from the brief first."))
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-llm-wiring-5f2a")
+    script = Server()
+    with ChatServer(script) as chat:
+        chat.script_state = script
+        yield chat
+
+
+def test_the_llm_judge_is_admitted_and_scores_training_and_the_reflection_model_is_wired(server, tmp_path):
+    overrides = [*SMALL, "train.steps=4", "train.method=combined", "judge.kind=openai", "judge.model=judge-test",
+                 f"judge.base_url={server.base_url}", f"judge.api_key_env={KEY_ENV}"]
+    trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
+    trainer.setup()
+    method = trainer.method
+    from rwcore.judges import OpenAIJudge, OpenAIReflector
+
+    assert isinstance(trainer.judge, OpenAIJudge)
+    library = method.weaver.library
+    assert library.ids() and {library[c].evaluator for c in library.ids()} == {"OpenAIJudge:judge-test"}
+    assert method.providers.evaluator is trainer.judge
+    reflector = method.providers.reflector
+    assert isinstance(reflector, OpenAIReflector)
+    assert method.providers.attributor is reflector and method.providers.proposer is reflector
+    assert method.providers.reviser is reflector and method.weaver._reviser is reflector
+    trainer.train()
+    kinds = server.script_state.kinds
+    assert kinds["judge"] > 0 and kinds["attribution"] > 0  # RewardWeaver's attribution asked the LLM
+    assert kinds.get("revision", 0) >= 1  # a rejected candidate was revised from its development cases
+    assert kinds.get("generation", 0) >= 1  # Arise's rubrics came from the reflection model ...
+    assert any(rid.startswith("llm-rubric-") for rid in method.pool.rubric_ids())
+    events = json.loads((tmp_path / "run" / "pool_events.json").read_text())
+    assert min(e["step"] for e in events if e["kind"] == "created") == 2  # ... at the first scheduled update
+    secret = "sk-test-llm-wiring-5f2a"
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl", ".yaml"):
+            assert secret not in path.read_text()
+    assert all(r.headers.get("authorization") == f"Bearer {secret}" for r in server.requests)
+    assert re.fullmatch(r"[0-9a-f]{16}", server.requests[-1].request_id)
