@@ -317,3 +317,22 @@ def test_import_of_the_kernels_loads_neither_the_extension_nor_the_algorithms():
             "m.startswith('rwcore.kernels')]; print(bad)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_shipped_configs_load_by_name_and_hold_the_papers_settings(capsys):
+    arise = load_config(cli._config_file("arise-qwen"))
+    # Arise appendix B.2, table 2
+    assert (arise.rollout.tasks_per_step, arise.rollout.group_size, arise.optim.lr, arise.optim.warmup_steps,
+            arise.optim.schedule, arise.model.dtype, arise.train.steps) == (32, 8, 2e-6, 40, "constant", "bfloat16", 150)
+    assert (arise.advantage.lam, arise.pool.delta_pool, arise.pool.eta_low, arise.pool.eta_high, arise.pool.max_pool,
+            arise.pool.max_new, arise.rollout.temperature) == (0.3, 10, 0.3, 0.9, 64, 8, 1.0)
+    assert arise.train.method == "arise" and arise.sampler.kind == "capability" and arise.pool.skills == "on"
+    weaver = load_config(cli._config_file("rewardweaver-qwen"))
+    assert (weaver.rewardweaver.budget, weaver.rewardweaver.adaptation_interval) == (6, 30)
+    assert weaver.train.method == "rewardweaver" and weaver.sampler.kind == "uniform"
+    assert load_config(cli._config_file("default")) == load_config()  # the embedded default, spelled out
+    assert cli.main(["config", "--list"]) == 0
+    assert {"default", "arise-qwen", "rewardweaver-qwen"} <= {line.split()[0] for line in
+                                                             capsys.readouterr().out.splitlines()}
+    assert cli.main(["config", "--config", "no-such-config"]) == 2
+    assert "shipped: " in capsys.readouterr().err

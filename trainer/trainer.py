@@ -331,6 +331,9 @@ class Trainer:
             "process_term_mean": float(np.mean(scored.process_terms)),
             "advantage_std": float(np.std(scored.advantages)),
             "rubrics/process": len(scored.process_rubrics), "rubrics/advantage": len(scored.advantage_rubrics),
+            # pool rubrics also in RewardWeaver's set: counted in the process reward only
+            "rubrics/shared": len(set(scored.process_rubrics) & set(self.method.pool.rubric_ids()))
+            if self.method.pool is not None else 0,
             "judgments": int(judged.codes.size), "invalid_rate": judged.invalid_fraction(),
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
             "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
