@@ -396,3 +396,18 @@ def test_state_round_trip_and_a_resume_refuses_another_variant():
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="method setting 'delta_pool'"):
         arise_method(reflector=Reflector(), delta_pool=5).load_state_dict(state)
+
+
+def test_a_failing_attributor_keeps_the_active_set_and_training_goes_on(caplog):
+    class Down:
+        def attribute(self, trajectory, candidates):
+            raise RuntimeError("attribution model is down")
+
+    library = build_library(ids=("c1", "c2"))
+    method = AdaptiveMethod("rewardweaver", {"t0": ["tag"]},
+                            MethodSettings(batch_size=1, group_size=1, success_sample=0),
+                            Providers(library=library, attributor=Down()))
+    diag = [traj_with("x", 0.0)]
+    report = method.adapt(-1, diagnosis=(diag, reports_for(diag, {"c1": [F], "c2": [F]})))
+    assert report.stage is None and method.weaver.stage is None and method.metrics().get("active_rubrics") == 0
+    assert method.state_dict()["stage_errors"] == 1 and "attribution model is down" in caplog.text

@@ -24,7 +24,6 @@ Undefined correlations (too few pairs, constant inputs) are reported as null / "
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from rwcore._io import atomic_write_bytes
+from rwcore.trainer.report import _figure, _save
 
 __all__ = ["analyze_run"]
 
@@ -74,19 +74,6 @@ def _matrix(stages: list[dict], key: str, ids: list[str]) -> np.ndarray:
             if value is not None:
                 out[k, j] = value
     return out
-
-
-def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
-
-
-def _save(fig, path: Path) -> Path:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", facecolor="white")
-    atomic_write_bytes(path, buffer.getvalue())
-    return path
 
 
 def _write(out: Path, name: str, payload: dict, markdown: str) -> list[Path]:

@@ -313,7 +313,7 @@ class Trainer:
         clock = time.perf_counter()
         self.method.observe(index, task_ids, trajectories, scored.judged)
         adaptive += time.perf_counter() - clock
-        changed, adapt_seconds = self._adapt(index)
+        changed, adapt_seconds, diagnosis_seconds = self._adapt(index)
         adaptive += adapt_seconds
         self.step += 1
 
@@ -338,6 +338,7 @@ class Trainer:
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
             "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
             **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
+            "time/diagnosis": diagnosis_seconds,
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
         }
         return row
@@ -375,23 +376,26 @@ class Trainer:
 
     # ------------------------------------------------------------------ adaptation
 
-    def _adapt(self, index: int) -> tuple[bool, float]:
+    def _adapt(self, index: int) -> tuple[bool, float, float]:
         """The method's scheduled adaptation at the end of step `index` (-1: before training): a fresh
         on-policy diagnosis batch and the fixed diagnostic set at stage boundaries, then method.adapt on
-        rank 0, whose state every rank then loads. Returns (changed, seconds in the method)."""
+        rank 0, whose state every rank then loads. Returns (changed, seconds in the method, seconds of
+        the diagnosis and diagnostic-set rollouts and judging)."""
         method = self.method
         stage = method.stage_due(index)
         if not stage and not method.pool_due(index):
-            return False, 0.0
+            return False, 0.0, 0.0
+        clock = time.perf_counter()
         diagnosis = self._diagnosis(index) if stage else None
         if stage and method.diagnostic_set:
             self._score_diagnostic_set(index + 1)
+        diagnosis_seconds = time.perf_counter() - clock
         clock = time.perf_counter()
         if self.main:
             method.adapt(index, diagnosis=diagnosis)
         seconds = time.perf_counter() - clock
         self._share_method_state()
-        return True, seconds
+        return True, seconds, diagnosis_seconds
 
     def _diagnosis(self, index: int) -> tuple[list, list]:
         """RewardWeaver's fresh on-policy batch of the current policy: the method's diagnosis tasks, G

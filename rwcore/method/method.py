@@ -254,6 +254,7 @@ class AdaptiveMethod:
         self._instance_rubrics: dict[str, tuple[RubricSpec, ...]] = {}  # rw_instance_specific
         self._diagnostic_scores: list[dict] = []    # appendix G points
         self._reflection_errors = 0
+        self._stage_errors = 0
         rng = np.random.default_rng([s.seed, 0xD1A6])
         size = min(s.diagnostic_tasks, len(self._task_ids))
         self._diagnostic_set = tuple(self._task_ids[i] for i in sorted(rng.choice(len(self._task_ids), size,
@@ -395,7 +396,11 @@ class AdaptiveMethod:
         if groups.shape != (n,):
             raise ValueError(f"group_ids must have shape ({n},); without group_ids N must be a multiple of "
                              f"group_size={self.settings.group_size}")
-        judged_ids = list(dict.fromkeys(rid for report in reports for rid in report.judgments))
+        # every rubric the method reads, plus whatever else the judge returned; one a report lacks is INVALID
+        expected = [spec.rubric_id for spec in (self.pool.active_rubrics() if self.pool is not None else [])]
+        for task_id in dict.fromkeys(t.task_id for t in trajectories):
+            expected += [spec.rubric_id for spec in self.process_rubrics(task_id)]
+        judged_ids = list(dict.fromkeys([*expected, *(rid for report in reports for rid in report.judgments)]))
         judged = JudgedBatch.from_reports(reports, judged_ids, [t.trajectory_id for t in trajectories])
         s = self.settings
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
@@ -505,7 +510,7 @@ class AdaptiveMethod:
         pool_update = error = None
         if self.pool_due(step):
             pool_update, error = self._update_pool(step)
-        stage = None
+        stage = None  # stays None when the stage update failed (logged; the active set is kept)
         if self.stage_due(step):
             if diagnosis is None:
                 raise ValueError(f"step {step} is a RewardWeaver stage boundary: adapt needs diagnosis=(trajectories, "
@@ -536,7 +541,15 @@ class AdaptiveMethod:
             raise ValueError("diagnosis trajectories must not be empty")
         if self.weaver is not None:
             judged = JudgedBatch.from_reports(reports, self.weaver.library.ids(), [t.trajectory_id for t in trajectories])
-            self.weaver.update(trajectories, judged, step=step + 1)
+            try:
+                self.weaver.update(trajectories, judged, step=step + 1)
+            except (ValueError, TypeError):
+                raise  # bad input or a broken provider contract: the caller's bug, not the model's
+            except Exception as exc:  # noqa: BLE001 - an LLM attributor or proposer may fail; keep training
+                self._stage_errors += 1
+                logger.warning("stage boundary after step %d: RewardWeaver's update failed (%s: %s); the current "
+                               "active set stays for another stage", step, type(exc).__name__, exc)
+                return None
             return int(self.weaver.stage)
         # open vocabulary: the proposer's dimensions for this stage's failures, used as they come
         from rwcore.rewardweaver import low_outcome_mask
@@ -670,6 +683,7 @@ class AdaptiveMethod:
             row["pool/reflection_errors"] = self._reflection_errors
         if self.weaver is not None and self.weaver.stage is not None:
             row["rewardweaver/stage"] = self.weaver.stage
+            row["rewardweaver/stage_errors"] = self._stage_errors
         if hasattr(self.sampler, "coverage"):
             row["sampler/coverage"] = self.sampler.coverage()
         return row
@@ -688,7 +702,7 @@ class AdaptiveMethod:
             "open_stages": [{**r, "specs": [_spec_dict(s) for s in r["specs"]]} for r in self._open_stages],
             "instance_rubrics": {task: [_spec_dict(s) for s in specs] for task, specs in self._instance_rubrics.items()},
             "diagnostic_scores": self.diagnostic_scores(),
-            "reflection_errors": self._reflection_errors,
+            "reflection_errors": self._reflection_errors, "stage_errors": self._stage_errors,
         }
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -717,6 +731,7 @@ class AdaptiveMethod:
                                   for task, specs in state["instance_rubrics"].items()}
         self._diagnostic_scores = [dict(p) for p in state["diagnostic_scores"]]
         self._reflection_errors = int(state["reflection_errors"])
+        self._stage_errors = int(state["stage_errors"])
         self._sync_sampler()
 
 
