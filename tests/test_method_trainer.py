@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
-from rewardweaver_fakes import LabelJudge, traj
+from rewardweaver_fakes import traj
 
 from rwcore import AdaptiveMethod, MethodSettings
 from rwcore.method import Providers
 from rwcore.pool import SKILLS_BEGIN
-from rwcore.rewardweaver import Capability, CapabilityLibrary, LabelledCase, acceptance_test
+from rwcore.rewardweaver import Capability, LabelledCase, acceptance_test
 from rwcore.rewardweaver.admission import evaluator_name
 from rwcore.trainer import cli
 from rwcore.trainer import trainer as trainer_module

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rwcore import AdaptiveMethod, Verdict
+from rwcore import AdaptiveMethod
 from rwcore.judges import RuleJudge
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
