@@ -95,7 +95,7 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
     llm = cfg.judge.kind == "openai"
     reflector = _llm_reflector(cfg) if llm else env.reflector()
     rules = {rule.spec.rubric_id: rule for rule in env.rules()}
-    providers = Providers(evaluator=judge, rubric_family={rid: rule.family for rid, rule in rules.items()})
+    providers = Providers(evaluator=judge)
     if variant.arise_rubrics is not None:
         providers.reflector = reflector
     if variant.arise_rubrics == "frozen":

@@ -38,7 +38,7 @@ Schedules (0-based step k, the iteration that just updated the policy):
   (k + 1) % adaptation_interval == 0. Each boundary needs a *fresh on-policy* diagnosis batch of
   the current policy (`diagnosis_tasks`, judged on `diagnosis_rubrics`); the method never
   reuses a training batch for diagnosis.
-- Appendix G: `record_diagnostic_scores` takes the fixed diagnostic set (`diagnostic_tasks`),
+- Appendix G: `record_diagnostic_scores` takes the reports of the fixed `diagnostic_set`,
   rolled out without skills, at every boundary and at the end of training.
 """
 
@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -165,7 +165,6 @@ class Providers:
     reflector: Arise's reflection model - the evolving pool and skill refinement.
     frozen_rubrics: the fixed rubric-skill pairs of `arise_frozen_rubrics`.
     instance_writer: rubrics per task instance - `rw_instance_specific`.
-    rubric_family: capability id -> family, for the reward-stage files (optional).
     """
 
     library: object | None = None
@@ -177,7 +176,6 @@ class Providers:
     reflector: RubricReflector | None = None
     frozen_rubrics: Sequence[RubricSkillProposal] = ()
     instance_writer: InstanceRubricWriter | None = None
-    rubric_family: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -290,7 +288,7 @@ class AdaptiveMethod:
             if not isinstance(p.library, CapabilityLibrary) or not p.library.ids():
                 raise ValueError(f"variant {v.name!r} needs providers.library: a CapabilityLibrary with at least one "
                                  "admitted capability")
-            if v.process_reward != "dynamic_topk" and v.process_reward != "random" or self.settings.success_sample:
+            if v.process_reward not in ("dynamic_topk", "random") or self.settings.success_sample:
                 needs.append(("attributor", p.attributor, Attributor))
         if v.process_reward == "open_vocabulary":
             needs.append(("proposer", p.proposer, CapabilityProposer))
@@ -657,9 +655,9 @@ class AdaptiveMethod:
     def reward_stages(self) -> list[dict]:
         """One record per RewardWeaver stage: steps, active set (with families), strategy, reason."""
         if self.weaver is not None:
-            families = dict(self.providers.rubric_family)
+            library = self.weaver.library
             return [{"stage": r.stage, "start_step": r.start_step, "end_step": r.end_step, "active": list(r.active),
-                     "families": {c: families.get(c, self.weaver.library[c].capability.family) for c in r.active},
+                     "families": {c: library[c].capability.family for c in r.active},
                      "strategy": r.strategy, "reason": r.reason, "admitted": list(r.admitted),
                      "expansion": r.diagnosis.get("expansion")}
                     for r in self.weaver.history.stages]
