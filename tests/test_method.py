@@ -300,9 +300,9 @@ def test_combined_counts_each_rubric_once_and_matches_an_independent_reference()
     groups = np.repeat([0, 1], 4)
     task = ref_length_regularize(np.array(outcomes), np.array(lengths), groups, alpha=0.5, threshold=0, eps=1e-9)
     process = []
-    for j in range(8):  # mean over the defined active scores (NA / INVALID left out)
+    for j in range(8):  # 1/|A| sum over the active set |A| = 2 (NA / INVALID add 0 and still count)
         values = [v[1] for v in (c1[j], c2[j]) if v[0] in (P, F)]
-        process.append(sum(values) / len(values) if values else 0.0)
+        process.append(sum(values) / 2 if values else 0.0)
     rewards = np.asarray(task) + np.array(process)
     verdicts = np.array([[1.0 if v == P else 0.0 if v == F else np.nan] for v in a1])
     expected = ref_compute_advantages(rewards, verdicts, groups, lam=0.3, eps=1e-9, ddof=1)

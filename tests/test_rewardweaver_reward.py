@@ -12,6 +12,7 @@ nan = float("nan")
 
 
 def test_hand_worked_rewards_with_na_and_invalid():
+    """normalize="applicable": the mean over the judgments that are defined."""
     outcomes = [1.0, 0.0, 0.5, 0.2]
     jbar = [
         [1.0, 0.5, nan],   # third rubric NA: (1 + 0.5) / 2 = 0.75          -> 1.75
@@ -19,11 +20,30 @@ def test_hand_worked_rewards_with_na_and_invalid():
         [nan, nan, nan],   # nothing applies / all invalid: process term 0  -> 0.5
         [0.2, nan, 0.8],   # (0.2 + 0.8) / 2 = 0.5                          -> 0.7
     ]
-    np.testing.assert_allclose(process_reward(outcomes, jbar), [1.75, 0.0, 0.5, 0.7])
-    np.testing.assert_allclose(process_reward(outcomes, jbar, empty_value=0.5), [1.75, 0.0, 1.0, 0.7])
-    term, count = process_terms(jbar)
+    kw = {"normalize": "applicable"}
+    np.testing.assert_allclose(process_reward(outcomes, jbar, **kw), [1.75, 0.0, 0.5, 0.7])
+    np.testing.assert_allclose(process_reward(outcomes, jbar, empty_value=0.5, **kw), [1.75, 0.0, 1.0, 0.7])
+    term, count = process_terms(jbar, **kw)
     np.testing.assert_allclose(term, [0.75, 0.0, 0.0, 0.5])
     assert count.tolist() == [2, 3, 0, 2]
+
+
+def test_hand_worked_rewards_active_set_normalization_is_the_default():
+    """The paper's 1/|A| sum over the active set (the default): NA and INVALID add 0 but still count in |A| = 3,
+    so reaching a check that then fails is never worse than not reaching it."""
+    outcomes = [1.0, 0.0, 0.5, 0.2]
+    jbar = [
+        [1.0, 0.5, nan],   # (1 + 0.5 + 0) / 3 = 0.5                        -> 1.5
+        [0.0, 0.0, 0.0],   # 0                                               -> 0.0
+        [nan, nan, nan],   # nothing defined: empty_value (0)                -> 0.5
+        [0.2, nan, 0.8],   # (0.2 + 0 + 0.8) / 3 = 1/3                       -> 0.2 + 1/3
+    ]
+    np.testing.assert_allclose(process_reward(outcomes, jbar), [1.5, 0.0, 0.5, 0.2 + 1 / 3])
+    np.testing.assert_allclose(process_reward(outcomes, jbar, empty_value=0.5), [1.5, 0.0, 1.0, 0.2 + 1 / 3])
+    term, _ = process_terms(jbar)
+    np.testing.assert_allclose(term, [0.5, 0.0, 0.0, 1 / 3])
+    with pytest.raises(ValueError, match="normalize"):
+        process_terms(jbar, normalize="mean")
 
 
 def test_all_defined_is_the_papers_formula():
@@ -64,7 +84,8 @@ def test_judgment_matrix_from_reports():
     np.testing.assert_array_equal(values, [[1.0, 0.25], [nan, nan], [nan, 0.75]])
     assert codes.tolist() == [[Verdict.PASS, Verdict.FAIL], [Verdict.NA, Verdict.INVALID],
                               [Verdict.INVALID, Verdict.PASS]]
-    np.testing.assert_allclose(process_reward([0.0, 0.0, 1.0], values), [0.625, 0.0, 1.75])
+    # active set |A| = 2: t1 (1 + 0.25) / 2, t3 (0 + 0.75) / 2 = 0.375
+    np.testing.assert_allclose(process_reward([0.0, 0.0, 1.0], values), [0.625, 0.0, 1.375])
     rates, n = judge_failure_rates(codes)
     np.testing.assert_array_equal(rates, [0.0, 0.5])
     assert n.tolist() == [1, 2]

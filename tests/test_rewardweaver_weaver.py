@@ -73,8 +73,8 @@ def test_reward_under_the_active_set():
         JudgeReport("t2", {"c1": judgment("c1", Verdict.FAIL), "c2": judgment("c2", Verdict.PASS, 0.6)}),
         JudgeReport("t3", {"c1": judgment("c1", Verdict.INVALID), "c3": judgment("c3", Verdict.PASS)}),
     ]
-    # t1: 0.5 + 0.8 (c2 NA); t2: 0 + (0 + 0.6) / 2; t3: no defined active judgment -> 1.0 + 0.
-    np.testing.assert_allclose(weaver.reward(batch, reports), [1.3, 0.3, 1.0])
+    # |A| = 2. t1: 0.5 + (0.8 + 0) / 2 (c2 NA adds 0); t2: 0 + (0 + 0.6) / 2; t3: nothing defined -> 1.0 + 0
+    np.testing.assert_allclose(weaver.reward(batch, reports), [0.9, 0.3, 1.0])
     with pytest.raises(ValueError, match=r"reports\[1\].trajectory_id"):
         weaver.reward(batch, [reports[0], reports[2], reports[1]])
     with pytest.raises(ValueError, match=r"trajectories\[0\].outcome"):

@@ -36,6 +36,7 @@ def method_settings(cfg) -> MethodSettings:
         min_confidence=rw.min_confidence, min_support=rw.min_support, max_candidates=rw.max_candidates,
         diagnosis_tasks=rw.diagnosis_tasks, diagnostic_tasks=rw.diagnostic_tasks, success_sample=rw.success_sample,
         expansion=rw.expansion == "on", max_new_capabilities=rw.max_new, max_revisions=rw.max_revisions,
+        process_normalization=rw.process_normalization,
     )
 
 

@@ -95,7 +95,9 @@ class MethodSettings:
         diagnostic_tasks (fixed diagnostic set, appendix G; 0 = none) [16],
         success_sample (success trajectories attributed per stage for appendix E; 0 = none) [32],
         expansion (controlled expansion at stage boundaries) [True], max_new_capabilities [2],
-        max_revisions (evaluator revisions of a rejected candidate) [1].
+        max_revisions (evaluator revisions of a rejected candidate) [1],
+        process_normalization ("active_set": 1/|A| with NA / INVALID counting 0, the paper's formula;
+        "applicable": the mean over defined judgments; rwcore.rewardweaver.reward) ["active_set"].
     """
 
     batch_size: int = 16
@@ -129,6 +131,7 @@ class MethodSettings:
     expansion: bool = True
     max_new_capabilities: int = 2
     max_revisions: int = 1
+    process_normalization: str = "active_set"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "group_size", "delta_pool", "max_pool", "max_records", "adaptation_interval",
@@ -144,6 +147,10 @@ class MethodSettings:
             raise ValueError(f"eta_low must be below eta_high, got {self.eta_low} and {self.eta_high}")
         if not isinstance(self.expansion, bool):
             raise ValueError(f"expansion must be True or False, got {self.expansion!r}")
+        from rwcore.rewardweaver.reward import NORMALIZATIONS
+
+        if self.process_normalization not in NORMALIZATIONS:
+            raise ValueError(f"process_normalization must be one of {NORMALIZATIONS}, got {self.process_normalization!r}")
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
@@ -338,7 +345,8 @@ class AdaptiveMethod:
             max_success_attributions=s.success_sample if s.success_sample > 0 else None,
             proposer=p.proposer if expansion else None, evaluator=p.evaluator if expansion else None,
             acceptance_cases=p.acceptance_cases if expansion else None, max_new=s.max_new_capabilities,
-            reviser=p.reviser if expansion else None, max_revisions=s.max_revisions, seed=s.seed,
+            reviser=p.reviser if expansion else None, max_revisions=s.max_revisions,
+            normalize=s.process_normalization, seed=s.seed,
         )
 
     # ------------------------------------------------------------------ per step
@@ -415,8 +423,12 @@ class AdaptiveMethod:
                       tuple(process_ids), advantage_ids)
 
     def _process_terms(self, trajectories: Sequence[Trajectory], judged: JudgedBatch) -> tuple[np.ndarray, list[str]]:
-        """RewardWeaver's 1/|A| sum_d J_d per trajectory (NA / INVALID left out; 0 when nothing defined)."""
+        """RewardWeaver's 1/|A| sum_d J_d per trajectory (rwcore.rewardweaver.process_terms with
+        settings.process_normalization; 0 when nothing is defined)."""
+        from rwcore.rewardweaver import process_terms
+
         n = len(trajectories)
+        normalize = self.settings.process_normalization
         if self.variant.process_reward is None:
             return np.zeros(n), []
         if self.variant.process_reward == "instance_specific":
@@ -425,17 +437,13 @@ class AdaptiveMethod:
             for i, trajectory in enumerate(trajectories):
                 ids = [spec.rubric_id for spec in self._instance_rubrics.get(trajectory.task_id, ())]
                 used.update(dict.fromkeys(ids))
-                values = judged.columns(ids).values[i] if ids else np.zeros(0)
-                terms[i] = float(np.nanmean(values)) if np.isfinite(values).any() else 0.0
+                if ids:
+                    terms[i] = process_terms(judged.columns(ids).values[i:i + 1], normalize=normalize)[0][0]
             return terms, list(used)
         ids = [spec.rubric_id for spec in self.process_rubrics()]
         if not ids:
             return np.zeros(n), []
-        values = judged.columns(ids).values
-        defined = np.isfinite(values)
-        counts = defined.sum(axis=1)
-        sums = np.where(defined, values, 0.0).sum(axis=1)
-        return np.where(counts > 0, sums / np.maximum(counts, 1), 0.0), ids
+        return process_terms(judged.columns(ids).values, normalize=normalize)[0], ids
 
     def observe(self, step: int, task_ids: Sequence[str], trajectories: Sequence[Trajectory], judged: JudgedBatch,
                 policy_versions: Sequence[int] | None = None) -> None:

@@ -2,25 +2,25 @@
 
 Non-applicable and invalid judgments. Jbar_d(tau) is the judge's normalized
 score (`RubricJudgment.value`, in [0, 1]). A capability that does not apply to
-a trajectory (NA), or whose judgment failed (INVALID), has no Jbar_d(tau); it
-is left out of the average for that trajectory, so the process term is the mean
-over the active capabilities that apply and were validly judged:
+a trajectory (NA), or whose judgment failed (INVALID), has no Jbar_d(tau). Two
+normalizations, chosen with `normalize`:
 
-    P(tau) = 1/|A_v(tau)| * sum_{d in A_v(tau)} Jbar_d(tau),   A_v(tau) = {d in A: Jbar_d(tau) defined}
+- "active_set" (default, the paper's formula read literally): P(tau) =
+  1/|A| * sum_{d in A} Jbar_d(tau), an undefined Jbar_d contributing 0. Credit
+  goes to checks a trajectory reached and passed; a check it never reached earns
+  what a failed one earns, and an INVALID judgment never scores above a FAIL.
+- "applicable": the mean over the active capabilities that apply and were validly
+  judged, P(tau) = 1/|A_v(tau)| * sum_{d in A_v(tau)} Jbar_d(tau). Where
+  applicability depends on the policy's own moves this penalizes reaching a
+  check (a trajectory that stops before a stage keeps a higher mean than one that
+  reaches it and fails), which a policy under RL learns to exploit - measured on
+  the built-in negotiation environment, where it trained sellers never to ask the
+  budget. Kept for settings whose applicability only the scenario decides.
 
-and R(tau) = R_o(tau) + P(tau). When every active judgment is defined this is
-exactly the paper's 1/|A| sum. Why: counting NA as 0 would penalize a
-trajectory for a behaviour its situation never called for, counting it as 1
-would pay for it; both would move R by up to 1/|A| per missing judgment for
-reasons unrelated to the policy. A judge failure is likewise never turned into a
-pass or a fail. The process term stays in [0, 1] whatever |A_v(tau)| is.
-
-When no active capability applies (or |A| = 0), P(tau) = `empty_value` (0 by
-default): there is no process evidence, so R falls back to the outcome reward
-alone — the paper's outcome-only reward, which is also what an empty active set
-means. Under group-normalized advantages this places such a trajectory level
-with one that failed every applicable check; pass `empty_value=0.5` (or a
-group mean) if that bias matters for a task mix where applicability varies a lot.
+Both equal the paper's 1/|A| sum when every active judgment is defined, and stay
+in [0, 1]. R(tau) = R_o(tau) + P(tau). When no active judgment is defined (or
+|A| = 0), P(tau) = `empty_value` (0 by default): there is no process evidence,
+so R falls back to the outcome reward alone.
 """
 
 from __future__ import annotations
@@ -47,8 +47,15 @@ def _check_values(judgments, n: int | None, argument: str) -> np.ndarray:
     return values
 
 
-def process_terms(judgments, *, empty_value: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(P [N], number of defined judgments per trajectory [N]) for a [N, |A|] array with NaN for NA/INVALID."""
+NORMALIZATIONS: tuple[str, ...] = ("active_set", "applicable")
+
+
+def process_terms(judgments, *, normalize: str = "active_set",
+                  empty_value: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(P [N], number of defined judgments per trajectory [N]) for a [N, |A|] array with NaN for NA/INVALID;
+    `normalize` as in the module docstring."""
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
     values = _check_values(judgments, None, "judgments")
     empty = float(empty_value)
     if not np.isfinite(empty):
@@ -56,15 +63,17 @@ def process_terms(judgments, *, empty_value: float = 0.0) -> tuple[np.ndarray, n
     defined = ~np.isnan(values)
     count = defined.sum(axis=1)
     total = np.where(defined, values, 0.0).sum(axis=1)
-    term = np.where(count > 0, total / np.maximum(count, 1), empty)
+    divisor = np.maximum(count, 1) if normalize == "applicable" else max(values.shape[1], 1)
+    term = np.where(count > 0, total / divisor, empty)
     return term, count.astype(np.int64)
 
 
-def process_reward(outcomes, judgments, *, empty_value: float = 0.0) -> np.ndarray:
+def process_reward(outcomes, judgments, *, normalize: str = "active_set", empty_value: float = 0.0) -> np.ndarray:
     """R = R_o + P over N trajectories (float64 [N]); see the module docstring for NA/INVALID.
 
     outcomes: R_o, shape [N], finite.
     judgments: Jbar, shape [N, |A|] in [0, 1], NaN where NA or INVALID (e.g. from `judgment_matrix`).
+    normalize: "active_set" (1/|A|, undefined judgments count 0) or "applicable" (mean over defined).
     empty_value: P for a trajectory with no defined judgment [0].
     """
     try:
@@ -77,5 +86,5 @@ def process_reward(outcomes, judgments, *, empty_value: float = 0.0) -> np.ndarr
         i = int(np.flatnonzero(~np.isfinite(r_o))[0])
         raise ValueError(f"outcomes[{i}] = {float(r_o[i])!r} is not finite")
     _check_values(judgments, r_o.shape[0], "judgments")
-    term, _ = process_terms(judgments, empty_value=empty_value)
+    term, _ = process_terms(judgments, normalize=normalize, empty_value=empty_value)
     return r_o + term

@@ -37,7 +37,7 @@ from rwcore.rewardweaver.expansion import CaseProvider, ExpansionResult, expand_
 from rwcore.rewardweaver.history import RewardHistory, StageRecord, _parse as _parse_history
 from rwcore.rewardweaver.judgments import judge_failure_rates, judgment_matrix
 from rwcore.rewardweaver.library import CapabilityLibrary, _parse_state as _parse_library
-from rwcore.rewardweaver.reward import process_reward, process_terms
+from rwcore.rewardweaver.reward import NORMALIZATIONS, process_reward, process_terms
 from rwcore.rewardweaver.selection import (
     DEFAULT_BUDGET,
     Selection,
@@ -113,6 +113,8 @@ class RewardWeaver:
         reviser, max_revisions: evaluator revision on a rejected candidate's development partition
             before it is re-tested on the held-out partition (`acceptance_test`).
         empty_value: process term of a trajectory with no defined active judgment [0.0].
+        normalize: the process term's normalization, "active_set" (1/|A|, NA / INVALID count 0) or
+            "applicable" (mean over defined judgments); see rewardweaver.reward ["active_set"].
         seed: seeds the generator used by "random", "random_trajectory" and success sampling.
     """
 
@@ -139,6 +141,7 @@ class RewardWeaver:
         reviser: EvaluatorReviser | None = None,
         max_revisions: int = 1,
         empty_value: float = 0.0,
+        normalize: str = "active_set",
         seed: int = 0,
     ) -> None:
         if not isinstance(library, CapabilityLibrary):
@@ -190,8 +193,11 @@ class RewardWeaver:
             "min_recurrence": min_support if min_recurrence is None else check_int(min_recurrence, "min_recurrence", low=1),
             "max_revisions": check_int(max_revisions, "max_revisions", low=0),
             "empty_value": float(empty_value),
+            "normalize": normalize,
             "seed": check_int(seed, "seed", low=0),
         }
+        if normalize not in NORMALIZATIONS:
+            raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
         if not np.isfinite(self._config["empty_value"]):
             raise ValueError(f"empty_value must be finite, got {empty_value!r}")
         self._rng = np.random.default_rng(self._config["seed"])
@@ -242,13 +248,15 @@ class RewardWeaver:
         """R(tau) for each trajectory under the current active set (float64 [N]).
 
         reports[i] must be trajectories[i]'s JudgeReport. NA and INVALID (or missing)
-        active judgments are left out of the mean; a trajectory without any defined
-        active judgment gets `empty_value` as its process term (see rewardweaver.reward).
+        active judgments count 0 under normalize="active_set" and are left out of the mean under
+        "applicable"; a trajectory without any defined active judgment gets `empty_value` as its
+        process term (see rewardweaver.reward).
         """
         trajectories = check_trajectories(trajectories, need_ids=True, finite_outcomes=True)
         values, _ = judgment_matrix(reports, self.active, trajectory_ids=[t.trajectory_id for t in trajectories])
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
-        return process_reward(outcomes, values, empty_value=self._config["empty_value"])
+        return process_reward(outcomes, values, normalize=self._config["normalize"],
+                              empty_value=self._config["empty_value"])
 
     # -- the outer-loop update ------------------------------------------------------
 
@@ -396,7 +404,7 @@ class RewardWeaver:
         }
         if reports is not None and self.active:
             active_values, _ = judgment_matrix(reports, self.active)
-            term, count = process_terms(active_values)
+            term, count = process_terms(active_values, normalize=self._config["normalize"])
             defined = count > 0
             summary["mean_process_term"] = float(term[defined].mean()) if defined.any() else None
         clash = set(extra) & set(summary)
