@@ -98,11 +98,11 @@ def test_the_admitted_evaluator_is_the_judge_that_scores_training(tmp_path):
 
 def test_reference_labels_do_not_come_from_the_rule_being_admitted(monkeypatch):
     env = NegotiationEnv(seed=0, num_train=4, num_eval=2)
-    honest = rubrics.labelled_cases_by_rule(env, ["quick_close"])["quick_close"]
+    honest = rubrics.labelled_cases_by_rule(env, ["asks_budget_first"])["asks_budget_first"]
     # a broken rule: passes everything. Labels made from it would agree with it by construction.
-    broken = rubrics.RuleDef(**{**rubrics.RULES_BY_ID["quick_close"].__dict__, "check": lambda s: (True, "")})
-    monkeypatch.setitem(rubrics.RULES_BY_ID, "quick_close", broken)
-    again = rubrics.labelled_cases_by_rule(env, ["quick_close"])["quick_close"]
+    broken = rubrics.RuleDef(**{**rubrics.RULES_BY_ID["asks_budget_first"].__dict__, "check": lambda s: (True, "")})
+    monkeypatch.setitem(rubrics.RULES_BY_ID, "asks_budget_first", broken)
+    again = rubrics.labelled_cases_by_rule(env, ["asks_budget_first"])["asks_budget_first"]
     assert [(c.trajectory.trajectory_id, c.label) for c in again] == \
         [(c.trajectory.trajectory_id, c.label) for c in honest]
     assert {Verdict.PASS, Verdict.FAIL} <= {c.label for c in again}
@@ -110,11 +110,11 @@ def test_reference_labels_do_not_come_from_the_rule_being_admitted(monkeypatch):
     for case in again[:10]:
         stripped = type(case.trajectory).from_dict({**case.trajectory.to_dict(), "metadata": {
             "task": case.trajectory.metadata["task"]}})
-        assert annotate("quick_close", stripped) == case.label
+        assert annotate("asks_budget_first", stripped) == case.label
     from rwcore.judges import RuleJudge
 
-    judge = RuleJudge({"quick_close": lambda t: broken.check(rubrics.episode_state(t))[0]})
-    report, entry = acceptance_test(Capability("quick_close", "concludes within two turns", scored=False), judge,
+    judge = RuleJudge({"asks_budget_first": lambda t: broken.check(rubrics.episode_state(t))[0]})
+    report, entry = acceptance_test(Capability("asks_budget_first", "asks the budget before any offer", scored=False), judge,
                                     again)
     assert entry is None and any("collapsed" in reason for reason in report.reasons)
 
@@ -212,7 +212,7 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
                             Providers(library=library, attributor=env.attributor(), evaluator=judge,
                                       proposer=Proposer(env), acceptance_cases=lambda c: provided[c.capability_id]))
     no_deal = [t for t in env.tasks("train") if "no_deal" in t.tags and "bundle" not in t.tags][:4]
-    asker = [rubrics.run_episode(env, t, lambda obs: "ask budget", seed=1, trajectory_id=f"{t.task_id}/ask")
+    asker = [rubrics.run_episode(env, t, lambda obs: "ask", seed=1, trajectory_id=f"{t.task_id}/ask")
              for t in no_deal]
     method.adapt(-1, diagnosis=(asker, judge.evaluate(asker, library.rubrics())))
     record = method.weaver.history.stages[0]
@@ -227,7 +227,9 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
 
 def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_computation(tmp_path):
     out = tmp_path / "run"
-    assert cli.main(["train", "--out", str(out), "--quiet", *SMALL, "train.steps=6"]) == 0
+    # successes are rare for an untrained policy (about 1 in 140 episodes): larger groups give each stage some
+    assert cli.main(["train", "--out", str(out), "--quiet", *SMALL, "train.steps=8", "rollout.tasks_per_step=8",
+                     "rollout.group_size=16"]) == 0
     assert cli.main(["analyze", str(out)]) == 0
     folder = out / "analysis"
     for name in ("bottleneck", "retention"):
@@ -235,7 +237,7 @@ def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_com
         assert (folder / f"{name}.md").read_text().startswith("# ")
     table = json.loads((folder / "bottleneck.json").read_text())
     stages = json.loads((out / "reward_history.json").read_text())["stages"]
-    ids = list(stages[0]["diagnosis"]["failure_rates"])
+    ids = sorted({c for s in stages for c in s["diagnosis"]["failure_rates"]})  # expansion may add capabilities
     fail = np.array([[s["diagnosis"]["failure_rates"].get(c, np.nan) for c in ids] for s in stages])
     succ = np.array([[s["diagnosis"].get("success_rates", {}).get(c, np.nan) for c in ids] for s in stages])
     importance, reduction = (fail - succ)[:-1].ravel(), (fail[:-1] - fail[1:]).ravel()
@@ -261,9 +263,9 @@ def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_com
     if rho is not None:
         assert abs(table["summary"]["importance_rho"] - rho) < 1e-9
     retention = json.loads((folder / "retention.json").read_text())
-    assert set(retention["scores"]) == set(ids) and retention["stage_end_steps"] == [2, 4, 6]
+    assert set(retention["scores"]) == set(ids) and retention["stage_end_steps"] == [2, 4, 6, 8]
     points = {p["step"]: p["scores"] for p in json.loads((out / "diagnostics.json").read_text())}
-    assert sorted(points) == [0, 2, 4, 6]
+    assert sorted(points) == [0, 2, 4, 6, 8]
     assert all(retention["scores"][c][k] == points[end][c]
                for c in ids for k, end in enumerate(retention["stage_end_steps"]))
 

@@ -1,68 +1,71 @@
-"""The built-in negotiation / sales environment ("negotiation"): a tiny-language seller task family.
+'''The built-in negotiation environment ("negotiation"): the embedded default's task family.
 
-The agent is a seller facing a scripted, seeded buyer with a private budget,
-in the spirit of the RewardWeaver Sales Benchmark (papers/rewardweaver.txt
-appendix B: standard vs constraint-conflict tasks) and Arise's
-AmazonHistoryPrice MI/CI instances where the right outcome is no deal. Everything
-is said in a small word-level language so a tiny randomly initialised
-transformer can learn it with RL on a CPU in minutes.
+The agent is a seller facing a scripted, seeded buyer, in the spirit of the RewardWeaver Sales
+Benchmark (papers/rewardweaver.txt appendix B: elicit the buyer's constraint before proposing;
+standard vs constraint-conflict tasks) and of Arise's sparse-outcome agent tasks (papers/arise.txt
+§1: a success needs a sequence of distinct behaviours, so a random policy almost never succeeds
+and outcome-only GRPO sees mostly all-failure groups). Everything is said in a small word-level
+language so a tiny randomly initialised transformer can learn it with RL on a CPU in minutes.
 
 Language
 --------
-Agent messages (one short phrase per turn; parsing is lenient, see `parse_action`):
+Agent messages (one word per turn; parsing is lenient, see `parse_action`):
 
-    offer N          propose to sell the item at price N (N in 10, 20, ..., 200)
-    bundle offer N   propose the item plus an accessory at price N (bundle tasks)
-    accept           accept the buyer's standing offer
-    reject           reject it (the buyer raises its offer, up to its budget)
-    ask budget       ask the buyer's budget (an honest buyer tells it)
-    end              end the negotiation without a deal
+    ask       ask the buyer's budget (its constraint; an honest buyer states it)
+    N         offer the item at price N (N in 20, 40, ..., 200; "offer N" says the same)
+    bundle    propose the item plus an accessory: later prices are the bundle's ("bundle N" offers it at N)
+    accept    accept the buyer's counter-offer
+    end       end the negotiation without a deal
 
-Observations (every partner message restates the agent's private facts, so the
-latest observation alone is enough to act on):
+Observations restate the seller's private facts, then the buyer's message; every buyer number is
+followed by `above` or `below` (is it at least the cost of what it is for?), so a small model need
+not learn to compare two number tokens:
 
-    item lamp cost 60 list 100 buyer offer 50
-    item lamp cost 60 bundle cost 80 list 100 buyer wants bundle offer 50
-    item lamp cost 60 list 100 buyer budget 70
-    item lamp cost 60 list 100 buyer angry offer 50
-    item lamp cost 60 list 100 deal 70          (episode over)
+    item lamp cost 60 list 120 buyer wants item
+    item lamp cost 60 list 120 buyer budget 100 above
+    item lamp cost 60 bundle cost 80 list 120 buyer budget 40 below bundle budget 120 above
+    item lamp cost 60 bundle cost 80 list 120 buyer likes bundle budget 120 above
+    item lamp cost 60 list 120 buyer too high offer 100 above   (a haggler's counter)
+    item lamp cost 60 list 120 deal 100 above                   (episode over)
 
-Other buyer replies: `buyer offer N` (a counter, rising by 10 or 20 per the episode seed, never
-above the budget), `buyer final offer N` (at its budget; a second push makes it leave),
-`buyer unclear` (unparsable text; the second unclear message makes it leave), `buyer no bundle
-offer N`, `buyer leaves`, `no deal` (after `end`), and ` time up` appended when max_turns is
-reached. `step` never mutates the Episode it is given (the state is copied).
+A deal closes as soon as the buyer agrees: an offer at or below its budget, or `accept` after a
+counter. The buyer is impatient - it leaves at a price named before the seller asked its budget
+(`buyer not interested leaves`), at the first offer it refuses (`buyer too high leaves`, `buyer
+wants bundle leaves` for a plain offer to a bundle buyer) and at the first unparsable or
+out-of-place message (`buyer leaves`: asking twice, accepting with no counter, a bundle nobody
+wants or proposed twice, a repeated offer). A haggler says `buyer secret` when asked, needs no
+asking, and never takes a first offer: it counters at its budget (`buyer too high offer N`) an
+offer up to 20 above it, leaves when insulted by more (`buyer leaves`), and counters 20 lower than
+a price it could have paid; after its counter it takes `accept` or any offer up to the counter. Other messages:
+`buyer changed mind leaves` (a hostile buyer, at the moment it would agree), `item sold out` (the
+scenario, at the moment of the deal), `no deal` (after `end`), ` time up` at max_turns. `step`
+never mutates the Episode it is given.
 
-Task types (Task.tags, one or two per task)
--------------------------------------------
-standard        budget well above cost; the opening offer may already be profitable.
-budget_limited  budget at or just above cost, opening offer below cost: ask, then offer the budget.
-no_deal         budget below cost: the right outcome is no deal (success = the agent ends
-                the negotiation without a loss-making sale).
-bundle          the buyer only pays enough for the bundle (bundle cost is item cost + 20).
-bundle+no_deal  even the bundle budget is below the bundle cost.
-hostile_partner an angry buyer who never negotiates: it accepts only its opening price (or a
-                lower offer) and walks away after the agent's first other move (after two with
-                some seeds). Its budget covers the cost, so the task counts as feasible, but when
-                its opening offer is below cost nobody can win: those failures are the partner's
-                (`task.data["winnable"]` is False; the attributor says cause="partner").
+Task types (Task.tags); every split holds them in fixed proportions (`KIND_WEIGHTS`)
+--------------------------------------------------------------------------------------
+standard         honest buyer, budget 20-40 above cost: ask, then offer exactly the budget.
+bundle           the buyer only buys the bundle (bundle cost = item cost + 20); its plain budget is below
+                 the item cost: ask, bundle, then offer exactly the bundle budget.
+haggler          keeps its budget secret: open at the list price (20 above the budget, which draws the
+                 counter), then accept.
+no_deal          the budget is below cost: the right outcome is no deal - ask, then end at once.
+hostile_partner  walks out at the moment it would agree, whatever the seller did: unwinnable, and the
+                 failure is the partner's (`task.data["winnable"]` False; the attributor says "partner").
+sold_out         the item turns out to be sold out at the moment of the deal: unwinnable, the scenario's.
 
-Outcome
--------
-A task is *feasible* when a deal at or above the relevant cost exists within the buyer's
-budget. Feasible: success iff a deal closes at price >= cost of what was sold; reward
-0.5 + 0.5 * (price - cost) / (budget - cost) (1.0 when budget == cost), 0.0 for a loss-making
-deal, 0.1 for no deal. Infeasible (no_deal): success iff no deal happened and the agent said
-`end` itself (reward 1.0); no deal otherwise (partner left, time ran out) 0.3; a loss 0.0.
+Outcome (sparse)
+----------------
+success: a deal of what the buyer wanted at exactly the buyer's budget for it (at least its cost;
+money left on the table is no success), or, on a no_deal task, `end` right after the buyer stated
+its budget. reward = 1.0 on success, 0.0 otherwise.
 
 Policies and measured rates
 ---------------------------
-`scripted_policy(observation)` (ask the budget, then offer it or end; angry buyer: accept a
-profitable opening or end) and `random_policy(observation, rng)` (uniform verb, uniform price);
-`evaluate_policy(env, policy, split, seeds)` measures them. Default env (seed 0, 200/60 tasks),
-eval split, 5 seeds: random 0.20 success, scripted 0.90 (the rest are the partner-caused
-hostile failures); constant `end` 0.27, constant `accept` 0.23, ask-then-offer-the-budget
-without comparing to cost 0.38, 1-4 random vocabulary words 0.03.
+`scripted_policy(observation)` plays every type as described above; `random_policy(observation,
+rng)` picks a uniform verb and price. `evaluate_policy(env, policy, split, seeds)` measures them
+and `best_fixed_sequence(env)` searches every fixed message sequence (the same messages whatever
+the buyer says) for the best held-out success. `python -m rwcore.trainer.envs.negotiation` prints
+all three; the figures for the default environment are in the README.
 
 Trajectory contract (what the rubric checks read)
 --------------------------------------------------
@@ -75,11 +78,10 @@ metadata["env_state"] (the finished Episode.state, copied as is); when it is mis
 replay the episode from metadata["task"], metadata["task_id"] (else trajectory.task_id),
 metadata["seed"] (else 0) and the assistant turns; when both are missing they raise
 (RuleJudge: INVALID).
-"""
+'''
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -90,10 +92,13 @@ from rwcore.types import Trajectory, Turn
 __all__ = [
     "ACTION_PHRASES",
     "KINDS",
+    "KIND_WEIGHTS",
     "PRICES",
     "NegotiationEnv",
+    "best_fixed_sequence",
     "build_trajectory",
     "evaluate_policy",
+    "is_offer",
     "parse_action",
     "parse_observation",
     "random_policy",
@@ -101,44 +106,47 @@ __all__ = [
     "scripted_policy",
 ]
 
-PRICES: tuple[int, ...] = tuple(range(10, 201, 10))
-ITEMS: tuple[str, ...] = ("laptop", "phone", "chair", "lamp", "bike", "watch")
-BUNDLE_EXTRA = 20  # the accessory's cost; bundle cost = item cost + 20
+PRICES: tuple[int, ...] = tuple(range(20, 201, 20))
+"""The prices the built-in policy can say; every cost, budget and list price is one of them."""
+ITEMS: tuple[str, ...] = ("laptop", "phone", "chair", "lamp", "bike", "watch", "desk", "camera", "guitar", "kettle",
+                          "tablet", "sofa", "drone", "heater", "printer", "radio", "scooter", "speaker", "stove", "tent")
+BUNDLE_EXTRA = 20     # the accessory's cost: bundle cost = item cost + 20
+INSULT_MARGIN = 20    # a haggler leaves when an offer is more than this above its budget
 
-VERBS: tuple[str, ...] = ("offer", "bundle", "accept", "reject", "ask", "end")
+VERBS: tuple[str, ...] = ("ask", "offer", "bundle", "accept", "end")
+PRICE_VERBS: tuple[str, ...] = ("offer", "bundle")
 # Lenient synonyms: the first recognised word decides the verb.
 _SYNONYMS: dict[str, str] = {
-    "offer": "offer", "price": "offer", "counter": "offer", "sell": "offer",
-    "bundle": "bundle",
-    "accept": "accept", "yes": "accept", "agree": "accept",
-    "reject": "reject", "no": "reject", "decline": "reject",
     "ask": "ask", "budget": "ask",
-    "end": "end", "stop": "end", "quit": "end", "bye": "end", "leave": "end",
+    "offer": "offer", "price": "offer", "sell": "offer",
+    "bundle": "bundle",
+    "accept": "accept", "yes": "accept", "agree": "accept", "confirm": "accept", "deal": "accept",
+    "end": "end", "stop": "end", "quit": "end", "bye": "end",
 }
 
-ACTION_PHRASES: tuple[str, ...] = (
-    ("accept", "reject", "ask budget", "end")
-    + tuple(f"offer {p}" for p in PRICES)
-    + tuple(f"bundle offer {p}" for p in PRICES)
-)
+ACTION_PHRASES: tuple[str, ...] = ("ask", "bundle", "accept", "end") + tuple(str(p) for p in PRICES)
+"""Every distinct move, one word each (the built-in policy's action vocabulary)."""
 
-SYSTEM_PROMPT = "you are the seller sell the item at a price above cost or end when no deal is possible"
+SYSTEM_PROMPT = "you are the seller ask the buyer budget and offer a price it accepts or end when no deal is possible"
 
-# task kind -> tags, and the default mix of kinds
+# task kind -> tags, and the mix of kinds in every split
 KINDS: dict[str, tuple[str, ...]] = {
     "standard": ("standard",),
-    "budget_limited": ("budget_limited",),
-    "no_deal": ("no_deal",),
     "bundle": ("bundle",),
-    "bundle_no_deal": ("bundle", "no_deal"),
+    "haggler": ("haggler",),
+    "no_deal": ("no_deal",),
     "hostile": ("hostile_partner",),
+    "sold_out": ("sold_out",),
 }
+# Relative weights (normalized when splits are drawn: shares 34 / 21 / 21 / 11 / 6 / 6 %).
 KIND_WEIGHTS: dict[str, float] = {
-    "standard": 0.25, "budget_limited": 0.2, "no_deal": 0.2, "bundle": 0.15, "bundle_no_deal": 0.05, "hostile": 0.15,
+    "standard": 0.32, "bundle": 0.20, "haggler": 0.20, "no_deal": 0.10, "hostile": 0.06, "sold_out": 0.06,
 }
 
-_OBS_WORDS = ("item", "cost", "list", "bundle", "buyer", "offer", "budget", "wants", "angry", "final",
-              "unclear", "no", "leaves", "deal", "time", "up")
+_OPENINGS = {"bundle": "buyer wants bundle", "haggler": "buyer haggles"}  # every other kind: "buyer wants item"
+_OBS_WORDS = ("item", "cost", "list", "bundle", "buyer", "wants", "likes", "haggles", "budget", "secret", "too",
+              "high", "offer", "leaves", "changed", "mind", "sold", "out", "no", "deal", "time", "up", "above", "below",
+              "not", "interested")
 
 
 # -- parsing ----------------------------------------------------------------------
@@ -149,84 +157,67 @@ def _number(token: str) -> int | None:
     if not digits.isdigit():
         return None
     value = (int(digits) + 5) // 10 * 10  # nearest 10, halves up
-    return min(max(value, PRICES[0]), PRICES[-1])
+    return min(max(value, 10), 200)
 
 
 def parse_action(text: str) -> tuple[str, int | None]:
     """Agent text -> (verb, price). Deterministic and lenient.
 
-    The first recognised verb word decides the verb (synonyms: price/counter/sell -> offer,
-    yes/agree -> accept, no/decline -> reject, budget -> ask, stop/quit/bye/leave -> end;
-    `bundle` -> bundle offer, so "bundle offer 90" is a bundle offer and "offer bundle 90" a
-    plain one). The price is the first number in the text, rounded to the nearest 10 (halves
-    up) and clipped to [10, 200]. `offer` / `bundle` without a number, and text without a
-    recognised verb, are ("unclear", None).
+    The first recognised verb word decides the verb (synonyms: budget -> ask, price/sell -> offer,
+    yes/agree/confirm/deal -> accept, stop/quit/bye -> end; `bundle` -> bundle offer, so "bundle
+    offer 90" is a bundle offer and "offer bundle 90" a plain one). The price is the first number in
+    the text, rounded to the nearest 10 (halves up) and clipped to [10, 200]; a price without a verb
+    is an offer ("90" is "offer 90"). ("bundle", None) proposes the bundle without a price. `offer`
+    without a number, and text with neither a recognised verb nor a number, are ("unclear", None).
     """
     if not isinstance(text, str):
         return "unclear", None
-    tokens = re.split(r"\s+", text.lower().strip())
     verb = None
     price = None
-    for token in tokens:
+    for token in re.split(r"\s+", text.lower().strip()):
         word = token.strip(".,;:!?")
         if verb is None and word in _SYNONYMS:
             verb = _SYNONYMS[word]
         if price is None:
             price = _number(token)
     if verb is None:
-        return "unclear", None
-    if verb in ("offer", "bundle"):
-        if price is None:
-            return "unclear", None
+        return ("offer", price) if price is not None else ("unclear", None)  # a bare price is an offer
+    if verb == "offer":
+        return (verb, price) if price is not None else ("unclear", None)
+    if verb == "bundle":
         return verb, price
     return verb, None
 
 
-def _with_hints(message: str, state: dict) -> str:
-    """`message` with "above"/"below" after each buyer number, relative to the cost it must cover."""
-    words = message.split()
-    out = []
-    for i, word in enumerate(words):
-        out.append(word)
-        if word.isdigit() and i and words[i - 1] in ("offer", "budget", "deal"):
-            bundle = "bundle" in words[max(0, i - 3):i] and state.get("bundle_cost") is not None
-            cost = state["bundle_cost"] if bundle else state["cost"]
-            out.append("above" if int(word) >= cost else "below")
-    return " ".join(out)
-
-
 def parse_observation(observation: str) -> dict:
-    """An observation -> its facts: cost, list, bundle_cost, offer (buyer's standing offer),
-    budget, bundle_budget, angry, wants_bundle, final, done-words. Missing facts are None/False."""
+    """An observation -> its facts: cost, list, bundle_cost, budget, bundle_budget, counter (a haggler's
+    counter-offer), and the flags wants_bundle, bundle_on (the buyer likes the proposed bundle),
+    haggles, secret, over. Missing facts are None / False."""
     words = observation.split()
-    facts: dict = {"cost": None, "list": None, "bundle_cost": None, "offer": None, "budget": None,
-                   "bundle_budget": None, "angry": False, "wants_bundle": False, "unclear": False, "over": False}
+    facts: dict = {"cost": None, "list": None, "bundle_cost": None, "budget": None, "bundle_budget": None,
+                   "counter": None, "wants_bundle": False, "bundle_on": False, "haggles": False, "secret": False,
+                   "over": False}
 
     def num(i: int) -> int | None:
-        if 0 <= i < len(words) and words[i].isdigit():
-            return int(words[i])
-        return None
+        return int(words[i]) if 0 <= i < len(words) and words[i].isdigit() else None
 
     for i, word in enumerate(words):
         prev = words[i - 1] if i else ""
         if word == "cost":
-            (facts.__setitem__("bundle_cost", num(i + 1)) if prev == "bundle" else facts.__setitem__("cost", num(i + 1)))
+            facts["bundle_cost" if prev == "bundle" else "cost"] = num(i + 1)
         elif word == "list":
             facts["list"] = num(i + 1)
-        elif word == "budget":
-            if prev == "bundle":
-                facts["bundle_budget"] = num(i + 1)
-            else:
-                facts["budget"] = num(i + 1)
-        elif word == "offer" and num(i + 1) is not None:
-            facts["offer"] = num(i + 1)
-        elif word == "angry":
-            facts["angry"] = True
-        elif word == "wants":
+        elif word == "budget" and num(i + 1) is not None:
+            facts["bundle_budget" if prev == "bundle" or facts["bundle_on"] else "budget"] = num(i + 1)
+        elif word == "offer" and prev == "high":
+            facts["counter"] = num(i + 1)
+        elif word == "wants" and i + 1 < len(words) and words[i + 1] == "bundle":
             facts["wants_bundle"] = True
-        elif word == "unclear":
-            facts["unclear"] = True
-        elif word in ("leaves", "deal", "up"):
+        elif word == "likes":
+            facts["bundle_on"] = True
+        elif word in ("haggles", "secret"):
+            facts[word] = True
+        elif word in ("leaves", "deal", "up", "out"):
             facts["over"] = True
     return facts
 
@@ -243,23 +234,23 @@ class NegotiationEnv:
 
     name = "negotiation"
 
-    def __init__(self, seed: int = 0, num_train: int = 200, num_eval: int = 60, max_turns: int = 4,
-                 kind_weights: dict | None = None, hints: bool = False) -> None:
-        if int(num_train) < 1 or int(num_eval) < 1:
-            raise ValueError(f"num_train and num_eval must be >= 1, got {num_train}, {num_eval}")
-        if int(max_turns) < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    def __init__(self, seed: int = 0, num_train: int = 400, num_eval: int = 300, max_turns: int = 4,
+                 kind_weights: dict | None = None) -> None:
+        for key, value, low in (("seed", seed, None), ("num_train", num_train, 1), ("num_eval", num_eval, 1),
+                                ("max_turns", max_turns, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+                bound = f" >= {low}" if low is not None else ""
+                raise ValueError(f"env.options.{key} must be an integer{bound}, got {value!r}")
         weights = dict(KIND_WEIGHTS if kind_weights is None else kind_weights)
         unknown = set(weights) - set(KINDS)
-        if unknown or not weights or any(float(w) < 0 for w in weights.values()) or sum(weights.values()) <= 0:
-            raise ValueError(f"kind_weights must map kinds from {sorted(KINDS)} to non-negative weights, got {weights}")
-        self.seed = int(seed)
-        self.num_train = int(num_train)
-        self.num_eval = int(num_eval)
-        self.max_turns = int(max_turns)
-        # hints: every buyer number is followed by "above" or "below" the seller's cost for it, so a
-        # small model trained from scratch need not learn to compare two number tokens first.
-        self.hints = bool(hints)
+        if unknown or not weights or any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0
+                                         for w in weights.values()) or sum(weights.values()) <= 0:
+            raise ValueError(f"env.options.kind_weights must map kinds from {sorted(KINDS)} to non-negative weights "
+                             f"with a positive sum, got {weights}")
+        self.seed = seed
+        self.num_train = num_train
+        self.num_eval = num_eval
+        self.max_turns = max_turns
         self.kind_weights = {k: float(v) for k, v in weights.items() if float(v) > 0}
         self.system_prompt = SYSTEM_PROMPT
         self._splits = self._generate()
@@ -271,32 +262,29 @@ class NegotiationEnv:
     # -- tasks ----------------------------------------------------------------
 
     def _generate(self) -> dict[str, list[Task]]:
-        rng = random.Random(f"negotiation-tasks-{self.seed}")
-        kinds = sorted(self.kind_weights)
-        weights = [self.kind_weights[k] for k in kinds]
+        """Each split holds every kind in proportion to kind_weights (largest remainders), so held-out
+        per-type rates rest on fixed counts; instances are distinct across both splits."""
+        rng = random.Random(f"negotiation-tasks-v2-{self.seed}")
         seen: set[tuple] = set()
-        tasks: list[Task] = []
-        total = self.num_train + self.num_eval
-        attempts = 0
-        while len(tasks) < total:
-            attempts += 1
-            if attempts > 200 * total:
-                raise ValueError(f"cannot generate {total} distinct tasks; ask for fewer")
-            kind = rng.choices(kinds, weights)[0]
-            data = make_task_data(rng, kind)
-            key = tuple(sorted((k, str(v)) for k, v in data.items()))
-            if key in seen:  # distinct instances, so eval tasks never appear in train
-                continue
-            seen.add(key)
-            tasks.append(Task(task_id="", tags=KINDS[kind], data=data))
-        order = list(range(total))
-        rng.shuffle(order)
-        eval_idx = set(order[: self.num_eval])
-        train = [Task(f"neg-train-{i:04d}", t.tags, t.data) for i, t in enumerate(
-            t for j, t in enumerate(tasks) if j not in eval_idx)]
-        evals = [Task(f"neg-eval-{i:04d}", t.tags, t.data) for i, t in enumerate(
-            t for j, t in enumerate(tasks) if j in eval_idx)]
-        return {"train": train, "eval": evals}
+        splits: dict[str, list[Task]] = {}
+        for split, size in (("train", self.num_train), ("eval", self.num_eval)):
+            tasks: list[Task] = []
+            for kind, count in _apportion(self.kind_weights, size).items():
+                attempts = 0
+                while count:
+                    attempts += 1
+                    if attempts > 200 * size:
+                        raise ValueError(f"cannot generate {size} distinct {split} tasks; ask for fewer")
+                    data = make_task_data(rng, kind)
+                    key = tuple(sorted((k, str(v)) for k, v in data.items()))
+                    if key in seen:  # distinct instances, so eval tasks never appear in train
+                        continue
+                    seen.add(key)
+                    tasks.append(Task("", KINDS[kind], data))
+                    count -= 1
+            rng.shuffle(tasks)
+            splits[split] = [Task(f"neg-{split}-{i:04d}", t.tags, t.data) for i, t in enumerate(tasks)]
+        return splits
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._splits:
@@ -307,53 +295,39 @@ class NegotiationEnv:
 
     def reset(self, task: Task, seed: int) -> Episode:
         d = task.data
-        rng = random.Random(f"negotiation-episode-{task.task_id}-{int(seed)}")
         state = {
-            "seed": int(seed),
-            "max_turns": self.max_turns,
-            "kind": d["kind"],
-            "item": d["item"],
+            "seed": int(seed), "max_turns": self.max_turns, "kind": d["kind"], "item": d["item"],
             "cost": d["cost"], "list": d["list"], "budget": d["budget"],
             "bundle_cost": d.get("bundle_cost"), "bundle_budget": d.get("bundle_budget"),
-            "hostile": bool(d.get("hostile", False)),
-            "feasible": bool(d["feasible"]),
-            "winnable": bool(d["winnable"]),
-            "step": rng.choice((10, 20)),
-            "patience": rng.choice((1, 1, 2)) if d.get("hostile") else 99,
-            "opening_offer": d["opening"],
-            "buyer_offer": d["opening"],
-            "buyer_offer_kind": "plain",
-            "budget_revealed": False,
-            "unclear": 0,
-            "stuck": 0,
-            "nondeal_moves": 0,
-            "turns": 0,
-            "events": [],
-            "deal": None,
-            "ended_by": None,
+            "haggler": d["kind"] == "haggler", "hostile": d["kind"] == "hostile", "sold_out": d["kind"] == "sold_out",
+            "feasible": bool(d["feasible"]), "winnable": bool(d["winnable"]),
+            "budget_revealed": False,  # the buyer stated its budget (ask) or countered at it (haggler)
+            "bundle_on": False,        # the bundle was proposed: later prices are the bundle's
+            "counter": None,           # a haggler's standing counter-offer
+            "offered": [],             # [verb, price] of every offer the buyer answered
+            "turns": 0, "events": [], "deal": None, "ended_by": None,
         }
-        opening = "angry offer" if state["hostile"] else ("wants bundle offer" if d.get("bundle_cost") else "offer")
-        return Episode(task=task, observation=self._observe(state, f"buyer {opening} {d['opening']}"), state=state)
+        opening = _OPENINGS.get(d["kind"], "buyer wants item")
+        return Episode(task=task, observation=self._observe(state, opening), state=state)
 
     def _observe(self, state: dict, message: str) -> str:
         head = f"item {state['item']} cost {state['cost']}"
         if state["bundle_cost"] is not None:
             head += f" bundle cost {state['bundle_cost']}"
-        if self.hints:
-            message = _with_hints(message, state)
-        return f"{head} list {state['list']} {message}"
+        return f"{head} list {state['list']} {_with_hints(message, state)}"
 
     def step(self, episode: Episode, action: str) -> Episode:
         if episode.done:
             raise ValueError("step called on a finished episode")
-        s = copy.deepcopy(episode.state)  # the given episode is left as it was
+        s = _copy_state(episode.state)  # the given episode is left as it was
         verb, price = parse_action(action)
+        if verb == "offer" and s["bundle_on"]:
+            verb = "bundle"  # once the bundle is proposed, a price is the bundle's
         s["turns"] += 1
         event = {"turn": s["turns"], "text": action if isinstance(action, str) else "", "verb": verb, "price": price,
-                 "buyer_offer_before": s["buyer_offer"], "buyer_offer_kind_before": s["buyer_offer_kind"]}
+                 "budget_known_before": s["budget_revealed"], "counter_before": s["counter"]}
         reply, kind = self._respond(s, verb, price)
         event["reply"] = kind
-        event["buyer_offer_after"] = s["buyer_offer"]
         s["events"].append(event)
         done = s["ended_by"] is not None
         if not done and s["turns"] >= s["max_turns"]:
@@ -362,99 +336,97 @@ class NegotiationEnv:
             done = True
         return Episode(task=episode.task, observation=self._observe(s, reply), done=done, state=s)
 
-    def _close(self, s: dict, price: int, kind: str, how: str) -> tuple[str, str]:
-        cost = s["bundle_cost"] if kind == "bundle" else s["cost"]
-        s["deal"] = {"price": int(price), "kind": kind, "cost": int(cost), "how": how}
-        s["ended_by"] = "deal"
-        return f"deal {price}", "deal"
+    @staticmethod
+    def _leave(s: dict, message: str, kind: str) -> tuple[str, str]:
+        s["ended_by"] = "walkout"
+        return message, kind
 
-    def _walk(self, s: dict) -> tuple[str, str]:
-        s["ended_by"] = "partner"
-        return "buyer leaves", "leaves"
+    def _out_of_place(self, s: dict) -> tuple[str, str]:
+        return self._leave(s, "buyer leaves", "unclear_leaves")
+
+    def _agree(self, s: dict, price: int, kind: str) -> tuple[str, str]:
+        """The buyer agrees: the deal closes (unless the partner or the scenario stops it there)."""
+        if s["hostile"]:
+            s["ended_by"] = "partner"
+            return "buyer changed mind leaves", "partner_leaves"
+        if s["sold_out"]:
+            s["ended_by"] = "scenario"
+            return "item sold out", "sold_out"
+        cost = s["bundle_cost"] if kind == "bundle" else s["cost"]
+        s["deal"] = {"price": int(price), "kind": kind, "cost": int(cost)}
+        s["ended_by"] = "deal"
+        return (f"deal bundle {price}" if kind == "bundle" else f"deal {price}"), "deal"
 
     def _respond(self, s: dict, verb: str, price: int | None) -> tuple[str, str]:
         bundle_task = s["bundle_cost"] is not None
-        if verb == "unclear":
-            s["unclear"] += 1
-            if s["unclear"] >= 2 or s["hostile"]:
-                return self._walk(s)
-            return "buyer unclear", "unclear"
         if verb == "end":
             s["ended_by"] = "agent"
             return "no deal", "no_deal"
-        if verb == "accept":
-            if s["buyer_offer"] is None:
-                s["unclear"] += 1
-                return "buyer unclear", "unclear"
-            return self._close(s, s["buyer_offer"], s["buyer_offer_kind"], "accept")
-        if s["hostile"]:
-            # accepts only its own opening price (or less), otherwise loses patience
-            if verb == "offer" and price <= s["opening_offer"]:
-                return self._close(s, price, "plain", "offer")
-            s["nondeal_moves"] += 1
-            if s["nondeal_moves"] >= s["patience"]:
-                return self._walk(s)
-            return f"buyer angry offer {s['buyer_offer']}", "angry"
+        if verb == "unclear":
+            return self._out_of_place(s)
         if verb == "ask":
+            if any(e["verb"] == "ask" for e in s["events"]):
+                return self._out_of_place(s)  # asked again
+            if s["haggler"]:
+                return "buyer secret", "secret"
             s["budget_revealed"] = True
             if bundle_task:
                 return f"buyer budget {s['budget']} bundle budget {s['bundle_budget']}", "budget"
             return f"buyer budget {s['budget']}", "budget"
-        if verb == "bundle" and not bundle_task:
-            return f"buyer no bundle offer {s['buyer_offer']}", "no_bundle"
-        limit = s["bundle_budget"] if verb == "bundle" else s["budget"]
-        kind = "bundle" if verb == "bundle" else "plain"
-        if verb == "offer" and bundle_task and price > limit:
-            # plain offers above the plain budget: the buyer repeats it wants the bundle
-            s["stuck"] += 1
-            if s["stuck"] >= 3:
-                return self._walk(s)
-            return f"buyer wants bundle offer {s['buyer_offer']}", "wants_bundle"
-        if verb in ("offer", "bundle"):
-            if price <= limit:
-                return self._close(s, price, kind, "offer")
-            return self._counter(s, kind, limit)
-        if verb == "reject":
-            kind = s["buyer_offer_kind"]
-            limit = s["bundle_budget"] if kind == "bundle" else s["budget"]
-            return self._counter(s, kind, limit)
-        raise AssertionError(verb)
-
-    def _counter(self, s: dict, kind: str, limit: int) -> tuple[str, str]:
-        current = s["buyer_offer"] if s["buyer_offer_kind"] == kind else None
-        if current is None:
-            current = limit - 2 * s["step"]
-        if current >= limit:
-            s["stuck"] += 1
-            if s["stuck"] >= 2:
-                return self._walk(s)
-            s["buyer_offer"], s["buyer_offer_kind"] = limit, kind
-            prefix = "bundle " if kind == "bundle" else ""
-            return f"buyer final {prefix}offer {limit}", "final"
-        new = max(min(limit, current + s["step"]), PRICES[0])
-        s["buyer_offer"], s["buyer_offer_kind"] = new, kind
-        prefix = "bundle " if kind == "bundle" else ""
-        return f"buyer {prefix}offer {new}", "counter"
+        if verb == "accept":
+            if s["counter"] is None:
+                return self._out_of_place(s)
+            return self._agree(s, s["counter"], "plain")
+        if verb == "bundle" and (not bundle_task or price is None and s["bundle_on"]):
+            return self._out_of_place(s)  # nobody wants a bundle, or it was proposed already
+        if verb == "bundle" and price is None:
+            s["bundle_on"] = True
+            known = f" budget {s['bundle_budget']}" if s["budget_revealed"] else ""
+            return f"buyer likes bundle{known}", "bundle_on"
+        # an offer at a price
+        if [verb, price] in s["offered"]:
+            return self._out_of_place(s)  # the buyer already answered exactly this offer
+        s["offered"].append([verb, price])
+        if not s["haggler"] and not s["budget_revealed"]:
+            return self._leave(s, "buyer not interested leaves", "pushy_leaves")  # a price before asking
+        if verb == "bundle":
+            s["bundle_on"] = True
+            if price <= s["bundle_budget"]:
+                return self._agree(s, price, "bundle")
+            return self._leave(s, "buyer too high leaves", "too_high_leaves")
+        if bundle_task:
+            return self._leave(s, "buyer wants bundle leaves", "wants_bundle_leaves")
+        if s["haggler"]:
+            if s["counter"] is not None:  # a second offer: taken at or below its counter
+                if price <= s["counter"]:
+                    return self._agree(s, price, "plain")
+                return self._leave(s, "buyer too high leaves", "too_high_leaves")
+            if price > s["budget"] + INSULT_MARGIN:
+                return self._leave(s, "buyer leaves", "insulted_leaves")
+            # a haggler never takes a first offer: it counters at its budget, or lower than a price it could pay
+            s["counter"] = s["budget"] if price > s["budget"] else max(PRICES[0], price - INSULT_MARGIN)
+            s["budget_revealed"] = s["counter"] == s["budget"]
+            return f"buyer too high offer {s['counter']}", "counter"
+        if price <= s["budget"]:
+            return self._agree(s, price, "plain")
+        return self._leave(s, "buyer too high leaves", "too_high_leaves")
 
     def outcome(self, episode: Episode) -> Outcome:
         s = episode.state
         deal = s["deal"]
-        if s["feasible"]:
-            if deal is None:
-                return Outcome(0.1, False, f"no deal ({s['ended_by']})")
-            if deal["price"] < deal["cost"]:
-                return Outcome(0.0, False, f"sold below cost at {deal['price']} (cost {deal['cost']})")
-            best = s["bundle_budget"] if deal["kind"] == "bundle" else s["budget"]
-            span = best - deal["cost"]
-            margin = 1.0 if span <= 0 else min(1.0, (deal["price"] - deal["cost"]) / span)
-            return Outcome(round(0.5 + 0.5 * margin, 6), True, f"deal at {deal['price']} (cost {deal['cost']})")
         if deal is not None:
+            limit = s["bundle_budget"] if deal["kind"] == "bundle" else s["budget"]
             if deal["price"] < deal["cost"]:
                 return Outcome(0.0, False, f"sold below cost at {deal['price']} (cost {deal['cost']})")
-            return Outcome(1.0, True, f"deal at {deal['price']}")  # cannot happen with an honest buyer
-        if s["ended_by"] == "agent":
-            return Outcome(1.0, True, "no deal: the agent ended a hopeless negotiation")
-        return Outcome(0.3, False, f"no deal but not ended by the agent ({s['ended_by']})")
+            if deal["price"] < limit:
+                return Outcome(0.0, False, f"deal at {deal['price']} left money on the table (budget {limit})")
+            return Outcome(1.0, True, f"deal at {deal['price']} (cost {deal['cost']}, budget {limit})")
+        if not s["feasible"]:
+            events = s["events"]
+            if s["ended_by"] == "agent" and len(events) >= 2 and events[-2]["reply"] == "budget":
+                return Outcome(1.0, True, "no deal: the agent ended a hopeless negotiation once it heard the budget")
+            return Outcome(0.0, False, f"no deal, not an informed end by the agent ({s['ended_by']})")
+        return Outcome(0.0, False, f"no deal ({s['ended_by']})")
 
     # -- language -----------------------------------------------------------------
 
@@ -467,7 +439,6 @@ class NegotiationEnv:
 
         words: set[str] = set(SYSTEM_PROMPT.split()) | set(_OBS_WORDS) | set(ITEMS)
         words |= {str(p) for p in PRICES}
-        words |= {"above", "below"}
         for phrase in ACTION_PHRASES:
             words |= set(phrase.split())
         for variants in rubrics.SKILLS.values():
@@ -509,54 +480,66 @@ class NegotiationEnv:
         return rubrics.labelled_cases_by_rule(self, rule_ids)
 
 
+def _apportion(weights: dict[str, float], size: int) -> dict[str, int]:
+    """`size` split over the kinds in proportion to `weights` (largest remainders; ties by name)."""
+    total = sum(weights.values())
+    exact = {kind: size * w / total for kind, w in sorted(weights.items())}
+    counts = {kind: int(v) for kind, v in exact.items()}
+    for kind in sorted(exact, key=lambda k: (-(exact[k] - counts[k]), k))[: size - sum(counts.values())]:
+        counts[kind] += 1
+    return counts
+
+
+def _copy_state(state: dict) -> dict:
+    """A copy `step` may change: the lists it appends to are new; the dicts inside them are never
+    mutated once stored, so they are shared."""
+    s = dict(state)
+    s["events"] = list(state["events"])
+    s["offered"] = [list(r) for r in state["offered"]]
+    return s
+
+
+def _with_hints(message: str, state: dict) -> str:
+    """`message` with "above" / "below" after each buyer number: is it at least the cost it must cover
+    (the bundle cost for a bundle budget or a bundle agreement)?"""
+    words = message.split()
+    out = []
+    for i, word in enumerate(words):
+        out.append(word)
+        if word.isdigit() and i:
+            bundle = "bundle" in words[max(0, i - 2):i] and state.get("bundle_cost") is not None
+            cost = state["bundle_cost"] if bundle else state["cost"]
+            out.append("above" if int(word) >= cost else "below")
+    return " ".join(out)
+
+
 def make_task_data(rng: random.Random, kind: str) -> dict:
     """One task instance of `kind` (a key of KINDS), drawn from `rng`."""
-    item = rng.choice(ITEMS)
-    cost = rng.choice(range(40, 121, 10))
-    list_price = cost + rng.choice((30, 40, 50))
-    data = {"kind": kind, "item": item, "cost": cost, "list": list_price, "bundle_cost": None,
-            "bundle_budget": None, "hostile": False}
-    if kind == "standard":
-        budget = cost + rng.choice((20, 30, 40))
-        opening = budget - rng.choice((10, 20, 30, 40))
-    elif kind == "budget_limited":
-        budget = cost + rng.choice((0, 10))
-        opening = cost - rng.choice((10, 20, 30))
-    elif kind == "no_deal":
-        budget = cost - rng.choice((10, 20, 30))
-        opening = budget - rng.choice((0, 10, 20))
-    elif kind in ("bundle", "bundle_no_deal"):
-        budget = cost - rng.choice((10, 20))
-        opening = budget - rng.choice((0, 10))
-        data["bundle_cost"] = cost + BUNDLE_EXTRA
-        if kind == "bundle":
-            data["bundle_budget"] = data["bundle_cost"] + rng.choice((10, 20, 30))
-        else:
-            data["bundle_budget"] = data["bundle_cost"] - rng.choice((10, 20))
-    elif kind == "hostile":
-        data["hostile"] = True
-        budget = cost + rng.choice((0, 10, 20, 30))
-        if rng.random() < 0.5:
-            opening = cost + rng.choice((0, 10, 20))
-            opening = min(opening, budget)
-        else:
-            opening = cost - rng.choice((10, 20))
-    else:
+    if kind not in KINDS:
         raise ValueError(f"unknown task kind {kind!r}; known: {sorted(KINDS)}")
-    opening = max(opening, PRICES[0])
-    budget = max(budget, PRICES[0])
+    item = rng.choice(ITEMS)
+    cost = rng.choice(range(40, 141, 20))
+    data = {"kind": kind, "item": item, "cost": cost, "bundle_cost": None, "bundle_budget": None}
+    if kind in ("standard", "hostile", "sold_out"):
+        budget = cost + rng.choice((20, 40))
+        list_price = min(200, budget + rng.choice((20, 40)))
+    elif kind == "haggler":
+        budget = cost + rng.choice((20, 40))
+        list_price = budget + INSULT_MARGIN  # opening at the list price draws the counter
+    elif kind == "bundle":
+        budget = cost - 20
+        data["bundle_cost"] = cost + BUNDLE_EXTRA
+        data["bundle_budget"] = data["bundle_cost"] + rng.choice((20, 40))
+        list_price = min(200, cost + 60)
+    else:  # no_deal
+        budget = max(20, cost - rng.choice((20, 40)))
+        list_price = min(200, cost + 60)
     data["budget"] = budget
-    data["opening"] = opening
-    if data["hostile"]:
-        # a reasonable buyer would have paid the cost (budget >= cost), but this one only takes its
-        # opening price: below cost, nobody can win and the failure is the partner's.
-        feasible = budget >= cost
-        winnable = opening >= cost
-    else:
-        feasible = budget >= cost or (data["bundle_budget"] is not None and data["bundle_budget"] >= data["bundle_cost"])
-        winnable = True  # feasible: a profitable deal exists; infeasible: ending is the right outcome
+    data["list"] = list_price
+    feasible = budget >= cost or (data["bundle_budget"] is not None and data["bundle_budget"] >= data["bundle_cost"])
     data["feasible"] = bool(feasible)
-    data["winnable"] = bool(winnable)
+    # unwinnable: a hostile buyer leaves when it would agree, a sold-out item cannot be sold
+    data["winnable"] = kind not in ("hostile", "sold_out")
     return data
 
 
@@ -564,37 +547,24 @@ def make_task_data(rng: random.Random, kind: str) -> dict:
 
 
 def scripted_policy(observation: str) -> str:
-    """A good policy from the latest observation alone.
-
-    Angry buyer: accept a profitable opening, else end. Otherwise ask the budget first; once it is
-    known offer exactly the budget (bundle budget when the buyer wants a bundle) when it covers
-    the cost, else end. A standing profitable offer with no budget known is accepted.
-    """
+    """A good policy from the latest observation alone (see the module docstring's task types)."""
     f = parse_observation(observation)
-    cost = f["cost"] if f["cost"] is not None else 0
-    if f["angry"]:
-        return "accept" if f["offer"] is not None and f["offer"] >= cost else "end"
+    cost = f["cost"] or 0
+    if f["counter"] is not None:
+        return "accept" if f["counter"] >= cost else "end"
+    if f["bundle_budget"] is not None and f["bundle_cost"] is not None and f["bundle_budget"] >= f["bundle_cost"]:
+        return str(f["bundle_budget"]) if f["bundle_on"] else "bundle"
     if f["budget"] is not None:
-        if f["bundle_cost"] is not None and f["bundle_budget"] is not None and f["bundle_budget"] >= f["bundle_cost"]:
-            return f"bundle offer {f['bundle_budget']}"
-        if f["budget"] >= cost:
-            return f"offer {f['budget']}"
-        return "end"
-    if "final" in observation.split() and f["offer"] is not None:
-        return "accept" if f["offer"] >= cost else "end"
-    return "ask budget"
+        return str(f["budget"]) if f["budget"] >= cost else "end"
+    if f["haggles"] or f["secret"]:
+        return str(f["list"])
+    return "ask"
 
 
 def random_policy(observation: str, rng: random.Random) -> str:
-    """Uniform over the six verbs, then a uniform price for offers (ignores the observation)."""
+    """Uniform over the five verbs, then a uniform price for offers (ignores the observation)."""
     verb = rng.choice(VERBS)
-    if verb == "offer":
-        return f"offer {rng.choice(PRICES)}"
-    if verb == "bundle":
-        return f"bundle offer {rng.choice(PRICES)}"
-    if verb == "ask":
-        return "ask budget"
-    return verb
+    return str(rng.choice(PRICES)) if verb == "offer" else verb
 
 
 # -- trajectories ---------------------------------------------------------------------
@@ -652,6 +622,89 @@ def evaluate_policy(env: NegotiationEnv, policy_fn: Callable[[str, random.Random
     return wins / total, reward / total
 
 
+def is_offer(event: dict) -> bool:
+    """Whether an episode event is an offer at a price (not the bundle proposal, which has none)."""
+    return event["verb"] in PRICE_VERBS and event["price"] is not None
+
+
+def _winning_moves(state: dict, turns_left: int) -> set:
+    """Messages at least one of which a fixed continuation of at most `turns_left` messages must say for a
+    running episode to succeed (a necessary condition; empty when it cannot succeed): `ask` while the
+    budget is unknown, then the exact budget (the bundle budget, after `bundle`), `end` right after a
+    budget below cost, the list price that draws a haggler's counter at its budget, then `accept`."""
+    if not state["winnable"] or turns_left < 1:
+        return set()
+    events = state["events"]
+    if state["haggler"]:
+        counter, budget = state["counter"], state["budget"]
+        if counter is None:
+            return {str(p) for p in PRICES if budget < p <= budget + INSULT_MARGIN} if turns_left >= 2 else set()
+        return {"accept", str(budget)} if counter == budget and budget >= state["cost"] else set()
+    if not state["budget_revealed"]:
+        need = 2 if state["feasible"] and state["bundle_cost"] is None else (3 - state["bundle_on"])
+        return {"ask"} if turns_left >= need else set()
+    if not state["feasible"]:
+        return {"end"} if events and events[-1]["reply"] == "budget" else set()
+    offered = {tuple(o) for o in state["offered"]}
+    if state["bundle_cost"] is not None:
+        if not state["bundle_on"]:
+            return {"bundle"} if turns_left >= 2 else set()
+        return {str(state["bundle_budget"])} if ("bundle", state["bundle_budget"]) not in offered else set()
+    return {str(state["budget"])} if ("offer", state["budget"]) not in offered else set()
+
+
+def best_fixed_sequence(env: NegotiationEnv, split: str = "eval", max_length: int | None = None,
+                        phrases: Sequence[str] = ACTION_PHRASES) -> tuple[float, tuple[str, ...]]:
+    """(success rate, sequence) of the best *fixed* message sequence on `split`: the same messages in the
+    same order whatever the buyer says (an episode that ends early stops reading the sequence).
+
+    Exhaustive depth-first search over sequences of `phrases` up to `max_length` (default
+    env.max_turns), with branch-and-bound: every running episode that can still succeed needs one
+    of a few messages (`_winning_moves`), and one message of the continuation can serve only the
+    episodes that need it, so the successes of the best continuation of k more messages are at most
+    the sum of the k largest counts of needed messages. A prefix is extended only while its
+    successes plus that bound exceed the best sequence found. The buyer is deterministic, so one
+    episode per task decides."""
+    tasks = env.tasks(split)
+    limit = env.max_turns if max_length is None else max_length
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
+    best: list = [0, ()]
+
+    def bound(episodes: list[Episode], turns_left: int) -> int:
+        counts: dict = {}
+        hopeful = 0
+        for episode in episodes:
+            moves = _winning_moves(episode.state, turns_left)
+            hopeful += bool(moves)
+            for move in moves:
+                counts[move] = counts.get(move, 0) + 1
+        return min(hopeful, sum(sorted(counts.values(), reverse=True)[:turns_left]))
+
+    def search(episodes: list[Episode], wins: int, prefix: tuple[str, ...]) -> None:
+        if wins > best[0]:
+            best[0], best[1] = wins, prefix
+        if len(prefix) >= limit:
+            return
+        children = []
+        for phrase in phrases:
+            running, won = [], wins
+            for episode in episodes:
+                nxt = env.step(episode, phrase)
+                if nxt.done:
+                    won += bool(env.outcome(nxt).success)
+                else:
+                    running.append(nxt)
+            children.append((won + bound(running, limit - len(prefix) - 1), won, running, phrase))
+        children.sort(key=lambda c: (-c[1], -c[0]))  # best so far first: a good incumbent prunes sooner
+        for upper, won, running, phrase in children:
+            if upper > best[0]:
+                search(running, won, prefix + (phrase,))
+
+    search([env.reset(task, 0) for task in tasks], 0, ())
+    return best[0] / len(tasks), tuple(best[1])
+
+
 def run_episode(env: NegotiationEnv, task: Task, policy_fn: Callable[[str], str], seed: int = 0,
                 trajectory_id: str = "", group_id: str = "") -> Trajectory:
     """Runs `task` with `policy_fn(observation) -> message` and returns its Trajectory."""
@@ -665,3 +718,16 @@ def run_episode(env: NegotiationEnv, task: Task, policy_fn: Callable[[str], str]
         partner.append(episode.observation)
     return build_trajectory(env, episode, agent, partner, trajectory_id=trajectory_id or f"{task.task_id}/{group_id}/{seed}",
                             group_id=group_id)
+
+
+def _main() -> None:  # python -m rwcore.trainer.envs.negotiation
+    env = NegotiationEnv()
+    scripted, _ = evaluate_policy(env, lambda observation, rng: scripted_policy(observation))
+    rand, _ = evaluate_policy(env, random_policy, seeds=range(20))
+    rate, sequence = best_fixed_sequence(env)
+    print(f"held-out success over {len(env.tasks('eval'))} tasks: scripted {scripted:.3f}, random {rand:.4f} "
+          f"(20 seeds), best fixed sequence {rate:.3f} ({', '.join(sequence)})")
+
+
+if __name__ == "__main__":
+    _main()

@@ -24,11 +24,12 @@ from rwcore.verdict import Verdict
 __all__ = ["ANNOTATORS", "annotate"]
 
 _OFFER_VERBS = ("offer", "bundle")
+_SLACK = 0  # "exactly that budget", as the criteria say
 
 
 @dataclass
 class _Reply:
-    """One buyer message (the part of an observation after the item header)."""
+    """One buyer message (the part of an observation after the item header, hint words dropped)."""
 
     words: list[str]
 
@@ -48,11 +49,18 @@ class _Reply:
 class _Dialogue:
     cost: int
     bundle_cost: int | None
-    opening: int | None
-    hostile: bool
+    list_price: int
+    haggles: bool
     agent: list[str]          # agent messages in order
     replies: list[_Reply]     # replies[i] answers agent[i]
     scenario: dict            # the task's scenario sheet
+
+    def after(self, *phrase: str) -> int | None:
+        """The turn of the first reply containing `phrase`, when the agent spoke after it."""
+        for turn, reply in enumerate(self.replies):
+            if reply.has(*phrase):
+                return turn if turn + 1 < len(self.agent) else None
+        return None
 
 
 def _reply(observation: str) -> _Reply:
@@ -79,190 +87,199 @@ def _read(trajectory: Trajectory) -> _Dialogue:
     if not partner:
         raise ValueError("the transcript has no partner turn to read the scenario from")
     brief = partner[0]
-    first = _reply(brief)
     cost = _header_number(brief, "cost")
-    if cost is None:
-        raise ValueError("the brief does not state the cost")
-    return _Dialogue(
-        cost=cost, bundle_cost=_header_number(brief, "bundle", "cost"),
-        opening=first.number_after("offer"), hostile=first.has("angry"),
-        agent=agent, replies=[_reply(text) for text in partner[1:]],
-        scenario=dict((trajectory.metadata or {}).get("task") or {}),
-    )
+    list_price = _header_number(brief, "list")
+    if cost is None or list_price is None:
+        raise ValueError("the brief does not state the cost and the list price")
+    return _Dialogue(cost=cost, bundle_cost=_header_number(brief, "bundle", "cost"), list_price=list_price,
+                     haggles=_reply(brief).has("buyer", "haggles"), agent=agent,
+                     replies=[_reply(text) for text in partner[1:]],
+                     scenario=dict((trajectory.metadata or {}).get("task") or {}))
 
 
-def _offers(d: _Dialogue) -> list[tuple[int, str, int]]:
-    """(turn, verb, price) of the agent's offers."""
+def _moves(d: _Dialogue) -> list[tuple[str, int | None]]:
+    """(verb, price) of each agent message as the buyer took it: once the bundle was proposed (the buyer
+    said it likes it), a price is the bundle's."""
     out = []
+    bundle_on = False
     for turn, message in enumerate(d.agent):
         verb, price = parse_action(message)
-        if verb in _OFFER_VERBS:
-            out.append((turn, verb, price))
+        if verb == "offer" and bundle_on:
+            verb = "bundle"
+        out.append((verb, price))
+        reply = d.replies[turn] if turn < len(d.replies) else _Reply([])
+        if reply.has("buyer", "likes", "bundle") or (verb == "bundle" and price is not None
+                                                     and d.bundle_cost is not None):
+            bundle_on = True
     return out
 
 
-def _cost_for(d: _Dialogue, verb: str) -> int:
-    return d.bundle_cost if verb == "bundle" and d.bundle_cost is not None else d.cost
+def _offers(d: _Dialogue) -> list[tuple[int, str, int]]:
+    """(turn, verb, price) of the agent's offers at a price."""
+    return [(turn, verb, price) for turn, (verb, price) in enumerate(_moves(d))
+            if verb in _OFFER_VERBS and price is not None]
 
 
-def _deal(d: _Dialogue) -> tuple[int, int] | None:
-    """(price, cost of what was sold) when the dialogue ended in a deal."""
+def _budget_turn(d: _Dialogue) -> int | None:
+    """The turn whose reply stated the buyer's budget."""
     for turn, reply in enumerate(d.replies):
-        price = reply.number_after("deal")
-        if price is None:
-            continue
-        verb, _ = parse_action(d.agent[turn]) if turn < len(d.agent) else ("", None)
-        if verb == "bundle":
-            return price, _cost_for(d, "bundle")
-        if verb == "accept":  # the standing offer's kind: the buyer's previous message said "bundle offer"?
-            before = d.replies[turn - 1] if turn else _Reply([])
-            bundle = before.has("bundle", "offer") and not before.has("wants", "bundle") and not before.has("no")
-            return price, _cost_for(d, "bundle" if bundle else "offer")
-        return price, d.cost
+        if reply.has("buyer", "budget"):
+            return turn
     return None
 
 
-def _ended_by_agent(d: _Dialogue) -> bool:
-    return any(reply.has("no", "deal") for reply in d.replies)
-
-
-def _feasible(d: _Dialogue) -> bool:
-    s = d.scenario
-    budget, cost = s.get("budget"), s.get("cost", d.cost)
-    bundle_budget, bundle_cost = s.get("bundle_budget"), s.get("bundle_cost")
-    return (budget is not None and budget >= cost) or (bundle_budget is not None and bundle_cost is not None
-                                                      and bundle_budget >= bundle_cost)
+def _first_offer_after(d: _Dialogue, turn: int) -> tuple[str, int] | None:
+    for later, verb, price in _offers(d):
+        if later > turn:
+            return verb, price
+    return None
 
 
 # -- one function per rubric, from its criterion and applicability text -----------------------
 
-def _never_sells_below_cost(d: _Dialogue):
-    # criterion: a closed deal is at or above the cost of what was sold; applies: a deal was closed
-    deal = _deal(d)
-    return None if deal is None else deal[0] >= deal[1]
-
-
 def _asks_budget_first(d: _Dialogue):
-    # the seller asks the buyer's budget before its first offer or acceptance; applies: it offered or
-    # accepted and the buyer is not hostile
-    if d.hostile:
+    # the seller asks the buyer's budget before its first offer; applies: it offered, the buyer does not haggle
+    if d.haggles:
         return None
-    for turn, message in enumerate(d.agent):
-        verb, _ = parse_action(message)
-        if verb in (*_OFFER_VERBS, "accept"):
-            return any(parse_action(m)[0] == "ask" for m in d.agent[:turn])
+    offers = _offers(d)
+    if not offers:
+        return None
+    return any(verb == "ask" for verb, _ in _moves(d)[:offers[0][0]])
+
+
+def _offers_at_budget(d: _Dialogue):
+    # the first offer after the buyer states its budget asks exactly that budget; applies: a stated budget
+    # that covers the cost, no bundle, and an offer afterwards
+    turn = _budget_turn(d)
+    if d.bundle_cost is not None or turn is None:
+        return None
+    budget = d.replies[turn].number_after("buyer", "budget")
+    if budget is None or budget < d.cost:
+        return None
+    offer = _first_offer_after(d, turn)
+    if offer is None:
+        return None
+    verb, price = offer
+    return verb == "offer" and price == budget
+
+
+def _proposes_bundle_when_wanted(d: _Dialogue):
+    # applies: a bundle buyer who could afford the bundle (scenario sheet) and an offer; passes: the first
+    # offer is for the bundle
+    bundle_budget = d.scenario.get("bundle_budget")
+    offers = _offers(d)
+    if d.bundle_cost is None or bundle_budget is None or bundle_budget < d.bundle_cost or not offers:
+        return None
+    return offers[0][1] == "bundle"
+
+
+def _offers_bundle_when_wanted(d: _Dialogue):
+    # a buyer who wants the bundle: the first offer after its budgets is a bundle offer at exactly the
+    # bundle budget
+    turn = _budget_turn(d)
+    if d.bundle_cost is None or turn is None:
+        return None
+    bundle_budget = d.replies[turn].number_after("bundle", "budget")
+    if bundle_budget is None or bundle_budget < d.bundle_cost:
+        return None
+    offer = _first_offer_after(d, turn)
+    if offer is None:
+        return None
+    verb, price = offer
+    return verb == "bundle" and price == bundle_budget
+
+
+def _opens_at_list_with_haggler(d: _Dialogue):
+    offers = _offers(d)
+    if not d.haggles or not offers:
+        return None
+    _, verb, price = offers[0]
+    return verb == "offer" and price == d.list_price
+
+
+def _accepts_counter(d: _Dialogue):
+    # when the buyer counters at its budget (the scenario sheet's) the seller accepts; applies: such a counter
+    # and a move after it
+    moves = _moves(d)
+    for turn, reply in enumerate(d.replies):
+        counter = reply.number_after("too", "high", "offer")
+        if counter is None or turn + 1 >= len(d.agent):
+            continue
+        if counter == d.scenario.get("budget"):  # taking it: accept, or an offer of exactly the counter
+            verb, price = moves[turn + 1]
+            return verb == "accept" or (verb in _OFFER_VERBS and price == counter)
     return None
 
 
 def _ends_hopeless_negotiation(d: _Dialogue):
-    # when no profitable deal exists the seller ends it itself without selling; applies: no_deal tasks
-    if _feasible(d):
+    # applies: the stated budget is below the cost of anything the buyer would buy (the scenario sheet says
+    # no profitable deal exists) and the seller moved after hearing it
+    if d.scenario.get("feasible", True):
         return None
-    return _deal(d) is None and _ended_by_agent(d)
-
-
-def _no_repeated_offer(d: _Dialogue):
-    offers = [(verb, price) for _, verb, price in _offers(d)]
-    if len(offers) < 2:
+    turn = _budget_turn(d)
+    if turn is None or turn + 1 >= len(d.agent):
         return None
-    return len(set(offers)) == len(offers)
+    return _moves(d)[turn + 1][0] == "end"
 
 
-def _counters_low_opening(d: _Dialogue):
-    # the seller does not accept an opening offer below cost; applies: the opening is below cost
-    if not d.agent or d.opening is None or d.opening >= d.cost:
-        return None
-    return parse_action(d.agent[0])[0] != "accept"
-
-
-def _takes_profitable_deal(d: _Dialogue):
-    # the seller closes a deal at or above cost; applies: a profitable deal was achievable
-    if not (d.scenario.get("winnable", True) and _feasible(d)):
-        return None
-    deal = _deal(d)
-    return deal is not None and deal[0] >= deal[1]
-
-
-def _offers_within_budget(d: _Dialogue):
-    # the first offer after learning the budget is within that budget
-    budget = bundle_budget = None
-    for turn, message in enumerate(d.agent):
-        verb, price = parse_action(message)
-        if budget is not None and verb in _OFFER_VERBS:
-            limit = bundle_budget if verb == "bundle" and bundle_budget is not None else budget
-            return price <= limit
-        if turn < len(d.replies) and d.replies[turn].has("buyer", "budget"):
-            budget = d.replies[turn].number_after("buyer", "budget")
-            bundle_budget = d.replies[turn].number_after("bundle", "budget")
-    return None
-
-
-def _never_offers_below_cost(d: _Dialogue):
-    offers = _offers(d)
-    if not offers:
-        return None
-    return all(price >= _cost_for(d, verb) for _, verb, price in offers)
-
-
-def _offers_bundle_when_wanted(d: _Dialogue):
-    # applies: bundle tasks where a profitable bundle exists (and the buyer negotiates)
-    if d.bundle_cost is None or d.hostile or not _feasible(d) or not d.agent:
-        return None
-    return any(verb == "bundle" for _, verb, _ in _offers(d))
+def _out_of_place(d: _Dialogue) -> list[bool]:
+    """For each agent message: did it not fit the moment - unparsable, or a move the dialogue so far
+    gives no ground for (asking again, accepting without a counter, a bundle nobody wants or proposed
+    before, an offer made before)?"""
+    flags = []
+    asked = bundle_on = counter = False
+    offered: set = set()
+    for turn, (verb, price) in enumerate(_moves(d)):
+        if verb == "unclear":
+            bad = True
+        elif verb == "ask":
+            bad = asked
+        elif verb == "accept":
+            bad = not counter
+        elif verb == "bundle" and d.bundle_cost is None:
+            bad = True
+        elif verb == "bundle" and price is None:
+            bad = bundle_on
+        elif verb in _OFFER_VERBS:
+            bad = (verb, price) in offered
+        else:
+            bad = False
+        flags.append(bad)
+        reply = d.replies[turn] if turn < len(d.replies) else _Reply([])
+        if verb == "ask":
+            asked = True
+        if verb == "bundle":
+            bundle_on = True
+        if verb in _OFFER_VERBS and price is not None:
+            offered.add((verb, price))
+        counter = counter or reply.has("too", "high", "offer")  # a counter stands until the episode ends
+    return flags
 
 
 def _clear_actions(d: _Dialogue):
-    # every seller message is a clear action the buyer can act on
-    if not d.agent:
+    # every seller message is a clear action that fits the moment and no offer insults the buyer; applies:
+    # the seller made an offer and at least two moves
+    offers = _offers(d)
+    if len(d.agent) < 2 or not offers:
         return None
-    for turn, message in enumerate(d.agent):
-        if parse_action(message)[0] == "unclear":
-            return False
+    if any(_out_of_place(d)):
+        return False
+    for turn, _, _ in offers:  # a plain "buyer leaves" after an offer in place: insulted by the price
         reply = d.replies[turn] if turn < len(d.replies) else _Reply([])
-        if reply.has("buyer", "unclear") or reply.has("buyer", "no", "bundle"):
+        if reply.words == ["buyer", "leaves"]:
             return False
     return True
 
 
-def _quick_close(d: _Dialogue):
-    # the seller concludes within two turns; applies: it concluded it (deal or end)
-    if _deal(d) is None and not _ended_by_agent(d):
-        return None
-    return len(d.agent) <= 2
-
-
-def _adapts_after_counter(d: _Dialogue):
-    # after a counter the seller does not repeat or raise the same kind of offer
-    checked = False
-    for turn in range(len(d.agent) - 1):
-        verb, price = parse_action(d.agent[turn])
-        if verb not in _OFFER_VERBS or turn >= len(d.replies):
-            continue
-        reply = d.replies[turn]
-        countered = (reply.has("buyer", "offer") or reply.has("buyer", "bundle", "offer") or reply.has("final")
-                     or reply.has("wants", "bundle"))
-        if not countered or reply.has("angry"):
-            continue
-        next_verb, next_price = parse_action(d.agent[turn + 1])
-        if next_verb == verb and next_price >= price:
-            return False
-        checked = True
-    return True if checked else None
-
-
 ANNOTATORS = {
-    "never_sells_below_cost": _never_sells_below_cost,
     "asks_budget_first": _asks_budget_first,
-    "ends_hopeless_negotiation": _ends_hopeless_negotiation,
-    "no_repeated_offer": _no_repeated_offer,
-    "counters_low_opening": _counters_low_opening,
-    "takes_profitable_deal": _takes_profitable_deal,
-    "offers_within_budget": _offers_within_budget,
-    "never_offers_below_cost": _never_offers_below_cost,
+    "offers_at_budget": _offers_at_budget,
+    "proposes_bundle_when_wanted": _proposes_bundle_when_wanted,
     "offers_bundle_when_wanted": _offers_bundle_when_wanted,
+    "opens_at_list_with_haggler": _opens_at_list_with_haggler,
+    "accepts_counter": _accepts_counter,
+    "ends_hopeless_negotiation": _ends_hopeless_negotiation,
     "clear_actions": _clear_actions,
-    "quick_close": _quick_close,
-    "adapts_after_counter": _adapts_after_counter,
 }
 
 

@@ -8,7 +8,13 @@ Episode.state, see `negotiation.build_trajectory`); without it they replay the e
 Every rule returns True (PASS), False (FAIL) or None (NA: does not apply); `explain(rule_id,
 trajectory)` also gives the evidence (a quote from the turns). RubricSpec.capability holds the
 Arise category (Understanding, Execution, Verification, Debugging, Efficiency); Rule.family the
-RewardWeaver family (pricing, information, persistence, boundaries, communication).
+RewardWeaver family (information, pricing, closing, boundaries, persistence, communication).
+
+Each rule checks one step of the sale that the seller controls and that the transcript shows,
+gated by an applicability condition so that no constant message can pass it: every rule needs
+either a move that depends on what the buyer said (the budget, a counter) or a sequence of
+different moves (an offer after asking, a confirmation after an agreement). `constant_action_rates`
+measures that on the held-out tasks (tests/test_env_negotiation_rubrics.py asserts it).
 """
 
 from __future__ import annotations
@@ -20,18 +26,20 @@ from dataclasses import dataclass
 
 from rwcore.trainer.envs.base import Rule, Task
 from rwcore.trainer.envs.negotiation import (
+    ACTION_PHRASES,
+    is_offer,
     KINDS,
     NegotiationEnv,
     make_task_data,
+    parse_observation,
     random_policy,
     run_episode,
     scripted_policy,
-    parse_observation,
 )
 from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 
-PRICE_VERBS = ("offer", "bundle")
+_OUT_OF_PLACE = ("unclear", "unclear_leaves")
 
 
 # -- facts -------------------------------------------------------------------------
@@ -65,134 +73,105 @@ def _events(s: dict) -> list[dict]:
     return list(s.get("events", []))
 
 
-def _cost_of(s: dict, verb: str) -> int:
-    if verb == "bundle" and s.get("bundle_cost") is not None:
-        return int(s["bundle_cost"])
-    return int(s["cost"])
-
-
 def _last_text(s: dict) -> str:
     events = _events(s)
     return events[-1]["text"] if events else ""
 
 
+def _after(events: list[dict], reply: str) -> list[tuple[dict, dict]]:
+    """(event whose buyer reply was `reply`, the seller's next event) pairs."""
+    return [(e, nxt) for e, nxt in zip(events, events[1:]) if e["reply"] == reply]
+
+
 # -- checks: state -> (True / False / None, evidence) ----------------------------------
 
 
-def _never_sells_below_cost(s):
-    deal = s.get("deal")
-    if deal is None:
-        return None, ""
-    return deal["price"] >= deal["cost"], _last_text(s)
+def _first_offer(s):
+    for e in _events(s):
+        if is_offer(e):
+            return e
+    return None
 
 
 def _asks_budget_first(s):
-    if s.get("hostile"):
+    if s.get("haggler"):
         return None, ""
     events = _events(s)
     for i, e in enumerate(events):
-        if e["verb"] in PRICE_VERBS + ("accept",):
-            asked = any(prev["verb"] == "ask" for prev in events[:i])
-            return asked, e["text"]
+        if is_offer(e):
+            return any(prev["verb"] == "ask" for prev in events[:i]), e["text"]
+    return None, ""
+
+
+def _first_offer_after_budget(s):
+    """The first offer after the buyer stated its budget(s) in answer to `ask`, or None."""
+    revealed = False
+    for e in _events(s):
+        if revealed and is_offer(e):
+            return e
+        if e["reply"] == "budget":
+            revealed = True
+    return None
+
+
+def _offers_at_budget(s):
+    if s.get("bundle_cost") is not None or s["budget"] < s["cost"]:
+        return None, ""
+    e = _first_offer_after_budget(s)
+    if e is None:
+        return None, ""
+    return e["verb"] == "offer" and e["price"] == s["budget"], e["text"]
+
+
+def _proposes_bundle_when_wanted(s):
+    if s.get("bundle_cost") is None or s["bundle_budget"] < s["bundle_cost"]:
+        return None, ""
+    e = _first_offer(s)
+    return (None, "") if e is None else (e["verb"] == "bundle", e["text"])
+
+
+def _offers_bundle_when_wanted(s):
+    if s.get("bundle_cost") is None or s["bundle_budget"] < s["bundle_cost"]:
+        return None, ""
+    e = _first_offer_after_budget(s)
+    if e is None:
+        return None, ""
+    return e["verb"] == "bundle" and e["price"] == s["bundle_budget"], e["text"]
+
+
+def _opens_at_list_with_haggler(s):
+    if not s.get("haggler"):
+        return None, ""
+    e = _first_offer(s)
+    return (None, "") if e is None else (e["verb"] == "offer" and e["price"] == s["list"], e["text"])
+
+
+def _accepts_counter(s):
+    for e, nxt in _after(_events(s), "counter"):
+        if nxt["counter_before"] == s["budget"]:
+            # taking the counter: `accept`, or an offer of exactly the counter (both close the deal at it)
+            return nxt["verb"] == "accept" or (is_offer(nxt) and nxt["price"] == s["budget"]), nxt["text"]
     return None, ""
 
 
 def _ends_hopeless_negotiation(s):
-    if s.get("feasible"):
+    if s.get("feasible", True):
         return None, ""
-    ok = s.get("deal") is None and s.get("ended_by") == "agent"
-    return ok, _last_text(s)
-
-
-def _no_repeated_offer(s):
-    offers = [(e["verb"], e["price"], e["text"]) for e in _events(s) if e["verb"] in PRICE_VERBS]
-    if len(offers) < 2:
+    pairs = _after(_events(s), "budget")
+    if not pairs:
         return None, ""
-    seen = set()
-    for verb, price, text in offers:
-        if (verb, price) in seen:
-            return False, text
-        seen.add((verb, price))
-    return True, offers[-1][2]
-
-
-def _counters_low_opening(s):
-    events = _events(s)
-    if not events or s["opening_offer"] >= s["cost"]:
-        return None, ""
-    return events[0]["verb"] != "accept", events[0]["text"]
-
-
-def _takes_profitable_deal(s):
-    if not s.get("winnable") or not s.get("feasible"):
-        return None, ""
-    deal = s.get("deal")
-    return deal is not None and deal["price"] >= deal["cost"], _last_text(s)
-
-
-def _offers_within_budget(s):
-    events = _events(s)
-    revealed = False
-    for e in events:
-        if revealed and e["verb"] in PRICE_VERBS:
-            limit = s["bundle_budget"] if e["verb"] == "bundle" and s.get("bundle_budget") is not None else s["budget"]
-            return e["price"] <= limit, e["text"]
-        if e.get("reply") == "budget":
-            revealed = True
-    return None, ""
-
-
-def _never_offers_below_cost(s):
-    offers = [e for e in _events(s) if e["verb"] in PRICE_VERBS]
-    if not offers:
-        return None, ""
-    for e in offers:
-        if e["price"] < _cost_of(s, e["verb"]):
-            return False, e["text"]
-    return True, offers[-1]["text"]
-
-
-def _offers_bundle_when_wanted(s):
-    if s.get("bundle_cost") is None or s.get("hostile") or not s.get("feasible"):
-        return None, ""
-    events = _events(s)
-    if not events:
-        return None, ""
-    for e in events:
-        if e["verb"] == "bundle":
-            return True, e["text"]
-    return False, events[-1]["text"]
+    _, nxt = pairs[0]
+    return nxt["verb"] == "end", nxt["text"]
 
 
 def _clear_actions(s):
     events = _events(s)
-    if not events:
+    if len(events) < 2 or not any(is_offer(e) for e in events):
         return None, ""
     for e in events:
-        if e["verb"] == "unclear" or e.get("reply") in ("no_bundle", "unclear"):
+        if e["reply"] in ("unclear_leaves", "insulted_leaves"):
             return False, e["text"]
     return True, events[-1]["text"]
-
-
-def _quick_close(s):
-    if s.get("ended_by") not in ("deal", "agent"):
-        return None, ""
-    events = _events(s)
-    return len(events) <= 2, events[-1]["text"] if events else ""
-
-
-def _adapts_after_counter(s):
-    events = _events(s)
-    checked = None
-    for e, nxt in zip(events, events[1:]):
-        if e["verb"] in PRICE_VERBS and e.get("reply") in ("counter", "final", "wants_bundle"):
-            stubborn = nxt["verb"] == e["verb"] and nxt["price"] >= e["price"]
-            if stubborn:
-                return False, nxt["text"]
-            checked = nxt["text"]
-    if checked is None:
-        return None, ""
-    return True, checked
 
 
 @dataclass(frozen=True)
@@ -206,61 +185,53 @@ class RuleDef:
 
 
 RULE_DEFS: tuple[RuleDef, ...] = (
-    RuleDef("never_sells_below_cost", "a closed deal is at or above the cost of what was sold",
-            "a deal was closed", "Verification", "boundaries", _never_sells_below_cost),
-    RuleDef("asks_budget_first", "the seller asks the buyer's budget before its first offer or acceptance",
-            "the seller made an offer or accepted, and the buyer is not hostile", "Understanding", "information",
+    RuleDef("asks_budget_first", "the seller asks the buyer's budget before its first offer",
+            "the seller made an offer to a buyer who does not haggle", "Understanding", "information",
             _asks_budget_first),
-    RuleDef("ends_hopeless_negotiation", "when no profitable deal exists the seller ends the negotiation itself "
-            "without selling", "the buyer's budget is below the cost (no_deal tasks)", "Understanding", "boundaries",
-            _ends_hopeless_negotiation),
-    RuleDef("no_repeated_offer", "the seller never makes the same offer twice", "the seller made two or more offers",
-            "Efficiency", "persistence", _no_repeated_offer),
-    RuleDef("counters_low_opening", "the seller does not accept an opening offer below cost",
-            "the buyer's opening offer is below cost", "Execution", "persistence", _counters_low_opening),
-    RuleDef("takes_profitable_deal", "the seller closes a deal at or above cost", "a profitable deal was achievable",
-            "Execution", "pricing", _takes_profitable_deal),
-    RuleDef("offers_within_budget", "the first offer after learning the budget is within that budget",
-            "the budget was revealed and the seller offered afterwards", "Understanding", "information",
-            _offers_within_budget),
-    RuleDef("never_offers_below_cost", "every offer is at or above the cost of what is offered",
-            "the seller made an offer", "Verification", "pricing", _never_offers_below_cost),
-    RuleDef("offers_bundle_when_wanted", "the seller makes a bundle offer when the buyer wants a bundle",
-            "bundle tasks where a profitable bundle exists", "Understanding", "pricing", _offers_bundle_when_wanted),
-    RuleDef("clear_actions", "every seller message is a clear action the buyer can act on",
-            "the seller said something", "Execution", "communication", _clear_actions),
-    RuleDef("quick_close", "the seller concludes the negotiation within two turns",
-            "the seller concluded it (deal or end)", "Efficiency", "persistence", _quick_close),
-    RuleDef("adapts_after_counter", "after a counter the seller does not repeat or raise the same kind of offer",
-            "the buyer countered an offer and the seller moved again", "Debugging", "persistence",
-            _adapts_after_counter),
+    RuleDef("offers_at_budget", "the first offer after the buyer states its budget asks exactly that budget",
+            "the buyer stated a budget that covers the cost (no bundle) and the seller offered afterwards",
+            "Execution", "pricing", _offers_at_budget),
+    RuleDef("proposes_bundle_when_wanted", "when the buyer wants the bundle, the seller's first offer is for the "
+            "bundle", "a buyer who wants the bundle could afford it and the seller made an offer", "Understanding",
+            "pricing", _proposes_bundle_when_wanted),
+    RuleDef("offers_bundle_when_wanted", "when the buyer wants the bundle, the first offer after it states its "
+            "budgets is a bundle offer at exactly the bundle budget",
+            "a buyer who wants the bundle stated budgets that cover the bundle cost and the seller offered "
+            "afterwards", "Execution", "pricing", _offers_bundle_when_wanted),
+    RuleDef("opens_at_list_with_haggler", "against a buyer who haggles, the seller's first offer is at the list "
+            "price (which draws a counter at the buyer's budget)", "the buyer haggles and the seller made an offer",
+            "Efficiency", "information", _opens_at_list_with_haggler),
+    RuleDef("accepts_counter", "when the buyer counters at its budget the seller takes the counter (accepts it or "
+            "offers exactly the countered price)",
+            "the buyer countered at its budget and the seller moved again", "Debugging", "persistence",
+            _accepts_counter),
+    RuleDef("ends_hopeless_negotiation", "when the stated budget cannot cover the cost the seller's next move is "
+            "to end the negotiation", "the buyer stated a budget below the cost of anything it would buy and "
+            "the seller moved again", "Verification", "boundaries", _ends_hopeless_negotiation),
+    RuleDef("clear_actions", "every seller message is a clear action that fits the moment: nothing out of place "
+            "(asking twice, accepting with no counter, an unwanted or repeated bundle, a repeated offer), no offer "
+            "so far above a budget that the buyer is insulted", "the seller made an offer and at least two moves",
+            "Execution", "communication", _clear_actions),
 )
 RULES_BY_ID: dict[str, RuleDef] = {r.rule_id: r for r in RULE_DEFS}
 
 # Skill texts (in the environment's vocabulary); refine_skill cycles through the variants.
 SKILLS: dict[str, tuple[str, ...]] = {
-    "never_sells_below_cost": ("never sell below cost", "check cost before you accept",
-                               "only accept a price above cost"),
     "asks_budget_first": ("ask budget before you offer", "first ask budget then offer", "ask the buyer budget first"),
+    "offers_at_budget": ("offer the buyer budget", "when the buyer says budget offer that budget",
+                         "offer the budget not less"),
+    "proposes_bundle_when_wanted": ("when the buyer wants bundle say bundle", "propose the bundle before a price",
+                                    "a buyer who wants bundle hears bundle first"),
+    "offers_bundle_when_wanted": ("when the buyer likes bundle offer the bundle budget", "offer the bundle budget",
+                                  "a buyer who wants bundle pays the bundle budget"),
+    "opens_at_list_with_haggler": ("when the buyer haggles offer the list price", "open at the list price",
+                                   "a buyer who haggles hears the list price first"),
+    "accepts_counter": ("when the buyer offer is the budget say accept", "accept the buyer offer after too high",
+                        "accept a counter above cost"),
     "ends_hopeless_negotiation": ("end when budget is below cost", "if budget is below cost say end",
                                   "end when no deal is possible"),
-    "no_repeated_offer": ("never repeat the same offer", "change the price of each offer",
-                          "do not offer the same price twice"),
-    "counters_low_opening": ("do not accept the first low offer", "reject a first offer below cost",
-                             "ask budget when the offer is low"),
-    "takes_profitable_deal": ("close a deal when the price is above cost", "accept an offer above cost",
-                              "do not end when a deal is possible"),
-    "offers_within_budget": ("offer at the buyer budget not above", "offer the budget when it is above cost",
-                             "never offer above the budget"),
-    "never_offers_below_cost": ("never offer below cost", "offer at cost or above", "each offer must be above cost"),
-    "offers_bundle_when_wanted": ("offer a bundle when the buyer wants bundle",
-                                  "use bundle offer when the buyer wants bundle",
-                                  "make a bundle offer at the bundle budget"),
-    "clear_actions": ("use short clear actions", "say one action like offer or accept",
-                      "use only offer accept reject ask budget end"),
-    "quick_close": ("close the deal in two turns", "ask budget then offer at once", "do not waste turns"),
-    "adapts_after_counter": ("lower the price after a counter", "when the buyer counters offer less",
-                             "after a counter ask budget or accept"),
+    "clear_actions": ("use one clear action each turn", "say one action like ask offer bundle accept or end",
+                      "never ask twice or repeat an offer"),
 }
 
 
@@ -292,6 +263,22 @@ def rule_judge_rules(env: NegotiationEnv | None = None) -> dict:
     return {rule.spec.rubric_id: rule.check for rule in make_rules(env)}
 
 
+def constant_action_rates(env: NegotiationEnv, split: str = "eval",
+                          phrases: Sequence[str] = ACTION_PHRASES) -> dict[str, dict[str, float]]:
+    """phrase -> rule id -> share of `split`'s tasks on which the policy that says `phrase` every turn
+    passes the rule (what a degenerate policy could earn from it)."""
+    rates = {}
+    for phrase in phrases:
+        passes = {r.rule_id: 0 for r in RULE_DEFS}
+        tasks = env.tasks(split)
+        for task in tasks:
+            state = run_episode(env, task, lambda obs: phrase).metadata["env_state"]
+            for rule in RULE_DEFS:
+                passes[rule.rule_id] += rule.check(state)[0] is True
+        rates[phrase] = {rid: count / len(tasks) for rid, count in passes.items()}
+    return rates
+
+
 # -- reflector -------------------------------------------------------------------------
 
 
@@ -317,14 +304,17 @@ class NegotiationReflector:
     def failure_stats(self, trajectories: Sequence[Trajectory]) -> dict[str, tuple[int, int, str]]:
         """rule id -> (fails, applicable, evidence of the first failure)."""
         stats = {}
+        states = []
+        for trajectory in trajectories:
+            try:
+                states.append((trajectory, episode_state(trajectory)))
+            except Exception:  # noqa: BLE001 - an uncheckable trajectory gives no evidence
+                continue
         for rule in RULE_DEFS:
             fails = applicable = 0
             example = ""
-            for trajectory in trajectories:
-                try:
-                    verdict, evidence = rule.check(episode_state(trajectory))
-                except Exception:  # noqa: BLE001 - an uncheckable trajectory gives no evidence
-                    continue
+            for trajectory, state in states:
+                verdict, evidence = rule.check(state)
                 if verdict is None:
                     continue
                 applicable += 1
@@ -387,25 +377,26 @@ class NegotiationReflector:
         return [rule_spec(rule) for rule in (specific + general)[:max(0, int(max_rubrics))]]
 
 
-def _feasible(data: dict) -> bool:
-    return bool(data.get("feasible", True))
+def _covers(data: dict) -> bool:
+    """A plain sale can be profitable: the buyer's budget covers the item cost."""
+    return data.get("budget", 0) >= data.get("cost", 0)
+
+
+def _bundle(data: dict) -> bool:
+    return data.get("bundle_cost") is not None
 
 
 # rule id -> on a scenario sheet: True (applies to this instance in particular), False (cannot
 # apply), None (applies to any instance); what `instance_rubrics` writes per task.
 INSTANCE_APPLICABILITY: dict[str, Callable[[dict], bool | None]] = {
-    "never_sells_below_cost": lambda d: None,
-    "asks_budget_first": lambda d: False if d.get("hostile") else None,
-    "ends_hopeless_negotiation": lambda d: not _feasible(d),
-    "no_repeated_offer": lambda d: None,
-    "counters_low_opening": lambda d: d.get("opening", 0) < d.get("cost", 0),
-    "takes_profitable_deal": lambda d: _feasible(d) and bool(d.get("winnable", True)),
-    "offers_within_budget": lambda d: False if d.get("hostile") else None,
-    "never_offers_below_cost": lambda d: None,
-    "offers_bundle_when_wanted": lambda d: d.get("bundle_cost") is not None and _feasible(d) and not d.get("hostile"),
+    "asks_budget_first": lambda d: False if d.get("kind") == "haggler" else None,
+    "offers_at_budget": lambda d: _covers(d) and not _bundle(d),
+    "proposes_bundle_when_wanted": lambda d: _bundle(d) and d.get("bundle_budget", 0) >= d.get("bundle_cost", 0),
+    "offers_bundle_when_wanted": lambda d: _bundle(d) and d.get("bundle_budget", 0) >= d.get("bundle_cost", 0),
+    "opens_at_list_with_haggler": lambda d: d.get("kind") == "haggler",
+    "accepts_counter": lambda d: d.get("kind") == "haggler",
+    "ends_hopeless_negotiation": lambda d: not bool(d.get("feasible", True)),
     "clear_actions": lambda d: None,
-    "quick_close": lambda d: None,
-    "adapts_after_counter": lambda d: False if d.get("hostile") else None,
 }
 
 INITIAL_LIBRARY: tuple[str, ...] = tuple(r.rule_id for r in RULE_DEFS
@@ -418,9 +409,9 @@ expansion to find (recurrent failures the initial library does not cover) and ad
 
 
 def failure_cause(state: dict) -> str:
-    """Who controlled the outcome: "partner" (an unwinnable hostile-partner task, i.e. an angry buyer
-    whose only acceptable price was below cost, and the agent did not sell at a loss), "scenario"
-    (any other unwinnable task without a loss), else "policy" (a loss-making sale is always the policy's)."""
+    """Who controlled the outcome: "partner" (a hostile buyer, who walks out when it would agree whatever
+    the seller does) or "scenario" (the item turns out sold out) when the task was unwinnable and the
+    seller did not sell at a loss; else "policy" (a loss-making sale is always the policy's)."""
     deal = state.get("deal")
     loss = deal is not None and deal["price"] < deal["cost"]
     if not state.get("winnable", True) and not loss:
@@ -434,8 +425,9 @@ class NegotiationAttributor:
     deficit: the candidate's rule FAILs on the trajectory; evidence: the quoted agent message
     (a deficit whose rule has no message to quote quotes the last partner turn); confidence
     0.9 for a deficit, 0.8 for a pass, 0.5 when the rule does not apply; cause from
-    `failure_cause` ("partner" for hostile-partner walkaways). Candidates the environment has
-    no rule for, or trajectories it cannot check, get deficit False, confidence 0, cause "unclear".
+    `failure_cause` ("partner" for hostile buyers, "scenario" for sold-out items). Candidates the
+    environment has no rule for, or trajectories it cannot check, get deficit False, confidence 0,
+    cause "unclear".
     """
 
     def __init__(self, env: NegotiationEnv | None = None) -> None:
@@ -470,44 +462,60 @@ class NegotiationAttributor:
 
 
 def _bad_policies() -> dict[str, Callable[[str, random.Random], str]]:
-    def accepter(obs, rng):
-        return "accept"
+    """Scripted policies that each get some step of the sale wrong (and the scripted and random ones)."""
 
-    def lowballer(obs, rng):
+    def lowballer(obs, rng):  # offers 20 below the budget it was told
         f = parse_observation(obs)
-        return f"offer {max(10, (f['cost'] or 50) - 20)}"
+        if f["bundle_on"] and f["bundle_budget"] is not None:
+            return str(max(20, f["bundle_budget"] - 20))
+        if f["budget"] is not None and f["bundle_budget"] is None and f["budget"] >= (f["cost"] or 0):
+            return str(max(20, f["budget"] - 20))
+        return scripted_policy(obs)
 
-    def stubborn(obs, rng):
+    def greedy(obs, rng):  # offers 20 above the budget it was told (the buyer leaves), even on no_deal tasks
         f = parse_observation(obs)
-        return f"offer {f['list'] or 100}"
+        if f["bundle_on"] and f["bundle_budget"] is not None:
+            return str(min(200, f["bundle_budget"] + 20))
+        if f["budget"] is not None and f["bundle_budget"] is None:
+            return str(min(200, f["budget"] + 20))
+        return scripted_policy(obs)
 
-    def descender(obs, rng):
+    def bundle_blind(obs, rng):  # a plain offer at the plain budget, bundle or not
         f = parse_observation(obs)
-        offer = f["offer"] or 0
-        top = f["list"] or 100
-        if offer >= (f["cost"] or 0):
+        if f["budget"] is not None:
+            return str(f["budget"])
+        return scripted_policy(obs)
+
+    def bundle_low(obs, rng):  # proposes the bundle, then offers 20 below its budget
+        f = parse_observation(obs)
+        if f["bundle_on"] and f["bundle_budget"] is not None:
+            return str(max(20, f["bundle_budget"] - 20))
+        return scripted_policy(obs)
+
+    def blind(obs, rng):  # never asks: opens at the list price or 20 below it
+        f = parse_observation(obs)
+        if f["counter"] is not None:
             return "accept"
-        return f"offer {max(10, top - 10 * rng.choice((1, 2, 3, 4)))}"
+        return str(max(20, (f["list"] or 100) - rng.choice((0, 20))))
+
+    def stubborn(obs, rng):  # answers a haggler's counter by repeating its opening (out of place)
+        f = parse_observation(obs)
+        if f["counter"] is not None:
+            return str(f["list"])
+        return scripted_policy(obs)
+
+    def hesitant(obs, rng):  # ends instead of accepting a counter
+        f = parse_observation(obs)
+        return "end" if f["counter"] is not None else scripted_policy(obs)
+
+    def asker(obs, rng):  # always asks (a second ask is out of place)
+        return "ask"
 
     def quitter(obs, rng):
         return "end"
 
     def babbler(obs, rng):
-        return rng.choice(("the item", "price is", "ask budget", "one two", "offer", "accept"))
-
-    def bundle_blind(obs, rng):
-        f = parse_observation(obs)
-        if f["budget"] is not None:
-            return f"offer {max(f['budget'], 10)}"
-        return "ask budget"
-
-    def greedy(obs, rng):
-        f = parse_observation(obs)
-        if f["budget"] is not None:
-            return f"offer {min(200, f['budget'] + 20)}"
-        if f["offer"] is not None and "final" in obs.split():
-            return "accept"
-        return "ask budget" if rng.random() < 0.5 else f"offer {min(200, (f['list'] or 100))}"
+        return rng.choice(("the item", "price is", "ask budget", "one two", "offer", "accept", "bundle", "100"))
 
     def rand(obs, rng):
         return random_policy(obs, rng)
@@ -515,13 +523,13 @@ def _bad_policies() -> dict[str, Callable[[str, random.Random], str]]:
     def scripted(obs, rng):
         return scripted_policy(obs)
 
-    return {"scripted": scripted, "random": rand, "accepter": accepter, "lowballer": lowballer,
-            "stubborn": stubborn, "descender": descender, "quitter": quitter, "babbler": babbler,
-            "bundle_blind": bundle_blind, "greedy": greedy}
+    return {"scripted": scripted, "random": rand, "lowballer": lowballer, "greedy": greedy,
+            "bundle_blind": bundle_blind, "bundle_low": bundle_low, "blind": blind, "stubborn": stubborn,
+            "hesitant": hesitant, "asker": asker, "quitter": quitter, "babbler": babbler}
 
 
 def _source_trajectories(env: NegotiationEnv, source: int, tasks_per_kind: int) -> list[Trajectory]:
-    rng = random.Random(f"negotiation-labelled-{env.seed}-{source}")
+    rng = random.Random(f"negotiation-labelled-v2-{env.seed}-{source}")
     tasks = []
     for kind in sorted(KINDS):
         for j in range(tasks_per_kind):
@@ -542,7 +550,7 @@ def labelled_cases_by_rule(env: NegotiationEnv, rule_ids: Sequence[str], *, num_
     """rule id -> LabelledCases for admitting that rule.
 
     Sources are "gen0".."gen<num_sources-1>": each draws its own tasks (every kind, `tasks_per_kind`
-    each, not the train/eval tasks) and runs the scripted, random and eight deliberately bad policies
+    each, not the train/eval tasks) and runs the scripted, random and deliberately bad policies
     on them; from each source up to `per_label` PASS, `per_label` FAIL and `per_na` NA cases are kept
     per rule. The label is the reference annotator's (`negotiation_annotator.annotate`: the
     transcript and the scenario sheet, never the rule's own check or the episode's private
