@@ -187,7 +187,8 @@ def test_entropy_bonus_reports_the_policy_entropy_and_raises_it(tmp_path):
     import numpy as np
 
     trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "loss.entropy_coef=1.0",
-                                         "optim.lr=1e-2"]), tmp_path / "run", quiet=True)
+                                         "optim.lr=1e-2", "rollout.action_words=off"]),  # full-vocabulary softmax
+                      tmp_path / "run", quiet=True)
     trainer.setup()
     rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     before = _mean_entropy(trainer, rollouts)
@@ -200,3 +201,55 @@ def test_entropy_bonus_reports_the_policy_entropy_and_raises_it(tmp_path):
     assert "entropy" not in update and update["loss"] == 0.0
     # AdamW's momentum from the first step still moves the weights; the gradient itself was zero
     assert update["grad_norm"] == 0.0 and frozen.keys() == trainer.policy.model.state_dict().keys()
+
+
+def test_action_words_auto_is_on_for_the_built_in_model_and_the_head_is_tied(tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only"]), tmp_path / "a",
+                      quiet=True)
+    trainer.setup()
+    codec = trainer.policy.codec
+    expected = sorted(codec.vocab[w] for w in trainer.env.action_vocabulary()) + [codec.end_id]
+    assert sorted(trainer.policy.allowed.tolist()) == sorted(expected)
+    model = trainer.policy.model
+    assert model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    untied = Trainer(load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only",
+                                        "model.tie_embeddings=false", "rollout.action_words=off"]), tmp_path / "b",
+                     quiet=True)
+    untied.setup()
+    m = untied.policy.model
+    assert untied.policy.allowed is None
+    assert m.get_input_embeddings().weight.data_ptr() != m.get_output_embeddings().weight.data_ptr()
+
+
+def test_several_minibatches_and_epochs_with_action_words(tmp_path):
+    """The restricted head is taken afresh for every backward pass (a slice made once held a freed graph)."""
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=2", "train.method=outcome_only", "optim.epochs=2",
+                                         "optim.minibatches=2"]), tmp_path / "run", quiet=True)
+    trainer.setup()
+    before = [p.detach().clone() for p in trainer.policy.model.parameters()]
+    trainer.train()
+    assert any(not torch_equal(a, b) for a, b in zip(before, trainer.policy.model.parameters()))
+    assert [r["step"] for r in rows(tmp_path / "run") if r["kind"] == "train"] == [1, 2]
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b.detach()))
+
+
+def test_held_out_rows_carry_the_standard_error_and_per_type_success(tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "train.steps=0", "train.method=outcome_only",
+                                         "env.options.num_eval=40"]), tmp_path / "run", quiet=True)
+    trainer.setup()
+    row = trainer.evaluate()
+    n, p = row["eval/episodes"], row["eval/success_rate"]
+    assert n == 40 and abs(row["eval/success_se"] - (p * (1 - p) / n) ** 0.5) < 1e-12
+    # per type: the tags of the held-out tasks; their rates weighted by the type counts give the overall rate
+    counts = {}
+    for task in trainer.eval_tasks:
+        counts[task.tags[0]] = counts.get(task.tags[0], 0) + 1
+    per_type = {k.split("/")[-1]: v for k, v in row.items() if k.startswith("eval/success/")}
+    assert set(per_type) == set(counts)
+    assert abs(sum(per_type[t] * counts[t] for t in counts) / n - p) < 1e-12
+    assert all(abs(per_type[t] * counts[t] - round(per_type[t] * counts[t])) < 1e-9 for t in counts)

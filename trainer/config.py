@@ -100,6 +100,8 @@ class ModelConfig:
     num_layers: int = _f(2, "Built-in model: number of transformer layers.", gt=0)
     num_heads: int = _f(4, "Built-in model: attention heads (must divide hidden_size).", gt=0)
     intermediate_size: int = _f(128, "Built-in model: MLP width.", gt=0)
+    tie_embeddings: bool = _f(True, "Built-in model: share the input embedding and the LM head (a token the policy "
+                                     "reads and the same token it writes start out aligned, which helps copying).")
     max_length: int = _f(256, "Maximum context length in tokens (prompt + generated).", gt=0)
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "Parameter dtype.")
     device: str = _f("auto", "Device: auto (CUDA when available), cpu, cuda, cuda:N.")
@@ -118,10 +120,12 @@ class RolloutConfig:
     tasks_per_step: int = _f(16, "Tasks sampled per training step (batch size B).", gt=0)
     group_size: int = _f(8, "Rollouts per task (group size G).", gt=0)
     temperature: float = _f(1.0, "Sampling temperature.", gt=0)
-    max_new_tokens: int = _f(6, "Maximum generated tokens per agent turn.", gt=0)
-    action_words: Literal["on", "off"] = _f(
-        "off", "Built-in model: sample agent messages only from the environment's action words "
-        "(env.action_vocabulary()); the loss and behavior log-probs use the same restricted softmax.")
+    max_new_tokens: int = _f(1, "Maximum generated tokens per agent turn (the embedded default's actions are one "
+                                "word; a real model needs its own, e.g. the shipped -qwen configs' 8192).", gt=0)
+    action_words: Literal["auto", "on", "off"] = _f(
+        "auto", "Built-in model: sample agent messages only from the environment's action words "
+        "(env.action_vocabulary()); the loss and behavior log-probs use the same restricted softmax. "
+        "auto = on for the built-in model on an environment with action words, off otherwise.")
 
 
 @dataclass
@@ -147,7 +151,7 @@ class LossConfig:
     ratio_high: float = _f(5.0, "Importance ratios at or above this are filtered out.", gt=0)
     clip_c: float = _f(3.0, "Dual-clip constant c.", gt=0)
     backend: Literal["auto", "torch", "triton"] = _f("auto", "Kernel backend.")
-    entropy_coef: float = _f(0.0, "Entropy bonus: subtracts coef x the mean policy entropy over model tokens "
+    entropy_coef: float = _f(0.01, "Entropy bonus: subtracts coef x the mean policy entropy over model tokens "
                                   "(materializes the action space's logits; 0 = off).", ge=0)
 
 
@@ -195,7 +199,7 @@ class RewardWeaverConfig:
     """RewardWeaver outer loop."""
 
     adaptation_interval: int = _f(30, "Steps per stage (between active-set selections).", gt=0)
-    budget: int = _f(6, "Active-set budget B.", gt=0)
+    budget: int = _f(4, "Active-set budget B.", gt=0)
     selection: Literal[
         "attribution",
         "static_topk",
@@ -218,6 +222,9 @@ class RewardWeaverConfig:
     expansion: Literal["on", "off"] = _f("on", "Controlled expansion of the library at stage boundaries.")
     max_new: int = _f(2, "Candidate capabilities proposed per expansion.", ge=0)
     max_revisions: int = _f(1, "Evaluator revisions of a rejected candidate (development partition).", ge=0)
+    process_normalization: Literal["active_set", "applicable"] = _f(
+        "active_set", "Process term: 1/|A| over the active set with NA / INVALID judgments counting 0 (the "
+        "paper's formula), or the mean over the judgments that apply (rewards not reaching a check).")
 
 
 @dataclass
@@ -238,7 +245,7 @@ class TrainConfig:
     """The training run."""
 
     method: Literal[VARIANT_NAMES] = _f(  # type: ignore[valid-type]
-        "combined", "The method variant (rw variants lists them with the paper rows they reproduce).")
+        "rewardweaver", "The method variant (rw variants lists them with the paper rows they reproduce).")
     steps: int = _f(200, "Training steps.", ge=0)
     seed: int = _f(0, "Seed for every random generator.")
     eval_every: int = _f(25, "Steps between held-out evaluations.", ge=0)

@@ -61,14 +61,15 @@ class WordCodec:
 
 
 def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
-                max_length: int, seed: int) -> torch.nn.Module:
-    """A randomly initialized small Llama-architecture causal LM."""
+                max_length: int, seed: int, tie_embeddings: bool = False) -> torch.nn.Module:
+    """A randomly initialized small Llama-architecture causal LM (input embedding and LM head shared
+    when `tie_embeddings`)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
         num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
-        max_position_embeddings=max_length, tie_word_embeddings=False,
+        max_position_embeddings=max_length, tie_word_embeddings=bool(tie_embeddings),
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)

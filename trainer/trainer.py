@@ -214,10 +214,13 @@ class Trainer:
         else:
             codec = WordCodec(self.env.vocabulary())
             model = build_model(len(codec), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size,
-                                cfg.max_length, self.config.train.seed).to(self.device)
+                                cfg.max_length, self.config.train.seed, cfg.tie_embeddings).to(self.device)
         model.train()
         policy = Policy(model, codec, self.device)
-        if self.config.rollout.action_words == "on":
+        words = self.config.rollout.action_words
+        if words == "auto":
+            words = "on" if not cfg.name and hasattr(self.env, "action_vocabulary") else "off"
+        if words == "on":
             if cfg.name or not hasattr(self.env, "action_vocabulary"):
                 raise ValueError("rollout.action_words=on needs the built-in model (model.name=null) and an "
                                  "environment with action_vocabulary()")
@@ -337,7 +340,7 @@ class Trainer:
             "judgments": int(judged.codes.size), "invalid_rate": judged.invalid_fraction(),
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
             "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
-            **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
+            **_rubric_rates(judged), **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
             "time/diagnosis": diagnosis_seconds,
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
         }
@@ -437,12 +440,9 @@ class Trainer:
         input_ids, attention, generated = batch_tensors(rollouts, self.policy.codec.pad_id, self.device)
         behavior = torch.nn.utils.rnn.pad_sequence([r.behavior_logprobs for r in rollouts],
                                                    batch_first=True).to(self.device)
-        head_weight, labels = self.policy.action_space(input_ids[:, 1:])
+        _, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
         adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
-        head_bias = self.policy.head.bias
-        if head_bias is not None and self.policy.allowed is not None:
-            head_bias = head_bias[self.policy.allowed]
         total_tokens = self.engine.tokens_denominator(self.engine.all_sum_tensor(mask.sum()))
         rows = torch.arange(len(rollouts))
         stats_sum: dict[str, float] = {}
@@ -450,6 +450,12 @@ class Trainer:
         for _ in range(cfg.optim.epochs):
             self.engine.zero_grad()
             for part in torch.tensor_split(rows, cfg.optim.minibatches):
+                # the (restricted) head is taken afresh for every backward pass: a slice of the weight made
+                # once would hold a freed graph after the first minibatch and stale values after a step
+                head_weight, _ = self.policy.action_space(input_ids[:0, 1:])
+                head_bias = self.policy.head.bias
+                if head_bias is not None and self.policy.allowed is not None:
+                    head_bias = head_bias[self.policy.allowed]
                 hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
                 hidden = hidden.reshape(-1, hidden.shape[-1])
                 loss, stats = fused_linear_policy_loss(
@@ -501,14 +507,21 @@ class Trainer:
             jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
             rollouts = run_episodes(self.env, self.policy, jobs, prompt, self.config.rollout.temperature,
                                     self.config.rollout.max_new_tokens, generator=self.generator)
-        outcomes = self._gathered([(r.outcome.success, r.outcome.reward) for r in rollouts])
+        outcomes = self._gathered([(r.outcome.success, r.outcome.reward, tasks[first + k].tags[0] if tasks[first + k].tags
+                                    else "untagged") for k, r in enumerate(rollouts)])
         name = f"{split}_with_skills" if with_skills else split
-        return {
+        successes = np.array([float(success) for success, _, _ in outcomes])
+        row = {
             "step": self.step, "kind": "eval_with_skills" if with_skills else "eval",
-            f"{name}/success_rate": float(np.mean([success for success, _ in outcomes])),
-            f"{name}/outcome_mean": float(np.mean([reward for _, reward in outcomes])),
+            f"{name}/success_rate": float(successes.mean()),
+            # binomial standard error of the success rate: sqrt(p (1 - p) / n)
+            f"{name}/success_se": float(np.sqrt(successes.mean() * (1 - successes.mean()) / len(successes))),
+            f"{name}/outcome_mean": float(np.mean([reward for _, reward, _ in outcomes])),
             f"{name}/episodes": len(outcomes),
         }
+        for tag in sorted({tag for _, _, tag in outcomes}):
+            row[f"{name}/success/{tag}"] = float(np.mean([s for s, _, t in outcomes if t == tag]))
+        return row
 
     def _skills_prompt(self) -> str:
         if self.method is not None:
@@ -633,6 +646,20 @@ class Trainer:
         for engine in (getattr(self, "generator", None), getattr(self, "engine", None)):
             if engine is not None:
                 engine.close()
+
+
+def _rubric_rates(judged) -> dict:
+    """Per judged rubric: the share of the step's trajectories it applied to (a valid PASS or FAIL) and
+    its pass rate among those (None when it applied to none) - `rubric/<id>/applicable`, `/pass`."""
+    from rwcore.verdict import Verdict
+
+    rates = {}
+    for j, rubric_id in enumerate(judged.rubric_ids):
+        codes = judged.codes[:, j]
+        passed, failed = int((codes == Verdict.PASS).sum()), int((codes == Verdict.FAIL).sum())
+        rates[f"rubric/{rubric_id}/applicable"] = (passed + failed) / len(codes) if len(codes) else 0.0
+        rates[f"rubric/{rubric_id}/pass"] = passed / (passed + failed) if passed + failed else None
+    return rates
 
 
 def _due(step: int, every: int) -> bool:
