@@ -1,5 +1,5 @@
-"""The `rw` command line: `rw train`, `rw eval`, `rw report`, `rw analyze`, `rw variants`, `rw config`
-and `rw bench`.
+"""The `rw` command line: `rw train`, `rw eval`, `rw report`, `rw analyze`, `rw variants`, `rw ablate`,
+`rw compare`, `rw config` and `rw bench`.
 
 Each subcommand is one small class with `name`, `help`, `add_arguments(parser)` and
 `run(args) -> int`; `main(argv=None) -> int` parses and dispatches. Exit codes: 0 success,
@@ -332,6 +332,96 @@ class VariantsCommand(Command):
         return 0
 
 
+class AblateCommand(Command):
+    name = "ablate"
+    help = "run a paper's ablation table (its variants x seeds) as parallel rw train runs"
+    description = (
+        "Runs every variant of a paper's table for every seed as separate `rw train` processes, at most --jobs at "
+        "a time, each limited to its share of the CPU threads; writes OUT/ablation.md, ablation.json and "
+        "ablation.png (one point per seed). Run it again with the same --out to resume: finished runs are "
+        "skipped, killed runs continue from their latest checkpoint, failed runs run again. A failed run is "
+        "listed as failed with its error, never averaged in. arise_frozen_rubrics reads the same seed's arise run "
+        "and starts after it."
+    )
+    epilog = """examples:
+  rw ablate --paper arise --out runs/ablate-arise
+  rw ablate --paper rewardweaver --seeds 0,1,2 --jobs 2 --out runs/ablate-rw
+  rw ablate --paper arise --variants arise,outcome_only --steps 50 --out runs/quick
+  rw ablate --paper arise --out runs/ablate-arise optim.lr=1e-3     # overrides apply to every run
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        from rwcore.trainer.ablate import PAPERS
+
+        parser.add_argument("--paper", required=True, metavar="PAPER",
+                            help=f"the table to run: {' or '.join(PAPERS)}")
+        parser.add_argument("--variants", default=None, metavar="A,B,..",
+                            help="a subset of the paper's rows (default: all; rw variants lists them)")
+        parser.add_argument("--seeds", default="0,1,2", metavar="S,S,..", help="seeds (default: 0,1,2)")
+        parser.add_argument("--steps", type=_positive_int, default=None, metavar="N",
+                            help="training steps per run (default: the config's train.steps)")
+        parser.add_argument("--jobs", type=_positive_int, default=None, metavar="J",
+                            help="runs at a time (default: the number of cores); each gets cores/J threads")
+        parser.add_argument("--config", default=None, metavar="FILE",
+                            help="base config for every run (a YAML file or a shipped config name)")
+        parser.add_argument("--out", required=True, metavar="DIR", help="output folder (reused to resume)")
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+        parser.add_argument("overrides", nargs="*", type=_override, metavar="key=value",
+                            help="config overrides applied to every run")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rwcore.trainer.ablate import parse_seeds, plan_ablation, run_ablation
+
+        try:
+            seeds = parse_seeds(args.seeds)
+            variants = [v.strip() for v in args.variants.split(",")] if args.variants is not None else None
+            config = _config_file(args.config)
+            plan = plan_ablation(args.paper, variants, seeds, args.steps, args.jobs, args.out, args.overrides, config)
+            load_config(config, list(plan.overrides) + [f"train.method={plan.variants[0]}"])  # fails before starting
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        runs = len(plan.variants) * len(plan.seeds)
+        print(f"rw ablate: {plan.paper}, {len(plan.variants)} variants x {len(plan.seeds)} seeds = {runs} runs, "
+              f"{plan.jobs} at a time, into {plan.out}", file=sys.stderr)
+        summary = run_ablation(plan, progress=not args.quiet)
+        for name in ("ablation.md", "ablation.json", "ablation.png"):
+            print(plan.out / name)
+        failed = sum(row["failed"] for row in summary["rows"])
+        if failed:
+            print(f"{failed} run(s) failed: see {plan.out / 'ablation.md'}", file=sys.stderr)
+        return 1 if failed else 0
+
+
+class CompareCommand(Command):
+    name = "compare"
+    help = "plot several runs' held-out success curves on one figure"
+    description = ("Reads each RUN_DIR's metrics.jsonl and draws its held-out success curve (with a ±1 standard "
+                   "error band where logged); prints each run's first, final and best held-out success.")
+    epilog = """examples:
+  rw compare runs/a runs/b --out compare.png
+  rw compare runs/ablate-arise/runs/arise-s0 runs/ablate-arise/runs/outcome_only-s0
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders written by rw train")
+        parser.add_argument("--out", default="compare.png", metavar="FILE", help="PNG to write (default: compare.png)")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rwcore.trainer.ablate import plot_compare
+
+        if not str(args.out).endswith(".png"):
+            raise CommandError(f"--out must name a .png file, got {args.out!r}")
+        try:
+            path, summaries = plot_compare(args.run_dirs, args.out)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        for entry in summaries:
+            print(f"{entry['name']}: held-out success {entry['start']:.3f} -> {entry['final']:.3f} "
+                  f"(best {entry['best']:.3f}, step {entry['final_step']})")
+        print(path)
+        return 0
+
+
 def _shipped_configs() -> dict[str, Path]:
     """Config name -> YAML file shipped in rwcore/trainer/configs."""
     folder = Path(__file__).resolve().parent / "configs"
@@ -456,7 +546,7 @@ class BenchCommand(Command):
 
 
 COMMANDS: tuple[type[Command], ...] = (TrainCommand, EvalCommand, ReportCommand, AnalyzeCommand, VariantsCommand,
-                                       ConfigCommand, BenchCommand)
+                                       AblateCommand, CompareCommand, ConfigCommand, BenchCommand)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
@@ -465,7 +555,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         description="Reinforcement learning of LLM agents with adaptive rewards and task mix "
                     "(RewardWeaver, Arise).",
         epilog="examples:\n  rw train --out runs/demo\n  rw report runs/demo\n  rw analyze runs/demo\n"
-               "  rw variants\n"
+               "  rw variants\n  rw ablate --paper arise --out runs/ablate-arise\n  rw compare runs/a runs/b\n"
                "  rw eval runs/demo/checkpoints/step_200\n"
                "  rw bench --quick\n"
                "run `rw COMMAND --help` for a command's options",

@@ -1,0 +1,510 @@
+"""`rw ablate`: a paper's ablation table (its issue-7 variants x seeds) as parallel `rw train` runs.
+
+Layout of the output folder OUT:
+  OUT/ablation.md, OUT/ablation.json, OUT/ablation.png   the table, its data and one point per seed
+  OUT/runs/<variant>-s<seed>/                            each run's folder (rw train --out)
+  OUT/runs/<variant>-s<seed>/ablation_status.json        {"status": "finished"|"failed", ...}
+
+Runs are separate processes so a crash stays in its run; each gets `OMP_NUM_THREADS` (and the MKL /
+OpenBLAS equivalents) set to its share of the cores, because two unpinned torch processes on a
+2-core machine slow each other by an order of magnitude. A run is finished when its status file says
+so; `rw ablate` again with the same OUT skips finished runs, resumes killed ones from their latest
+checkpoint and re-runs failed ones. A failed run is a row marked failed with its error, never
+averaged in.
+
+`arise_frozen_rubrics` freezes the pool of the same seed's `arise` run (pool.frozen_from): the
+scheduler starts it only after that run finished, and the arise run is part of every Arise table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rwcore._io import atomic_write_bytes
+from rwcore.method import VARIANTS
+
+__all__ = ["PAPERS", "BASELINES", "AblationPlan", "plan_ablation", "run_ablation", "summarize", "parse_seeds",
+           "write_table", "plot_runs"]
+
+PAPERS: dict[str, tuple[str, ...]] = {
+    # Arise fig. 3(a): the full method, its ablations and outcome-only RL.
+    "arise": ("arise", "arise_frozen_rubrics", "arise_no_skills", "arise_no_adaptive_sampling",
+              "arise_vade_sampling", "outcome_only"),
+    # RewardWeaver table 2: the full method and every alternative process-reward construction.
+    "rewardweaver": ("rewardweaver", "rw_outcome_grpo", "rw_static_topk", "rw_random_active_set",
+                     "rw_failure_frequency", "rw_random_trajectory", "rw_success_failure", "rw_open_vocabulary",
+                     "rw_instance_specific"),
+}
+"""Each paper's table, in the paper's row order (every name is a `rwcore.method.VARIANTS` key)."""
+
+BASELINES = {"arise": "outcome_only", "rewardweaver": "rw_outcome_grpo"}
+"""The outcome-only row whose final success the 'steps to reach' column measures against (Arise fig. 3(b))."""
+
+STATUS_FILE = "ablation_status.json"
+DEPENDS = {"arise_frozen_rubrics": "arise"}
+"""variant -> the variant whose same-seed run it reads (pool.frozen_from)."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0,1,2' -> [0, 1, 2]; a malformed, negative or repeated seed is a ValueError naming --seeds."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if not parts or any(not part for part in parts):
+        raise ValueError(f"--seeds must be comma-separated integers such as 0,1,2, got {text!r}")
+    try:
+        seeds = [int(part) for part in parts]
+    except ValueError:
+        raise ValueError(f"--seeds must be comma-separated integers such as 0,1,2, got {text!r}") from None
+    if any(seed < 0 for seed in seeds):
+        raise ValueError(f"--seeds must be non-negative, got {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds repeats a seed: {text!r}")
+    return seeds
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the table."""
+
+    variant: str
+    seed: int
+    overrides: tuple[str, ...]
+    after: str | None = None  # name of the job that must finish first
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant}-s{self.seed}"
+
+
+@dataclass
+class AblationPlan:
+    paper: str
+    variants: list[str]
+    seeds: list[int]
+    steps: int | None
+    jobs: int
+    out: Path
+    overrides: list[str] = field(default_factory=list)
+    config: str | None = None
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.out / "runs"
+
+    def run_jobs(self) -> list[Job]:
+        """Every run, dependencies before the runs that read them."""
+        listed = []
+        for seed in self.seeds:
+            for variant in self.variants:
+                extra = [f"train.method={variant}", f"train.seed={seed}"]
+                if self.steps is not None:
+                    extra.append(f"train.steps={self.steps}")
+                after = None
+                if variant in DEPENDS:
+                    after = f"{DEPENDS[variant]}-s{seed}"
+                    extra.append(f"pool.frozen_from={self.runs_dir / after}")
+                listed.append(Job(variant, seed, tuple(self.overrides) + tuple(extra), after))
+        order = {name: i for i, name in enumerate(PAPERS[self.paper])}
+        return sorted(listed, key=lambda job: (job.after is not None, job.seed, order.get(job.variant, 99)))
+
+
+def plan_ablation(paper: str, variants: Sequence[str] | None, seeds: Sequence[int], steps: int | None, jobs: int | None,
+                  out: str | os.PathLike, overrides: Sequence[str] = (), config: str | None = None) -> AblationPlan:
+    """Checks every argument before anything starts; ValueError names the bad one."""
+    if paper not in PAPERS:
+        raise ValueError(f"--paper must be one of {', '.join(PAPERS)}, got {paper!r}")
+    table = PAPERS[paper]
+    chosen = list(table) if not variants else list(variants)
+    unknown = [v for v in chosen if v not in table]
+    if unknown:
+        hint = " (a variant of the other paper)" if all(v in VARIANTS for v in unknown) else ""
+        raise ValueError(f"--variants: {', '.join(map(repr, unknown))} not in the {paper} table{hint}; "
+                         f"choose from {', '.join(table)}")
+    if len(set(chosen)) != len(chosen):
+        raise ValueError(f"--variants repeats a variant: {','.join(chosen)}")
+    for variant, needed in DEPENDS.items():
+        if variant in chosen and needed not in chosen:
+            raise ValueError(f"--variants: {variant} freezes the pool of the same seed's {needed} run; "
+                             f"add {needed} to --variants")
+    if not seeds:
+        raise ValueError("--seeds is empty")
+    if steps is not None and steps <= 0:
+        raise ValueError(f"--steps must be a positive integer, got {steps}")
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 0:
+        raise ValueError(f"--jobs must be a positive integer, got {jobs}")
+    for override in overrides:
+        if "=" not in override or override.startswith("="):
+            raise ValueError(f"override {override!r} is not section.key=value")
+        if override.split("=", 1)[0] in ("train.method", "train.seed", "train.steps", "pool.frozen_from"):
+            raise ValueError(f"override {override!r}: rw ablate sets {override.split('=', 1)[0]} itself")
+    ordered = [v for v in table if v in chosen]  # the paper's row order
+    return AblationPlan(paper, ordered, list(seeds), steps, jobs, Path(out), list(overrides), config)
+
+
+# --------------------------------------------------------------------------------------------
+# Running
+# --------------------------------------------------------------------------------------------
+
+
+def _read_status(run_dir: Path) -> dict | None:
+    try:
+        status = json.loads((run_dir / STATUS_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return status if isinstance(status, dict) and status.get("status") in ("finished", "failed") else None
+
+
+def _write_status(run_dir: Path, status: dict) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)  # a run that never started (its input failed) has no folder yet
+    atomic_write_bytes(run_dir / STATUS_FILE, json.dumps(status, indent=1).encode())
+
+
+def _steps_done(run_dir: Path) -> int:
+    """The last training step in a run's metrics (0 when none yet)."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(max(0, path.stat().st_size - 4096))
+            tail = stream.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return 0
+    for line in reversed(tail):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            return row["step"]
+    return 0
+
+
+def _thread_env(threads: int) -> dict:
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[name] = str(threads)
+    return env
+
+
+def _command(plan: AblationPlan, job: Job, run_dir: Path) -> list[str]:
+    base = [sys.executable, "-m", "rwcore.trainer", "train", "--quiet"]
+    if (run_dir / "checkpoints" / "latest").exists() and (run_dir / "config.yaml").exists():
+        return base + ["--resume", str(run_dir)]  # a killed run continues from its latest checkpoint
+    command = base + ["--out", str(run_dir)]
+    if plan.config:
+        command += ["--config", plan.config]
+    return command + list(job.overrides)
+
+
+def run_ablation(plan: AblationPlan, progress: bool = True,
+                 launch: Callable[..., subprocess.Popen] = subprocess.Popen) -> dict:
+    """Runs every unfinished job, at most `plan.jobs` at a time; returns `summarize(plan)`.
+
+    One progress bar counts training steps over all runs. `launch` is `subprocess.Popen` (tests may
+    pass a stand-in). Ctrl-C stops the running processes; finished runs stay finished.
+    """
+    from tqdm.auto import tqdm
+
+    plan.runs_dir.mkdir(parents=True, exist_ok=True)
+    jobs = plan.run_jobs()
+    total_steps = _total_steps(plan)
+    threads = max(1, (os.cpu_count() or 1) // plan.jobs)
+    pending = [job for job in jobs if (_read_status(plan.runs_dir / job.name) or {}).get("status") != "finished"]
+    finished = {job.name for job in jobs} - {job.name for job in pending}
+    failed: set[str] = set()
+    running: dict[str, tuple[Job, subprocess.Popen, float, object]] = {}
+    bar = tqdm(total=total_steps * len(jobs), desc=f"rw ablate {plan.paper}", unit="step", disable=not progress,
+               dynamic_ncols=True)
+    bar.update(total_steps * len(finished))
+    shown = {job.name: (total_steps if job.name in finished else 0) for job in jobs}
+    try:
+        while pending or running:
+            for job in list(pending):
+                if len(running) >= plan.jobs:
+                    break
+                if job.after and job.after not in finished:
+                    if job.after in failed:  # its input run failed: this one cannot start
+                        pending.remove(job)
+                        _write_status(plan.runs_dir / job.name, _failure(job, f"needs {job.after}, which failed"))
+                        failed.add(job.name)
+                    continue
+                pending.remove(job)
+                run_dir = plan.runs_dir / job.name
+                run_dir.mkdir(parents=True, exist_ok=True)
+                (run_dir / STATUS_FILE).unlink(missing_ok=True)
+                log = open(run_dir / "ablation.log", "ab")
+                process = launch(_command(plan, job, run_dir), stdout=log, stderr=subprocess.STDOUT,
+                                 env=_thread_env(threads))
+                running[job.name] = (job, process, time.time(), log)
+            time.sleep(0.5 if running else 0)
+            for name, (job, process, started, log) in list(running.items()):
+                done = _steps_done(plan.runs_dir / name)
+                if done > shown[name]:
+                    bar.update(min(done, total_steps) - shown[name])
+                    shown[name] = min(done, total_steps)
+                code = process.poll()
+                if code is None:
+                    continue
+                log.close()
+                del running[name]
+                run_dir = plan.runs_dir / name
+                if code == 0 and _final_eval(run_dir) is not None:
+                    _write_status(run_dir, {"status": "finished", "seconds": round(time.time() - started, 1)})
+                    finished.add(name)
+                    bar.update(total_steps - shown[name])
+                    shown[name] = total_steps
+                else:
+                    tail = _log_tail(run_dir / "ablation.log")
+                    last = tail.splitlines()[-1].strip() if tail.strip() else ""
+                    error = (f"exit code {code}: {last}" if last else f"exit code {code}") if code \
+                        else "no final held-out evaluation in metrics.jsonl"
+                    _write_status(run_dir, _failure(job, error, tail))
+                    failed.add(name)
+                    bar.write(f"run {name} failed ({error}); see {run_dir / 'ablation.log'}")
+                bar.set_postfix_str(f"{len(finished)} done, {len(failed)} failed, {len(running)} running")
+    except KeyboardInterrupt:
+        for _, process, _, _ in running.values():
+            process.terminate()
+        for _, process, _, log in running.values():
+            process.wait()
+            log.close()
+        raise
+    finally:
+        bar.close()
+    summary = summarize(plan)
+    write_table(plan, summary)
+    return summary
+
+
+def _failure(job: Job, error: str, tail: str = "") -> dict:
+    return {"status": "failed", "error": error, "log_tail": tail}
+
+
+def _log_tail(path: Path, lines: int = 12) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(text[-lines:])
+
+
+def _total_steps(plan: AblationPlan) -> int:
+    if plan.steps is not None:
+        return plan.steps
+    from rwcore.trainer.config import load_config
+
+    return load_config(plan.config, list(plan.overrides)).train.steps
+
+
+# --------------------------------------------------------------------------------------------
+# Summaries
+# --------------------------------------------------------------------------------------------
+
+
+def eval_curve(run_dir: str | os.PathLike) -> list[tuple[int, float, float | None]]:
+    """(step, held-out success rate, its standard error or None) of a run, one per evaluated step (the
+    last row wins for a step a resumed run repeated)."""
+    from rwcore.trainer.report import load_jsonl
+
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    rows, _ = load_jsonl(path)
+    curve: dict[int, tuple[float, float | None]] = {}
+    for row in rows:
+        value = row.get("eval/success_rate")
+        if row.get("kind") == "eval" and isinstance(row.get("step"), int) and isinstance(value, (int, float)):
+            se = row.get("eval/success_se")
+            curve[row["step"]] = (float(value), float(se) if isinstance(se, (int, float)) else None)
+    return [(step, *curve[step]) for step in sorted(curve)]
+
+
+def _final_eval(run_dir: Path) -> tuple[int, float] | None:
+    curve = eval_curve(run_dir)
+    return (curve[-1][0], curve[-1][1]) if curve else None
+
+
+def steps_to_reach(curve: Sequence[tuple], target: float) -> int | None:
+    """The first evaluated step whose held-out success is at least `target` (None: never)."""
+    for step, value, *_ in curve:
+        if value >= target - 1e-12:
+            return step
+    return None
+
+
+def _stats(values: Sequence[float]) -> dict:
+    array = np.asarray(values, dtype=float)
+    if not len(array):
+        return {"mean": None, "sd": None, "n": 0}
+    return {"mean": float(array.mean()), "sd": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
+            "n": int(len(array))}
+
+
+def summarize(plan: AblationPlan) -> dict:
+    """Per variant and seed: status, final / best held-out success, steps to reach the baseline's mean final
+    success; per variant: mean and sd over finished seeds."""
+    runs: dict[str, dict[int, dict]] = {}
+    for variant in plan.variants:
+        runs[variant] = {}
+        for seed in plan.seeds:
+            run_dir = plan.runs_dir / f"{variant}-s{seed}"
+            status = _read_status(run_dir) or {"status": "not run"}
+            curve = eval_curve(run_dir)
+            entry = {"status": status["status"], "run_dir": str(run_dir)}
+            if status["status"] == "failed":
+                entry["error"] = status.get("error", "")
+            if status["status"] == "finished" and curve:
+                entry.update(final=curve[-1][1], final_se=curve[-1][2], final_step=curve[-1][0],
+                             best=max(v for _, v, _ in curve), start=curve[0][1], curve=[list(c) for c in curve])
+            runs[variant][seed] = entry
+    baseline = BASELINES[plan.paper]
+    base_finals = [e["final"] for e in runs.get(baseline, {}).values() if "final" in e]
+    target = float(np.mean(base_finals)) if base_finals else None
+    rows = []
+    for variant in plan.variants:
+        finished = [e for e in runs[variant].values() if "final" in e]
+        for entry in finished:
+            entry["steps_to_baseline"] = steps_to_reach(entry["curve"], target) if target is not None else None
+        reached = [e["steps_to_baseline"] for e in finished if e.get("steps_to_baseline") is not None]
+        rows.append({
+            "variant": variant, "paper_row": VARIANTS[variant].paper_row,
+            "final": _stats([e["final"] for e in finished]), "best": _stats([e["best"] for e in finished]),
+            "steps_to_baseline": {"mean": float(np.mean(reached)) if reached else None, "reached": len(reached),
+                                  "of": len(finished)},
+            "failed": sum(e["status"] == "failed" for e in runs[variant].values()),
+            "seeds": {str(seed): entry for seed, entry in runs[variant].items()},
+        })
+    return {"paper": plan.paper, "baseline": baseline, "baseline_final_mean": target, "seeds": plan.seeds,
+            "steps": plan.steps, "rows": rows, "machine": machine_note(plan.jobs),
+            "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def machine_note(jobs: int) -> dict:
+    import torch
+
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "jobs": jobs, "threads_per_run": max(1, (os.cpu_count() or 1) // jobs)}
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def render_markdown(summary: dict) -> str:
+    m = summary["machine"]
+    lines = [f"# Ablation: {summary['paper']}", "",
+             f"Held-out success (one sampled episode per held-out task, no skills) at the final step and the best "
+             f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; per-seed values in "
+             f"brackets. 'Steps to baseline' is the first evaluated step at which a seed reaches "
+             f"{summary['baseline']}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
+             f"the seeds that reach it (Arise fig. 3(b)).", "",
+             f"Machine: {m['processor']}, {m['cpu_count']} cores, {m['platform']}, Python {m['python']}, torch "
+             f"{m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.", "",
+             "| variant | paper row | final | best | steps to baseline | per-seed final |",
+             "|---|---|---|---|---|---|"]
+    failures = []
+    for row in summary["rows"]:
+        per_seed = []
+        for seed, entry in row["seeds"].items():
+            if "final" in entry:
+                per_seed.append(f"s{seed}: {entry['final']:.3f}")
+            else:
+                per_seed.append(f"s{seed}: {entry['status'].upper()}")
+                if entry["status"] == "failed":
+                    failures.append(f"- {row['variant']} seed {seed}: {entry.get('error', '')}")
+        final, best, reach = row["final"], row["best"], row["steps_to_baseline"]
+        stat = (lambda s: f"{_fmt(s['mean'])} ± {_fmt(s['sd'])}" if s["n"] else "—")
+        steps = f"{reach['mean']:.0f} ({reach['reached']}/{reach['of']})" if reach["mean"] is not None \
+            else f"never (0/{reach['of']})"
+        lines.append(f"| {row['variant']} | {row['paper_row']} | {stat(final)} | {stat(best)} | {steps} | "
+                     f"{', '.join(per_seed)} |")
+    if failures:
+        lines += ["", "Failed runs (not averaged in):", *failures]
+    return "\n".join(lines) + "\n"
+
+
+def plot_runs(summary: dict, path: Path) -> Path:
+    """One point per seed (final held-out success) and the mean per variant."""
+    from rwcore.trainer.report import _figure, _save
+
+    rows = summary["rows"]
+    fig = _figure(max(6.0, 1.0 * len(rows) + 2), 4.2)
+    ax = fig.add_subplot()
+    for x, row in enumerate(rows):
+        finals = [e["final"] for e in row["seeds"].values() if "final" in e]
+        if finals:
+            offsets = np.linspace(-0.15, 0.15, len(finals)) if len(finals) > 1 else [0.0]
+            ax.scatter([x + o for o in offsets], finals, color="#1f5f8b", s=22, zorder=3)
+            ax.hlines(np.mean(finals), x - 0.3, x + 0.3, color="#d1495b", linewidth=2)
+        failed = sum(e["status"] == "failed" for e in row["seeds"].values())
+        if failed:
+            ax.annotate(f"{failed} failed", (x, 0.02), ha="center", fontsize=8, color="#d1495b")
+    ax.set_xticks(range(len(rows)), [row["variant"] for row in rows], rotation=30, ha="right")
+    ax.set_ylabel("Final held-out success")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title(f"{summary['paper']} ablation: one point per seed, bar = mean")
+    return _save(fig, path)
+
+
+def write_table(plan: AblationPlan, summary: dict) -> list[Path]:
+    plan.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(plan.out / "ablation.json", json.dumps(summary, indent=1).encode())
+    atomic_write_bytes(plan.out / "ablation.md", render_markdown(summary).encode())
+    return [plan.out / "ablation.md", plan.out / "ablation.json", plot_runs(summary, plan.out / "ablation.png")]
+
+
+def plot_compare(run_dirs: Sequence[str | os.PathLike], path: str | os.PathLike) -> tuple[Path, list[dict]]:
+    """Held-out success curves of several runs on one plot (with ±1 standard error bands where logged).
+    Returns the PNG path and one summary per run; ValueError names a run without held-out evaluations."""
+    from rwcore.trainer.report import _figure, _save
+
+    curves = []
+    for run_dir in run_dirs:
+        run_dir = Path(run_dir)
+        if not run_dir.is_dir():
+            raise ValueError(f"RUN_DIR {str(run_dir)!r} is not a folder")
+        curve = eval_curve(run_dir)
+        if not curve:
+            raise ValueError(f"RUN_DIR {str(run_dir)!r} has no held-out evaluation rows in metrics.jsonl")
+        curves.append((run_dir, curve))
+    fig = _figure(7.0, 4.3)
+    ax = fig.add_subplot()
+    summaries = []
+    names = _short_names([d for d, _ in curves])
+    for (run_dir, curve), name in zip(curves, names):
+        steps = np.array([c[0] for c in curve])
+        values = np.array([c[1] for c in curve])
+        line, = ax.plot(steps, values, marker="o", markersize=3, linewidth=1.6,
+                        label=f"{name} ({values[0]:.2f} → {values[-1]:.2f})")
+        if all(c[2] is not None for c in curve):
+            se = np.array([c[2] for c in curve])
+            ax.fill_between(steps, values - se, values + se, color=line.get_color(), alpha=0.15, linewidth=0)
+        summaries.append({"run": str(run_dir), "name": name, "start": float(values[0]), "final": float(values[-1]),
+                          "best": float(values.max()), "final_step": int(steps[-1])})
+    ax.set_xlabel("Training step")
+    ax.set_ylabel("Held-out success rate")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", frameon=False, fontsize=8)
+    ax.set_title("Held-out success (±1 standard error)")
+    return _save(fig, Path(path)), summaries
+
+
+def _short_names(run_dirs: Sequence[Path]) -> list[str]:
+    names = [d.name for d in run_dirs]
+    if len(set(names)) == len(names):
+        return names
+    return [str(d) for d in run_dirs]
