@@ -241,3 +241,36 @@ def test_a_real_table_with_real_rw_train_processes(tmp_path):
     again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert again.returncode == 0 and "run rewardweaver-s0" not in again.stderr
     assert json.loads((out / "ablation.json").read_text())["rows"] == summary["rows"]
+
+
+def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
+    """SIGTERM mid-run: the running `rw train` processes stop with it; the same command again continues the
+    killed runs from their checkpoints (resumed, not restarted) and finishes the table."""
+    import signal
+    import time
+
+    out = tmp_path / "abl"
+    small = ["env.options.num_train=24", "env.options.num_eval=6", "rollout.tasks_per_step=2",
+             "rollout.group_size=2", "train.eval_every=2", "train.checkpoint_every=1"]
+    command = [sys.executable, "-m", "rwcore.trainer", "ablate", "--paper", "rewardweaver", "--variants",
+               "rw_outcome_grpo", "--seeds", "0", "--steps", "40", "--jobs", "1", "--quiet", "--out", str(out), *small]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    run = out / "runs" / "rw_outcome_grpo-s0"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (run / "checkpoints" / "step_000003").exists():
+        time.sleep(0.2)
+    assert (run / "checkpoints" / "step_000003").exists()
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+    stopped_at = (run / "metrics.jsonl").stat().st_size
+    time.sleep(2)
+    assert (run / "metrics.jsonl").stat().st_size == stopped_at  # the child stopped too
+    assert not (run / "ablation_status.json").exists()
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"--resume {run}" in (run / "ablation.log").read_text()
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").open()
+             if json.loads(line).get("kind") == "train"]
+    assert steps[-1] == 40 and steps.count(1) == 1  # continued, not started over
+    assert json.loads((run / "ablation_status.json").read_text())["status"] == "finished"

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -228,6 +229,7 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
                dynamic_ncols=True)
     bar.update(total_steps * len(finished))
     shown = {job.name: (total_steps if job.name in finished else 0) for job in jobs}
+    previous = _stop_on_sigterm()
     try:
         while pending or running:
             for job in list(pending):
@@ -244,8 +246,10 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
                 run_dir.mkdir(parents=True, exist_ok=True)
                 (run_dir / STATUS_FILE).unlink(missing_ok=True)
                 log = open(run_dir / "ablation.log", "ab")
-                process = launch(_command(plan, job, run_dir), stdout=log, stderr=subprocess.STDOUT,
-                                 env=_thread_env(threads))
+                command = _command(plan, job, run_dir)
+                log.write(f"$ {' '.join(command)}\n".encode())  # which run this was: fresh or --resume
+                log.flush()
+                process = launch(command, stdout=log, stderr=subprocess.STDOUT, env=_thread_env(threads))
                 running[job.name] = (job, process, time.time(), log)
             time.sleep(0.5 if running else 0)
             for name, (job, process, started, log) in list(running.items()):
@@ -282,9 +286,23 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
         raise
     finally:
         bar.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     summary = summarize(plan)
     write_table(plan, summary)
     return summary
+
+
+def _stop_on_sigterm():
+    """SIGTERM (a scheduler, `kill`) stops the runs like Ctrl-C does, so none is left running unattended
+    (a later resume would start it twice). Returns the previous handler (None off the main thread)."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        return None
 
 
 def _failure(job: Job, error: str, tail: str = "") -> dict:
