@@ -96,6 +96,9 @@ CASES = [
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle", "end"], NA),   # the bare proposal has no price
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "end"], NA),
     ("proposes_bundle_when_wanted", STANDARD, ["ask", "100"], NA),
+    ("proposes_bundle_when_wanted", STANDARD, ["ask", "bundle"], F),    # misapplied: a plain-item buyer
+    ("proposes_bundle_when_wanted", STANDARD, ["bundle 100"], F),
+    ("proposes_bundle_when_wanted", NO_DEAL, ["ask", "bundle"], F),
     # offers_bundle_when_wanted: after the budgets, a bundle offer at exactly the bundle budget
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "120"], P),
     ("offers_bundle_when_wanted", BUNDLE, ["bundle", "ask", "120"], P),
@@ -134,8 +137,10 @@ CASES = [
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "40"], F),
     ("ends_hopeless_negotiation", NO_DEAL, ["end"], NA),           # never heard the budget
     ("ends_hopeless_negotiation", NO_DEAL, ["60"], NA),
-    ("ends_hopeless_negotiation", STANDARD, ["ask", "end"], NA),
-    ("ends_hopeless_negotiation", BUNDLE, ["ask", "end"], NA),     # the bundle covers its cost
+    ("ends_hopeless_negotiation", STANDARD, ["ask", "end"], F),    # the budget covered the cost: a deal given up
+    ("ends_hopeless_negotiation", BUNDLE, ["ask", "end"], F),      # the bundle covers its cost
+    ("ends_hopeless_negotiation", STANDARD, ["ask", "100"], NA),   # feasible and not ended: nothing to check
+    ("ends_hopeless_negotiation", HAGGLER, ["ask", "end"], NA),    # a haggler never states its budget
     # clear_actions: at least two moves and an offer; nothing out of place, no insulting offer
     ("clear_actions", STANDARD, ["ask", "100"], P),
     ("clear_actions", STANDARD, ["ask", "120"], P),                # too high is not out of place
@@ -315,9 +320,12 @@ def test_reflector_refine_cycles_variants():
 
 @pytest.mark.parametrize("task, expected", [
     # the rules specific to the instance first, then those that apply to any (library order within each)
-    (STANDARD, ["offers_at_budget", "asks_budget_first", "clear_actions"]),
-    (BUNDLE, ["proposes_bundle_when_wanted", "offers_bundle_when_wanted", "asks_budget_first", "clear_actions"]),
-    (NO_DEAL, ["ends_hopeless_negotiation", "asks_budget_first", "clear_actions"]),
+    # (a plain-item buyer can still be offered a bundle, a feasible budget can still be ended on: general)
+    (STANDARD, ["offers_at_budget", "asks_budget_first", "proposes_bundle_when_wanted", "ends_hopeless_negotiation",
+                "clear_actions"]),
+    (BUNDLE, ["proposes_bundle_when_wanted", "offers_bundle_when_wanted", "asks_budget_first",
+              "ends_hopeless_negotiation", "clear_actions"]),
+    (NO_DEAL, ["ends_hopeless_negotiation", "asks_budget_first", "proposes_bundle_when_wanted", "clear_actions"]),
 ])
 def test_instance_rubrics(task, expected):
     reflector = ENV.reflector()

@@ -166,9 +166,12 @@ def _offers_at_budget(d: _Dialogue):
 def _proposes_bundle_when_wanted(d: _Dialogue):
     # applies: a bundle buyer who could afford the bundle (scenario sheet) and an offer; passes: the first
     # offer is for the bundle
+    # a buyer who wants the plain item (no bundle on its sheet): any bundle proposal fails
     bundle_budget = d.scenario.get("bundle_budget")
+    if d.bundle_cost is None:
+        return False if any(verb == "bundle" for verb, _ in _moves(d)) else None
     offers = _offers(d)
-    if d.bundle_cost is None or bundle_budget is None or bundle_budget < d.bundle_cost or not offers:
+    if bundle_budget is None or bundle_budget < d.bundle_cost or not offers:
         return None
     return offers[0][1] == "bundle"
 
@@ -214,12 +217,14 @@ def _accepts_counter(d: _Dialogue):
 def _ends_hopeless_negotiation(d: _Dialogue):
     # applies: the stated budget is below the cost of anything the buyer would buy (the scenario sheet says
     # no profitable deal exists) and the seller moved after hearing it
-    if d.scenario.get("feasible", True):
-        return None
+    # ... and fails ending right after a budget that covers the cost
     turn = _budget_turn(d)
     if turn is None or turn + 1 >= len(d.agent):
         return None
-    return _moves(d)[turn + 1][0] == "end"
+    ended = _moves(d)[turn + 1][0] == "end"
+    if d.scenario.get("feasible", True):
+        return False if ended else None
+    return ended
 
 
 def _out_of_place(d: _Dialogue) -> list[bool]:

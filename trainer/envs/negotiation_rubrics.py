@@ -11,10 +11,15 @@ Arise category (Understanding, Execution, Verification, Debugging, Efficiency); 
 RewardWeaver family (information, pricing, closing, boundaries, persistence, communication).
 
 Each rule checks one step of the sale that the seller controls and that the transcript shows,
-gated by an applicability condition so that no constant message can pass it: every rule needs
-either a move that depends on what the buyer said (the budget, a counter) or a sequence of
-different moves (an offer after asking, a confirmation after an agreement). `constant_action_rates`
-measures that on the held-out tasks (tests/test_env_negotiation_rubrics.py asserts it).
+gated by an applicability condition so that a constant message passes it on at most a few held-out
+tasks: every rule needs either a move that depends on what the buyer said (the budget, the list price,
+a counter) or a sequence of different moves (an offer after asking). `constant_action_rates` measures
+it: the highest is 4.7% (a constant list price opening to a haggler by chance), asserted at most 5% in
+tests/test_env_negotiation_properties.py - for the one-word actions of the built-in policy; with free
+text a constant "bundle N" would pass proposes_bundle_when_wanted on the bundle tasks.
+A conditional capability also fails where it is misapplied: proposing a bundle to a buyer who wants
+the plain item fails proposes_bundle_when_wanted, ending right after a budget that covers the cost
+fails ends_hopeless_negotiation (a check that only ever passes would teach "always do it").
 """
 
 from __future__ import annotations
@@ -124,7 +129,12 @@ def _offers_at_budget(s):
 
 
 def _proposes_bundle_when_wanted(s):
-    if s.get("bundle_cost") is None or s["bundle_budget"] < s["bundle_cost"]:
+    if s.get("bundle_cost") is None:
+        # a buyer who wants the plain item: proposing the bundle is the capability misapplied (a check that
+        # only ever passes would teach "always say bundle")
+        bundled = [e for e in _events(s) if e["verb"] == "bundle"]
+        return (False, bundled[0]["text"]) if bundled else (None, "")
+    if s["bundle_budget"] < s["bundle_cost"]:
         return None, ""
     e = _first_offer(s)
     return (None, "") if e is None else (e["verb"] == "bundle", e["text"])
@@ -155,12 +165,12 @@ def _accepts_counter(s):
 
 
 def _ends_hopeless_negotiation(s):
-    if s.get("feasible", True):
-        return None, ""
     pairs = _after(_events(s), "budget")
     if not pairs:
         return None, ""
     _, nxt = pairs[0]
+    if s.get("feasible", True):  # a budget that covers the cost: ending right then gives up a deal
+        return (False, nxt["text"]) if nxt["verb"] == "end" else (None, "")
     return nxt["verb"] == "end", nxt["text"]
 
 
@@ -192,7 +202,9 @@ RULE_DEFS: tuple[RuleDef, ...] = (
             "the buyer stated a budget that covers the cost (no bundle) and the seller offered afterwards",
             "Execution", "pricing", _offers_at_budget),
     RuleDef("proposes_bundle_when_wanted", "when the buyer wants the bundle, the seller's first offer is for the "
-            "bundle", "a buyer who wants the bundle could afford it and the seller made an offer", "Understanding",
+            "bundle; a buyer who wants the plain item is never offered the bundle",
+            "a buyer who wants the bundle could afford it and the seller made an offer, or the seller proposed a "
+            "bundle to a buyer who wants the plain item", "Understanding",
             "pricing", _proposes_bundle_when_wanted),
     RuleDef("offers_bundle_when_wanted", "when the buyer wants the bundle, the first offer after it states its "
             "budgets is a bundle offer at exactly the bundle budget",
@@ -206,8 +218,8 @@ RULE_DEFS: tuple[RuleDef, ...] = (
             "the buyer countered at its budget and the seller moved again", "Debugging", "persistence",
             _accepts_counter),
     RuleDef("ends_hopeless_negotiation", "when the stated budget cannot cover the cost the seller's next move is "
-            "to end the negotiation", "the buyer stated a budget below the cost of anything it would buy and "
-            "the seller moved again", "Verification", "boundaries", _ends_hopeless_negotiation),
+            "to end the negotiation, and only then", "the buyer stated a budget below the cost of anything it "
+            "would buy and the seller moved again, or the seller ended right after a budget that covers the cost", "Verification", "boundaries", _ends_hopeless_negotiation),
     RuleDef("clear_actions", "every seller message is a clear action that fits the moment: nothing out of place "
             "(asking twice, accepting with no counter, an unwanted or repeated bundle, a repeated offer), no offer "
             "so far above a budget that the buyer is insulted", "the seller made an offer and at least two moves",
@@ -391,11 +403,16 @@ def _bundle(data: dict) -> bool:
 INSTANCE_APPLICABILITY: dict[str, Callable[[dict], bool | None]] = {
     "asks_budget_first": lambda d: False if d.get("kind") == "haggler" else None,
     "offers_at_budget": lambda d: _covers(d) and not _bundle(d),
-    "proposes_bundle_when_wanted": lambda d: _bundle(d) and d.get("bundle_budget", 0) >= d.get("bundle_cost", 0),
+    # a plain-item buyer: applies only when the seller misapplies it (proposes a bundle) - general
+    "proposes_bundle_when_wanted": lambda d: (d.get("bundle_budget", 0) >= d.get("bundle_cost", 0)) if _bundle(d)
+    else None,
     "offers_bundle_when_wanted": lambda d: _bundle(d) and d.get("bundle_budget", 0) >= d.get("bundle_cost", 0),
     "opens_at_list_with_haggler": lambda d: d.get("kind") == "haggler",
     "accepts_counter": lambda d: d.get("kind") == "haggler",
-    "ends_hopeless_negotiation": lambda d: not bool(d.get("feasible", True)),
+    # a feasible budget: applies only when the seller ends right after hearing it - general; a haggler never
+    # states its budget
+    "ends_hopeless_negotiation": lambda d: False if d.get("kind") == "haggler" else
+    (True if not bool(d.get("feasible", True)) else None),
     "clear_actions": lambda d: None,
 }
 
