@@ -227,9 +227,9 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
 
 def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_computation(tmp_path):
     out = tmp_path / "run"
-    # successes are rare for an untrained policy (about 1 in 140 episodes): larger groups give each stage some
+    # successes are rare for an untrained policy (about 1 in 140 episodes): 512 episodes a stage give each some
     assert cli.main(["train", "--out", str(out), "--quiet", *SMALL, "train.steps=8", "rollout.tasks_per_step=8",
-                     "rollout.group_size=16"]) == 0
+                     "rollout.group_size=32"]) == 0
     assert cli.main(["analyze", str(out)]) == 0
     folder = out / "analysis"
     for name in ("bottleneck", "retention"):
@@ -266,7 +266,8 @@ def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_com
     assert set(retention["scores"]) == set(ids) and retention["stage_end_steps"] == [2, 4, 6, 8]
     points = {p["step"]: p["scores"] for p in json.loads((out / "diagnostics.json").read_text())}
     assert sorted(points) == [0, 2, 4, 6, 8]
-    assert all(retention["scores"][c][k] == points[end][c]
+    # a capability admitted by expansion has no score before it was in the library
+    assert all(retention["scores"][c][k] == points[end].get(c)
                for c in ids for k, end in enumerate(retention["stage_end_steps"]))
 
 
