@@ -274,3 +274,23 @@ def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
              if json.loads(line).get("kind") == "train"]
     assert steps[-1] == 40 and steps.count(1) == 1  # continued, not started over
     assert json.loads((run / "ablation_status.json").read_text())["status"] == "finished"
+
+
+def test_resuming_with_other_settings_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
+    plan = plan_ablation("arise", ["arise", "outcome_only"], [0], 2, 2, tmp_path / "out", ["optim.lr=1e-3"])
+    run_ablation(plan, progress=False, launch=fake_launcher([]))
+    started = []
+    monkeypatch.setattr(ablate.subprocess, "Popen", lambda *a, **k: started.append(a))
+    argv = ["ablate", "--paper", "arise", "--variants", "arise,outcome_only", "--seeds", "0", "--out",
+            str(tmp_path / "out"), "--quiet"]
+    assert main([*argv, "--steps", "3", "optim.lr=1e-3"]) == 2
+    assert "steps: 2 then, 3 now" in capsys.readouterr().err
+    assert main([*argv, "--steps", "2"]) == 2
+    assert "overrides: ['optim.lr=1e-3'] then, [] now" in capsys.readouterr().err
+    assert started == []
+    # the same settings, one more seed: resumes (the finished runs are not started again)
+    calls = []
+    run_ablation(plan_ablation("arise", ["arise", "outcome_only"], [0, 1], 2, 2, tmp_path / "out", ["optim.lr=1e-3"]),
+                 progress=False, launch=fake_launcher(calls))
+    assert sorted((m, s) for m, s, _, _ in calls) == [("arise", 1), ("outcome_only", 1)]

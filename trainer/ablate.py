@@ -158,6 +158,32 @@ def plan_ablation(paper: str, variants: Sequence[str] | None, seeds: Sequence[in
 # Running
 # --------------------------------------------------------------------------------------------
 
+SETTINGS_FILE = "ablation_settings.json"
+
+
+def _settings(plan: AblationPlan) -> dict:
+    """What every run of a table shares; variants and seeds may grow between calls, these may not."""
+    return {"steps": plan.steps, "overrides": list(plan.overrides),
+            "config": str(Path(plan.config).resolve()) if plan.config else None}
+
+
+def check_resume(plan: AblationPlan) -> None:
+    """A second call into the same OUT must use the same steps, overrides and config (its finished runs
+    would otherwise be mixed into a table they do not belong to); ValueError says what differs."""
+    path = plan.out / SETTINGS_FILE
+    if not path.exists():
+        return
+    try:
+        before = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"--out {str(plan.out)!r}: {SETTINGS_FILE} is unreadable ({error}); use another --out") from None
+    now = _settings(plan)
+    changed = [key for key in now if before.get(key) != now[key]]
+    if changed:
+        raise ValueError(f"--out {str(plan.out)!r} holds a table run with other settings "
+                         f"({', '.join(f'{k}: {before.get(k)!r} then, {now[k]!r} now' for k in changed)}); "
+                         "resume with the same ones or use another --out")
+
 
 def _read_status(run_dir: Path) -> dict | None:
     try:
@@ -217,7 +243,9 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
     """
     from tqdm.auto import tqdm
 
+    check_resume(plan)
     plan.runs_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(plan.out / SETTINGS_FILE, json.dumps(_settings(plan), indent=1).encode())
     jobs = plan.run_jobs()
     total_steps = _total_steps(plan)
     threads = max(1, (os.cpu_count() or 1) // plan.jobs)

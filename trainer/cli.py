@@ -370,13 +370,14 @@ class AblateCommand(Command):
                             help="config overrides applied to every run")
 
     def run(self, args: argparse.Namespace) -> int:
-        from rwcore.trainer.ablate import parse_seeds, plan_ablation, run_ablation
+        from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation, run_ablation
 
         try:
             seeds = parse_seeds(args.seeds)
             variants = [v.strip() for v in args.variants.split(",")] if args.variants is not None else None
             config = _config_file(args.config)
             plan = plan_ablation(args.paper, variants, seeds, args.steps, args.jobs, args.out, args.overrides, config)
+            check_resume(plan)
             load_config(config, list(plan.overrides) + [f"train.method={plan.variants[0]}"])  # fails before starting
         except ValueError as error:
             raise CommandError(str(error)) from None
