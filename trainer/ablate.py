@@ -279,6 +279,7 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
                 log.flush()
                 process = launch(command, stdout=log, stderr=subprocess.STDOUT, env=_thread_env(threads))
                 running[job.name] = (job, process, time.time(), log)
+                bar.set_postfix_str(f"{len(finished)} done, {len(failed)} failed, {len(running)} running")
             time.sleep(0.5 if running else 0)
             for name, (job, process, started, log) in list(running.items()):
                 done = _steps_done(plan.runs_dir / name)
