@@ -243,9 +243,14 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
     """
     from tqdm.auto import tqdm
 
+    call_started = time.time()
     check_resume(plan)
     plan.runs_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(plan.out / SETTINGS_FILE, json.dumps(_settings(plan), indent=1).encode())
+    earlier = 0.0
+    if (plan.out / SETTINGS_FILE).exists():
+        earlier = float(json.loads((plan.out / SETTINGS_FILE).read_text()).get("wall_seconds") or 0.0)
+    atomic_write_bytes(plan.out / SETTINGS_FILE,
+                       json.dumps({**_settings(plan), "wall_seconds": earlier}, indent=1).encode())
     jobs = plan.run_jobs()
     total_steps = _total_steps(plan)
     threads = max(1, (os.cpu_count() or 1) // plan.jobs)
@@ -318,6 +323,10 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     summary = summarize(plan)
+    # wall time over every call into this OUT (a resumed table counts each part once)
+    summary["wall_seconds"] = round(earlier + time.time() - call_started, 1)
+    atomic_write_bytes(plan.out / SETTINGS_FILE,
+                       json.dumps({**_settings(plan), "wall_seconds": summary["wall_seconds"]}, indent=1).encode())
     write_table(plan, summary)
     return summary
 
@@ -453,10 +462,11 @@ def render_markdown(summary: dict) -> str:
     m = summary["machine"]
     lines = [f"# Ablation: {summary['paper']}", "",
              f"Held-out success (one sampled episode per held-out task, no skills) at the final step and the best "
-             f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; per-seed values in "
-             f"brackets. 'Steps to baseline' is the first evaluated step at which a seed reaches "
+             f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; each seed's final "
+             f"value in the last column. 'Steps to baseline' is the first evaluated step at which a seed reaches "
              f"{summary['baseline']}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
-             f"the seeds that reach it (Arise fig. 3(b)).", "",
+             f"the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
+             f"{_fmt(summary.get('wall_seconds'), 0)} s (every call into this folder together).", "",
              f"Machine: {m['processor']}, {m['cpu_count']} cores, {m['platform']}, Python {m['python']}, torch "
              f"{m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.", "",
              "| variant | paper row | final | best | steps to baseline | per-seed final |",
