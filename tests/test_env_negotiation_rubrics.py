@@ -73,8 +73,10 @@ CASES = [
     ("asks_budget_first", HOSTILE, ["ask", "100"], P),
     ("asks_budget_first", HOSTILE, ["100"], F),
     ("asks_budget_first", HAGGLER, ["120", "accept"], NA),        # a haggler needs no asking
-    ("asks_budget_first", STANDARD, ["ask", "end"], NA),          # no offer
-    ("asks_budget_first", STANDARD, ["end"], NA),
+    ("asks_budget_first", STANDARD, ["ask", "end"], P),           # ending is a commitment too
+    ("asks_budget_first", NO_DEAL, ["ask", "end"], P),
+    ("asks_budget_first", STANDARD, ["end"], F),                  # ended without asking
+    ("asks_budget_first", STANDARD, ["ask", "ask"], NA),          # never committed
     # offers_at_budget: the first offer after a stated budget that covers the cost is that budget
     ("offers_at_budget", STANDARD, ["ask", "100"], P),
     ("offers_at_budget", STANDARD, ["budget?", "offer 100"], P),
@@ -152,7 +154,9 @@ CASES = [
     ("clear_actions", HAGGLER, ["120", "bundle"], F),              # a bundle nobody wants
     ("clear_actions", HAGGLER, ["120", "ask", "ask"], F),          # asked twice
     ("clear_actions", STANDARD, ["100"], NA),                      # one move
-    ("clear_actions", STANDARD, ["ask", "ask"], NA),               # no offer
+    ("clear_actions", STANDARD, ["ask", "ask"], NA),               # no offer, no end
+    ("clear_actions", NO_DEAL, ["ask", "end"], P),                 # ending after asking is clear
+    ("clear_actions", STANDARD, ["end"], NA),                      # one move
     ("clear_actions", STANDARD, ["ask", "accept"], NA),
 ]
 
@@ -241,7 +245,7 @@ def test_rule_judge_on_rollouts():
             "bundle": {"asks_budget_first", "proposes_bundle_when_wanted", "offers_bundle_when_wanted",
                        "clear_actions"},
             "haggler": {"opens_at_list_with_haggler", "accepts_counter", "clear_actions"},
-            "no_deal": {"ends_hopeless_negotiation"},
+            "no_deal": {"asks_budget_first", "clear_actions", "ends_hopeless_negotiation"},
         }[kind], (kind, passed)
     # a random policy fails some rule on many tasks
     randoms = judge.evaluate(_random_trajectories(ENV.tasks("train") + tasks), SPECS)
@@ -410,8 +414,8 @@ def test_attribution_screening_keeps_partner_and_scenario_failures_external():
     # the hostile buyer's failure is not the agent's, even though it offered before asking
     assert set(result.external) == {"hostile", "sold"}
     assert {(r.trajectory_id, r.capability_id) for r in result.accepted} == {
-        ("loss", "offers_at_budget"), ("pushy", "asks_budget_first")}
-    assert set(result.unattributed) == {"end"}  # ending a winnable sale: no rule of the library covers it
+        ("loss", "offers_at_budget"), ("pushy", "asks_budget_first"), ("end", "asks_budget_first")}
+    assert set(result.unattributed) == set()  # ending without asking fails asks_budget_first
 
 
 # -- labelled cases -------------------------------------------------------------------------

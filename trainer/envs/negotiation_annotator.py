@@ -138,13 +138,16 @@ def _first_offer_after(d: _Dialogue, turn: int) -> tuple[str, int] | None:
 # -- one function per rubric, from its criterion and applicability text -----------------------
 
 def _asks_budget_first(d: _Dialogue):
-    # the seller asks the buyer's budget before its first offer; applies: it offered, the buyer does not haggle
+    # the seller asks the buyer's budget before it commits (its first offer, or ending the talk); applies: it
+    # committed, the buyer does not haggle
     if d.haggles:
         return None
-    offers = _offers(d)
-    if not offers:
+    moves = _moves(d)
+    offer_turns = {turn for turn, _, _ in _offers(d)}
+    commits = [turn for turn, (verb, _) in enumerate(moves) if turn in offer_turns or verb == "end"]
+    if not commits:
         return None
-    return any(verb == "ask" for verb, _ in _moves(d)[:offers[0][0]])
+    return any(verb == "ask" for verb, _ in moves[:commits[0]])
 
 
 def _offers_at_budget(d: _Dialogue):
@@ -263,9 +266,9 @@ def _out_of_place(d: _Dialogue) -> list[bool]:
 
 def _clear_actions(d: _Dialogue):
     # every seller message is a clear action that fits the moment and no offer insults the buyer; applies:
-    # the seller made an offer and at least two moves
+    # the seller made an offer or ended the talk, in at least two moves
     offers = _offers(d)
-    if len(d.agent) < 2 or not offers:
+    if len(d.agent) < 2 or not (offers or any(verb == "end" for verb, _ in _moves(d))):
         return None
     if any(_out_of_place(d)):
         return False

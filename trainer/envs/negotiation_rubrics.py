@@ -103,7 +103,7 @@ def _asks_budget_first(s):
         return None, ""
     events = _events(s)
     for i, e in enumerate(events):
-        if is_offer(e):
+        if is_offer(e) or e["verb"] == "end":  # the first commitment: a price, or ending the talk
             return any(prev["verb"] == "ask" for prev in events[:i]), e["text"]
     return None, ""
 
@@ -176,7 +176,7 @@ def _ends_hopeless_negotiation(s):
 
 def _clear_actions(s):
     events = _events(s)
-    if len(events) < 2 or not any(is_offer(e) for e in events):
+    if len(events) < 2 or not any(is_offer(e) or e["verb"] == "end" for e in events):
         return None, ""
     for e in events:
         if e["reply"] in ("unclear_leaves", "insulted_leaves"):
@@ -195,8 +195,8 @@ class RuleDef:
 
 
 RULE_DEFS: tuple[RuleDef, ...] = (
-    RuleDef("asks_budget_first", "the seller asks the buyer's budget before its first offer",
-            "the seller made an offer to a buyer who does not haggle", "Understanding", "information",
+    RuleDef("asks_budget_first", "the seller asks the buyer's budget before it commits (its first offer, or "
+            "ending the negotiation)", "the seller made an offer or ended, with a buyer who does not haggle", "Understanding", "information",
             _asks_budget_first),
     RuleDef("offers_at_budget", "the first offer after the buyer states its budget asks exactly that budget",
             "the buyer stated a budget that covers the cost (no bundle) and the seller offered afterwards",
@@ -222,7 +222,7 @@ RULE_DEFS: tuple[RuleDef, ...] = (
             "would buy and the seller moved again, or the seller ended right after a budget that covers the cost", "Verification", "boundaries", _ends_hopeless_negotiation),
     RuleDef("clear_actions", "every seller message is a clear action that fits the moment: nothing out of place "
             "(asking twice, accepting with no counter, an unwanted or repeated bundle, a repeated offer), no offer "
-            "so far above a budget that the buyer is insulted", "the seller made an offer and at least two moves",
+            "so far above a budget that the buyer is insulted", "the seller made an offer or ended, in at least two moves",
             "Execution", "communication", _clear_actions),
 )
 RULES_BY_ID: dict[str, RuleDef] = {r.rule_id: r for r in RULE_DEFS}
