@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from rwcore.trainer import ablate
-from rwcore.trainer.ablate import (BASELINES, PAPERS, parse_seeds, plan_ablation, run_ablation, steps_to_reach,
-                                   summarize)
+from rwcore.trainer.ablate import BASELINES, PAPERS, parse_seeds, plan_ablation, run_ablation, steps_to_reach
 from rwcore.trainer.cli import main
 
 

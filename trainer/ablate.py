@@ -37,7 +37,7 @@ from rwcore._io import atomic_write_bytes
 from rwcore.method import VARIANTS
 
 __all__ = ["PAPERS", "BASELINES", "AblationPlan", "plan_ablation", "run_ablation", "summarize", "parse_seeds",
-           "write_table", "plot_runs"]
+           "write_table", "plot_runs", "plot_compare", "check_resume", "eval_curve", "steps_to_reach"]
 
 PAPERS: dict[str, tuple[str, ...]] = {
     # Arise fig. 3(a): the full method, its ablations and outcome-only RL.
@@ -271,7 +271,7 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
                 if job.after and job.after not in finished:
                     if job.after in failed:  # its input run failed: this one cannot start
                         pending.remove(job)
-                        _write_status(plan.runs_dir / job.name, _failure(job, f"needs {job.after}, which failed"))
+                        _write_status(plan.runs_dir / job.name, _failure(f"needs {job.after}, which failed"))
                         failed.add(job.name)
                     continue
                 pending.remove(job)
@@ -307,7 +307,7 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
                     last = tail.splitlines()[-1].strip() if tail.strip() else ""
                     error = (f"exit code {code}: {last}" if last else f"exit code {code}") if code \
                         else "no final held-out evaluation in metrics.jsonl"
-                    _write_status(run_dir, _failure(job, error, tail))
+                    _write_status(run_dir, _failure(error, tail))
                     failed.add(name)
                     bar.write(f"run {name} failed ({error}); see {run_dir / 'ablation.log'}")
                 bar.set_postfix_str(f"{len(finished)} done, {len(failed)} failed, {len(running)} running")
@@ -343,7 +343,7 @@ def _stop_on_sigterm():
         return None
 
 
-def _failure(job: Job, error: str, tail: str = "") -> dict:
+def _failure(error: str, tail: str = "") -> dict:
     return {"status": "failed", "error": error, "log_tail": tail}
 
 

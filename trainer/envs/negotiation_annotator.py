@@ -55,13 +55,6 @@ class _Dialogue:
     replies: list[_Reply]     # replies[i] answers agent[i]
     scenario: dict            # the task's scenario sheet
 
-    def after(self, *phrase: str) -> int | None:
-        """The turn of the first reply containing `phrase`, when the agent spoke after it."""
-        for turn, reply in enumerate(self.replies):
-            if reply.has(*phrase):
-                return turn if turn + 1 < len(self.agent) else None
-        return None
-
 
 def _reply(observation: str) -> _Reply:
     """The buyer's message of an observation: the words after "list <price>" (hint words dropped)."""

@@ -44,7 +44,6 @@ from rwcore.trainer.envs.negotiation import (
 from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 
-_OUT_OF_PLACE = ("unclear", "unclear_leaves")
 
 
 # -- facts -------------------------------------------------------------------------
@@ -76,11 +75,6 @@ def episode_state(trajectory: Trajectory) -> dict:
 
 def _events(s: dict) -> list[dict]:
     return list(s.get("events", []))
-
-
-def _last_text(s: dict) -> str:
-    events = _events(s)
-    return events[-1]["text"] if events else ""
 
 
 def _after(events: list[dict], reply: str) -> list[tuple[dict, dict]]:
