@@ -19,6 +19,7 @@ from rwcore.trainer.envs.negotiation_rubrics import (
     RULE_DEFS,
     SKILLS,
     NegotiationReflector,
+    _bad_policies,
     cases_for,
     explain,
     failure_cause,
@@ -31,7 +32,8 @@ RULES = {rule.spec.rubric_id: rule for rule in ENV.rules()}
 SPECS = [rule.spec for rule in RULES.values()]
 P, F, NA = True, False, None
 RULE_IDS = ["asks_budget_first", "offers_at_budget", "proposes_bundle_when_wanted", "offers_bundle_when_wanted",
-            "opens_at_list_with_haggler", "accepts_counter", "ends_hopeless_negotiation", "clear_actions"]
+            "opens_at_list_with_haggler", "quotes_list_price", "confirms_agreement", "closes_after_confirmation",
+            "accepts_counter", "ends_hopeless_negotiation", "clear_actions"]
 
 
 def _task(kind="standard", **over):
@@ -43,19 +45,25 @@ def _task(kind="standard", **over):
 
 
 STANDARD = _task()
-BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)
-HAGGLER = _task("haggler")
+BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)                 # list 120 = bundle budget
+BUNDLE_DEAR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120, list=140)  # list above it
+BUNDLE_POOR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=60, feasible=False)  # cannot afford it
+HAGGLER = _task("haggler")                                                             # list 120 = budget + 20
+QUOTE = _task("quote", list=100)                                                       # list 100 = budget
 NO_DEAL = _task("no_deal", cost=80, budget=60, list=140, feasible=False)
 HOSTILE = _task("hostile")
 SOLD_OUT = _task("sold_out")
-HAND_TASKS = [STANDARD, BUNDLE, HAGGLER, NO_DEAL, HOSTILE, SOLD_OUT]
+HAND_TASKS = [STANDARD, BUNDLE, BUNDLE_DEAR, BUNDLE_POOR, HAGGLER, QUOTE, NO_DEAL, HOSTILE, SOLD_OUT]
 ONE_TURN = NegotiationEnv(seed=0, num_train=1, num_eval=1, max_turns=1)
 
 
-def _traj(task, messages, env=ENV, seed=0):
+def _traj(task, messages, seed=0):
+    """The trajectory of `messages` on `task`, with exactly as many turns as messages: an episode the last
+    message does not end is cut off there (time up), one that ends before it is an error in the table."""
+    env = NegotiationEnv(seed=0, num_train=1, num_eval=1, max_turns=len(messages))
     script = list(messages)
     trajectory = run_episode(env, task, lambda obs: script.pop(0), seed=seed)
-    assert not script, "the episode ended before the script did"
+    assert not script and len(trajectory.metadata["env_state"]["events"]) == len(messages)
     return trajectory
 
 
@@ -65,111 +73,222 @@ def _empty(task):
 
 
 CASES = [
-    # asks_budget_first: a non-haggler's first offer comes after an ask
-    ("asks_budget_first", STANDARD, ["ask", "100"], P),
+    # asks_budget_first: the seller's first commitment (an offer, match / list included, or end) comes after an
+    # ask; not for a haggler or a buyer who asked for a price
+    ("asks_budget_first", STANDARD, ["ask", "100", "confirm", "close"], P),
+    ("asks_budget_first", STANDARD, ["ask", "match"], P),
+    ("asks_budget_first", SOLD_OUT, ["ask", "match", "confirm", "close"], P),
     ("asks_budget_first", STANDARD, ["100"], F),
-    ("asks_budget_first", BUNDLE, ["bundle", "ask", "120"], P),
-    ("asks_budget_first", BUNDLE, ["bundle", "120"], F),          # proposing the bundle is not asking
+    ("asks_budget_first", STANDARD, ["list"], F),                  # the list price is an offer
+    ("asks_budget_first", BUNDLE, ["bundle", "ask", "match"], P),
+    ("asks_budget_first", BUNDLE, ["bundle", "120"], F),           # proposing the bundle is not asking
     ("asks_budget_first", HOSTILE, ["ask", "100"], P),
     ("asks_budget_first", HOSTILE, ["100"], F),
-    ("asks_budget_first", HAGGLER, ["120", "accept"], NA),        # a haggler needs no asking
-    ("asks_budget_first", STANDARD, ["ask", "end"], P),           # ending is a commitment too
+    ("asks_budget_first", HAGGLER, ["list", "accept"], NA),        # a haggler needs no asking
+    ("asks_budget_first", QUOTE, ["list", "confirm", "close"], NA),  # nor does a buyer who asked for a price
+    ("asks_budget_first", QUOTE, ["end"], NA),
+    ("asks_budget_first", STANDARD, ["ask", "end"], P),            # ending is a commitment too
     ("asks_budget_first", NO_DEAL, ["ask", "end"], P),
-    ("asks_budget_first", STANDARD, ["end"], F),                  # ended without asking
-    ("asks_budget_first", STANDARD, ["ask", "ask"], NA),          # never committed
-    # offers_at_budget: the first offer after a stated budget that covers the cost is that budget
-    ("offers_at_budget", STANDARD, ["ask", "100"], P),
+    ("asks_budget_first", STANDARD, ["end"], F),                   # ended without asking
+    ("asks_budget_first", STANDARD, ["ask", "ask"], NA),           # never committed
+    ("asks_budget_first", STANDARD, ["match"], NA),                # match with no number stated: no offer
+    ("asks_budget_first", STANDARD, ["confirm"], NA),
+    # offers_at_budget: the move right after a stated budget that covers the cost offers exactly that budget
+    ("offers_at_budget", STANDARD, ["ask", "100", "confirm", "close"], P),
+    ("offers_at_budget", STANDARD, ["ask", "match"], P),
     ("offers_at_budget", STANDARD, ["budget?", "offer 100"], P),
+    ("offers_at_budget", STANDARD, ["ask", "sell at 95"], P),      # 95 rounds to 100
     ("offers_at_budget", STANDARD, ["ask", "80"], F),
-    ("offers_at_budget", STANDARD, ["ask", "120"], F),
-    ("offers_at_budget", HOSTILE, ["ask", "100"], P),             # the partner leaves, the seller did right
-    ("offers_at_budget", SOLD_OUT, ["ask", "100"], P),
-    ("offers_at_budget", STANDARD, ["100"], NA),                  # no budget stated before the offer
-    ("offers_at_budget", STANDARD, ["ask", "end"], NA),
-    ("offers_at_budget", NO_DEAL, ["ask", "60"], NA),             # the budget does not cover the cost
+    ("offers_at_budget", STANDARD, ["ask", "list"], F),            # 120
+    ("offers_at_budget", STANDARD, ["ask", "end"], F),             # a deal given up
+    ("offers_at_budget", STANDARD, ["ask", "ask"], F),
+    ("offers_at_budget", STANDARD, ["ask", "confirm"], F),
+    ("offers_at_budget", HOSTILE, ["ask", "100"], P),              # the partner leaves, the seller did right
+    ("offers_at_budget", SOLD_OUT, ["ask", "match", "confirm", "close"], P),
+    ("offers_at_budget", STANDARD, ["100"], NA),                   # no budget stated before the offer
+    ("offers_at_budget", STANDARD, ["ask"], NA),                   # no move after it (time up)
+    ("offers_at_budget", NO_DEAL, ["ask", "60"], NA),              # the budget does not cover the cost
     ("offers_at_budget", BUNDLE, ["ask", "bundle", "120"], NA),
-    ("offers_at_budget", HAGGLER, ["120", "accept"], NA),
-    # proposes_bundle_when_wanted: a bundle buyer's first priced offer is a bundle offer
-    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle", "120"], P),
+    ("offers_at_budget", HAGGLER, ["list", "accept"], NA),
+    ("offers_at_budget", QUOTE, ["ask", "list"], NA),              # "buyer secret" states no budget
+    # proposes_bundle_when_wanted: a buyer who wants the bundle (and can afford it) stated its budgets and the
+    # seller moved again: the bundle was proposed by that move
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle", "120", "confirm", "close"], P),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle 120"], P),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle", "100"], P),
+    ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "ask", "match"], P),   # proposed before
+    ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "ask", "end"], P),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "40"], F),
-    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "120"], F),
-    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle", "end"], NA),   # the bare proposal has no price
-    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "end"], NA),
-    ("proposes_bundle_when_wanted", STANDARD, ["ask", "100"], NA),
-    ("proposes_bundle_when_wanted", STANDARD, ["ask", "bundle"], F),    # misapplied: a plain-item buyer
-    ("proposes_bundle_when_wanted", STANDARD, ["bundle 100"], F),
-    ("proposes_bundle_when_wanted", NO_DEAL, ["ask", "bundle"], F),
-    # offers_bundle_when_wanted: after the budgets, a bundle offer at exactly the bundle budget
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "match"], F),             # a plain offer at 40
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "list"], F),
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "end"], F),
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "ask"], F),
+    ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "120"], NA),           # no budget stated
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask"], NA),                     # no move after it
+    ("proposes_bundle_when_wanted", STANDARD, ["ask", "bundle"], NA),         # a plain-item buyer
+    ("proposes_bundle_when_wanted", STANDARD, ["bundle"], NA),
+    ("proposes_bundle_when_wanted", NO_DEAL, ["ask", "bundle"], NA),
+    ("proposes_bundle_when_wanted", BUNDLE_POOR, ["ask", "end"], NA),         # cannot afford the bundle
+    # offers_bundle_when_wanted: with the bundle on the table and the bundle budget stated, the next move is a
+    # bundle offer at exactly the bundle budget
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "120"], P),
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "match"], P),
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "list"], P),      # the list price is the budget
+    ("offers_bundle_when_wanted", BUNDLE_DEAR, ["ask", "bundle", "list"], F),  # 140, not 120
+    ("offers_bundle_when_wanted", BUNDLE_DEAR, ["ask", "bundle", "match"], P),
     ("offers_bundle_when_wanted", BUNDLE, ["bundle", "ask", "120"], P),
-    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle 120"], P),
+    ("offers_bundle_when_wanted", BUNDLE, ["bundle", "ask", "match", "confirm", "close"], P),
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "100"], F),
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "140"], F),
-    ("offers_bundle_when_wanted", BUNDLE, ["ask", "120"], F),      # a plain offer
-    ("offers_bundle_when_wanted", BUNDLE, ["bundle", "120"], NA),  # no budget stated before the offer
-    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "end"], NA),
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "end"], F),
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "bundle"], F),
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "ask"], F),
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle 120"], NA),         # proposed and priced in one move
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "120"], NA),                # never on the table
+    ("offers_bundle_when_wanted", BUNDLE, ["bundle", "120"], NA),             # no budget stated
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle"], NA),             # no move after it
     ("offers_bundle_when_wanted", STANDARD, ["ask", "100"], NA),
-    # opens_at_list_with_haggler: a haggler's first offer is the list price
+    ("offers_bundle_when_wanted", BUNDLE_POOR, ["ask", "bundle", "60"], NA),
+    # opens_at_list_with_haggler: once the seller moved, its first offer is the list price AND its next move
+    # takes the counter (accept, or an offer of exactly the budget); anything else fails
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "accept", "confirm", "close"], P),
     ("opens_at_list_with_haggler", HAGGLER, ["120", "accept"], P),
-    ("opens_at_list_with_haggler", HAGGLER, ["ask", "120", "accept"], P),
-    ("opens_at_list_with_haggler", HAGGLER, ["120", "end"], P),
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "match"], P),
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "100"], P),
+    ("opens_at_list_with_haggler", HAGGLER, ["ask", "list", "yes"], P),
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "end"], F),
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "ask", "accept"], F),   # not the move right after
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "80"], F),
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "confirm"], F),
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "bundle 100"], F),     # a bundle nobody wants: it leaves
     ("opens_at_list_with_haggler", HAGGLER, ["100", "accept"], F),
     ("opens_at_list_with_haggler", HAGGLER, ["140"], F),
-    ("opens_at_list_with_haggler", HAGGLER, ["ask", "end"], NA),
-    ("opens_at_list_with_haggler", STANDARD, ["ask", "120"], NA),
+    ("opens_at_list_with_haggler", HAGGLER, ["ask", "end"], F),              # never offered
+    ("opens_at_list_with_haggler", HAGGLER, ["match"], F),
+    ("opens_at_list_with_haggler", HAGGLER, ["ask", "list"], F),             # time up before the take
+    ("opens_at_list_with_haggler", STANDARD, ["ask", "list"], NA),
+    ("opens_at_list_with_haggler", QUOTE, ["list", "confirm"], NA),
+    # quotes_list_price: a buyer who asked for a price: the first offer is the list price AND the next move
+    # confirms; anything else fails once the seller moved
+    ("quotes_list_price", QUOTE, ["list", "confirm", "close"], P),
+    ("quotes_list_price", QUOTE, ["100", "confirm", "close"], P),            # 100 is the list price
+    ("quotes_list_price", QUOTE, ["ask", "list", "confirm"], P),
+    ("quotes_list_price", QUOTE, ["list", "accept"], F),
+    ("quotes_list_price", QUOTE, ["list", "end"], F),
+    ("quotes_list_price", QUOTE, ["list", "deal"], F),                       # deal is close: not yet
+    ("quotes_list_price", QUOTE, ["80", "confirm", "close"], F),
+    ("quotes_list_price", QUOTE, ["120"], F),
+    ("quotes_list_price", QUOTE, ["ask", "end"], F),
+    ("quotes_list_price", QUOTE, ["match"], F),
+    ("quotes_list_price", QUOTE, ["list"], F),                               # time up before confirming
+    ("quotes_list_price", STANDARD, ["ask", "list"], NA),
+    ("quotes_list_price", HAGGLER, ["list", "accept"], NA),
+    # confirms_agreement: the buyer agreed and the seller moved again: that move confirms
+    ("confirms_agreement", STANDARD, ["ask", "100", "confirm", "close"], P),
+    ("confirms_agreement", QUOTE, ["list", "confirm"], P),
+    ("confirms_agreement", HAGGLER, ["list", "accept", "confirm"], P),
+    ("confirms_agreement", BUNDLE, ["ask", "bundle", "match", "confirm"], P),
+    ("confirms_agreement", SOLD_OUT, ["ask", "100", "confirm", "close"], P),
+    ("confirms_agreement", STANDARD, ["ask", "80", "confirm"], P),           # confirming a poor price still is
+    ("confirms_agreement", STANDARD, ["ask", "100", "close"], F),
+    ("confirms_agreement", STANDARD, ["ask", "100", "end"], F),
+    ("confirms_agreement", STANDARD, ["ask", "100", "100"], F),
+    ("confirms_agreement", STANDARD, ["ask", "100", "accept"], F),
+    ("confirms_agreement", QUOTE, ["list", "deal"], F),
+    ("confirms_agreement", STANDARD, ["ask", "100"], NA),                    # no move after it
+    ("confirms_agreement", STANDARD, ["ask", "confirm"], NA),                # nothing agreed
+    ("confirms_agreement", HAGGLER, ["list", "confirm"], NA),
+    ("confirms_agreement", HOSTILE, ["ask", "100"], NA),                     # a hostile buyer never agrees
+    ("confirms_agreement", NO_DEAL, ["ask", "end"], NA),
+    # closes_after_confirmation: the buyer confirmed and the seller moved again: that move closes
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm", "close"], P),
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm", "deal"], P),
+    ("closes_after_confirmation", QUOTE, ["list", "confirm", "close"], P),
+    ("closes_after_confirmation", SOLD_OUT, ["ask", "100", "confirm", "close"], P),  # the scenario stops it
+    ("closes_after_confirmation", QUOTE, ["list", "confirm", "end"], F),
+    ("closes_after_confirmation", QUOTE, ["list", "confirm", "confirm"], F),
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm", "100"], F),
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm", "accept"], F),
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm"], NA),   # no move after it
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "close"], NA),     # never confirmed
+    ("closes_after_confirmation", STANDARD, ["ask", "confirm"], NA),
+    ("closes_after_confirmation", HOSTILE, ["ask", "100"], NA),
     # accepts_counter: after a counter at the budget, the next move takes it (accept, or offer exactly the counter)
     ("accepts_counter", HAGGLER, ["120", "accept"], P),
-    ("accepts_counter", HAGGLER, ["120", "confirm"], P),
+    ("accepts_counter", HAGGLER, ["list", "match"], P),                      # match names the counter
+    ("accepts_counter", HAGGLER, ["120", "yes"], P),
     ("accepts_counter", HAGGLER, ["ask", "120", "yes"], P),
+    ("accepts_counter", HAGGLER, ["120", "100"], P),                         # re-offering exactly the counter
+    ("accepts_counter", HAGGLER, ["120", "offer 100"], P),
+    ("accepts_counter", HAGGLER, ["120", "confirm"], F),                     # confirm no longer accepts
+    ("accepts_counter", HAGGLER, ["120", "deal"], F),
     ("accepts_counter", HAGGLER, ["120", "end"], F),
     ("accepts_counter", HAGGLER, ["120", "80"], F),
-    ("accepts_counter", HAGGLER, ["120", "100"], P),               # re-offering exactly the counter takes it
-    ("accepts_counter", HAGGLER, ["120", "offer 100"], P),
-    ("accepts_counter", HAGGLER, ["120", "ask", "accept"], F),     # the move right after the counter
-    ("accepts_counter", HAGGLER, ["100", "accept"], NA),           # countered at 80, below the budget
+    ("accepts_counter", HAGGLER, ["120", "list"], F),                        # the opening again
+    ("accepts_counter", HAGGLER, ["120", "bundle 100"], F),                  # a bundle offer: the buyer leaves
+    ("accepts_counter", HAGGLER, ["120", "ask", "accept"], F),               # the move right after the counter
+    ("accepts_counter", HAGGLER, ["100", "accept"], NA),                     # countered at 80, below the budget
+    ("accepts_counter", HAGGLER, ["100", "match"], NA),
     ("accepts_counter", HAGGLER, ["140"], NA),
+    ("accepts_counter", HAGGLER, ["list"], NA),                              # no move after the counter
     ("accepts_counter", STANDARD, ["ask", "100"], NA),
-    # ends_hopeless_negotiation: after a budget below cost, the next move is end
+    # ends_hopeless_negotiation: a stated budget below the cost of anything the buyer would buy, and the seller
+    # moved again: that move is end
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "end"], P),
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "bye"], P),
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "60"], F),
+    ("ends_hopeless_negotiation", NO_DEAL, ["ask", "match"], F),             # match offers the 60
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "ask"], F),
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "40"], F),
-    ("ends_hopeless_negotiation", NO_DEAL, ["end"], NA),           # never heard the budget
+    ("ends_hopeless_negotiation", BUNDLE_POOR, ["ask", "end"], P),
+    ("ends_hopeless_negotiation", BUNDLE_POOR, ["ask", "bundle"], F),
+    ("ends_hopeless_negotiation", NO_DEAL, ["end"], NA),                     # never heard the budget
     ("ends_hopeless_negotiation", NO_DEAL, ["60"], NA),
-    ("ends_hopeless_negotiation", STANDARD, ["ask", "end"], F),    # the budget covered the cost: a deal given up
-    ("ends_hopeless_negotiation", BUNDLE, ["ask", "end"], F),      # the bundle covers its cost
-    ("ends_hopeless_negotiation", STANDARD, ["ask", "100"], NA),   # feasible and not ended: nothing to check
-    ("ends_hopeless_negotiation", HAGGLER, ["ask", "end"], NA),    # a haggler never states its budget
-    # clear_actions: at least two moves and an offer; nothing out of place, no insulting offer
-    ("clear_actions", STANDARD, ["ask", "100"], P),
-    ("clear_actions", STANDARD, ["ask", "120"], P),                # too high is not out of place
-    ("clear_actions", HAGGLER, ["120", "accept"], P),
-    ("clear_actions", BUNDLE, ["ask", "bundle", "120"], P),
-    ("clear_actions", HAGGLER, ["120", "120"], F),                 # a repeated offer
-    ("clear_actions", HAGGLER, ["ask", "140"], F),                 # insults the haggler
-    ("clear_actions", HAGGLER, ["100", "hello"], F),               # unparsable
-    ("clear_actions", HAGGLER, ["120", "bundle"], F),              # a bundle nobody wants
-    ("clear_actions", HAGGLER, ["120", "ask", "ask"], F),          # asked twice
-    ("clear_actions", STANDARD, ["100"], NA),                      # one move
-    ("clear_actions", STANDARD, ["ask", "ask"], NA),               # no offer, no end
-    ("clear_actions", NO_DEAL, ["ask", "end"], P),                 # ending after asking is clear
-    ("clear_actions", STANDARD, ["end"], NA),                      # one move
-    ("clear_actions", STANDARD, ["ask", "accept"], NA),
+    ("ends_hopeless_negotiation", NO_DEAL, ["ask"], NA),                     # no move after it
+    ("ends_hopeless_negotiation", STANDARD, ["ask", "end"], NA),             # a feasible budget: does not apply
+    ("ends_hopeless_negotiation", BUNDLE, ["ask", "end"], NA),
+    ("ends_hopeless_negotiation", STANDARD, ["ask", "100"], NA),
+    ("ends_hopeless_negotiation", HAGGLER, ["ask", "end"], NA),              # a haggler never states its budget
+    # clear_actions: in two or more moves, none repeats an earlier ask / bundle / offer / accept / confirm /
+    # close at the same price
+    ("clear_actions", STANDARD, ["ask", "100", "confirm", "close"], P),
+    ("clear_actions", QUOTE, ["list", "confirm", "close"], P),
+    ("clear_actions", BUNDLE, ["bundle", "ask", "120"], P),
+    ("clear_actions", STANDARD, ["ask", "120"], P),                          # too high is no repetition
+    ("clear_actions", STANDARD, ["ask", "end"], P),
+    ("clear_actions", STANDARD, ["ask", "accept"], P),                       # out of place, but not repeated
+    ("clear_actions", STANDARD, ["ask", "100", "accept"], P),
+    ("clear_actions", HAGGLER, ["list", "accept"], P),
+    ("clear_actions", HAGGLER, ["ask", "140"], P),                           # insulting is no repetition
+    ("clear_actions", HAGGLER, ["100", "hello"], P),                         # nor is an unclear message
+    ("clear_actions", HAGGLER, ["120", "bundle"], P),
+    ("clear_actions", HAGGLER, ["list", "120"], F),                          # the same offer twice
+    ("clear_actions", HAGGLER, ["120", "120"], F),
+    ("clear_actions", HAGGLER, ["120", "list"], F),
+    ("clear_actions", STANDARD, ["ask", "match", "100"], F),                 # match said 100 already
+    ("clear_actions", STANDARD, ["ask", "100", "100"], F),
+    ("clear_actions", STANDARD, ["ask", "ask"], F),
+    ("clear_actions", HAGGLER, ["list", "ask", "ask"], F),
+    ("clear_actions", BUNDLE, ["ask", "bundle", "bundle"], F),
+    ("clear_actions", HAGGLER, ["list", "accept", "accept"], F),
+    ("clear_actions", STANDARD, ["ask", "100", "confirm", "confirm"], F),
+    ("clear_actions", STANDARD, ["100"], NA),                                # one move
+    ("clear_actions", STANDARD, ["end"], NA),
+    ("clear_actions", STANDARD, ["hello"], NA),
 ]
 
 
 def test_library_shape():
     assert list(RULES) == RULE_IDS and [r.rule_id for r in RULE_DEFS] == RULE_IDS
     assert INITIAL_LIBRARY == tuple(r for r in RULE_IDS if r not in ("ends_hopeless_negotiation",
-                                                                     "offers_bundle_when_wanted"))
+                                                                     "offers_bundle_when_wanted",
+                                                                     "quotes_list_price", "clear_actions"))
+    assert len(INITIAL_LIBRARY) == 7
     assert ENV.initial_library() == INITIAL_LIBRARY
     assert {rule.spec.capability for rule in RULES.values()} == {
         "Understanding", "Execution", "Verification", "Debugging", "Efficiency"}
     assert {rule.family for rule in RULES.values()} == {
-        "information", "pricing", "persistence", "boundaries", "communication"}
+        "information", "pricing", "closing", "persistence", "boundaries", "communication"}
     assert all(not spec.scored and spec.criterion and spec.applicability for spec in SPECS)
     assert set(SKILLS) == set(RULES)
     vocab = set(ENV.vocabulary())
@@ -199,15 +318,23 @@ def test_rule_on_hand_made_trajectory(rule_id, task, messages, expected):
 
 
 def test_rules_on_timed_out_episodes():
-    # the move after the budget / counter never came: NA
-    assert RULES["ends_hopeless_negotiation"].check(_traj(NO_DEAL, ["ask"], env=ONE_TURN)) is None
-    two = NegotiationEnv(seed=0, num_train=1, num_eval=1, max_turns=2)
-    countered = _traj(HAGGLER, ["ask", "120"], env=two)
+    # the move after the budget / counter / agreement never came: NA for the rules about that move
+    assert RULES["ends_hopeless_negotiation"].check(_traj(NO_DEAL, ["ask"])) is None
+    countered = _traj(HAGGLER, ["ask", "120"])
+    assert countered.turns[-1].content.endswith("buyer too high offer 100 above time up")
     assert RULES["accepts_counter"].check(countered) is None
-    assert RULES["opens_at_list_with_haggler"].check(countered) is True
+    assert RULES["opens_at_list_with_haggler"].check(countered) is False  # its next move never took the counter
     replay = Trajectory.from_dict(countered.to_dict())
     del replay.metadata["env_state"]
     assert RULES["accepts_counter"].check(replay) is None
+    assert RULES["opens_at_list_with_haggler"].check(replay) is False
+    agreed = _traj(STANDARD, ["ask", "100", "confirm"])
+    assert agreed.turns[-1].content.endswith("buyer confirms time up")
+    verdicts = {rid: rule.check(agreed) for rid, rule in RULES.items()}
+    assert verdicts == {"asks_budget_first": P, "offers_at_budget": P, "proposes_bundle_when_wanted": NA,
+                        "offers_bundle_when_wanted": NA, "opens_at_list_with_haggler": NA, "quotes_list_price": NA,
+                        "confirms_agreement": P, "closes_after_confirmation": NA, "accepts_counter": NA,
+                        "ends_hopeless_negotiation": NA, "clear_actions": P}
 
 
 def test_rules_na_on_empty_episodes_and_invalid_without_metadata():
@@ -217,6 +344,7 @@ def test_rules_na_on_empty_episodes_and_invalid_without_metadata():
         replay = Trajectory.from_dict(empty.to_dict())
         del replay.metadata["env_state"]
         assert all(rule.check(replay) is None for rule in RULES.values())
+        assert all(annotate(rid, empty) == Verdict.NA for rid in RULES)
     judge = RuleJudge({rid: rule.check for rid, rule in RULES.items()})
     bare = Trajectory("x", _traj(STANDARD, ["ask", "100"]).turns, 1.0, trajectory_id="x")
     report = judge.evaluate([bare], SPECS)[0]
@@ -226,9 +354,27 @@ def test_rules_na_on_empty_episodes_and_invalid_without_metadata():
         explain("asks_budget_first", bare)
 
 
+# what the scripted policy's episode passes, by kind (worked out from the applicability texts; everything else
+# does not apply)
+SCRIPTED_PASSES = {
+    "standard": {"asks_budget_first", "offers_at_budget", "confirms_agreement", "closes_after_confirmation",
+                 "clear_actions"},
+    "sold_out": {"asks_budget_first", "offers_at_budget", "confirms_agreement", "closes_after_confirmation",
+                 "clear_actions"},
+    "hostile": {"asks_budget_first", "offers_at_budget", "clear_actions"},  # it never agrees
+    "bundle": {"asks_budget_first", "proposes_bundle_when_wanted", "offers_bundle_when_wanted",
+               "confirms_agreement", "closes_after_confirmation", "clear_actions"},
+    "haggler": {"opens_at_list_with_haggler", "accepts_counter", "confirms_agreement", "closes_after_confirmation",
+                "clear_actions"},
+    "quote": {"quotes_list_price", "confirms_agreement", "closes_after_confirmation", "clear_actions"},
+    "no_deal": {"asks_budget_first", "ends_hopeless_negotiation", "clear_actions"},
+}
+
+
 def test_rule_judge_on_rollouts():
     judge = RuleJudge({rid: rule.check for rid, rule in RULES.items()})
     tasks = ENV.tasks("eval")
+    assert {t.data["kind"] for t in tasks} == set(SCRIPTED_PASSES)
     scripted = judge.evaluate([run_episode(ENV, t, scripted_policy, seed=1) for t in tasks], SPECS)
     verdicts = [j.verdict for r in scripted for j in r.judgments.values()]
     assert Verdict.INVALID not in verdicts
@@ -237,16 +383,7 @@ def test_rule_judge_on_rollouts():
     for report, task in zip(scripted, tasks):
         passed = {rid for rid, j in report.judgments.items() if j.verdict == Verdict.PASS}
         kind = task.data["kind"]
-        # what applies to a scripted episode, by kind (worked out from the applicability texts)
-        assert passed == {
-            "standard": {"asks_budget_first", "offers_at_budget", "clear_actions"},
-            "hostile": {"asks_budget_first", "offers_at_budget", "clear_actions"},
-            "sold_out": {"asks_budget_first", "offers_at_budget", "clear_actions"},
-            "bundle": {"asks_budget_first", "proposes_bundle_when_wanted", "offers_bundle_when_wanted",
-                       "clear_actions"},
-            "haggler": {"opens_at_list_with_haggler", "accepts_counter", "clear_actions"},
-            "no_deal": {"asks_budget_first", "clear_actions", "ends_hopeless_negotiation"},
-        }[kind], (kind, passed)
+        assert passed == SCRIPTED_PASSES[kind], (kind, passed)
     # a random policy fails some rule on many tasks
     randoms = judge.evaluate(_random_trajectories(ENV.tasks("train") + tasks), SPECS)
     random_verdicts = [j.verdict for r in randoms for j in r.judgments.values()]
@@ -259,6 +396,31 @@ def _random_trajectories(tasks, seed=0):
         rng = random.Random(f"{seed}/{i}")
         out.append(run_episode(ENV, task, lambda obs, r=rng: random_policy(obs, r), seed=i))
     return out
+
+
+def _bad_trajectories(tasks):
+    out = []
+    for task in tasks:
+        for name, policy in _bad_policies().items():
+            rng = random.Random(f"{task.task_id}/{name}")
+            out.append(run_episode(ENV, task, lambda obs, p=policy, r=rng: p(obs, r), group_id=name))
+    return out
+
+
+@pytest.mark.parametrize("policy, task, failed", [
+    # the bad policies added for the agreement phase each break the step they are named for (by hand)
+    ("unconfirmed", STANDARD, {"confirms_agreement"}),          # ask, 100, close
+    ("reconfirmer", STANDARD, {"closes_after_confirmation", "clear_actions"}),  # ask, 100, confirm, confirm
+    ("closer_quits", QUOTE, {"closes_after_confirmation"}),     # 100, confirm, end
+    ("unconfirmed", HAGGLER, {"confirms_agreement"}),           # 120, accept, close
+    ("stubborn", HAGGLER, {"opens_at_list_with_haggler", "accepts_counter", "clear_actions"}),  # 120, 120
+    ("hesitant", HAGGLER, {"opens_at_list_with_haggler", "accepts_counter"}),  # 120, end
+    ("scripted", QUOTE, set()),
+])
+def test_bad_policies_fail_their_step(policy, task, failed):
+    rng = random.Random(0)
+    trajectory = run_episode(ENV, task, lambda obs: _bad_policies()[policy](obs, rng))
+    assert {rid for rid, rule in RULES.items() if rule.check(trajectory) is False} == failed
 
 
 # -- reflector ------------------------------------------------------------------------------
@@ -278,7 +440,7 @@ def test_reflector_proposes_failing_rules():
     proposals = reflector.propose_rubric_skills(trajectories, [], 3)
     eligible = sorted((rid for rid, (f, a, _) in stats.items() if f and f / a >= 0.2),
                       key=lambda rid: (-stats[rid][0], RULE_IDS.index(rid)))
-    assert len(eligible) >= 3 and [p.rubric.rubric_id for p in proposals] == eligible[:3]
+    assert len(eligible) >= 4 and [p.rubric.rubric_id for p in proposals] == eligible[:3]
     for p in proposals:
         assert p.rubric == RULES[p.rubric.rubric_id].spec
         assert p.skill == SKILLS[p.rubric.rubric_id][0] and p.rubric.rubric_id in p.evidence
@@ -301,13 +463,23 @@ def test_reflector_proposes_failing_rules():
     assert reflector.failure_stats([bare]) == {rid: (0, 0, "") for rid in RULES}
 
 
-def test_reflector_proposes_a_rule_only_a_bad_policy_breaks():
+@pytest.mark.parametrize("bad, good, expected, evidence", [
+    # a seller who offers after a hopeless budget fails ends_hopeless_negotiation and nothing else
+    ([(NO_DEAL, ["ask", "80"])] * 3, [(STANDARD, ["ask", "100", "confirm", "close"])], "ends_hopeless_negotiation",
+     "3 of 3"),
+    # a seller who closes without confirming fails confirms_agreement and nothing else
+    ([(STANDARD, ["ask", "100", "close"])] * 2, [(STANDARD, ["ask", "100", "confirm", "close"])],
+     "confirms_agreement", "2 of 3"),
+    # a seller who ends after the confirmation fails closes_after_confirmation and nothing else
+    ([(QUOTE, ["list", "confirm", "end"])] * 2, [(QUOTE, ["list", "confirm", "close"])] * 2,
+     "closes_after_confirmation", "2 of 4"),
+])
+def test_reflector_proposes_a_rule_only_a_bad_policy_breaks(bad, good, expected, evidence):
     reflector = ENV.reflector()
-    # a seller who keeps asking fails ends_hopeless_negotiation on every no_deal task and nothing else applies
-    trajectories = [_traj(NO_DEAL, ["ask", "ask"]) for _ in range(3)] + [_traj(STANDARD, ["ask", "100"])]
+    trajectories = [_traj(task, messages) for task, messages in bad + good]
     proposals = reflector.propose_rubric_skills(trajectories, [], 5)
-    assert [p.rubric.rubric_id for p in proposals] == ["ends_hopeless_negotiation"]
-    assert "3 of 3" in proposals[0].evidence
+    assert [p.rubric.rubric_id for p in proposals] == [expected]
+    assert evidence in proposals[0].evidence
 
 
 def test_reflector_refine_cycles_variants():
@@ -322,37 +494,52 @@ def test_reflector_refine_cycles_variants():
     assert reflector.refine_skill(RubricSpec("other", "x"), "keep me", []) == "keep me"
 
 
+GENERAL = ["confirms_agreement", "closes_after_confirmation", "clear_actions"]  # can apply to any sale
+
+
 @pytest.mark.parametrize("task, expected", [
-    # the rules specific to the instance first, then those that apply to any (library order within each)
-    # (a plain-item buyer can still be offered a bundle, a feasible budget can still be ended on: general)
-    (STANDARD, ["offers_at_budget", "asks_budget_first", "proposes_bundle_when_wanted", "ends_hopeless_negotiation",
-                "clear_actions"]),
-    (BUNDLE, ["proposes_bundle_when_wanted", "offers_bundle_when_wanted", "asks_budget_first",
-              "ends_hopeless_negotiation", "clear_actions"]),
-    (NO_DEAL, ["ends_hopeless_negotiation", "asks_budget_first", "proposes_bundle_when_wanted", "clear_actions"]),
+    # the rules specific to the instance first, then those that can apply to any (library order within each);
+    # rules that cannot apply to the instance are left out
+    (STANDARD, ["offers_at_budget", "asks_budget_first"] + GENERAL),
+    (HOSTILE, ["offers_at_budget", "asks_budget_first"] + GENERAL),
+    (BUNDLE, ["proposes_bundle_when_wanted", "offers_bundle_when_wanted", "asks_budget_first"] + GENERAL),
+    (BUNDLE_POOR, ["ends_hopeless_negotiation", "asks_budget_first"] + GENERAL),
+    (NO_DEAL, ["ends_hopeless_negotiation", "asks_budget_first"] + GENERAL),
+    (HAGGLER, ["opens_at_list_with_haggler", "accepts_counter"] + GENERAL),
+    (QUOTE, ["quotes_list_price"] + GENERAL),
 ])
 def test_instance_rubrics(task, expected):
     reflector = ENV.reflector()
     assert isinstance(reflector, InstanceRubricWriter)
     context = _empty(task)
-    assert [s.rubric_id for s in reflector.instance_rubrics(context, 10)] == expected
+    assert [s.rubric_id for s in reflector.instance_rubrics(context, 20)] == expected
     assert [s.rubric_id for s in reflector.instance_rubrics(context, 2)] == expected[:2]
     assert reflector.instance_rubrics(context, 0) == []
     with pytest.raises(ValueError):
         reflector.instance_rubrics(Trajectory("x", context.turns, 0.0), 3)
 
 
-def test_instance_rubrics_cover_every_rule_that_applies():
+def test_instance_rubrics_are_the_rules_that_can_apply():
     reflector = ENV.reflector()
     judge = RuleJudge({rid: rule.check for rid, rule in RULES.items()})
-    for trajectory in _random_trajectories(ENV.tasks("train")) + [run_episode(ENV, t, scripted_policy)
-                                                                 for t in ENV.tasks("train")]:
-        written = {s.rubric_id for s in reflector.instance_rubrics(trajectory, 8)}
-        applied = {rid for rid, j in judge.evaluate([trajectory], SPECS)[0].judgments.items()
-                   if j.verdict in (Verdict.PASS, Verdict.FAIL)}
+    tasks = ENV.tasks("train")
+    trajectories = (_random_trajectories(tasks) + _random_trajectories(tasks, seed=1) + _bad_trajectories(tasks)
+                    + [_traj(STANDARD, ["ask", "100", "confirm", "close"])])
+    applied_by_kind: dict[str, set] = {}
+    for trajectory, report in zip(trajectories, judge.evaluate(trajectories, SPECS)):
+        written = {s.rubric_id for s in reflector.instance_rubrics(trajectory, len(RULES))}
+        applied = {rid for rid, j in report.judgments.items() if j.verdict in (Verdict.PASS, Verdict.FAIL)}
+        # every rule that applied was written
         assert applied <= written, (trajectory.metadata["task"], applied - written)
-    haggler = {s.rubric_id for s in reflector.instance_rubrics(_empty(HAGGLER), 8)}
-    assert {"opens_at_list_with_haggler", "accepts_counter"} <= haggler and "asks_budget_first" not in haggler
+        applied_by_kind.setdefault(trajectory.metadata["task"]["kind"], set()).update(applied)
+    # and every rule written applied to some episode of that kind, but for the agreement rules on a hostile
+    # buyer (who never agrees, but looks like any other buyer)
+    for task in tasks:
+        kind = task.data["kind"]
+        written = {s.rubric_id for s in reflector.instance_rubrics(_empty(task), len(RULES))}
+        unseen = written - applied_by_kind[kind]
+        assert unseen <= ({"confirms_agreement", "closes_after_confirmation"} if kind == "hostile" else set()), (
+            kind, unseen)
 
 
 # -- attributor ------------------------------------------------------------------------------
@@ -361,9 +548,11 @@ def test_instance_rubrics_cover_every_rule_that_applies():
 def test_failure_cause():
     assert failure_cause(_traj(HOSTILE, ["ask", "100"]).metadata["env_state"]) == "partner"
     assert failure_cause(_traj(HOSTILE, ["100"]).metadata["env_state"]) == "partner"  # unwinnable whatever it did
-    assert failure_cause(_traj(SOLD_OUT, ["ask", "100"]).metadata["env_state"]) == "scenario"
-    assert failure_cause(_traj(STANDARD, ["ask", "80"]).metadata["env_state"]) == "policy"
-    assert failure_cause(_traj(NO_DEAL, ["ask", "60"]).metadata["env_state"]) == "policy"
+    assert failure_cause(_traj(SOLD_OUT, ["ask", "100", "confirm", "close"]).metadata["env_state"]) == "scenario"
+    assert failure_cause(_traj(SOLD_OUT, ["ask", "100", "close"]).metadata["env_state"]) == "scenario"
+    assert failure_cause(_traj(STANDARD, ["ask", "80", "confirm", "close"]).metadata["env_state"]) == "policy"
+    assert failure_cause(_traj(STANDARD, ["ask", "100", "close"]).metadata["env_state"]) == "policy"
+    assert failure_cause(_traj(NO_DEAL, ["ask", "60", "confirm", "close"]).metadata["env_state"]) == "policy"
     # a loss-making sale is the policy's, even in an unwinnable scenario
     assert failure_cause({"winnable": False, "hostile": True, "deal": {"price": 40, "cost": 60}}) == "policy"
     assert failure_cause({"winnable": False, "hostile": False, "deal": None}) == "scenario"
@@ -373,28 +562,36 @@ def test_attributor_causes():
     attributor = ENV.attributor()
     assert isinstance(attributor, Attributor)
     # partner-caused: a hostile buyer walks out at the agreement, whatever the seller did
-    for messages in (["ask", "100"], ["ask", "end"], ["100"], ["ask", "ask"]):
+    for messages in (["ask", "100"], ["ask", "end"], ["100"], ["ask", "ask"], ["ask", "match"]):
         trajectory = _traj(HOSTILE, messages)
         assert not trajectory.metadata["success"]
         records = attributor.attribute(trajectory, SPECS)
         assert [r.capability_id for r in records] == RULE_IDS and {r.cause for r in records} == {"partner"}
         assert all(r.trajectory_id == trajectory.trajectory_id for r in records)
-    # scenario-caused: the item turns out sold out
-    records = {r.capability_id: r for r in attributor.attribute(_traj(SOLD_OUT, ["ask", "100"]), SPECS)}
+    # scenario-caused: the item turns out sold out at the close
+    records = {r.capability_id: r for r in attributor.attribute(_traj(SOLD_OUT, ["ask", "100", "confirm", "close"]),
+                                                                SPECS)}
     assert {r.cause for r in records.values()} == {"scenario"}
     assert not any(r.deficit for r in records.values())  # the seller did everything right
     passed = records["offers_at_budget"]
     assert (passed.deficit, passed.confidence, passed.evidence) == (False, 0.8, "100")
+    closed = records["closes_after_confirmation"]
+    assert (closed.deficit, closed.confidence, closed.evidence) == (False, 0.8, "close")
     na = records["accepts_counter"]
     assert (na.deficit, na.confidence, na.evidence) == (False, 0.5, "")
     # policy-caused: money left on the table
-    records = {r.capability_id: r for r in attributor.attribute(_traj(STANDARD, ["ask", "80"]), SPECS)}
+    records = {r.capability_id: r for r in attributor.attribute(_traj(STANDARD, ["ask", "80", "confirm", "close"]),
+                                                                SPECS)}
     assert {r.cause for r in records.values()} == {"policy"}
     deficit = records["offers_at_budget"]
     assert (deficit.deficit, deficit.confidence, deficit.evidence) == (True, 0.9, "80")
     assert [rid for rid, r in records.items() if r.deficit] == ["offers_at_budget"]
     records = {r.capability_id: r for r in attributor.attribute(_traj(STANDARD, ["100"]), SPECS)}
     assert records["asks_budget_first"].deficit and records["asks_budget_first"].evidence == "100"
+    # policy-caused: closing before confirming
+    records = {r.capability_id: r for r in attributor.attribute(_traj(STANDARD, ["ask", "100", "close"]), SPECS)}
+    assert [rid for rid, r in records.items() if r.deficit] == ["confirms_agreement"]
+    assert records["confirms_agreement"].evidence == "close" and records["confirms_agreement"].cause == "policy"
     # unknown candidates and uncheckable trajectories
     trajectory = _traj(STANDARD, ["ask", "80"])
     other = attributor.attribute(trajectory, [RubricSpec("other", "x")])[0]
@@ -404,9 +601,10 @@ def test_attributor_causes():
 
 
 def test_attribution_screening_keeps_partner_and_scenario_failures_external():
-    failures = {"hostile": _traj(HOSTILE, ["100"]), "sold": _traj(SOLD_OUT, ["ask", "100"]),
-                "loss": _traj(STANDARD, ["ask", "80"]), "pushy": _traj(STANDARD, ["100"]),
-                "end": _traj(STANDARD, ["end"])}
+    failures = {"hostile": _traj(HOSTILE, ["100"]), "sold": _traj(SOLD_OUT, ["ask", "100", "confirm", "close"]),
+                "loss": _traj(STANDARD, ["ask", "80", "confirm", "close"]), "pushy": _traj(STANDARD, ["100"]),
+                "end": _traj(STANDARD, ["end"]), "unconfirmed": _traj(STANDARD, ["ask", "100", "close"]),
+                "quits": _traj(QUOTE, ["list", "confirm", "end"]), "lowquote": _traj(QUOTE, ["80", "confirm", "close"])}
     for name, trajectory in failures.items():
         assert not trajectory.metadata["success"]
         trajectory.trajectory_id = name
@@ -414,8 +612,10 @@ def test_attribution_screening_keeps_partner_and_scenario_failures_external():
     # the hostile buyer's failure is not the agent's, even though it offered before asking
     assert set(result.external) == {"hostile", "sold"}
     assert {(r.trajectory_id, r.capability_id) for r in result.accepted} == {
-        ("loss", "offers_at_budget"), ("pushy", "asks_budget_first"), ("end", "asks_budget_first")}
-    assert set(result.unattributed) == set()  # ending without asking fails asks_budget_first
+        ("loss", "offers_at_budget"), ("pushy", "asks_budget_first"), ("end", "asks_budget_first"),
+        ("unconfirmed", "confirms_agreement"), ("quits", "closes_after_confirmation"),
+        ("lowquote", "quotes_list_price")}
+    assert set(result.unattributed) == set()  # every policy failure above breaks some rule
 
 
 # -- labelled cases -------------------------------------------------------------------------

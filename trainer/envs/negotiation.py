@@ -12,52 +12,70 @@ Language
 Agent messages (one word per turn; parsing is lenient, see `parse_action`):
 
     ask       ask the buyer's budget (its constraint; an honest buyer states it)
-    N         offer the item at price N (N in 20, 40, ..., 200; "offer N" says the same)
+    match     offer the buyer's latest number: its counter-offer, else the budget it stated for what is on
+              the table (the bundle budget once the bundle is proposed); with no number stated it is unclear
+    list      offer the list price
+    N         offer at price N (N in 20, 40, ..., 200; "offer N" says the same)
     bundle    propose the item plus an accessory: later prices are the bundle's ("bundle N" offers it at N)
     accept    accept the buyer's counter-offer
+    confirm   confirm the price the buyer agreed to
+    close     close the confirmed deal
     end       end the negotiation without a deal
 
-Observations restate the seller's private facts, then the buyer's message; every buyer number is
-followed by `above` or `below` (is it at least the cost of what it is for?), so a small model need
-not learn to compare two number tokens:
+The built-in policy samples the eight words (`VERB_PHRASES`; `price_words=True` adds the ten price
+numbers, `ACTION_PHRASES`). Observations restate the seller's private facts, then the buyer's
+message; every buyer number is followed by `above` or `below` (is it at least the cost of what it
+is for?), so a small model need not compare two number tokens:
 
     item lamp cost 60 list 120 buyer wants item
     item lamp cost 60 list 120 buyer budget 100 above
     item lamp cost 60 bundle cost 80 list 120 buyer budget 40 below bundle budget 120 above
     item lamp cost 60 bundle cost 80 list 120 buyer likes bundle budget 120 above
     item lamp cost 60 list 120 buyer too high offer 100 above   (a haggler's counter)
+    item lamp cost 60 list 120 buyer agrees 100 above           (then: confirm)
+    item lamp cost 60 list 120 buyer confirms                   (then: close)
     item lamp cost 60 list 120 deal 100 above                   (episode over)
 
-A deal closes as soon as the buyer agrees: an offer at or below its budget, or `accept` after a
-counter. The buyer is impatient - it leaves at a price named before the seller asked its budget
-(`buyer not interested leaves`), at the first offer it refuses (`buyer too high leaves`, `buyer
-wants bundle leaves` for a plain offer to a bundle buyer) and at the first unparsable or
-out-of-place message (`buyer leaves`: asking twice, accepting with no counter, a bundle nobody
-wants or proposed twice, a repeated offer). A haggler says `buyer secret` when asked, needs no
-asking, and never takes a first offer: it counters at its budget (`buyer too high offer N`) an
-offer up to 20 above it, leaves when insulted by more (`buyer leaves`), and counters 20 lower than
-a price it could have paid; after its counter it takes `accept` or any offer up to the counter. Other messages:
-`buyer changed mind leaves` (a hostile buyer, at the moment it would agree), `item sold out` (the
-scenario, at the moment of the deal), `no deal` (after `end`), ` time up` at max_turns. `step`
-never mutates the Episode it is given.
+A deal takes three steps once the price is right: the buyer agrees (to an offer at or below its
+budget, or to `accept` after its counter), the seller confirms, the seller closes. The buyer is
+impatient - it leaves at a price named before the seller asked its budget (`buyer not interested
+leaves`; a haggler and a buyer who asked for a price need no asking), at the first offer it refuses
+(`buyer too high leaves`, `buyer wants bundle leaves` for a plain offer to a bundle buyer) and at
+the first unparsable or out-of-place message (`buyer leaves`: asking twice, `match` with no number
+stated, accepting with no counter, a bundle nobody wants or proposed twice, a repeated offer,
+confirming or closing out of turn, anything but `confirm` / `end` after an agreement, anything but
+`close` / `end` after the confirmation). A haggler says `buyer secret` when asked, and never takes a
+first offer: it counters at its budget (`buyer too high offer N`) an offer up to 20 above it, leaves
+when insulted by more (`buyer leaves`), and counters 20 lower than a price it could have paid; after
+its counter it takes `accept` or any offer up to the counter. A buyer who asks for a price (`buyer
+wants price`) also says `buyer secret` when asked, and takes the list price, which is its budget.
+Other messages: `buyer changed mind leaves` (a hostile buyer, at the moment it would agree), `item
+sold out` (the scenario, at the moment of closing), `no deal` (after `end`), ` time up` at max_turns
+(6). `step` never mutates the Episode it is given.
 
 Task types (Task.tags); every split holds them in fixed proportions (`KIND_WEIGHTS`)
 --------------------------------------------------------------------------------------
-standard         honest buyer, budget 20-40 above cost: ask, then offer exactly the budget.
+standard         honest buyer, budget 20-40 above cost: ask, match (or the budget), confirm, close.
 bundle           the buyer only buys the bundle (bundle cost = item cost + 20); its plain budget is below
-                 the item cost: ask, bundle, then offer exactly the bundle budget.
+                 the item cost: ask, bundle, match (or the bundle budget), confirm, close.
 haggler          keeps its budget secret: open at the list price (20 above the budget, which draws the
-                 counter), then accept.
+                 counter), accept (or match), confirm, close.
+quote            asks for a price: list, confirm, close.
 no_deal          the budget is below cost: the right outcome is no deal - ask, then end at once.
 hostile_partner  walks out at the moment it would agree, whatever the seller did: unwinnable, and the
                  failure is the partner's (`task.data["winnable"]` False; the attributor says "partner").
-sold_out         the item turns out to be sold out at the moment of the deal: unwinnable, the scenario's.
+sold_out         the item turns out to be sold out at the moment of closing: unwinnable, the scenario's.
+
+Every winnable type needs a different sequence and none is more than 15% of a split, so no fixed
+sequence of messages wins more than one type: the best fixed sequence wins 0.150 of the held-out
+tasks (the haggler tasks), a uniformly random policy 0.0021 in expectation, and a policy that plays every type
+right 0.740 (26% of the tasks cannot be won).
 
 Outcome (sparse)
 ----------------
-success: a deal of what the buyer wanted at exactly the buyer's budget for it (at least its cost;
-money left on the table is no success), or, on a no_deal task, `end` right after the buyer stated
-its budget. reward = 1.0 on success, 0.0 otherwise.
+success: a closed deal of what the buyer wanted at exactly the buyer's budget for it (at least its
+cost; money left on the table is no success), or, on a no_deal task, `end` right after the buyer
+stated its budget. reward = 1.0 on success, 0.0 otherwise.
 
 Policies and measured rates
 ---------------------------
@@ -65,7 +83,7 @@ Policies and measured rates
 rng)` picks a uniform verb and price. `evaluate_policy(env, policy, split, seeds)` measures them
 and `best_fixed_sequence(env)` searches every fixed message sequence (the same messages whatever
 the buyer says) for the best held-out success. `python -m rwcore.trainer.envs.negotiation` prints
-all three; the figures for the default environment are in the README.
+all three.
 
 Trajectory contract (what the rubric checks read)
 --------------------------------------------------
@@ -113,18 +131,22 @@ ITEMS: tuple[str, ...] = ("laptop", "phone", "chair", "lamp", "bike", "watch", "
 BUNDLE_EXTRA = 20     # the accessory's cost: bundle cost = item cost + 20
 INSULT_MARGIN = 20    # a haggler leaves when an offer is more than this above its budget
 
-VERBS: tuple[str, ...] = ("ask", "offer", "bundle", "accept", "end")
+VERBS: tuple[str, ...] = ("ask", "offer", "match", "list", "bundle", "accept", "confirm", "close", "end")
 PRICE_VERBS: tuple[str, ...] = ("offer", "bundle")
 # Lenient synonyms: the first recognised word decides the verb.
 _SYNONYMS: dict[str, str] = {
     "ask": "ask", "budget": "ask",
     "offer": "offer", "price": "offer", "sell": "offer",
     "bundle": "bundle",
-    "accept": "accept", "yes": "accept", "agree": "accept", "confirm": "accept", "deal": "accept",
+    "match": "match", "list": "list",
+    "accept": "accept", "yes": "accept", "agree": "accept",
+    "confirm": "confirm", "close": "close", "deal": "close",
     "end": "end", "stop": "end", "quit": "end", "bye": "end",
 }
 
-ACTION_PHRASES: tuple[str, ...] = ("ask", "bundle", "accept", "end") + tuple(str(p) for p in PRICES)
+VERB_PHRASES: tuple[str, ...] = ("ask", "match", "list", "bundle", "accept", "confirm", "close", "end")
+"""The one-word moves that need no number (`match` and `list` name their price)."""
+ACTION_PHRASES: tuple[str, ...] = VERB_PHRASES + tuple(str(p) for p in PRICES)
 """Every distinct move, one word each (the built-in policy's action vocabulary)."""
 
 SYSTEM_PROMPT = "you are the seller ask the buyer budget and offer a price it accepts or end when no deal is possible"
@@ -134,19 +156,21 @@ KINDS: dict[str, tuple[str, ...]] = {
     "standard": ("standard",),
     "bundle": ("bundle",),
     "haggler": ("haggler",),
+    "quote": ("quote",),
     "no_deal": ("no_deal",),
     "hostile": ("hostile_partner",),
     "sold_out": ("sold_out",),
 }
-# Relative weights (normalized when splits are drawn: shares 34 / 21 / 21 / 11 / 6 / 6 %).
+# Relative weights (normalized when splits are drawn: shares 15 / 15 / 15 / 15 / 14 / 13 / 13 %).
 KIND_WEIGHTS: dict[str, float] = {
-    "standard": 0.32, "bundle": 0.20, "haggler": 0.20, "no_deal": 0.10, "hostile": 0.06, "sold_out": 0.06,
+    "standard": 0.15, "bundle": 0.15, "haggler": 0.15, "quote": 0.15, "no_deal": 0.14, "hostile": 0.13,
+    "sold_out": 0.13,
 }
 
-_OPENINGS = {"bundle": "buyer wants bundle", "haggler": "buyer haggles"}  # every other kind: "buyer wants item"
+_OPENINGS = {"bundle": "buyer wants bundle", "haggler": "buyer haggles", "quote": "buyer wants price"}  # every other kind: "buyer wants item"
 _OBS_WORDS = ("item", "cost", "list", "bundle", "buyer", "wants", "likes", "haggles", "budget", "secret", "too",
               "high", "offer", "leaves", "changed", "mind", "sold", "out", "no", "deal", "time", "up", "above", "below",
-              "not", "interested")
+              "not", "interested", "price", "agrees", "confirms")
 
 
 # -- parsing ----------------------------------------------------------------------
@@ -164,11 +188,13 @@ def parse_action(text: str) -> tuple[str, int | None]:
     """Agent text -> (verb, price). Deterministic and lenient.
 
     The first recognised verb word decides the verb (synonyms: budget -> ask, price/sell -> offer,
-    yes/agree/confirm/deal -> accept, stop/quit/bye -> end; `bundle` -> bundle offer, so "bundle
+    yes/agree -> accept, deal -> close, stop/quit/bye -> end; `bundle` -> bundle offer, so "bundle
     offer 90" is a bundle offer and "offer bundle 90" a plain one). The price is the first number in
     the text, rounded to the nearest 10 (halves up) and clipped to [10, 200]; a price without a verb
     is an offer ("90" is "offer 90"). ("bundle", None) proposes the bundle without a price. `offer`
     without a number, and text with neither a recognised verb nor a number, are ("unclear", None).
+    `match`, `list`, `confirm`, `close` and the other verbs ignore a number: ("match", None) and
+    ("list", None) name their price only in `step`, from the buyer's words and the list price.
     """
     if not isinstance(text, str):
         return "unclear", None
@@ -196,7 +222,7 @@ def parse_observation(observation: str) -> dict:
     words = observation.split()
     facts: dict = {"cost": None, "list": None, "bundle_cost": None, "budget": None, "bundle_budget": None,
                    "counter": None, "wants_bundle": False, "bundle_on": False, "haggles": False, "secret": False,
-                   "over": False}
+                   "over": False, "quote": False, "agreed": None, "confirmed": False}
 
     def num(i: int) -> int | None:
         return int(words[i]) if 0 <= i < len(words) and words[i].isdigit() else None
@@ -209,6 +235,12 @@ def parse_observation(observation: str) -> dict:
             facts["list"] = num(i + 1)
         elif word == "budget" and num(i + 1) is not None:
             facts["bundle_budget" if prev == "bundle" or facts["bundle_on"] else "budget"] = num(i + 1)
+        elif word == "agrees":
+            facts["agreed"] = num(i + 1) if num(i + 1) is not None else num(i + 2)
+        elif word == "confirms":
+            facts["confirmed"] = True
+        elif word == "price" and prev == "wants":
+            facts["quote"] = True
         elif word == "offer" and prev == "high":
             facts["counter"] = num(i + 1)
         elif word == "wants" and i + 1 < len(words) and words[i + 1] == "bundle":
@@ -230,12 +262,15 @@ class NegotiationEnv:
 
     seed: task generation seed; num_train / num_eval: split sizes (disjoint, same every call);
     max_turns: agent turns per episode; kind_weights: mix of task kinds (keys of KINDS).
+    price_words: whether the action words (`action_vocabulary`, what the built-in policy samples)
+    include the ten price numbers besides the eight verbs (off by default: `match` and `list` name
+    every price a win needs, so the numbers only dilute exploration).
     """
 
     name = "negotiation"
 
-    def __init__(self, seed: int = 0, num_train: int = 400, num_eval: int = 300, max_turns: int = 4,
-                 kind_weights: dict | None = None) -> None:
+    def __init__(self, seed: int = 0, num_train: int = 400, num_eval: int = 300, max_turns: int = 6,
+                 kind_weights: dict | None = None, price_words: bool = False) -> None:
         for key, value, low in (("seed", seed, None), ("num_train", num_train, 1), ("num_eval", num_eval, 1),
                                 ("max_turns", max_turns, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
@@ -247,6 +282,9 @@ class NegotiationEnv:
                                          for w in weights.values()) or sum(weights.values()) <= 0:
             raise ValueError(f"env.options.kind_weights must map kinds from {sorted(KINDS)} to non-negative weights "
                              f"with a positive sum, got {weights}")
+        if not isinstance(price_words, bool):
+            raise ValueError(f"env.options.price_words must be true or false, got {price_words!r}")
+        self.price_words = price_words
         self.seed = seed
         self.num_train = num_train
         self.num_eval = num_eval
@@ -299,12 +337,14 @@ class NegotiationEnv:
             "seed": int(seed), "max_turns": self.max_turns, "kind": d["kind"], "item": d["item"],
             "cost": d["cost"], "list": d["list"], "budget": d["budget"],
             "bundle_cost": d.get("bundle_cost"), "bundle_budget": d.get("bundle_budget"),
-            "haggler": d["kind"] == "haggler", "hostile": d["kind"] == "hostile", "sold_out": d["kind"] == "sold_out",
+            "haggler": d["kind"] == "haggler", "quote": d["kind"] == "quote", "hostile": d["kind"] == "hostile", "sold_out": d["kind"] == "sold_out",
             "feasible": bool(d["feasible"]), "winnable": bool(d["winnable"]),
             "budget_revealed": False,  # the buyer stated its budget (ask) or countered at it (haggler)
             "bundle_on": False,        # the bundle was proposed: later prices are the bundle's
             "counter": None,           # a haggler's standing counter-offer
             "offered": [],             # [verb, price] of every offer the buyer answered
+            "agreed": None,            # the price, kind and cost the buyer agreed to (then: confirm, close)
+            "confirmed": False,        # the seller confirmed the agreement (then: close)
             "turns": 0, "events": [], "deal": None, "ended_by": None,
         }
         opening = _OPENINGS.get(d["kind"], "buyer wants item")
@@ -321,10 +361,18 @@ class NegotiationEnv:
             raise ValueError("step called on a finished episode")
         s = _copy_state(episode.state)  # the given episode is left as it was
         verb, price = parse_action(action)
+        said = verb
+        if verb == "match":  # the buyer's latest number for what is on the table
+            price = s["counter"] if s["counter"] is not None else (
+                (s["bundle_budget"] if s["bundle_on"] else s["budget"]) if s["budget_revealed"] else None)
+            verb = "offer" if price is not None else "unclear"
+        elif verb == "list":
+            verb, price = "offer", s["list"]
         if verb == "offer" and s["bundle_on"]:
             verb = "bundle"  # once the bundle is proposed, a price is the bundle's
         s["turns"] += 1
-        event = {"turn": s["turns"], "text": action if isinstance(action, str) else "", "verb": verb, "price": price,
+        event = {"turn": s["turns"], "text": action if isinstance(action, str) else "", "said": said, "verb": verb,
+                 "price": price,
                  "budget_known_before": s["budget_revealed"], "counter_before": s["counter"]}
         reply, kind = self._respond(s, verb, price)
         event["reply"] = kind
@@ -345,20 +393,39 @@ class NegotiationEnv:
         return self._leave(s, "buyer leaves", "unclear_leaves")
 
     def _agree(self, s: dict, price: int, kind: str) -> tuple[str, str]:
-        """The buyer agrees: the deal closes (unless the partner or the scenario stops it there)."""
+        """The buyer agrees to `price`: the seller must confirm, then close (unless the partner stops it here)."""
         if s["hostile"]:
             s["ended_by"] = "partner"
             return "buyer changed mind leaves", "partner_leaves"
-        if s["sold_out"]:
-            s["ended_by"] = "scenario"
-            return "item sold out", "sold_out"
         cost = s["bundle_cost"] if kind == "bundle" else s["cost"]
-        s["deal"] = {"price": int(price), "kind": kind, "cost": int(cost)}
-        s["ended_by"] = "deal"
-        return (f"deal bundle {price}" if kind == "bundle" else f"deal {price}"), "deal"
+        s["agreed"] = {"price": int(price), "kind": kind, "cost": int(cost)}
+        return (f"buyer agrees bundle {price}" if kind == "bundle" else f"buyer agrees {price}"), "agrees"
+
+    def _wrap_up(self, s: dict, verb: str) -> tuple[str, str]:
+        """After the buyer agreed: `confirm`, then `close` (where the scenario may stop the deal); `end` ends
+        the talk; anything else is out of place."""
+        if verb == "end":
+            s["ended_by"] = "agent"
+            return "no deal", "no_deal"
+        if verb == "confirm" and not s["confirmed"]:
+            s["confirmed"] = True
+            return "buyer confirms", "confirms"
+        if verb == "close" and s["confirmed"]:
+            if s["sold_out"]:
+                s["ended_by"] = "scenario"
+                return "item sold out", "sold_out"
+            deal = dict(s["agreed"])
+            s["deal"] = deal
+            s["ended_by"] = "deal"
+            return (f"deal bundle {deal['price']}" if deal["kind"] == "bundle" else f"deal {deal['price']}"), "deal"
+        return self._out_of_place(s)
 
     def _respond(self, s: dict, verb: str, price: int | None) -> tuple[str, str]:
         bundle_task = s["bundle_cost"] is not None
+        if s["agreed"] is not None:
+            return self._wrap_up(s, verb)
+        if verb in ("confirm", "close"):
+            return self._out_of_place(s)  # nothing agreed yet
         if verb == "end":
             s["ended_by"] = "agent"
             return "no deal", "no_deal"
@@ -367,7 +434,7 @@ class NegotiationEnv:
         if verb == "ask":
             if any(e["verb"] == "ask" for e in s["events"]):
                 return self._out_of_place(s)  # asked again
-            if s["haggler"]:
+            if s["haggler"] or s["quote"]:
                 return "buyer secret", "secret"
             s["budget_revealed"] = True
             if bundle_task:
@@ -387,7 +454,7 @@ class NegotiationEnv:
         if [verb, price] in s["offered"]:
             return self._out_of_place(s)  # the buyer already answered exactly this offer
         s["offered"].append([verb, price])
-        if not s["haggler"] and not s["budget_revealed"]:
+        if not (s["haggler"] or s["quote"]) and not s["budget_revealed"]:
             return self._leave(s, "buyer not interested leaves", "pushy_leaves")  # a price before asking
         if verb == "bundle":
             s["bundle_on"] = True
@@ -432,7 +499,8 @@ class NegotiationEnv:
 
     def action_vocabulary(self) -> list[str]:
         """The words agent messages are made of (what `rollout.action_words=on` restricts sampling to)."""
-        return sorted({word for phrase in ACTION_PHRASES for word in phrase.split()})
+        phrases = ACTION_PHRASES if self.price_words else VERB_PHRASES
+        return sorted({word for phrase in phrases for word in phrase.split()})
 
     def vocabulary(self) -> list[str]:
         from rwcore.trainer.envs import negotiation_rubrics as rubrics
@@ -491,8 +559,8 @@ def _apportion(weights: dict[str, float], size: int) -> dict[str, int]:
 
 
 def _copy_state(state: dict) -> dict:
-    """A copy `step` may change: the lists it appends to are new; the dicts inside them are never
-    mutated once stored, so they are shared."""
+    """A copy `step` may change: the lists it appends to are new; the dicts inside them (and `agreed`)
+    are never mutated once stored, so they are shared."""
     s = dict(state)
     s["events"] = list(state["events"])
     s["offered"] = [list(r) for r in state["offered"]]
@@ -526,6 +594,9 @@ def make_task_data(rng: random.Random, kind: str) -> dict:
     elif kind == "haggler":
         budget = cost + rng.choice((20, 40))
         list_price = budget + INSULT_MARGIN  # opening at the list price draws the counter
+    elif kind == "quote":
+        budget = cost + rng.choice((20, 40))
+        list_price = budget  # the buyer pays the list price it asked for
     elif kind == "bundle":
         budget = cost - 20
         data["bundle_cost"] = cost + BUNDLE_EXTRA
@@ -550,19 +621,23 @@ def scripted_policy(observation: str) -> str:
     """A good policy from the latest observation alone (see the module docstring's task types)."""
     f = parse_observation(observation)
     cost = f["cost"] or 0
+    if f["confirmed"]:
+        return "close"
+    if f["agreed"] is not None:
+        return "confirm"
     if f["counter"] is not None:
         return "accept" if f["counter"] >= cost else "end"
     if f["bundle_budget"] is not None and f["bundle_cost"] is not None and f["bundle_budget"] >= f["bundle_cost"]:
         return str(f["bundle_budget"]) if f["bundle_on"] else "bundle"
     if f["budget"] is not None:
         return str(f["budget"]) if f["budget"] >= cost else "end"
-    if f["haggles"] or f["secret"]:
+    if f["haggles"] or f["quote"] or f["secret"]:
         return str(f["list"])
     return "ask"
 
 
 def random_policy(observation: str, rng: random.Random) -> str:
-    """Uniform over the five verbs, then a uniform price for offers (ignores the observation)."""
+    """Uniform over the verbs (`VERBS`), then a uniform price for `offer` (ignores the observation)."""
     verb = rng.choice(VERBS)
     return str(rng.choice(PRICES)) if verb == "offer" else verb
 
@@ -630,42 +705,62 @@ def is_offer(event: dict) -> bool:
 def _winning_moves(state: dict, turns_left: int) -> set:
     """Messages at least one of which a fixed continuation of at most `turns_left` messages must say for a
     running episode to succeed (a necessary condition; empty when it cannot succeed): `ask` while the
-    budget is unknown, then the exact budget (the bundle budget, after `bundle`), `end` right after a
-    budget below cost, the list price that draws a haggler's counter at its budget, then `accept`."""
+    budget is unknown, then `match` or the exact budget (the bundle budget, after `bundle`; `list` too when
+    the list price is that budget), `end` right
+    after a budget below cost, the list price that draws a haggler's counter at its budget, then `accept`
+    or `match` or the counter; a quote buyer's list price; after an agreement at the budget, `confirm`,
+    then `close`."""
     if not state["winnable"] or turns_left < 1:
         return set()
+    if state["agreed"] is not None:
+        agreed = state["agreed"]
+        limit = state["bundle_budget"] if agreed["kind"] == "bundle" else state["budget"]
+        if agreed["price"] != limit or agreed["price"] < agreed["cost"]:
+            return set()
+        return {"close"} if state["confirmed"] else ({"confirm"} if turns_left >= 2 else set())
     events = state["events"]
     if state["haggler"]:
         counter, budget = state["counter"], state["budget"]
         if counter is None:
-            return {str(p) for p in PRICES if budget < p <= budget + INSULT_MARGIN} if turns_left >= 2 else set()
-        return {"accept", str(budget)} if counter == budget and budget >= state["cost"] else set()
+            moves = {str(p) for p in PRICES if budget < p <= budget + INSULT_MARGIN} | {"list"}
+            return moves if turns_left >= 4 else set()
+        ok = counter == budget and budget >= state["cost"] and turns_left >= 3
+        return {"accept", "match", str(budget)} if ok else set()
+    if state["quote"]:
+        return {"list", str(state["budget"])} if turns_left >= 3 else set()
     if not state["budget_revealed"]:
-        need = 2 if state["feasible"] and state["bundle_cost"] is None else (3 - state["bundle_on"])
+        need = 4 if state["feasible"] and state["bundle_cost"] is None else (5 - state["bundle_on"] if
+                                                                             state["feasible"] else 2)
         return {"ask"} if turns_left >= need else set()
     if not state["feasible"]:
         return {"end"} if events and events[-1]["reply"] == "budget" else set()
+    if turns_left < 3:
+        return set()
     offered = {tuple(o) for o in state["offered"]}
     if state["bundle_cost"] is not None:
         if not state["bundle_on"]:
-            return {"bundle"} if turns_left >= 2 else set()
-        return {str(state["bundle_budget"])} if ("bundle", state["bundle_budget"]) not in offered else set()
-    return {str(state["budget"])} if ("offer", state["budget"]) not in offered else set()
+            return {"bundle"} if turns_left >= 4 else set()
+        target = state["bundle_budget"]
+        moves = {str(target), "match"} | ({"list"} if state["list"] == target else set())
+        return moves if ("bundle", target) not in offered else set()
+    moves = {str(state["budget"]), "match"} | ({"list"} if state["list"] == state["budget"] else set())
+    return moves if ("offer", state["budget"]) not in offered else set()
 
 
 def best_fixed_sequence(env: NegotiationEnv, split: str = "eval", max_length: int | None = None,
-                        phrases: Sequence[str] = ACTION_PHRASES) -> tuple[float, tuple[str, ...]]:
+                        phrases: Sequence[str] | None = None) -> tuple[float, tuple[str, ...]]:
     """(success rate, sequence) of the best *fixed* message sequence on `split`: the same messages in the
     same order whatever the buyer says (an episode that ends early stops reading the sequence).
 
-    Exhaustive depth-first search over sequences of `phrases` up to `max_length` (default
-    env.max_turns), with branch-and-bound: every running episode that can still succeed needs one
+    Exhaustive depth-first search over sequences of `phrases` (default: the environment's action
+    words, `env.action_vocabulary()`) up to `max_length` (default env.max_turns), with branch-and-bound: every running episode that can still succeed needs one
     of a few messages (`_winning_moves`), and one message of the continuation can serve only the
     episodes that need it, so the successes of the best continuation of k more messages are at most
     the sum of the k largest counts of needed messages. A prefix is extended only while its
     successes plus that bound exceed the best sequence found. The buyer is deterministic, so one
     episode per task decides."""
     tasks = env.tasks(split)
+    phrases = tuple(env.action_vocabulary()) if phrases is None else tuple(phrases)
     limit = env.max_turns if max_length is None else max_length
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")

@@ -51,6 +51,7 @@ class _Dialogue:
     bundle_cost: int | None
     list_price: int
     haggles: bool
+    quote: bool               # the buyer asked for a price
     agent: list[str]          # agent messages in order
     replies: list[_Reply]     # replies[i] answers agent[i]
     scenario: dict            # the task's scenario sheet
@@ -85,18 +86,27 @@ def _read(trajectory: Trajectory) -> _Dialogue:
     if cost is None or list_price is None:
         raise ValueError("the brief does not state the cost and the list price")
     return _Dialogue(cost=cost, bundle_cost=_header_number(brief, "bundle", "cost"), list_price=list_price,
-                     haggles=_reply(brief).has("buyer", "haggles"), agent=agent,
+                     haggles=_reply(brief).has("buyer", "haggles"), quote=_reply(brief).has("buyer", "wants", "price"),
+                     agent=agent,
                      replies=[_reply(text) for text in partner[1:]],
                      scenario=dict((trajectory.metadata or {}).get("task") or {}))
 
 
 def _moves(d: _Dialogue) -> list[tuple[str, int | None]]:
-    """(verb, price) of each agent message as the buyer took it: once the bundle was proposed (the buyer
-    said it likes it), a price is the bundle's."""
+    """(verb, price) of each agent message as the buyer took it: `list` offers the list price, `match` the
+    buyer's latest number (its counter, else the budget it stated for what is on the table; with no number
+    stated it is unclear); once the bundle was proposed (the buyer said it likes it), a price is the
+    bundle's."""
     out = []
     bundle_on = False
+    budget = bundle_budget = counter = None
     for turn, message in enumerate(d.agent):
         verb, price = parse_action(message)
+        if verb == "list":
+            verb, price = "offer", d.list_price
+        elif verb == "match":
+            price = counter if counter is not None else (bundle_budget if bundle_on else budget)
+            verb = "offer" if price is not None else "unclear"
         if verb == "offer" and bundle_on:
             verb = "bundle"
         out.append((verb, price))
@@ -104,6 +114,9 @@ def _moves(d: _Dialogue) -> list[tuple[str, int | None]]:
         if reply.has("buyer", "likes", "bundle") or (verb == "bundle" and price is not None
                                                      and d.bundle_cost is not None):
             bundle_on = True
+        budget = reply.number_after("buyer", "budget") if budget is None else budget
+        bundle_budget = reply.number_after("bundle", "budget") if bundle_budget is None else bundle_budget
+        counter = reply.number_after("too", "high", "offer") if counter is None else counter
     return out
 
 
@@ -132,8 +145,8 @@ def _first_offer_after(d: _Dialogue, turn: int) -> tuple[str, int] | None:
 
 def _asks_budget_first(d: _Dialogue):
     # the seller asks the buyer's budget before it commits (its first offer, or ending the talk); applies: it
-    # committed, the buyer does not haggle
-    if d.haggles:
+    # committed, the buyer neither haggles nor asked for a price
+    if d.haggles or d.quote:
         return None
     moves = _moves(d)
     offer_turns = {turn for turn, _, _ in _offers(d)}
@@ -143,57 +156,104 @@ def _asks_budget_first(d: _Dialogue):
     return any(verb == "ask" for verb, _ in moves[:commits[0]])
 
 
-def _offers_at_budget(d: _Dialogue):
-    # the first offer after the buyer states its budget asks exactly that budget; applies: a stated budget
-    # that covers the cost, no bundle, and an offer afterwards
+def _move_after_budget(d: _Dialogue) -> tuple[int, str, int | None] | None:
+    """(turn, verb, price) of the seller's move right after the buyer stated its budget, or None."""
     turn = _budget_turn(d)
-    if d.bundle_cost is not None or turn is None:
+    if turn is None or turn + 1 >= len(d.agent):
         return None
-    budget = d.replies[turn].number_after("buyer", "budget")
+    return (turn + 1,) + _moves(d)[turn + 1]
+
+
+def _offers_at_budget(d: _Dialogue):
+    # the buyer (no bundle) stated a budget that covers the cost and the seller moved again: that move offers
+    # exactly the budget
+    after = _move_after_budget(d)
+    if d.bundle_cost is not None or after is None:
+        return None
+    budget = d.replies[after[0] - 1].number_after("buyer", "budget")
     if budget is None or budget < d.cost:
         return None
-    offer = _first_offer_after(d, turn)
-    if offer is None:
-        return None
-    verb, price = offer
-    return verb == "offer" and price == budget
+    return after[1] == "offer" and after[2] == budget
+
+
+def _wants_affordable_bundle(d: _Dialogue) -> bool:
+    bundle_budget = d.scenario.get("bundle_budget")
+    return d.bundle_cost is not None and bundle_budget is not None and bundle_budget >= d.bundle_cost
 
 
 def _proposes_bundle_when_wanted(d: _Dialogue):
-    # applies: a bundle buyer who could afford the bundle (scenario sheet) and an offer; passes: the first
-    # offer is for the bundle
-    # a buyer who wants the plain item (no bundle on its sheet): any bundle proposal fails
-    bundle_budget = d.scenario.get("bundle_budget")
-    if d.bundle_cost is None:
-        return False if any(verb == "bundle" for verb, _ in _moves(d)) else None
-    offers = _offers(d)
-    if bundle_budget is None or bundle_budget < d.bundle_cost or not offers:
+    # a buyer who wants the bundle and can afford it stated its budgets and the seller moved again: the bundle
+    # was proposed by then, or that move proposes it
+    after = _move_after_budget(d)
+    if not _wants_affordable_bundle(d) or after is None:
         return None
-    return offers[0][1] == "bundle"
+    return any(verb == "bundle" for verb, _ in _moves(d)[:after[0] + 1])
 
 
 def _offers_bundle_when_wanted(d: _Dialogue):
-    # a buyer who wants the bundle: the first offer after its budgets is a bundle offer at exactly the
-    # bundle budget
-    turn = _budget_turn(d)
-    if d.bundle_cost is None or turn is None:
+    # once the bundle is on the table and the bundle budget was stated, the next move offers the bundle at
+    # exactly that budget
+    if not _wants_affordable_bundle(d):
         return None
-    bundle_budget = d.replies[turn].number_after("bundle", "budget")
-    if bundle_budget is None or bundle_budget < d.bundle_cost:
-        return None
-    offer = _first_offer_after(d, turn)
-    if offer is None:
-        return None
-    verb, price = offer
-    return verb == "bundle" and price == bundle_budget
+    moves = _moves(d)
+    proposed = False
+    bundle_budget = None
+    for turn, reply in enumerate(d.replies[:len(d.agent) - 1]):
+        proposed = proposed or moves[turn][0] == "bundle"
+        stated = reply.number_after("bundle", "budget")
+        bundle_budget = stated if stated is not None else bundle_budget
+        if proposed and bundle_budget is not None and stated is not None:
+            verb, price = moves[turn + 1]
+            return verb == "bundle" and price == bundle_budget
+    return None
+
+
+def _first_offer_and_next(d: _Dialogue):
+    """((verb, price) of the first offer or None, (verb, price) of the move after it or None)."""
+    offers = _offers(d)
+    if not offers:
+        return None, None
+    turn, verb, price = offers[0]
+    return (verb, price), (_moves(d)[turn + 1] if turn + 1 < len(d.agent) else None)
 
 
 def _opens_at_list_with_haggler(d: _Dialogue):
-    offers = _offers(d)
-    if not d.haggles or not offers:
+    # a buyer who haggles: the first offer is the list price and the next move takes the counter it draws
+    # (accept, or an offer of exactly the buyer's budget); applies: the seller moved
+    if not d.haggles or not d.agent:
         return None
-    _, verb, price = offers[0]
-    return verb == "offer" and price == d.list_price
+    first, nxt = _first_offer_and_next(d)
+    if first != ("offer", d.list_price) or nxt is None:
+        return False
+    return nxt[0] == "accept" or (nxt[0] == "offer" and nxt[1] == d.scenario.get("budget"))
+
+
+def _quotes_list_price(d: _Dialogue):
+    # a buyer who asked for a price: the first offer is the list price and the next move confirms
+    if not d.quote or not d.agent:
+        return None
+    first, nxt = _first_offer_and_next(d)
+    return first == ("offer", d.list_price) and nxt is not None and nxt[0] == "confirm"
+
+
+def _next_move_after(d: _Dialogue, *phrase: str) -> str | None:
+    """The verb of the seller's move right after the first reply containing `phrase` (None: no such move)."""
+    for turn, reply in enumerate(d.replies):
+        if reply.has(*phrase):
+            return _moves(d)[turn + 1][0] if turn + 1 < len(d.agent) else None
+    return None
+
+
+def _confirms_agreement(d: _Dialogue):
+    # the buyer agreed to a price and the seller moved again: that move confirms
+    verb = _next_move_after(d, "buyer", "agrees")
+    return None if verb is None else verb == "confirm"
+
+
+def _closes_after_confirmation(d: _Dialogue):
+    # the buyer confirmed and the seller moved again: that move closes the deal
+    verb = _next_move_after(d, "buyer", "confirms")
+    return None if verb is None else verb == "close"
 
 
 def _accepts_counter(d: _Dialogue):
@@ -206,70 +266,25 @@ def _accepts_counter(d: _Dialogue):
             continue
         if counter == d.scenario.get("budget"):  # taking it: accept, or an offer of exactly the counter
             verb, price = moves[turn + 1]
-            return verb == "accept" or (verb in _OFFER_VERBS and price == counter)
+            return verb == "accept" or (verb == "offer" and price == counter)
     return None
 
 
 def _ends_hopeless_negotiation(d: _Dialogue):
-    # applies: the stated budget is below the cost of anything the buyer would buy (the scenario sheet says
-    # no profitable deal exists) and the seller moved after hearing it
-    # ... and fails ending right after a budget that covers the cost
-    turn = _budget_turn(d)
-    if turn is None or turn + 1 >= len(d.agent):
+    # the buyer stated a budget below the cost of anything it would buy (the scenario sheet says no profitable
+    # deal exists) and the seller moved again: that move ends the negotiation
+    after = _move_after_budget(d)
+    if after is None or d.scenario.get("feasible", True):
         return None
-    ended = _moves(d)[turn + 1][0] == "end"
-    if d.scenario.get("feasible", True):
-        return False if ended else None
-    return ended
-
-
-def _out_of_place(d: _Dialogue) -> list[bool]:
-    """For each agent message: did it not fit the moment - unparsable, or a move the dialogue so far
-    gives no ground for (asking again, accepting without a counter, a bundle nobody wants or proposed
-    before, an offer made before)?"""
-    flags = []
-    asked = bundle_on = counter = False
-    offered: set = set()
-    for turn, (verb, price) in enumerate(_moves(d)):
-        if verb == "unclear":
-            bad = True
-        elif verb == "ask":
-            bad = asked
-        elif verb == "accept":
-            bad = not counter
-        elif verb == "bundle" and d.bundle_cost is None:
-            bad = True
-        elif verb == "bundle" and price is None:
-            bad = bundle_on
-        elif verb in _OFFER_VERBS:
-            bad = (verb, price) in offered
-        else:
-            bad = False
-        flags.append(bad)
-        reply = d.replies[turn] if turn < len(d.replies) else _Reply([])
-        if verb == "ask":
-            asked = True
-        if verb == "bundle":
-            bundle_on = True
-        if verb in _OFFER_VERBS and price is not None:
-            offered.add((verb, price))
-        counter = counter or reply.has("too", "high", "offer")  # a counter stands until the episode ends
-    return flags
+    return after[1] == "end"
 
 
 def _clear_actions(d: _Dialogue):
-    # every seller message is a clear action that fits the moment and no offer insults the buyer; applies:
-    # the seller made an offer or ended the talk, in at least two moves
-    offers = _offers(d)
-    if len(d.agent) < 2 or not (offers or any(verb == "end" for verb, _ in _moves(d))):
+    # the seller never repeats a move the buyer already answered; applies: at least two moves
+    if len(d.agent) < 2:
         return None
-    if any(_out_of_place(d)):
-        return False
-    for turn, _, _ in offers:  # a plain "buyer leaves" after an offer in place: insulted by the price
-        reply = d.replies[turn] if turn < len(d.replies) else _Reply([])
-        if reply.words == ["buyer", "leaves"]:
-            return False
-    return True
+    moves = [(verb, price) for verb, price in _moves(d) if verb in ("ask", "bundle", "offer", "accept", "confirm", "close")]
+    return len(set(moves)) == len(moves)
 
 
 ANNOTATORS = {
@@ -278,6 +293,9 @@ ANNOTATORS = {
     "proposes_bundle_when_wanted": _proposes_bundle_when_wanted,
     "offers_bundle_when_wanted": _offers_bundle_when_wanted,
     "opens_at_list_with_haggler": _opens_at_list_with_haggler,
+    "quotes_list_price": _quotes_list_price,
+    "confirms_agreement": _confirms_agreement,
+    "closes_after_confirmation": _closes_after_confirmation,
     "accepts_counter": _accepts_counter,
     "ends_hopeless_negotiation": _ends_hopeless_negotiation,
     "clear_actions": _clear_actions,

@@ -11,15 +11,11 @@ Arise category (Understanding, Execution, Verification, Debugging, Efficiency); 
 RewardWeaver family (information, pricing, closing, boundaries, persistence, communication).
 
 Each rule checks one step of the sale that the seller controls and that the transcript shows,
-gated by an applicability condition so that a constant message passes it on at most a few held-out
-tasks: every rule needs either a move that depends on what the buyer said (the budget, the list price,
-a counter) or a sequence of different moves (an offer after asking). `constant_action_rates` measures
-it: the highest is 4.7% (a constant list price opening to a haggler by chance), asserted at most 5% in
-tests/test_env_negotiation_properties.py - for the one-word actions of the built-in policy; with free
-text a constant "bundle N" would pass proposes_bundle_when_wanted on the bundle tasks.
-A conditional capability also fails where it is misapplied: proposing a bundle to a buyer who wants
-the plain item fails proposes_bundle_when_wanted, ending right after a budget that covers the cost
-fails ends_hopeless_negotiation (a check that only ever passes would teach "always do it").
+judged on the situation (what the buyer said), not on the seller's action, so that a constant message
+passes none: every rule needs either a move that depends on what the buyer said (the budget, the list
+price, a counter, an agreement) or a sequence of different moves (an offer after asking, a confirmation
+after an offer). `constant_action_rates` measures it: no one-word action of the built-in policy passes
+any rule on any held-out task (asserted at most 5% in tests/test_env_negotiation_properties.py).
 """
 
 from __future__ import annotations
@@ -93,7 +89,7 @@ def _first_offer(s):
 
 
 def _asks_budget_first(s):
-    if s.get("haggler"):
+    if s.get("haggler") or s.get("quote"):
         return None, ""
     events = _events(s)
     for i, e in enumerate(events):
@@ -102,79 +98,115 @@ def _asks_budget_first(s):
     return None, ""
 
 
-def _first_offer_after_budget(s):
-    """The first offer after the buyer stated its budget(s) in answer to `ask`, or None."""
-    revealed = False
-    for e in _events(s):
-        if revealed and is_offer(e):
-            return e
-        if e["reply"] == "budget":
-            revealed = True
-    return None
+def _move_after_budget(s):
+    """The seller's move right after the buyer stated its budget(s) in answer to `ask`, or None."""
+    pairs = _after(_events(s), "budget")
+    return pairs[0][1] if pairs else None
 
 
 def _offers_at_budget(s):
     if s.get("bundle_cost") is not None or s["budget"] < s["cost"]:
         return None, ""
-    e = _first_offer_after_budget(s)
+    e = _move_after_budget(s)
     if e is None:
         return None, ""
     return e["verb"] == "offer" and e["price"] == s["budget"], e["text"]
 
 
+def _bundle_affordable(s) -> bool:
+    return s.get("bundle_cost") is not None and s["bundle_budget"] >= s["bundle_cost"]
+
+
 def _proposes_bundle_when_wanted(s):
-    if s.get("bundle_cost") is None:
-        # a buyer who wants the plain item: proposing the bundle is the capability misapplied (a check that
-        # only ever passes would teach "always say bundle")
-        bundled = [e for e in _events(s) if e["verb"] == "bundle"]
-        return (False, bundled[0]["text"]) if bundled else (None, "")
-    if s["bundle_budget"] < s["bundle_cost"]:
+    if not _bundle_affordable(s):
         return None, ""
-    e = _first_offer(s)
-    return (None, "") if e is None else (e["verb"] == "bundle", e["text"])
+    events = _events(s)
+    for i, e in enumerate(events[:-1]):
+        if e["reply"] == "budget":
+            proposed = any(prev["verb"] == "bundle" for prev in events[:i + 2])  # before, or as the next move
+            return proposed, events[i + 1]["text"]
+    return None, ""
 
 
 def _offers_bundle_when_wanted(s):
-    if s.get("bundle_cost") is None or s["bundle_budget"] < s["bundle_cost"]:
+    if not _bundle_affordable(s):
         return None, ""
-    e = _first_offer_after_budget(s)
-    if e is None:
-        return None, ""
-    return e["verb"] == "bundle" and e["price"] == s["bundle_budget"], e["text"]
+    events = _events(s)
+    bundle_on = revealed = False
+    for i, e in enumerate(events[:-1]):
+        bundle_on = bundle_on or e["verb"] == "bundle"
+        revealed = revealed or e["reply"] == "budget"
+        if bundle_on and revealed and e["reply"] in ("budget", "bundle_on"):
+            nxt = events[i + 1]
+            return nxt["verb"] == "bundle" and nxt["price"] == s["bundle_budget"], nxt["text"]
+    return None, ""
+
+
+def _opening_and_answer(s):
+    """(the first offer or None, the seller's move after the buyer answered it or None)."""
+    events = _events(s)
+    for i, e in enumerate(events):
+        if is_offer(e):
+            return e, (events[i + 1] if i + 1 < len(events) else None)
+    return None, None
 
 
 def _opens_at_list_with_haggler(s):
-    if not s.get("haggler"):
+    if not s.get("haggler") or not _events(s):
         return None, ""
-    e = _first_offer(s)
-    return (None, "") if e is None else (e["verb"] == "offer" and e["price"] == s["list"], e["text"])
+    first, nxt = _opening_and_answer(s)
+    if first is None or first["verb"] != "offer" or first["price"] != s["list"]:
+        return False, (first or _events(s)[-1])["text"]
+    taken = nxt is not None and (nxt["verb"] == "accept" or (nxt["verb"] == "offer" and nxt["price"] == s["budget"]))
+    return taken, (nxt or first)["text"]
+
+
+def _quotes_list_price(s):
+    if not s.get("quote") or not _events(s):
+        return None, ""
+    first, nxt = _opening_and_answer(s)
+    if first is None or first["verb"] != "offer" or first["price"] != s["list"]:
+        return False, (first or _events(s)[-1])["text"]
+    return nxt is not None and nxt["verb"] == "confirm", (nxt or first)["text"]
+
+
+def _confirms_agreement(s):
+    for e, nxt in _after(_events(s), "agrees"):
+        return nxt["verb"] == "confirm", nxt["text"]
+    return None, ""
+
+
+def _closes_after_confirmation(s):
+    for e, nxt in _after(_events(s), "confirms"):
+        return nxt["verb"] == "close", nxt["text"]
+    return None, ""
 
 
 def _accepts_counter(s):
     for e, nxt in _after(_events(s), "counter"):
         if nxt["counter_before"] == s["budget"]:
-            # taking the counter: `accept`, or an offer of exactly the counter (both close the deal at it)
-            return nxt["verb"] == "accept" or (is_offer(nxt) and nxt["price"] == s["budget"]), nxt["text"]
+            # taking the counter: `accept`, or an offer of exactly the counter (the buyer agrees to either)
+            return nxt["verb"] == "accept" or (nxt["verb"] == "offer" and nxt["price"] == s["budget"]), nxt["text"]
     return None, ""
 
 
 def _ends_hopeless_negotiation(s):
-    pairs = _after(_events(s), "budget")
-    if not pairs:
+    if s.get("feasible", True):
         return None, ""
-    _, nxt = pairs[0]
-    if s.get("feasible", True):  # a budget that covers the cost: ending right then gives up a deal
-        return (False, nxt["text"]) if nxt["verb"] == "end" else (None, "")
-    return nxt["verb"] == "end", nxt["text"]
+    e = _move_after_budget(s)
+    return (None, "") if e is None else (e["verb"] == "end", e["text"])
 
 
 def _clear_actions(s):
     events = _events(s)
-    if len(events) < 2 or not any(is_offer(e) or e["verb"] == "end" for e in events):
+    if len(events) < 2:
         return None, ""
+    seen = set()
     for e in events:
-        if e["reply"] in ("unclear_leaves", "insulted_leaves"):
+        move = (e["verb"], e["price"])
+        if e["verb"] in ("ask", "bundle", "offer", "accept", "confirm", "close") and move in seen:
             return False, e["text"]
+        seen.add(move)
     return True, events[-1]["text"]
 
 
@@ -189,35 +221,42 @@ class RuleDef:
 
 
 RULE_DEFS: tuple[RuleDef, ...] = (
-    RuleDef("asks_budget_first", "the seller asks the buyer's budget before it commits (its first offer, or "
-            "ending the negotiation)", "the seller made an offer or ended, with a buyer who does not haggle", "Understanding", "information",
-            _asks_budget_first),
-    RuleDef("offers_at_budget", "the first offer after the buyer states its budget asks exactly that budget",
-            "the buyer stated a budget that covers the cost (no bundle) and the seller offered afterwards",
-            "Execution", "pricing", _offers_at_budget),
-    RuleDef("proposes_bundle_when_wanted", "when the buyer wants the bundle, the seller's first offer is for the "
-            "bundle; a buyer who wants the plain item is never offered the bundle",
-            "a buyer who wants the bundle could afford it and the seller made an offer, or the seller proposed a "
-            "bundle to a buyer who wants the plain item", "Understanding",
-            "pricing", _proposes_bundle_when_wanted),
-    RuleDef("offers_bundle_when_wanted", "when the buyer wants the bundle, the first offer after it states its "
-            "budgets is a bundle offer at exactly the bundle budget",
-            "a buyer who wants the bundle stated budgets that cover the bundle cost and the seller offered "
-            "afterwards", "Execution", "pricing", _offers_bundle_when_wanted),
+    RuleDef("asks_budget_first", "the seller asks the buyer's budget before it commits (its first offer, or ending "
+            "the negotiation)", "the seller made an offer or ended, with a buyer who neither haggles nor asked for a "
+            "price", "Understanding", "information", _asks_budget_first),
+    RuleDef("offers_at_budget", "when the buyer states a budget that covers the cost, the seller's next move offers "
+            "exactly that budget", "the buyer (no bundle) stated a budget that covers the cost and the seller moved "
+            "again", "Execution", "pricing", _offers_at_budget),
+    RuleDef("proposes_bundle_when_wanted", "when a buyer who wants the bundle has stated its budgets, the bundle is "
+            "proposed by the seller's next move at the latest", "a buyer who wants the bundle and can afford it "
+            "stated its budgets and the seller moved again", "Understanding", "pricing",
+            _proposes_bundle_when_wanted),
+    RuleDef("offers_bundle_when_wanted", "once the bundle is on the table and the buyer's bundle budget is known, the "
+            "seller's next move offers the bundle at exactly that budget", "a buyer who wants the bundle and can "
+            "afford it stated its bundle budget with the bundle proposed, and the seller moved again", "Execution",
+            "pricing", _offers_bundle_when_wanted),
     RuleDef("opens_at_list_with_haggler", "against a buyer who haggles, the seller's first offer is at the list "
-            "price (which draws a counter at the buyer's budget)", "the buyer haggles and the seller made an offer",
-            "Efficiency", "information", _opens_at_list_with_haggler),
+            "price (which draws a counter at the buyer's budget) and its next move takes that counter",
+            "the buyer haggles and the seller moved", "Efficiency", "information", _opens_at_list_with_haggler),
+    RuleDef("quotes_list_price", "when the buyer asks for a price, the seller's first offer is the list price and "
+            "its next move confirms the buyer's agreement", "the buyer asked for a price and the seller moved",
+            "Understanding", "pricing", _quotes_list_price),
+    RuleDef("confirms_agreement", "when the buyer agrees to a price, the seller's next move confirms the agreement",
+            "the buyer agreed to a price and the seller moved again", "Verification", "closing",
+            _confirms_agreement),
+    RuleDef("closes_after_confirmation", "once the buyer has confirmed, the seller's next move closes the deal",
+            "the buyer confirmed an agreement and the seller moved again", "Execution", "closing",
+            _closes_after_confirmation),
     RuleDef("accepts_counter", "when the buyer counters at its budget the seller takes the counter (accepts it or "
             "offers exactly the countered price)",
             "the buyer countered at its budget and the seller moved again", "Debugging", "persistence",
             _accepts_counter),
     RuleDef("ends_hopeless_negotiation", "when the stated budget cannot cover the cost the seller's next move is "
-            "to end the negotiation, and only then", "the buyer stated a budget below the cost of anything it "
-            "would buy and the seller moved again, or the seller ended right after a budget that covers the cost", "Verification", "boundaries", _ends_hopeless_negotiation),
-    RuleDef("clear_actions", "every seller message is a clear action that fits the moment: nothing out of place "
-            "(asking twice, accepting with no counter, an unwanted or repeated bundle, a repeated offer), no offer "
-            "so far above a budget that the buyer is insulted", "the seller made an offer or ended, in at least two moves",
-            "Execution", "communication", _clear_actions),
+            "to end the negotiation", "the buyer stated a budget below the cost of anything it would buy and the "
+            "seller moved again", "Verification", "boundaries", _ends_hopeless_negotiation),
+    RuleDef("clear_actions", "the seller never repeats a move the buyer already answered (asking twice, the same "
+            "offer or bundle proposal twice, confirming or accepting twice)", "the seller moved at least twice",
+            "Efficiency", "communication", _clear_actions),
 )
 RULES_BY_ID: dict[str, RuleDef] = {r.rule_id: r for r in RULE_DEFS}
 
@@ -232,6 +271,12 @@ SKILLS: dict[str, tuple[str, ...]] = {
                                   "a buyer who wants bundle pays the bundle budget"),
     "opens_at_list_with_haggler": ("when the buyer haggles offer the list price", "open at the list price",
                                    "a buyer who haggles hears the list price first"),
+    "quotes_list_price": ("when the buyer wants price say list", "a buyer who wants price hears the list price",
+                          "say list when asked for a price"),
+    "confirms_agreement": ("when the buyer agrees say confirm", "confirm the deal when the buyer agrees",
+                           "after agrees say confirm"),
+    "closes_after_confirmation": ("when the buyer confirms say close", "close the deal after the buyer confirms",
+                                  "after confirms say close"),
     "accepts_counter": ("when the buyer offer is the budget say accept", "accept the buyer offer after too high",
                         "accept a counter above cost"),
     "ends_hopeless_negotiation": ("end when budget is below cost", "if budget is below cost say end",
@@ -395,23 +440,23 @@ def _bundle(data: dict) -> bool:
 # rule id -> on a scenario sheet: True (applies to this instance in particular), False (cannot
 # apply), None (applies to any instance); what `instance_rubrics` writes per task.
 INSTANCE_APPLICABILITY: dict[str, Callable[[dict], bool | None]] = {
-    "asks_budget_first": lambda d: False if d.get("kind") == "haggler" else None,
-    "offers_at_budget": lambda d: _covers(d) and not _bundle(d),
-    # a plain-item buyer: applies only when the seller misapplies it (proposes a bundle) - general
-    "proposes_bundle_when_wanted": lambda d: (d.get("bundle_budget", 0) >= d.get("bundle_cost", 0)) if _bundle(d)
-    else None,
+    "asks_budget_first": lambda d: False if d.get("kind") in ("haggler", "quote") else None,
+    "quotes_list_price": lambda d: d.get("kind") == "quote",
+    "confirms_agreement": lambda d: None,
+    "closes_after_confirmation": lambda d: None,
+    # haggler and quote buyers never state their budget
+    "offers_at_budget": lambda d: _covers(d) and not _bundle(d) and d.get("kind") not in ("haggler", "quote"),
+    "proposes_bundle_when_wanted": lambda d: _bundle(d) and d.get("bundle_budget", 0) >= d.get("bundle_cost", 0),
     "offers_bundle_when_wanted": lambda d: _bundle(d) and d.get("bundle_budget", 0) >= d.get("bundle_cost", 0),
     "opens_at_list_with_haggler": lambda d: d.get("kind") == "haggler",
     "accepts_counter": lambda d: d.get("kind") == "haggler",
-    # a feasible budget: applies only when the seller ends right after hearing it - general; a haggler never
-    # states its budget
-    "ends_hopeless_negotiation": lambda d: False if d.get("kind") == "haggler" else
-    (True if not bool(d.get("feasible", True)) else None),
+    "ends_hopeless_negotiation": lambda d: not bool(d.get("feasible", True)),
     "clear_actions": lambda d: None,
 }
 
 INITIAL_LIBRARY: tuple[str, ...] = tuple(r.rule_id for r in RULE_DEFS
-                                         if r.rule_id not in ("ends_hopeless_negotiation", "offers_bundle_when_wanted"))
+                                         if r.rule_id not in ("ends_hopeless_negotiation", "offers_bundle_when_wanted",
+                                                              "quotes_list_price", "clear_actions"))
 """The capability library RewardWeaver starts from; the other rules are there for controlled
 expansion to find (recurrent failures the initial library does not cover) and admit."""
 
@@ -519,6 +564,18 @@ def _bad_policies() -> dict[str, Callable[[str, random.Random], str]]:
         f = parse_observation(obs)
         return "end" if f["counter"] is not None else scripted_policy(obs)
 
+    def unconfirmed(obs, rng):  # answers an agreement with `close` (out of place: nothing confirmed yet)
+        f = parse_observation(obs)
+        return "close" if f["agreed"] is not None and not f["confirmed"] else scripted_policy(obs)
+
+    def reconfirmer(obs, rng):  # confirms again instead of closing (out of place)
+        f = parse_observation(obs)
+        return "confirm" if f["confirmed"] else scripted_policy(obs)
+
+    def closer_quits(obs, rng):  # ends the talk once the buyer confirmed
+        f = parse_observation(obs)
+        return "end" if f["confirmed"] else scripted_policy(obs)
+
     def asker(obs, rng):  # always asks (a second ask is out of place)
         return "ask"
 
@@ -536,7 +593,8 @@ def _bad_policies() -> dict[str, Callable[[str, random.Random], str]]:
 
     return {"scripted": scripted, "random": rand, "lowballer": lowballer, "greedy": greedy,
             "bundle_blind": bundle_blind, "bundle_low": bundle_low, "blind": blind, "stubborn": stubborn,
-            "hesitant": hesitant, "asker": asker, "quitter": quitter, "babbler": babbler}
+            "hesitant": hesitant, "unconfirmed": unconfirmed, "reconfirmer": reconfirmer,
+            "closer_quits": closer_quits, "asker": asker, "quitter": quitter, "babbler": babbler}
 
 
 def _source_trajectories(env: NegotiationEnv, source: int, tasks_per_kind: int) -> list[Trajectory]:
