@@ -29,17 +29,17 @@ def test_defaults():
     assert cfg.env.name == "negotiation" and cfg.env.options == {}
     assert cfg.model.name is None and cfg.model.hidden_size == 64 and cfg.model.device == "auto"
     assert cfg.rollout.engine == "hf" and cfg.rollout.group_size == 8
-    assert cfg.optim.lr == 3e-3 and cfg.loss.clip_c == 3.0 and cfg.advantage.ddof == 1
+    assert cfg.optim.lr == 3e-4 and cfg.loss.clip_c == 3.0 and cfg.advantage.ddof == 1
     # the embedded default's exploration and action settings (issue 11), shared by every variant
     assert cfg.loss.entropy_coef == 0.01 and cfg.rollout.action_words == "auto" and cfg.rollout.max_new_tokens == 1
     assert cfg.model.tie_embeddings is True
     # rewardweaver trains with uniform task sampling and no skills
     assert cfg.sampler.kind == "uniform" and cfg.sampler.gamma_unobs == 0.999
     assert cfg.pool.skills is None and cfg.pool.max_pool == 64  # no pool: the key stays unset
-    assert cfg.rewardweaver.adaptation_interval == 30 and cfg.rewardweaver.budget == 4
+    assert cfg.rewardweaver.adaptation_interval == 30 and cfg.rewardweaver.budget == 6
     assert cfg.rewardweaver.process_normalization == "active_set"
     assert cfg.judge.kind == "rule" and cfg.judge.api_key_env == "OPENAI_API_KEY"
-    assert cfg.train.method == "rewardweaver" and cfg.train.steps == 200 and cfg.train.engine == "torch"
+    assert cfg.train.method == "rewardweaver" and cfg.train.steps == 500 and cfg.train.eval_every == 50 and cfg.train.engine == "torch"
 
 
 def test_defaults_are_not_shared():
@@ -54,7 +54,7 @@ def test_every_field_is_documented():
                                     else type(getattr(Config(), section.name))):
             assert f.metadata.get("help"), f"{section.name}.{f.name}"
     text = describe_config()
-    assert "train.steps = 200" in text and "sampler.kind = uniform" in text
+    assert "train.steps = 500" in text and "sampler.kind = uniform" in text
 
 
 def test_yaml_then_overrides(tmp_path):

@@ -186,20 +186,22 @@ def test_a_rejected_candidate_is_revised_on_the_development_partition_and_retest
 
 
 def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_admissions_and_rejections():
-    """The initial library lacks ends_hopeless_negotiation: a policy that keeps asking on no-deal tasks fails
-    in a way no admitted capability covers, the proposer finds the rule, admission tests it."""
+    """The initial library lacks ends_hopeless_negotiation and clear_actions: a policy that keeps asking on
+    no-deal tasks fails in ways no admitted capability covers (it asks again where it should end, and repeats
+    itself), the proposer finds both rules, admission tests them."""
     from rwcore.judges import RuleJudge
     from rwcore.trainer.method_setup import admit_library
 
     env = NegotiationEnv(seed=0, num_train=40, num_eval=4)
     judge = RuleJudge({rule.spec.rubric_id: rule.check for rule in env.rules()})
     library = admit_library(env, judge, list(rubrics.INITIAL_LIBRARY))
-    cases_by_rule = env.labelled_cases_by_rule(["ends_hopeless_negotiation", "offers_bundle_when_wanted"])
+    cases_by_rule = env.labelled_cases_by_rule(["ends_hopeless_negotiation", "clear_actions",
+                                                "offers_bundle_when_wanted"])
     # offers_bundle_when_wanted gets labels that do not fit it: its admission must fail and be recorded
     wrong = [LabelledCase(c.trajectory, Verdict.FAIL if c.label == Verdict.PASS else Verdict.PASS, c.source)
              if c.label != Verdict.NA else c for c in cases_by_rule["offers_bundle_when_wanted"]]
     provided = {"ends_hopeless_negotiation": cases_by_rule["ends_hopeless_negotiation"],
-                "offers_bundle_when_wanted": wrong}
+                "clear_actions": cases_by_rule["clear_actions"], "offers_bundle_when_wanted": wrong}
 
     class Proposer(rubrics.NegotiationReflector):
         def propose_capabilities(self, failures, library_, max_new):
@@ -208,7 +210,7 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
 
     tasks = {t.task_id: list(t.tags) for t in env.tasks("train")}
     method = AdaptiveMethod("rewardweaver", tasks, MethodSettings(batch_size=4, group_size=1, min_support=2,
-                                                                  success_sample=0, max_new_capabilities=2),
+                                                                  success_sample=0, max_new_capabilities=3),
                             Providers(library=library, attributor=env.attributor(), evaluator=judge,
                                       proposer=Proposer(env), acceptance_cases=lambda c: provided[c.capability_id]))
     no_deal = [t for t in env.tasks("train") if "no_deal" in t.tags and "bundle" not in t.tags][:4]
@@ -216,13 +218,14 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
              for t in no_deal]
     method.adapt(-1, diagnosis=(asker, judge.evaluate(asker, library.rubrics())))
     record = method.weaver.history.stages[0]
-    assert record.admitted == ("ends_hopeless_negotiation",) and "ends_hopeless_negotiation" in library
+    admitted = ("ends_hopeless_negotiation", "clear_actions")  # both fail 4 of 4: library order breaks the tie
+    assert record.admitted == admitted and all(cid in library for cid in admitted)
     expansion = record.diagnosis["expansion"]
     assert expansion["triggers"][0]["kind"] == "unattributed" and expansion["triggers"][0]["trajectories"] == 4
-    assert expansion["admitted"] == ["ends_hopeless_negotiation"]
+    assert expansion["admitted"] == list(admitted)
     assert "offers_bundle_when_wanted" in expansion["rejected"] and "offers_bundle_when_wanted" not in library
     stages = method.reward_stages()
-    assert stages[0]["admitted"] == ["ends_hopeless_negotiation"] and stages[0]["expansion"] == expansion
+    assert stages[0]["admitted"] == list(admitted) and stages[0]["expansion"] == expansion
 
 
 def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_computation(tmp_path):

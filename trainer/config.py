@@ -132,7 +132,7 @@ class RolloutConfig:
 class OptimConfig:
     """Optimizer and policy-update schedule."""
 
-    lr: float = _f(3e-3, "AdamW learning rate.", gt=0)
+    lr: float = _f(3e-4, "AdamW learning rate.", gt=0)
     weight_decay: float = _f(0.0, "AdamW weight decay.", ge=0)
     grad_clip: float = _f(1.0, "Gradient-norm clip.", ge=0)
     epochs: int = _f(1, "Passes over each step's rollouts.", gt=0)
@@ -199,7 +199,7 @@ class RewardWeaverConfig:
     """RewardWeaver outer loop."""
 
     adaptation_interval: int = _f(30, "Steps per stage (between active-set selections).", gt=0)
-    budget: int = _f(4, "Active-set budget B.", gt=0)
+    budget: int = _f(6, "Active-set budget B (RewardWeaver §2.3: 6).", gt=0)
     selection: Literal[
         "attribution",
         "static_topk",
@@ -246,9 +246,9 @@ class TrainConfig:
 
     method: Literal[VARIANT_NAMES] = _f(  # type: ignore[valid-type]
         "rewardweaver", "The method variant (rw variants lists them with the paper rows they reproduce).")
-    steps: int = _f(200, "Training steps.", ge=0)
+    steps: int = _f(500, "Training steps.", ge=0)
     seed: int = _f(0, "Seed for every random generator.")
-    eval_every: int = _f(25, "Steps between held-out evaluations.", ge=0)
+    eval_every: int = _f(50, "Steps between held-out evaluations.", ge=0)
     eval_with_skills: Literal["on", "off"] = _f(
         "off", "Also evaluate with the active skills in the prompt (analysis only; logged as eval_with_skills/*). "
         "Held-out evaluation itself never shows skills.")
