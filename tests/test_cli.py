@@ -187,7 +187,7 @@ def test_config_command(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "steps: 7" in out and "skills: 'off'" in out
     assert main(["config", "--describe"]) == 0
-    assert "optim.lr = 0.003" in capsys.readouterr().out
+    assert "optim.lr = 0.0003" in capsys.readouterr().out
     assert main(["config", "optim.lr=x"]) == 2
 
 
