@@ -134,13 +134,6 @@ def _budget_turn(d: _Dialogue) -> int | None:
     return None
 
 
-def _first_offer_after(d: _Dialogue, turn: int) -> tuple[str, int] | None:
-    for later, verb, price in _offers(d):
-        if later > turn:
-            return verb, price
-    return None
-
-
 # -- one function per rubric, from its criterion and applicability text -----------------------
 
 def _asks_budget_first(d: _Dialogue):

@@ -81,13 +81,6 @@ def _after(events: list[dict], reply: str) -> list[tuple[dict, dict]]:
 # -- checks: state -> (True / False / None, evidence) ----------------------------------
 
 
-def _first_offer(s):
-    for e in _events(s):
-        if is_offer(e):
-            return e
-    return None
-
-
 def _asks_budget_first(s):
     if s.get("haggler") or s.get("quote"):
         return None, ""
@@ -151,23 +144,24 @@ def _opening_and_answer(s):
     return None, None
 
 
-def _opens_at_list_with_haggler(s):
-    if not s.get("haggler") or not _events(s):
+def _list_opening_then(s, kind_flag: str, follows) -> tuple:
+    """For a `kind_flag` buyer the seller moved on: the first offer is the list price and the move after it
+    satisfies `follows(next_event)` (False when either is missing); NA for other buyers."""
+    if not s.get(kind_flag) or not _events(s):
         return None, ""
     first, nxt = _opening_and_answer(s)
     if first is None or first["verb"] != "offer" or first["price"] != s["list"]:
         return False, (first or _events(s)[-1])["text"]
-    taken = nxt is not None and (nxt["verb"] == "accept" or (nxt["verb"] == "offer" and nxt["price"] == s["budget"]))
-    return taken, (nxt or first)["text"]
+    return nxt is not None and follows(nxt), (nxt or first)["text"]
+
+
+def _opens_at_list_with_haggler(s):
+    return _list_opening_then(s, "haggler", lambda nxt: nxt["verb"] == "accept" or (
+        nxt["verb"] == "offer" and nxt["price"] == s["budget"]))
 
 
 def _quotes_list_price(s):
-    if not s.get("quote") or not _events(s):
-        return None, ""
-    first, nxt = _opening_and_answer(s)
-    if first is None or first["verb"] != "offer" or first["price"] != s["list"]:
-        return False, (first or _events(s)[-1])["text"]
-    return nxt is not None and nxt["verb"] == "confirm", (nxt or first)["text"]
+    return _list_opening_then(s, "quote", lambda nxt: nxt["verb"] == "confirm")
 
 
 def _confirms_agreement(s):
