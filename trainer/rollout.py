@@ -3,9 +3,15 @@
 Every agent turn of every live episode is generated in one batched call —
 HF `model.generate` (left-padded) by default, or a `Generator` such as the
 vLLM engine (rwcore.trainer.vllm_rollout); the environment answers each, and
-its reply is appended to that episode's token ids. After the episodes end, one forward pass scores
-every policy-generated token under the policy that produced it (the behavior
-log-probs the loss's importance ratios need).
+its reply is appended to that episode's token ids.
+
+Behavior log-probs (the denominator of Arise eq. 18's importance ratio) are the
+ones the engine computed while sampling — log-softmax of the scores it sampled
+from, at the sampling temperature and over the allowed tokens — stored per token
+with the policy version that sampled them (rollout.behavior_logprobs=engine).
+`score_behavior` recomputes them with the training model instead
+(rollout.behavior_logprobs=trainer), through the chunked fused-linear path, so
+no [B, L, V] logits are ever materialized.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Protocol
 
 import torch
 
-from rwcore.kernels import token_logprobs
+from rwcore.kernels import fused_linear_logprobs
 from rwcore.trainer.envs.base import Environment, Episode, Outcome, Task
 from rwcore.types import Trajectory, Turn
 
@@ -28,7 +34,9 @@ class Rollout:
     token_ids: [L] the whole conversation.
     generated: [L] True where the policy generated the token (these get loss).
     behavior_logprobs: [L] fp32 log-prob of token t given tokens < t under the
-        behavior policy, at the sampling temperature (0 where not generated).
+        behavior policy, at the sampling temperature (0 where not generated);
+        empty until an engine or `score_behavior` fills it.
+    behavior_version: the policy version that sampled the generated tokens.
     """
 
     trajectory: Trajectory
@@ -36,6 +44,7 @@ class Rollout:
     token_ids: list[int]
     generated: list[bool]
     behavior_logprobs: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    behavior_version: int = 0
 
 
 def pad_left(sequences: Sequence[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,22 +65,33 @@ def pad_right(sequences: Sequence[list], pad, dtype, device) -> torch.Tensor:
     return out.to(device)
 
 
+@dataclass
+class Completion:
+    """One sampled agent message: its token ids and, when the engine reports them, the log-prob of each
+    under the distribution it was sampled from (temperature and allowed tokens applied); None for greedy
+    decoding or an engine that does not report them."""
+
+    tokens: list[int]
+    logprobs: list[float] | None = None
+
+
 class Generator(Protocol):
     """Samples one agent message per prompt.
 
     prompts: token-id lists (the conversations so far); seeds: one int per
     prompt (engines with per-request generators use it, HF generate draws from
-    torch's global generator instead). Returns the new token ids per prompt:
-    ending with the codec's end id when the policy chose to stop, otherwise
-    exactly `max_new_tokens` ids.
+    torch's global generator instead). Returns one `Completion` per prompt:
+    its tokens end with the codec's end id when the policy chose to stop,
+    otherwise they are exactly `max_new_tokens` ids.
     """
 
     def __call__(self, prompts: Sequence[list[int]], seeds: Sequence[int], temperature: float,
-                 max_new_tokens: int, greedy: bool) -> list[list[int]]: ...
+                 max_new_tokens: int, greedy: bool) -> list[Completion]: ...
 
 
 class HFGenerator:
-    """`model.generate` on the policy's own model, left-padded."""
+    """`model.generate` on the policy's own model, left-padded; sampled tokens' log-probs from the scores
+    generate sampled from (after its temperature warper and token suppression)."""
 
     def __init__(self, policy) -> None:
         self.policy = policy
@@ -84,8 +104,16 @@ class HFGenerator:
             input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
             do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
             eos_token_id=codec.end_id, pad_token_id=codec.pad_id, suppress_tokens=policy.suppressed(),
+            output_scores=not greedy, return_dict_in_generate=True,
         )
-        return output[:, input_ids.shape[1]:].tolist()
+        new = output.sequences[:, input_ids.shape[1]:]
+        completions = [Completion(row) for row in new.tolist()]
+        if not greedy:
+            scores = torch.stack(output.scores, dim=1).float()  # [B, new tokens, V]: what was sampled from
+            logp = torch.log_softmax(scores, dim=-1).gather(-1, new[..., None]).squeeze(-1).tolist()
+            for completion, row in zip(completions, logp):
+                completion.logprobs = row
+        return completions
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
@@ -98,7 +126,8 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
                  temperature: float, max_new_tokens: int, greedy: bool = False,
                  generator: Generator | None = None) -> list[Rollout]:
     """Runs one episode per (task, seed, group_id) job with the current policy; returns them in job order.
-    `generator` samples the agent messages (default: HF generate on the policy's model)."""
+    `generator` samples the agent messages (default: HF generate on the policy's model). When it reports
+    log-probs, each rollout's behavior_logprobs holds them; otherwise it stays empty (see score_behavior)."""
     codec, model = policy.codec, policy.model
     generator = generator or HFGenerator(policy)
     was_training = model.training
@@ -106,6 +135,8 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
     episodes: list[Episode] = [env.reset(task, seed) for task, seed, _ in jobs]
     ids = [codec.start(system_prompt, ep.observation) for ep in episodes]
     generated = [[False] * len(seq) for seq in ids]
+    behavior = [[0.0] * len(seq) for seq in ids]
+    engine_logprobs = True  # every completion came with its log-probs
     turns = [[Turn("system", system_prompt), Turn("partner", ep.observation)] for ep in episodes]
     for turn in range(env.max_turns):
         live = [i for i, ep in enumerate(episodes) if not ep.done]
@@ -114,7 +145,8 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
         new_tokens = generator([ids[i] for i in live], [turn_seed(jobs[i][1], turn) for i in live], temperature,
                                max_new_tokens, greedy)
         for row, i in enumerate(live):
-            sampled = new_tokens[row]
+            completion = new_tokens[row]
+            sampled = completion.tokens
             if codec.end_id in sampled:
                 tokens = sampled[:sampled.index(codec.end_id) + 1]
                 flags = [True] * len(tokens)
@@ -122,6 +154,10 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
                 # Out of budget: the message is closed with an <end> the policy did not choose.
                 tokens = sampled + [codec.end_id]
                 flags = [True] * len(sampled) + [False]
+            if completion.logprobs is None:
+                engine_logprobs = False
+            else:
+                behavior[i].extend(completion.logprobs[:len(tokens)] + [0.0] * (len(tokens) - len(completion.logprobs)))
             message = codec.decode(tokens)
             ids[i].extend(tokens)
             generated[i].extend(flags)
@@ -132,10 +168,12 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
                 turns[i].append(Turn("partner", episodes[i].observation))
                 ids[i].extend(reply)
                 generated[i].extend([False] * len(reply))
+                behavior[i].extend([0.0] * len(reply))
     if was_training:
         model.train()
     rollouts = []
-    for (task, seed, group_id), episode, seq, gen, episode_turns in zip(jobs, episodes, ids, generated, turns):
+    for (task, seed, group_id), episode, seq, gen, logp, episode_turns in zip(jobs, episodes, ids, generated, behavior,
+                                                                             turns):
         outcome = env.outcome(episode)
         index = sum(1 for r in rollouts if r.trajectory.group_id == group_id)
         trajectory = Trajectory(
@@ -145,7 +183,9 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
             metadata={"env_state": episode.state, "task": task.data, "task_id": task.task_id, "seed": seed,
                       "success": bool(outcome.success)},
         )
-        rollouts.append(Rollout(trajectory, outcome, seq, gen))
+        logp = torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32) \
+            if engine_logprobs else torch.zeros(0)
+        rollouts.append(Rollout(trajectory, outcome, seq, gen, logp, policy.version))
     return rollouts
 
 
@@ -170,18 +210,21 @@ def batch_tensors(rollouts: Sequence[Rollout], pad_id: int, device):
 
 @torch.no_grad()
 def score_behavior(policy, rollouts: Sequence[Rollout], temperature: float, backend: str) -> None:
-    """Fills each rollout's behavior_logprobs [L] under the current (behavior) policy."""
+    """Fills each rollout's behavior_logprobs [L] under the current policy (rollout.behavior_logprobs=trainer),
+    from the final hidden states one chunk of logits at a time (never [B, L, V])."""
     was_training = policy.model.training
     policy.model.eval()
     input_ids, attention, generated = batch_tensors(rollouts, policy.codec.pad_id, policy.device)
-    logits = policy.model(input_ids=input_ids, attention_mask=attention).logits[:, :-1]
-    labels = input_ids[:, 1:]
-    if policy.allowed is not None:  # the same restricted softmax the sampler drew from
-        _, labels = policy.action_space(labels)
-        logits = logits.index_select(-1, policy.allowed)
-    logp = token_logprobs(logits.float(), labels, temperature=temperature, backend=backend, validate=False)
+    hidden = policy.hidden_states(input_ids, attention)[:, :-1]
+    weight, labels = policy.action_space(input_ids[:, 1:])  # the restricted softmax the sampler drew from
+    bias = policy.head.bias
+    if bias is not None and policy.allowed is not None:
+        bias = bias[policy.allowed]
+    logp = fused_linear_logprobs(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), bias,
+                                 temperature=temperature, backend=backend, validate=False).view(labels.shape)
     logp = torch.cat([torch.zeros_like(logp[:, :1]), logp], dim=1) * generated
     for row, rollout in enumerate(rollouts):
         rollout.behavior_logprobs = logp[row, :len(rollout.token_ids)].cpu()
+        rollout.behavior_version = policy.version
     if was_training:
         policy.model.train()

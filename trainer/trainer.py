@@ -38,14 +38,14 @@ import numpy as np
 import torch
 
 from rwcore._io import atomic_write_bytes
-from rwcore.kernels import fused_linear_policy_loss, token_logprobs
+from rwcore.kernels import fused_linear_entropy, fused_linear_policy_loss
 from rwcore.method import AdaptiveMethod, get_variant
 from rwcore.method.method import judge_groups
 from rwcore.trainer import envs
 from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
 from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
-from rwcore.trainer.policy import Policy, WordCodec, build_model, load_pretrained
+from rwcore.trainer.policy import Policy, build_policy
 from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
@@ -110,6 +110,8 @@ class Trainer:
         self.rank, self.world_size = self.engine.rank, self.engine.world_size
         self.main = self.rank == 0  # the process that writes the run folder
         self.generator = self._build_generator()  # before any file is written: vLLM may be missing
+        self.rollouts_ahead = None  # the asynchronous rollout process (rollout.max_lag > 0), started last
+        self._pending_rollouts: dict = {}
         self.variant = get_variant(cfg.train.method, "train.method")
         self.method = None
         self._eval_skills_prompt = None
@@ -136,6 +138,21 @@ class Trainer:
                     atomic_write_bytes(path, b"")
             self._start_method()
         self._write_adaptation_files()
+        if cfg.rollout.max_lag:
+            self._start_rollout_process()
+
+    def _start_rollout_process(self) -> None:
+        """rollout.max_lag > 0: the rollout process with the policy's current weights (and the rollouts a
+        resumed checkpoint had already requested); the CPU threads are split between it and training."""
+        from rwcore.trainer.async_rollout import RolloutProcess
+
+        threads = torch.get_num_threads()
+        worker = max(1, threads // 2)
+        self._threads_before = threads  # restored by cleanup()
+        torch.set_num_threads(max(1, threads - worker))
+        self.rollouts_ahead = RolloutProcess(self.config, worker, self.policy.model.state_dict(), self.policy.version)
+        self.rollouts_ahead.load_state_dict(self._pending_rollouts)
+        self._pending_rollouts = {}
 
     def _build_method(self) -> AdaptiveMethod:
         """The variant with its providers; RewardWeaver's library is admitted on rank 0 with the training
@@ -174,21 +191,28 @@ class Trainer:
         return torch.device(wanted)
 
     def _build_generator(self):
-        """None for HF generate on the training model; a vLLM engine for rollout.engine=vllm."""
+        """None for HF generate on the training model; a vLLM engine for rollout.engine=vllm (with
+        rollout.max_lag > 0 the rollout process builds its own, and evaluation uses HF generate)."""
         cfg = self.config
-        if cfg.rollout.engine != "vllm":
+        if cfg.rollout.engine != "vllm" or cfg.rollout.max_lag:
             return None
         from rwcore.trainer.vllm_rollout import VLLMGenerator
 
-        return VLLMGenerator(self.policy, cfg.model.name, cfg.model.dtype, cfg.rollout.vllm_gpu_memory_utilization,
-                             cfg.rollout.vllm_max_model_len or cfg.model.max_length, seed=cfg.train.seed + self.rank)
+        return VLLMGenerator.for_config(self.policy, cfg, rank=self.rank)
 
     def _sync_generator(self) -> None:
+        """The rollout engine (colocated vLLM, or the asynchronous rollout process) gets the policy's weights."""
         if self.generator is not None:
             self.generator.sync(self.policy.model)
+        if self.rollouts_ahead is not None:
+            self.rollouts_ahead.push(self.policy.model.state_dict(), self.policy.version)
 
     def _check_batch(self, cfg: Config) -> None:
         world = int(os.environ.get("WORLD_SIZE", "1")) if cfg.train.engine == "deepspeed" else 1
+        if cfg.rollout.max_lag and world > 1:
+            raise ValueError(f"rollout.max_lag={cfg.rollout.max_lag}: asynchronous rollouts run one rollout process "
+                             f"beside one training process; with {world} data-parallel processes use "
+                             "rollout.max_lag=0")
         if cfg.rollout.tasks_per_step < world:
             raise ValueError(f"rollout.tasks_per_step={cfg.rollout.tasks_per_step} is smaller than the number of "
                              f"processes ({world}): every process needs at least one task group")
@@ -208,24 +232,7 @@ class Trainer:
         return TorchEngine(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, grad_clip=cfg.optim.grad_clip)
 
     def _build_policy(self) -> Policy:
-        cfg = self.config.model
-        if cfg.name:
-            model, codec = load_pretrained(cfg.name, self.device, cfg.dtype)
-        else:
-            codec = WordCodec(self.env.vocabulary())
-            model = build_model(len(codec), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size,
-                                cfg.max_length, self.config.train.seed, cfg.tie_embeddings).to(self.device)
-        model.train()
-        policy = Policy(model, codec, self.device)
-        words = self.config.rollout.action_words
-        if words == "auto":
-            words = "on" if not cfg.name and hasattr(self.env, "action_vocabulary") else "off"
-        if words == "on":
-            if cfg.name or not hasattr(self.env, "action_vocabulary"):
-                raise ValueError("rollout.action_words=on needs the built-in model (model.name=null) and an "
-                                 "environment with action_vocabulary()")
-            policy.restrict([codec.vocab[w] for w in self.env.action_vocabulary()] + [codec.end_id])
-        return policy
+        return build_policy(self.config, self.env, self.device)
 
     # ------------------------------------------------------------------ the loop
 
@@ -294,28 +301,48 @@ class Trainer:
         started = time.perf_counter()
         adaptive = 0.0
 
-        clock = time.perf_counter()
-        task_ids = self.method.sample(index)
-        adaptive += time.perf_counter() - clock
-        prompt = self.method.system_prompt(self.env.system_prompt)
-        rollouts, trajectories = self._rollout(task_ids, _step_seed(cfg.train.seed, index), f"s{index}", prompt)
+        lagged = self.rollouts_ahead is not None
+        if lagged:
+            clock = time.perf_counter()
+            if index not in self.rollouts_ahead.pending():  # step 0: nothing was requested ahead yet
+                adaptive += self._request_rollouts(index)
+            task_ids, rollouts = self.rollouts_ahead.take(index)
+            waited = time.perf_counter() - clock
+            trajectories = [r.trajectory for r in rollouts]
+        else:
+            clock = time.perf_counter()
+            task_ids = self.method.sample(index)
+            adaptive += time.perf_counter() - clock
+            prompt = self.method.system_prompt(self.env.system_prompt)
+            clock = time.perf_counter()
+            rollouts, trajectories = self._rollout(task_ids, _step_seed(cfg.train.seed, index), f"s{index}", prompt)
+            waited = time.perf_counter() - clock
         reports = self._judge(trajectories, self.method.rubrics_to_judge(index, task_ids))
 
         clock = time.perf_counter()
         scored = self.method.score(trajectories, reports)
+        group = cfg.rollout.group_size
+        versions = [int(trajectories[i * group].policy_version) for i in range(len(task_ids))]
+        if lagged:
+            # The evidence enters at the version that generated it (eq. 20), before the next requests are
+            # sampled; then the rollouts of every step up to index + max_lag are requested from version index.
+            self.method.observe(index, task_ids, trajectories, scored.judged, policy_versions=versions)
+            for ahead in range(index + 1, min(cfg.train.steps, index + cfg.rollout.max_lag + 1)):
+                if ahead not in self.rollouts_ahead.pending():
+                    adaptive += self._request_rollouts(ahead)
         adaptive += time.perf_counter() - clock
 
         first, last = self._my_groups(len(task_ids))
-        group = cfg.rollout.group_size
         self.engine.set_lr(learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule,
                                          cfg.train.steps))
         update = self._update_policy(rollouts, scored.advantages[first * group:last * group])
         self.policy.version = index + 1  # diagnosis rollouts below come from the updated policy
         self._sync_generator()
 
-        clock = time.perf_counter()
-        self.method.observe(index, task_ids, trajectories, scored.judged)
-        adaptive += time.perf_counter() - clock
+        if not lagged:
+            clock = time.perf_counter()
+            self.method.observe(index, task_ids, trajectories, scored.judged, policy_versions=versions)
+            adaptive += time.perf_counter() - clock
         changed, adapt_seconds, diagnosis_seconds = self._adapt(index)
         adaptive += adapt_seconds
         self.step += 1
@@ -341,10 +368,28 @@ class Trainer:
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
             "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
             **_rubric_rates(judged), **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
-            "time/diagnosis": diagnosis_seconds,
+            "time/diagnosis": diagnosis_seconds, "time/rollout_wait": waited,
+            "rollout/version_lag": float(np.mean([index - v for v in versions])),
+            # groups whose evidence entered the sampler at a version older than the one being trained
+            "evidence/late_groups": int(sum(v < index for v in versions)),
+            "rollout/trajectories": len(trajectories),
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
         }
         return row
+
+    def _request_rollouts(self, step: int) -> float:
+        """Asks the rollout process for step `step`'s rollouts (the method samples its tasks now, and its
+        current training prompt goes with them); returns the seconds spent in the method."""
+        cfg = self.config
+        clock = time.perf_counter()
+        task_ids = self.method.sample(step)
+        prompt = self.method.system_prompt(self.env.system_prompt)
+        seconds = time.perf_counter() - clock
+        seed = _step_seed(cfg.train.seed, step)
+        jobs = [(self.train_tasks[task_ids[i]], seed + 31 * i + j, f"s{step}/t{i}")
+                for i in range(len(task_ids)) for j in range(cfg.rollout.group_size)]
+        self.rollouts_ahead.submit(step, task_ids, jobs, prompt, seed)
+        return seconds
 
     def _my_groups(self, count: int) -> tuple[int, int]:
         """[first, last): the block of `count` task groups (or evaluation tasks) this rank runs."""
@@ -360,7 +405,8 @@ class Trainer:
                 jobs.append((self.train_tasks[task_ids[i]], seed + 31 * i + j, f"{label}/t{i}"))
         rollouts = run_episodes(self.env, self.policy, jobs, prompt, cfg.rollout.temperature,
                                 cfg.rollout.max_new_tokens, generator=self.generator)
-        score_behavior(self.policy, rollouts, cfg.rollout.temperature, cfg.loss.backend)
+        if cfg.rollout.behavior_logprobs == "trainer" or any(not r.behavior_logprobs.numel() for r in rollouts):
+            score_behavior(self.policy, rollouts, cfg.rollout.temperature, cfg.loss.backend)
         return rollouts, self._gathered([r.trajectory for r in rollouts])
 
     def _gathered(self, items: list) -> list:
@@ -481,12 +527,10 @@ class Trainer:
         return {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
 
     def _entropy_sum(self, hidden: torch.Tensor, weight: torch.Tensor, bias, mask: torch.Tensor) -> torch.Tensor:
-        """Sum over model tokens of the policy's entropy at the sampling temperature (fp32, differentiable).
-        Materializes the [N, V] logits of the action space: meant for small vocabularies or action words."""
-        logits = torch.nn.functional.linear(hidden, weight, bias).float()
-        placeholder = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
-        _, entropy = token_logprobs(logits, placeholder, temperature=self.config.rollout.temperature,
-                                    return_entropy=True, backend=self.config.loss.backend, validate=False)
+        """Sum over model tokens of the policy's entropy at the sampling temperature (fp32, differentiable),
+        one chunk of logits at a time (never the [N, V] logits)."""
+        entropy = fused_linear_entropy(hidden, weight, bias, temperature=self.config.rollout.temperature,
+                                       backend=self.config.loss.backend, validate=False)
         return (entropy * mask).sum()
 
     # ------------------------------------------------------------------ evaluation
@@ -593,6 +637,8 @@ class Trainer:
                 "step": self.step, "config": config_to_dict(self.config), "world_size": self.world_size,
                 "method": self.method.state_dict(),
                 "rng": rng,
+                # rollout.max_lag > 0: rollouts already requested from older versions, trained on next
+                "rollouts_ahead": self.rollouts_ahead.state_dict() if self.rollouts_ahead is not None else {},
             }, staging / "state.pt")
         else:
             torch.save(rng, staging / f"rng_rank{self.rank}.pt")
@@ -636,6 +682,10 @@ class Trainer:
         torch.set_rng_state(rng["torch"])
         self.step = int(state["step"])
         self.policy.version = self.step
+        self._pending_rollouts = dict(state.get("rollouts_ahead") or {})
+        if self._pending_rollouts and not self.config.rollout.max_lag:
+            raise ValueError(f"--resume: checkpoint {path} holds rollouts requested ahead (rollout.max_lag); the "
+                             "run's config must keep rollout.max_lag")
         if self.main:
             for log in (self._metrics_path, self._sampling_path):
                 _truncate_after(log, self.step)
@@ -643,9 +693,13 @@ class Trainer:
 
     def cleanup(self) -> None:
         """Releases the engines (DeepSpeed's buffers and hooks, vLLM's temporary model folder)."""
-        for engine in (getattr(self, "generator", None), getattr(self, "engine", None)):
+        for engine in (getattr(self, "rollouts_ahead", None), getattr(self, "generator", None),
+                       getattr(self, "engine", None)):
             if engine is not None:
                 engine.close()
+        if getattr(self, "_threads_before", None):
+            torch.set_num_threads(self._threads_before)
+            self._threads_before = None
 
 
 def _rubric_rates(judged) -> dict:

@@ -11,8 +11,12 @@ real vLLM needs CUDA. The behavior follows vLLM's documentation:
   token when one was sampled (`finish_reason="stop"`), else `max_tokens` ids
   (`"length"`); a request's `seed` makes its sample reproducible;
   `allowed_token_ids` restricts sampling to those ids; temperature 0 is greedy;
-- `llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(
-  [(name, tensor)])` replaces weights by HF parameter name; `reset_prefix_cache()`.
+- `llm.collective_rpc("reload_weights", kwargs={"weights_iterator": [(name, tensor)]})`
+  replaces weights by HF parameter name; `reset_prefix_cache()`;
+- `SamplingParams(logprobs=0)` returns, per sampled token, `{token: Logprob(logprob)}` of the
+  distribution it was sampled from (the engine's `logprobs_mode="processed_logprobs"`:
+  temperature and `allowed_token_ids` applied); `prompt_logprobs=0` the same for prompt tokens
+  (`None` for the first).
 
 Every call is appended to CALLS. INCLUDE_STOP_TOKEN=False returns outputs
 without their stop token (what a vLLM that strips it would do).
@@ -39,6 +43,14 @@ class SamplingParams:
     seed: int | None = None
     detokenize: bool = True
     allowed_token_ids: list | None = None
+    top_k: int = 0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+
+
+@dataclass
+class Logprob:
+    logprob: float
 
 
 class _Model:
@@ -65,6 +77,10 @@ class LLM:
         self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
             driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=self.model))))
 
+    def collective_rpc(self, method, kwargs=None):
+        assert method == "reload_weights", method
+        self.model.load_weights(list(kwargs["weights_iterator"]))
+
     def reset_prefix_cache(self):
         CALLS.append(("reset_prefix_cache",))
 
@@ -73,25 +89,39 @@ class LLM:
         CALLS.append(("generate", [list(p["prompt_token_ids"]) for p in prompts], list(sampling_params)))
         return [self._one(list(p["prompt_token_ids"]), params) for p, params in zip(prompts, sampling_params)]
 
+    def _distribution(self, ids, params):
+        logits = self.model.hf_model(input_ids=torch.tensor([ids])).logits[0, -1].double()
+        if params.allowed_token_ids is not None:
+            keep = torch.full_like(logits, float("-inf"))
+            keep[params.allowed_token_ids] = 0.0
+            logits = logits + keep
+        return logits
+
     def _one(self, ids, params):
         generator = torch.Generator().manual_seed(params.seed if params.seed is not None else 0)
-        tokens, reason = [], "length"
+        tokens, reason, logprobs = [], "length", []
         for _ in range(params.max_tokens):
-            logits = self.model.hf_model(input_ids=torch.tensor([ids + tokens])).logits[0, -1].double()
-            if params.allowed_token_ids is not None:
-                keep = torch.full_like(logits, float("-inf"))
-                keep[params.allowed_token_ids] = 0.0
-                logits = logits + keep
+            logits = self._distribution(ids + tokens, params)
             if params.temperature == 0:
                 token = int(logits.argmax())
+                logp = torch.log_softmax(logits, -1)
             else:
-                probs = torch.softmax(logits / params.temperature, -1)
-                token = int(torch.multinomial(probs, 1, generator=generator))
+                logp = torch.log_softmax(logits / params.temperature, -1)
+                token = int(torch.multinomial(logp.exp(), 1, generator=generator))
             if token in params.stop_token_ids:
                 reason = "stop"
                 if INCLUDE_STOP_TOKEN:
                     tokens.append(token)
+                    logprobs.append({token: Logprob(float(logp[token]))})
                 break
             tokens.append(token)
-        return SimpleNamespace(prompt_token_ids=ids,
-                               outputs=[SimpleNamespace(token_ids=tokens, finish_reason=reason)])
+            logprobs.append({token: Logprob(float(logp[token]))})
+        prompt_logprobs = None
+        if params.prompt_logprobs is not None:
+            plain = SamplingParams(temperature=params.temperature)
+            prompt_logprobs = [None] + [
+                {ids[t]: Logprob(float(torch.log_softmax(self._distribution(ids[:t], plain) / params.temperature,
+                                                         -1)[ids[t]]))} for t in range(1, len(ids))]
+        return SimpleNamespace(prompt_token_ids=ids, prompt_logprobs=prompt_logprobs,
+                               outputs=[SimpleNamespace(token_ids=tokens, finish_reason=reason,
+                                                        logprobs=logprobs if params.logprobs is not None else None)])
