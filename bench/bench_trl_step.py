@@ -7,15 +7,14 @@
 Equal work: the same tiny Llama (the embedded default's shape: hidden 64, 2 layers, 4 heads, MLP
 128, the same random weights loaded by both), the same word-level tokenizer built here, the same
 prompts (B per step, one token sequence each), G completions per prompt of exactly T tokens (the
-end token is suppressed in both, so neither stops early), the same reward function, AdamW at the
-same learning rate, one optimizer step per batch, no KL term. TRL's side is
-`GRPOTrainer.train()` (HF generate, its reward and advantage code, its loss); rwcore's side is
-the code `rw train` runs for a step — `run_episodes` (HF generate, behavior log-probs from the
-engine) on a one-turn environment, group advantages, `Trainer._update_policy` (the fused filtered
-dual-clip loss) — with max_lag 0, and the same step with rollout.max_lag=1 semantics is not
-included (TRL's synchronous step is the peer). Step times are medians over the steps after the
-first (warm-up); the ratio is TRL / rwcore from this one run, one thread each, one after the
-other.
+special tokens, end included, are suppressed in both, so neither stops early; both runs check it),
+the same reward function, AdamW at the same learning rate, one optimizer step per batch, no KL term.
+TRL's side is `GRPOTrainer.train()` (HF generate, its reward and advantage code, its loss); rwcore's
+side is the code `rw train` runs for a step — `run_episodes` (HF generate, behavior log-probs from
+the engine) on a one-turn environment, group advantages, `Trainer._update_policy` (the fused
+filtered dual-clip loss) — synchronous (max_lag 0), as TRL's step is. Step times are medians over
+the steps after the first (warm-up); the ratio is TRL / rwcore from this one run, one thread each,
+one after the other.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _report import machine, publish  # noqa: E402
+from rwcore.trainer.policy import SPECIAL_TOKENS  # noqa: E402
 
 WORDS = [f"w{i}" for i in range(40)]
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
@@ -103,7 +103,8 @@ def time_rwcore(folder: Path, args) -> list[float]:
     trainer.device = torch.device("cpu")
     trainer.policy = Policy(model, codec, trainer.device)
     trainer.policy.allowed = None
-    trainer.policy.suppressed = lambda: [codec.end_id]  # exactly T tokens, as on TRL's side
+    special = [codec.vocab[t] for t in SPECIAL_TOKENS]
+    trainer.policy.suppressed = lambda: special  # words only, exactly T of them, as on TRL's side
     trainer.engine = trainer._build_engine()
     trainer.rank, trainer.world_size = 0, 1
     env = OneTurn()
@@ -133,7 +134,7 @@ def time_trl(folder: Path, args) -> list[float]:
 
     build(folder, args.seed)
     tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
-    end_id = tokenizer.convert_tokens_to_ids("<end>")
+    special = tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS)
     rows = [{"prompt": [{"role": "user", "content": text}]} for text in prompts(args.prompts)] * args.steps
 
     def reward_fn(completions, **_):
@@ -153,13 +154,15 @@ def time_trl(folder: Path, args) -> list[float]:
     config = GRPOConfig(
         output_dir=str(folder / "trl"), max_steps=args.steps, per_device_train_batch_size=args.prompts * args.group_size,
         num_generations=args.group_size, max_completion_length=args.tokens, report_to=[], use_cpu=True, bf16=False,
-        logging_steps=10**6, save_strategy="no", learning_rate=args.lr, seed=args.seed, beta=0.0, temperature=1.0,
+        logging_steps=1, save_strategy="no", learning_rate=args.lr, seed=args.seed, beta=0.0, temperature=1.0,
         top_k=0, top_p=1.0, lr_scheduler_type="constant", max_grad_norm=1.0, weight_decay=0.0,
-        generation_kwargs={"suppress_tokens": [end_id]}, shuffle_dataset=False,
+        generation_kwargs={"suppress_tokens": special}, shuffle_dataset=False,
     )
     trainer = GRPOTrainer(model=str(folder), reward_funcs=reward_fn, args=config,
                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=[clock])
     trainer.train()
+    lengths = [row["completions/mean_length"] for row in trainer.state.log_history if "completions/mean_length" in row]
+    assert lengths and all(length == args.tokens for length in lengths), lengths  # equal work
     return clock.marks
 
 

@@ -13,6 +13,9 @@ Benchmarks, in order (each is also a script of its own in bench/):
 - training_step: the adaptive machinery's share of a `rw train` step (bench_training_step.py)
 - kernels_cuda:  the kernels on CUDA against the device's peak FLOP rate and bandwidth
                  (bench_kernels_cuda.py); skipped with a note when torch.cuda.is_available() is False
+- async:         `rw train` throughput with rollout.max_lag 1 vs 0 (bench_async.py)
+- trl_step:      one GRPO step, rwcore's trainer vs TRL's GRPOTrainer at equal work (bench_trl_step.py)
+- scoring_memory: behavior-scoring peak memory, fused-linear vs materialized logits (bench_scoring_memory.py)
 
 The report goes to OUT/report.json (every benchmark's full report and the machine) and
 OUT/report.md (a summary of the headline ratios, then every benchmark's table); OUT defaults to
@@ -46,6 +49,9 @@ BENCHMARKS = {
     "advantages": ("bench_advantages", "compute_advantages and length_regularize vs a per-group loop"),
     "training_step": ("bench_training_step", "the adaptive machinery's share of a training step"),
     "kernels_cuda": ("bench_kernels_cuda", "policy-loss kernels on CUDA against the device's peak"),
+    "async": ("bench_async", "rw train throughput, rollout.max_lag 1 vs 0"),
+    "trl_step": ("bench_trl_step", "one GRPO step, rwcore vs TRL GRPOTrainer at equal work"),
+    "scoring_memory": ("bench_scoring_memory", "behavior-scoring peak memory, fused vs materialized"),
 }
 NAMES = tuple(BENCHMARKS)
 DEFAULT_OUT = BENCH / "results" / "latest"
@@ -162,6 +168,13 @@ def headlines(name: str, report: dict) -> list[tuple[str, str]]:
             spec_part = f"{bw / spec['bandwidth']:.2f} of spec" if spec.get("bandwidth") else "spec n/a"
             rows.append((f"filtered_dual_clip_loss bandwidth, {row['tokens']} tokens",
                          f"{bw / 1e9:.0f} GB/s ({spec_part}, {bw / measured['copy_bandwidth']:.2f} of copy)"))
+    elif name == "async":
+        rows.append(("rw train trajectories/s, max_lag 1 / max_lag 0", f"{report['trajectories_ratio']:.2f}x"))
+    elif name == "trl_step":
+        rows.append(("GRPO step time, TRL GRPOTrainer / rwcore", f"{report['speedup']:.2f}x"))
+    elif name == "scoring_memory":
+        for row in report["rows"]:
+            rows.append((f"behavior-scoring peak, fused / materialized, V={row['vocab']:,}", f"{row['ratio']:.3f}"))
     return rows
 
 

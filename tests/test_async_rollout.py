@@ -76,14 +76,16 @@ def test_synchronous_engine_logprobs_match_the_training_model(tmp_path):
     assert all(abs(row["mean_ratio"] - 1.0) < 1e-4 and row["kept_fraction"] == 1.0 for row in metrics)
 
 
-def test_engine_logprobs_are_the_log_softmax_the_token_was_sampled_from(tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.temperature=0.7"]),
+@pytest.mark.parametrize("temperature,max_new_tokens,words", [(0.7, 1, "on"), (1.3, 3, "off")])
+def test_engine_logprobs_are_the_log_softmax_the_token_was_sampled_from(tmp_path, temperature, max_new_tokens, words):
+    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", f"rollout.temperature={temperature}",
+                                         f"rollout.max_new_tokens={max_new_tokens}", f"rollout.action_words={words}"]),
                       tmp_path / "run", quiet=True)
     trainer.setup()
     tasks = [trainer.train_tasks[t] for t in trainer.method.sample(0)]
     rollouts = run_episodes(trainer.env, trainer.policy, [(task, 5 + i, "g") for i, task in enumerate(tasks)],
-                            trainer.env.system_prompt, 0.7, 1)
-    allowed = trainer.policy.allowed
+                            trainer.env.system_prompt, temperature, max_new_tokens)
+    allowed = trainer.policy.allowed if words == "on" else torch.arange(len(trainer.policy.codec))
     checked = 0
     for rollout in rollouts:
         assert rollout.behavior_version == 0 and len(rollout.behavior_logprobs) == len(rollout.token_ids)
@@ -93,11 +95,11 @@ def test_engine_logprobs_are_the_log_softmax_the_token_was_sampled_from(tmp_path
                 continue
             with torch.no_grad():
                 logits = trainer.policy.model(input_ids=torch.tensor([rollout.token_ids[:position]])).logits[0, -1]
-            restricted = torch.log_softmax(logits.double()[allowed] / 0.7, -1)  # the action-word softmax
+            restricted = torch.log_softmax(logits.double()[allowed] / temperature, -1)  # what was sampled from
             index = allowed.tolist().index(rollout.token_ids[position])
             assert float(rollout.behavior_logprobs[position]) == pytest.approx(float(restricted[index]), abs=1e-5)
             checked += 1
-    assert checked >= len(rollouts)
+    assert checked >= len(rollouts) * (2 if max_new_tokens > 1 else 1)
     trainer.cleanup()
 
 

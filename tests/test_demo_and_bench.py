@@ -68,3 +68,26 @@ def test_kernel_bench_workers_measure_time_and_memory():
     # eager materializes [256, 2048] fp32 logits (2 MiB) more than once; rwcore holds 64-row chunks
     assert row["eager"]["peak_mib"] >= 2.0
     assert row["rwcore"]["peak_mib"] < row["eager"]["peak_mib"]
+
+
+def _bench_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_scoring_memory_bench_compares_the_same_log_probs(tmp_path):
+    report = _bench_module("bench_scoring_memory").main(["--tokens", "512", "--hidden", "64", "--vocab", "20000",
+                                                         "--out", str(tmp_path / "m.json")])
+    (row,) = report["rows"]
+    assert row["max_abs_difference"] < 1e-4  # the fused path scores the same tokens
+    assert row["materialized_peak_mib"] > 0 and row["logits_mib"] == 512 * 20000 * 4 / 2**20
+    assert "| 20,000 |" in (tmp_path / "m.md").read_text()
+
+
+def test_trl_step_bench_runs_both_trainers_at_equal_work():
+    # inside, rwcore's rollouts are checked to generate exactly --tokens tokens each, as TRL's must
+    report = _bench_module("bench_trl_step").main(["--quick"])
+    assert len(report["rwcore_step_s"]) == len(report["trl_step_s"]) == 3
+    assert report["speedup"] > 0 and report["config"]["tokens"] == 8

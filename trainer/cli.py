@@ -513,8 +513,9 @@ class BenchCommand(Command):
     help = "run the benchmark suite (from a source checkout) and write a JSON and Markdown report"
     description = (
         "Runs bench/run_all.py of a source checkout: evidence store and sampler vs pure Python, the "
-        "fused policy loss vs PyTorch eager and Liger-Kernel, advantages vs a per-group loop and the "
-        "adaptive share of a training step (plus, on a GPU, the kernels against the device's peak); "
+        "fused policy loss vs PyTorch eager and Liger-Kernel, advantages vs a per-group loop, the "
+        "adaptive share of a training step, asynchronous vs synchronous training, a GRPO step vs TRL's "
+        "and behavior-scoring memory (plus, on a GPU, the kernels against the device's peak); "
         "prints each ratio table and writes report.json and report.md into --out."
     )
     epilog = """examples:
@@ -528,8 +529,8 @@ class BenchCommand(Command):
         parser.add_argument("--out", metavar="DIR", default=None,
                             help="folder for report.json and report.md (default: bench/results/latest)")
         parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
-                            help="run only these benchmarks: sampler, kernels, advantages, training_step, "
-                                 "kernels_cuda")
+                            help="run only these benchmarks: sampler, kernels, advantages, training_step, kernels_cuda, "
+                                 "async, trl_step, scoring_memory")
 
     def run(self, args: argparse.Namespace) -> int:
         runner = _load_bench_runner()

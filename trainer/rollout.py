@@ -89,29 +89,59 @@ class Generator(Protocol):
                  max_new_tokens: int, greedy: bool) -> list[Completion]: ...
 
 
+class _SampledLogProbs:
+    """A `generate` logits processor that records the log-prob of each sampled token under the
+    distribution it was drawn from: log_softmax(scores / T) over the scores generate samples from
+    (token suppression applied; no top-k / top-p here). It holds one step's [B, V] log-probs at a time
+    (a step's token is read from input_ids at the next call, the last one from the final sequences),
+    never the [B, new tokens, V] that `output_scores` would keep."""
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = float(temperature)
+        self.previous: torch.Tensor | None = None
+        self.columns: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.previous is not None:
+            self.columns.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """[B, new tokens] log-probs of `new_tokens` (generate's output after the prompt)."""
+        if self.previous is not None and len(self.columns) < new_tokens.shape[1]:
+            self.columns.append(self.previous.gather(-1, new_tokens[:, len(self.columns):len(self.columns) + 1])
+                                .squeeze(-1))
+        self.previous = None
+        return torch.stack(self.columns, dim=1) if self.columns else new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
+
+
 class HFGenerator:
-    """`model.generate` on the policy's own model, left-padded; sampled tokens' log-probs from the scores
-    generate sampled from (after its temperature warper and token suppression)."""
+    """`model.generate` on the policy's own model, left-padded; each sampled token's log-prob under the
+    distribution generate drew it from (temperature and token suppression applied)."""
 
     def __init__(self, policy) -> None:
         self.policy = policy
 
     @torch.no_grad()
     def __call__(self, prompts, seeds, temperature, max_new_tokens, greedy):
+        from transformers import LogitsProcessorList
+
         policy, codec = self.policy, self.policy.codec
         input_ids, attention = pad_left(prompts, codec.pad_id, policy.device)
+        # custom processors run after suppression and before generate's temperature warper (and there is
+        # no top-k / top-p here), so the recorder applies the temperature itself
+        recorder = None if greedy else _SampledLogProbs(temperature)
         output = policy.model.generate(
             input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
             do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
             eos_token_id=codec.end_id, pad_token_id=codec.pad_id, suppress_tokens=policy.suppressed(),
-            output_scores=not greedy, return_dict_in_generate=True,
+            logits_processor=LogitsProcessorList([recorder]) if recorder is not None else None,
         )
-        new = output.sequences[:, input_ids.shape[1]:]
+        new = output[:, input_ids.shape[1]:]
         completions = [Completion(row) for row in new.tolist()]
-        if not greedy:
-            scores = torch.stack(output.scores, dim=1).float()  # [B, new tokens, V]: what was sampled from
-            logp = torch.log_softmax(scores, dim=-1).gather(-1, new[..., None]).squeeze(-1).tolist()
-            for completion, row in zip(completions, logp):
+        if recorder is not None:
+            for completion, row in zip(completions, recorder.finish(new).tolist()):
                 completion.logprobs = row
         return completions
 
