@@ -2,15 +2,17 @@
 
 A separate rollout process holds its own copy of the policy (HF generate, or a
 vLLM engine for rollout.engine=vllm) and runs whole episodes. The trainer keeps
-it fed on a fixed schedule: before the update of step t it submits the rollouts
-of every step up to t + K, and after the update it pushes the new weights. The
+it fed on a fixed schedule: as soon as it takes the rollouts of step t it
+submits those of every step up to t + K (their tasks sampled from the evidence
+so far), then judges, scores and updates while they are generated, and after
+the update it pushes the new weights. The
 process answers requests in order, so the rollouts of step s always come from
 policy version max(0, s - K) — whatever the timing — and a run is reproducible
 from its seed (each request carries its seed; the process reseeds torch's
 generator from it before generating).
 
-While the trainer updates on step t, the process generates step t + 1: on a
-CPU each takes its share of the cores (`threads` each), which is where the
+While the trainer judges and updates on step t, the process generates step
+t + 1: on a CPU each takes its share of the cores (`threads` each), which is where the
 speed-up comes from; on a GPU the two share the device.
 
 Checkpoints hold the rollouts already requested but not yet trained on

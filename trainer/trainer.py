@@ -301,14 +301,19 @@ class Trainer:
         started = time.perf_counter()
         adaptive = 0.0
 
-        lagged = self.rollouts_ahead is not None
-        if lagged:
+        if self.rollouts_ahead is not None:
             clock = time.perf_counter()
             if index not in self.rollouts_ahead.pending():  # step 0: nothing was requested ahead yet
                 adaptive += self._request_rollouts(index)
             task_ids, rollouts = self.rollouts_ahead.take(index)
             waited = time.perf_counter() - clock
             trajectories = [r.trajectory for r in rollouts]
+            # Request every step up to index + max_lag now (from version index), so that judging, scoring,
+            # the update and adaptation all overlap with their generation; their tasks are sampled from the
+            # evidence observed so far (up to step index - 1).
+            for ahead in range(index + 1, min(cfg.train.steps, index + cfg.rollout.max_lag + 1)):
+                if ahead not in self.rollouts_ahead.pending():
+                    adaptive += self._request_rollouts(ahead)
         else:
             clock = time.perf_counter()
             task_ids = self.method.sample(index)
@@ -322,14 +327,8 @@ class Trainer:
         clock = time.perf_counter()
         scored = self.method.score(trajectories, reports)
         group = cfg.rollout.group_size
+        # each group's evidence enters at the version that generated it (eq. 20: late under max_lag)
         versions = [int(trajectories[i * group].policy_version) for i in range(len(task_ids))]
-        if lagged:
-            # The evidence enters at the version that generated it (eq. 20), before the next requests are
-            # sampled; then the rollouts of every step up to index + max_lag are requested from version index.
-            self.method.observe(index, task_ids, trajectories, scored.judged, policy_versions=versions)
-            for ahead in range(index + 1, min(cfg.train.steps, index + cfg.rollout.max_lag + 1)):
-                if ahead not in self.rollouts_ahead.pending():
-                    adaptive += self._request_rollouts(ahead)
         adaptive += time.perf_counter() - clock
 
         first, last = self._my_groups(len(task_ids))
@@ -339,10 +338,9 @@ class Trainer:
         self.policy.version = index + 1  # diagnosis rollouts below come from the updated policy
         self._sync_generator()
 
-        if not lagged:
-            clock = time.perf_counter()
-            self.method.observe(index, task_ids, trajectories, scored.judged, policy_versions=versions)
-            adaptive += time.perf_counter() - clock
+        clock = time.perf_counter()
+        self.method.observe(index, task_ids, trajectories, scored.judged, policy_versions=versions)
+        adaptive += time.perf_counter() - clock
         changed, adapt_seconds, diagnosis_seconds = self._adapt(index)
         adaptive += adapt_seconds
         self.step += 1
