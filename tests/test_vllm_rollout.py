@@ -159,3 +159,11 @@ def test_missing_vllm_is_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"rollout.engine=vllm needs vLLM.*pip install"):
         trainer.setup()
     assert not (tmp_path / "run").exists()  # failed before writing anything
+
+
+def test_missing_vllm_is_refused_before_the_run_folder_with_a_lagged_rollout_process(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    trainer = Trainer(load_config(None, [*SMALL, "rollout.max_lag=1"]), tmp_path / "run", quiet=True)
+    with pytest.raises(ValueError, match=r"rollout.engine=vllm needs vLLM.*setup.sh"):
+        trainer.setup()
+    assert not (tmp_path / "run").exists()

