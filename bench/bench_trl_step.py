@@ -181,12 +181,16 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.prompts, args.group_size, args.tokens, args.steps = 4, 4, 8, 3
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     import trl
 
-    with tempfile.TemporaryDirectory() as tmp:
-        rw = time_rwcore(Path(tmp) / "a", args)
-        theirs = time_trl(Path(tmp) / "b", args)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            rw = time_rwcore(Path(tmp) / "a", args)
+            theirs = time_trl(Path(tmp) / "b", args)
+    finally:
+        torch.set_num_threads(threads)  # run_all runs the next benchmark in this process
     rw_median, trl_median = statistics.median(rw[1:]), statistics.median(theirs[1:])
     report = {"machine": machine(torch=torch.__version__, trl=trl.__version__),
               "config": {k: getattr(args, k) for k in ("prompts", "group_size", "tokens", "steps", "lr")},
