@@ -16,7 +16,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from rwcore.kernels import _checks
-from rwcore.kernels._fused_linear import chunk_rows
+from rwcore.kernels._fused_linear import check_linear_inputs, chunk_rows
 from rwcore.kernels.token_logprobs import token_logprobs
 
 
@@ -47,10 +47,8 @@ def fused_linear_entropy(
         backend, validate: as in `token_logprobs`.
     """
     if validate:
-        placeholder = torch.zeros(hidden.shape[0] if hidden.dim() else 0, dtype=torch.long, device=hidden.device)
-        from rwcore.kernels._fused_linear import check_linear_inputs
-
-        check_linear_inputs(hidden, weight, bias, placeholder)
+        labels = torch.zeros(hidden.shape[0] if hidden.dim() else 0, dtype=torch.long, device=hidden.device)
+        check_linear_inputs(hidden, weight, bias, labels)  # the shared checks; entropies need no labels
     _checks.check_positive(temperature, "temperature")
     rows = chunk_rows(hidden.shape[0], weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
     if hidden.shape[0] == 0:
