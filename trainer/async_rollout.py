@@ -197,6 +197,10 @@ def _serve(config, threads: int, requests, results) -> None:
             torch.manual_seed(request.seed)
             rollouts = run_episodes(env, policy, request.jobs, request.prompt, config.rollout.temperature,
                                     config.rollout.max_new_tokens, generator=generator)
+            if any(not r.behavior_logprobs.numel() for r in rollouts):
+                # the trainer cannot rescore lagged rollouts: it no longer holds the version that sampled them
+                raise RuntimeError("the rollout engine returned no log-probs for some sampled tokens (a stop "
+                                   "token without its log-prob); asynchronous training needs them")
             results.put(("rollouts", request.step, [_to_wire(r) for r in rollouts]))
         if generator is not None:
             generator.close()
