@@ -1,16 +1,23 @@
-"""Argument checks for the kernels' public functions (run when validate=True).
+"""Argument checks for the kernels' public functions.
 
-Shape, dtype and device checks are free; the finiteness and label-range
-checks read values back to the host, which is why `validate=False` exists.
+Shape, dtype, device and Python-number checks are free and always run; the
+value checks (finiteness, label range, mask values, the range of the scaled
+logits, a tensor `num_model_tokens`) read values back to the host, which is
+why `validate=False` exists: it skips only those.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+FP32_MAX = torch.finfo(torch.float32).max
+# |logits| / temperature must stay below this: then the row logsumexp, logp =
+# s_y - lse (at least -2 * bound - log V) and the entropy all stay finite in fp32.
+SCALED_LOGIT_BOUND = 2.0 ** 126
 
 
 def check_tensor(value, name: str) -> torch.Tensor:
@@ -93,6 +100,83 @@ def check_loss_bounds(ratio_low, ratio_high, clip_c) -> tuple[float, float, floa
     if not (c > 1.0 and math.isfinite(c)):
         raise ValueError(f"clip_c must be a finite number > 1 (dual clipping caps the loss at clip_c * |A|), got {clip_c!r}")
     return low, high, c
+
+
+def check_temperature(value) -> float:
+    """1 / temperature, once temperature is a positive finite number whose inverse float32 can hold."""
+    temperature = check_positive(value, "temperature")
+    inverse = 1.0 / temperature
+    if not inverse <= FP32_MAX:
+        raise ValueError(f"temperature={value!r} is too small: 1 / temperature = {inverse!r} is beyond the float32 "
+                         f"range the kernels compute in")
+    return inverse
+
+
+def check_vocabulary(size: int, name: str) -> None:
+    if size == 0:
+        raise ValueError(f"{name} has an empty vocabulary dimension (V = 0): a softmax over no tokens is undefined")
+
+
+def check_scaled_logits(logits: torch.Tensor, inv_temperature: float, name: str = "logits") -> None:
+    """Finite logits whose magnitude divided by the temperature stays below SCALED_LOGIT_BOUND.
+
+    One reduction (aminmax, which propagates NaN) and one host read serve both checks.
+    """
+    if logits.numel() == 0:
+        return
+    low, high = torch.aminmax(logits.detach())
+    low, high = float(low), float(high)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError(f"{name} holds NaN or infinite values")
+    peak = max(abs(low), abs(high))
+    if peak * inv_temperature > SCALED_LOGIT_BOUND:
+        raise ValueError(
+            f"temperature={1.0 / inv_temperature!r} scales the {name} beyond the float32 range: max |{name}| / "
+            f"temperature = {peak * inv_temperature:.3g} > 2**126 (the log-probabilities would be infinite or NaN)"
+        )
+
+
+def scaled_range_error(inv_temperature: float) -> ValueError:
+    """The error of a fused op whose logits hidden @ weight.T + bias, over the temperature, left float32."""
+    return ValueError(
+        f"the logits hidden @ weight.T (+ bias) divided by temperature={1.0 / inv_temperature!r} leave the float32 "
+        f"range (the log-probabilities would be infinite or NaN): raise the temperature or scale down hidden / weight"
+    )
+
+
+def check_num_model_tokens_number(value) -> float:
+    """A Python `num_model_tokens`: a real number, finite, >= 0 and representable in float32."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"num_model_tokens must be a non-negative number or a one-element tensor, got {value!r}")
+    number = float(value)
+    _check_denominator_value(number, value)
+    return number
+
+
+def _check_denominator_value(number: float, shown) -> None:
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(f"num_model_tokens must be a finite non-negative number, got {shown!r}")
+    as_fp32 = float(torch.tensor(number, dtype=torch.float32))
+    if not math.isfinite(as_fp32) or (number > 0 and as_fp32 == 0):
+        raise ValueError(f"num_model_tokens={shown!r} is outside the float32 range the loss is computed in")
+
+
+def check_num_model_tokens_tensor(value: torch.Tensor) -> None:
+    """Shape and dtype of a tensor `num_model_tokens` (free)."""
+    if value.numel() != 1:
+        raise ValueError(f"num_model_tokens must be a number or a one-element tensor, got a tensor of shape "
+                         f"{tuple(value.shape)}")
+    if value.dtype == torch.bool or value.dtype.is_complex:
+        raise ValueError(f"num_model_tokens must be a real-valued tensor, got dtype {value.dtype}")
+
+
+def check_num_model_tokens_value(denominator: torch.Tensor, shown, model_mask: torch.Tensor) -> None:
+    """The value of D (reads it back): finite, >= 0, and 0 only when the call has no model tokens."""
+    number = float(denominator)
+    _check_denominator_value(number, shown if not isinstance(shown, torch.Tensor) else number)
+    if number == 0 and bool((model_mask != 0).any()):
+        raise ValueError("num_model_tokens is 0 but model_mask marks model-generated tokens: the loss would be "
+                         "silently 0; pass a positive denominator (e.g. the global count of model tokens)")
 
 
 def check_chunk_size(value) -> int | None:

@@ -9,7 +9,8 @@ import torch
 from rwcore.kernels import _checks
 
 
-def check_linear_inputs(hidden, weight, bias, labels) -> None:
+def check_linear_inputs(hidden, weight, bias, labels, validate: bool = True) -> None:
+    """Dtypes, shapes (V > 0 included) and devices, always; finiteness (a host read) only with `validate`."""
     _checks.check_float(hidden, "hidden")
     _checks.check_float(weight, "weight")
     _checks.check_integer(labels, "labels")
@@ -19,6 +20,7 @@ def check_linear_inputs(hidden, weight, bias, labels) -> None:
         raise ValueError(f"weight must be [V, H] with H = hidden.shape[1] = {hidden.shape[1]}, got shape {tuple(weight.shape)}")
     if weight.dtype != hidden.dtype:
         raise ValueError(f"weight has dtype {weight.dtype}, expected hidden's dtype {hidden.dtype}")
+    _checks.check_vocabulary(weight.shape[0], "weight")
     _checks.check_shape(labels, hidden.shape[:1], "labels", "hidden rows")
     if bias is not None:
         _checks.check_float(bias, "bias")
@@ -26,6 +28,8 @@ def check_linear_inputs(hidden, weight, bias, labels) -> None:
         if bias.dtype != hidden.dtype:
             raise ValueError(f"bias has dtype {bias.dtype}, expected hidden's dtype {hidden.dtype}")
     _checks.check_same_device(hidden=hidden, weight=weight, bias=bias, labels=labels)
+    if not validate:
+        return
     for name, tensor in (("hidden", hidden), ("weight", weight), ("bias", bias)):
         if tensor is not None:
             _checks.check_finite(tensor, name)

@@ -44,12 +44,14 @@ def fused_linear_entropy(
         hidden: [N, H] final hidden states (float32 / bfloat16 / float16).
         weight: [V, H] LM head, same dtype; bias: [V] or None.
         chunk_size: rows per chunk of logits (default: about N * H logits per chunk).
-        backend, validate: as in `token_logprobs`.
+        backend, validate: as in `token_logprobs`; with validate, logits whose scale over the
+            temperature leaves float32 (infinite or NaN entropies) are a ValueError naming
+            temperature, hidden and weight.
     """
-    if validate:
-        labels = torch.zeros(hidden.shape[0] if hidden.dim() else 0, dtype=torch.long, device=hidden.device)
-        check_linear_inputs(hidden, weight, bias, labels)  # the shared checks; entropies need no labels
-    _checks.check_positive(temperature, "temperature")
+    _checks.check_tensor(hidden, "hidden")
+    labels = torch.zeros(hidden.shape[0] if hidden.dim() else 0, dtype=torch.long, device=hidden.device)
+    check_linear_inputs(hidden, weight, bias, labels, validate)  # the shared checks; entropies need no labels
+    inv_temperature = _checks.check_temperature(temperature)
     rows = chunk_rows(hidden.shape[0], weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
     if hidden.shape[0] == 0:
         return torch.zeros(0, dtype=torch.float32, device=hidden.device)
@@ -61,4 +63,7 @@ def fused_linear_entropy(
                                     use_reentrant=False))
         else:
             parts.append(_chunk_entropy(chunk, weight, bias, float(temperature), backend))
-    return torch.cat(parts)
+    entropy = torch.cat(parts)
+    if validate and not bool(torch.isfinite(entropy).all()):
+        raise _checks.scaled_range_error(inv_temperature)
+    return entropy

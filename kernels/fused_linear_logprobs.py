@@ -22,7 +22,7 @@ from rwcore.kernels.token_logprobs import logprobs_backward, logprobs_forward
 
 class FusedLinearLogProbsFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, inv_temperature, ignore_index, rows_per_chunk, backend):
+    def forward(ctx, hidden, weight, bias, labels, inv_temperature, ignore_index, rows_per_chunk, backend, check_range):
         num_rows = hidden.shape[0]
         logp = torch.empty(num_rows, dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(logp)
@@ -31,6 +31,10 @@ class FusedLinearLogProbsFunction(torch.autograd.Function):
             rows = slice(start, min(num_rows, start + rows_per_chunk))
             logp[rows], lse[rows], _ = logprobs_forward(head.logits(rows), labels[rows], inv_temperature, ignore_index,
                                                         False, backend)
+        # The logits never exist as a whole, so their range is judged by its effect: a row
+        # logsumexp or log-prob that is not finite (also the ignored rows' lse, which backward uses).
+        if check_range and not bool((torch.isfinite(lse).all() & torch.isfinite(logp).all())):
+            raise _checks.scaled_range_error(inv_temperature)
         ctx.save_for_backward(hidden, weight, bias, labels, lse)
         ctx.config = (inv_temperature, ignore_index, rows_per_chunk, backend)
         return logp
@@ -49,7 +53,7 @@ class FusedLinearLogProbsFunction(torch.autograd.Function):
                                             inv_temperature, ignore_index, backend, out=head.gradient_buffer(logits))
             grads.add(rows, grad_logits, *head.operands(rows))
         grad_hidden, grad_weight, grad_bias = grads.result()
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 def fused_linear_logprobs(
@@ -70,18 +74,20 @@ def fused_linear_logprobs(
         weight: [V, H] LM head, same dtype; bias: [V] or None.
         labels: [N] int64; `ignore_index` rows give 0 and no gradient.
         chunk_size: rows per chunk of logits (default: about N * H logits per chunk).
-        backend, validate: as in `token_logprobs`.
+        backend, validate: as in `token_logprobs`; with validate, logits (hidden @ weight.T + bias)
+            whose scale over the temperature leaves float32 (infinite or NaN log-probs) are a
+            ValueError naming temperature, hidden and weight.
 
     Gradients flow to hidden, weight and bias; weight and bias gradients are
     accumulated over chunks in fp32.
     """
+    check_linear_inputs(hidden, weight, bias, labels, validate)
     if validate:
-        check_linear_inputs(hidden, weight, bias, labels)
         _checks.check_labels(labels, weight.shape[0], "labels", ignore_index=ignore_index)
-    inv_temperature = 1.0 / _checks.check_positive(temperature, "temperature")
+    inv_temperature = _checks.check_temperature(temperature)
     rows = chunk_rows(hidden.shape[0], weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
     resolved = resolve_backend(backend, hidden)
     return FusedLinearLogProbsFunction.apply(
         hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(), labels.contiguous(),
-        inv_temperature, int(ignore_index), rows, resolved,
+        inv_temperature, int(ignore_index), rows, resolved, bool(validate),
     )

@@ -36,8 +36,9 @@ _IGNORED = -100  # label given to masked rows, whose stored label may be anythin
 class FusedLinearPolicyLossFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, behavior, advantages, mask, denominator,
-                inv_temperature, ratio_low, ratio_high, clip_c, rows_per_chunk, backend):
+                inv_temperature, ratio_low, ratio_high, clip_c, rows_per_chunk, backend, check_range):
         num_rows = hidden.shape[0]
+        in_range = torch.ones((), dtype=torch.bool, device=hidden.device)  # read once, after the last chunk
         grads = GradAccumulator(hidden, weight, bias, weight.requires_grad, bias is not None and bias.requires_grad)
         partials = torch.zeros(7, dtype=torch.float32, device=hidden.device)
         head = LinearHead(hidden, weight, bias)
@@ -45,6 +46,8 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
             rows = slice(start, min(num_rows, start + rows_per_chunk))
             logits = head.logits(rows)
             logp, lse, _ = logprobs_forward(logits, labels[rows], inv_temperature, _IGNORED, False, backend)
+            if check_range:
+                in_range &= torch.isfinite(lse).all() & torch.isfinite(logp).all()
             grad_logp, chunk_partials = policy_loss_partials(
                 logp.unsqueeze(0), behavior[rows].unsqueeze(0), advantages[rows].unsqueeze(0), mask[rows].unsqueeze(0),
                 denominator, ratio_low, ratio_high, clip_c, backend,
@@ -53,6 +56,8 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
             grad_logits = logprobs_backward(logits, labels[rows], lse, None, grad_logp.squeeze(0), None,
                                             inv_temperature, _IGNORED, backend, out=head.gradient_buffer(logits))
             grads.add(rows, grad_logits, *head.operands(rows))
+        if check_range and not bool(in_range):
+            raise _checks.scaled_range_error(inv_temperature)
         loss, stats = loss_and_stats(partials, denominator)
         ctx.save_for_backward(*(g for g in grads.result() if g is not None))
         ctx.has_grad = tuple(g is not None for g in grads.result())
@@ -63,7 +68,7 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
     def backward(ctx, grad_loss, *unused):
         saved = iter(ctx.saved_tensors)
         grad_hidden, grad_weight, grad_bias = (next(saved) * grad_loss if present else None for present in ctx.has_grad)
-        return (grad_hidden, grad_weight, grad_bias) + (None,) * 11
+        return (grad_hidden, grad_weight, grad_bias) + (None,) * 12
 
 
 def fused_linear_policy_loss(
@@ -94,25 +99,28 @@ def fused_linear_policy_loss(
         temperature, ratio_low, ratio_high, clip_c, num_model_tokens: as in
             `token_logprobs` and `filtered_dual_clip_loss`.
         chunk_size: rows per chunk of logits (default: about N * H logits per chunk).
+        validate: as in `filtered_dual_clip_loss`; it also turns logits whose scale over the
+            temperature leaves float32 into a ValueError naming temperature, hidden and weight.
 
     Returns:
         (loss, stats) as `filtered_dual_clip_loss`. Gradients flow to hidden, weight
         and bias (computed during the forward pass; weight and bias accumulated in fp32).
     """
     low, high, clip = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
+    check_linear_inputs(hidden, weight, bias, labels, validate)
+    check_policy_inputs(behavior_logprobs, advantages, model_mask, hidden.shape[:1], "hidden rows",
+                        advantage_shapes=(tuple(hidden.shape[:1]),), validate=validate, hidden=hidden)
     if validate:
-        check_linear_inputs(hidden, weight, bias, labels)
-        check_policy_inputs(behavior_logprobs, advantages, model_mask, hidden.shape[:1], "hidden rows",
-                            advantage_shapes=(tuple(hidden.shape[:1]),), hidden=hidden)
         _checks.check_labels(labels, weight.shape[0], "labels", mask=model_mask)
-    inv_temperature = 1.0 / _checks.check_positive(temperature, "temperature")
+    inv_temperature = _checks.check_temperature(temperature)
+    denominator = denominator_tensor(num_model_tokens, model_mask, validate)
     rows = chunk_rows(hidden.shape[0], weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
     resolved = resolve_backend(backend, hidden)
     mask = (model_mask != 0).to(torch.int8).contiguous()
     safe_labels = torch.where(mask != 0, labels, _IGNORED).contiguous()
     loss, *stats = FusedLinearPolicyLossFunction.apply(
         hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(), safe_labels,
-        behavior_logprobs.contiguous(), advantages.contiguous(), mask, denominator_tensor(num_model_tokens, model_mask),
-        inv_temperature, low, high, clip, rows, resolved,
+        behavior_logprobs.contiguous(), advantages.contiguous(), mask, denominator,
+        inv_temperature, low, high, clip, rows, resolved, bool(validate),
     )
     return loss, dict(zip(STAT_NAMES, stats))

@@ -163,29 +163,43 @@ class PolicyLossFunction(torch.autograd.Function):
 # --------------------------------------------------------------------------- public function
 
 
-def denominator_tensor(num_model_tokens, model_mask: torch.Tensor) -> torch.Tensor:
-    """D as a 0-dim fp32 tensor on the mask's device, without reading anything back."""
+def denominator_tensor(num_model_tokens, model_mask: torch.Tensor, validate: bool = True) -> torch.Tensor:
+    """D as a 0-dim fp32 tensor on the mask's device.
+
+    Always checked: a Python number must be finite, >= 0 and within float32; a tensor
+    must hold one real value. With `validate` (reads values back to the host): a
+    tensor's value likewise, and D = 0 only when the mask has no model tokens (the
+    documented loss-0 case) rather than silently zeroing a loss that has tokens.
+    """
     if num_model_tokens is None:
         return (model_mask != 0).sum().to(torch.float32)
     if isinstance(num_model_tokens, torch.Tensor):
-        return num_model_tokens.detach().to(device=model_mask.device, dtype=torch.float32).reshape(())
-    if isinstance(num_model_tokens, bool) or not isinstance(num_model_tokens, (int, float)) or num_model_tokens < 0:
-        raise ValueError(f"num_model_tokens must be a non-negative number or 0-dim tensor, got {num_model_tokens!r}")
-    return torch.tensor(float(num_model_tokens), dtype=torch.float32, device=model_mask.device)
+        _checks.check_num_model_tokens_tensor(num_model_tokens)
+        denominator = num_model_tokens.detach().to(device=model_mask.device, dtype=torch.float32).reshape(())
+    else:
+        denominator = torch.tensor(_checks.check_num_model_tokens_number(num_model_tokens), dtype=torch.float32,
+                                   device=model_mask.device)
+    if validate:
+        _checks.check_num_model_tokens_value(denominator, num_model_tokens, model_mask)
+    return denominator
 
 
 def check_policy_inputs(behavior_logprobs, advantages, model_mask, shape, shape_from: str, advantage_shapes,
-                        **others: torch.Tensor) -> None:
-    """Dtype, shape, device and finiteness checks of the per-token policy-loss arguments."""
+                        validate: bool = True, **others: torch.Tensor) -> None:
+    """Dtype, shape and device checks of the per-token policy-loss arguments (free, always), then with
+    `validate` the value checks (mask values, finiteness), which read values back to the host."""
     _checks.check_float(behavior_logprobs, "behavior_logprobs")
     _checks.check_float(advantages, "advantages")
-    _checks.check_mask(model_mask, "model_mask")
+    _checks.check_tensor(model_mask, "model_mask")
     _checks.check_shape(behavior_logprobs, shape, "behavior_logprobs", shape_from)
     _checks.check_shape(model_mask, shape, "model_mask", shape_from)
     if tuple(advantages.shape) not in advantage_shapes:
         expected = " or ".join(str(list(s)) for s in advantage_shapes)
         raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected {expected}")
     _checks.check_same_device(behavior_logprobs=behavior_logprobs, advantages=advantages, model_mask=model_mask, **others)
+    if not validate:
+        return
+    _checks.check_mask(model_mask, "model_mask")
     for name, tensor in (("behavior_logprobs", behavior_logprobs), ("advantages", advantages), *others.items()):
         if tensor.dtype.is_floating_point:
             _checks.check_finite(tensor, name)
@@ -215,7 +229,11 @@ def filtered_dual_clip_loss(
             are dropped, not clipped.
         clip_c: dual-clip cap; a negative-advantage token contributes at most clip_c * |A|.
         num_model_tokens: the denominator D; default sum(model_mask). Pass the
-            global pre-filter count (int or 0-dim tensor) under data parallelism.
+            global pre-filter count (a number or a one-element tensor) under data
+            parallelism. NaN, infinite, negative or beyond-float32 values are a
+            ValueError; with validate, so is D = 0 while model_mask has model tokens.
+        validate: also run the value checks (finiteness, mask values, a tensor D's
+            value), which read back to the host; shapes and numbers are always checked.
 
     Returns:
         (loss, stats): loss is a 0-dim fp32 tensor; stats maps kept_fraction,
@@ -224,16 +242,16 @@ def filtered_dual_clip_loss(
         detached 0-dim tensors.
     """
     low, high, clip = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
-    if validate:
-        _checks.check_float(logprobs, "logprobs")
-        if logprobs.dim() != 2:
-            raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
-        check_policy_inputs(behavior_logprobs, advantages, model_mask, logprobs.shape, "logprobs",
-                            advantage_shapes=(tuple(logprobs.shape[:1]), tuple(logprobs.shape)), logprobs=logprobs)
+    _checks.check_float(logprobs, "logprobs")
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
+    check_policy_inputs(behavior_logprobs, advantages, model_mask, logprobs.shape, "logprobs",
+                        advantage_shapes=(tuple(logprobs.shape[:1]), tuple(logprobs.shape)), validate=validate,
+                        logprobs=logprobs)
     resolved = resolve_backend(backend, logprobs)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1).expand(logprobs.shape)  # stride-0 view, no copy
-    denominator = denominator_tensor(num_model_tokens, model_mask)
+    denominator = denominator_tensor(num_model_tokens, model_mask, validate)
     loss, *stats = PolicyLossFunction.apply(
         logprobs.contiguous(), behavior_logprobs.contiguous(), advantages, (model_mask != 0).to(torch.int8).contiguous(),
         denominator, low, high, clip, resolved,

@@ -243,26 +243,31 @@ def token_logprobs(
         logits: [..., V] float32 / bfloat16 / float16.
         labels: [...] int64 (or int32); a label equal to `ignore_index` gives logp 0
             and no gradient; every other label must be in [0, V).
-        temperature: T > 0; logits are divided by it before the softmax.
+        temperature: T > 0; logits are divided by it before the softmax. With validate, a T at
+            which max |logits| / T exceeds 2**126 (the float32 softmax would give inf or NaN)
+            is a ValueError; 1 / T beyond float32 always is.
         return_entropy: also return the entropy -sum_v p_v log p_v of each row.
         backend: "triton" (CUDA, or CPU under TRITON_INTERPRET=1), "torch" (chunked
             PyTorch) or "auto" (Triton on CUDA, PyTorch on CPU).
-        validate: check shapes, dtypes, devices, finiteness and label range (the
-            last two read values back to the host; pass False to skip).
+        validate: also check the values: finiteness and range of the scaled logits and the
+            label range (they read values back to the host; pass False to skip them).
+            Shapes, dtypes, devices, V > 0 and the temperature are always checked.
 
     Returns:
         logp fp32 [...], or (logp, entropy) with return_entropy. Differentiable
         w.r.t. `logits`; the gradient has logits' dtype.
     """
+    # Free checks first, whatever `validate` says: a wrong shape or V = 0 would make a kernel read out of bounds.
+    _checks.check_float(logits, "logits")
+    _checks.check_integer(labels, "labels")
+    if logits.dim() < 1 or tuple(labels.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(f"labels has shape {tuple(labels.shape)}, expected logits.shape[:-1] = {tuple(logits.shape[:-1])}")
+    _checks.check_vocabulary(logits.shape[-1], "logits")
+    _checks.check_same_device(logits=logits, labels=labels)
+    inv_temperature = _checks.check_temperature(temperature)
     if validate:
-        _checks.check_float(logits, "logits")
-        _checks.check_integer(labels, "labels")
-        if logits.dim() < 1 or tuple(labels.shape) != tuple(logits.shape[:-1]):
-            raise ValueError(f"labels has shape {tuple(labels.shape)}, expected logits.shape[:-1] = {tuple(logits.shape[:-1])}")
-        _checks.check_same_device(logits=logits, labels=labels)
-        _checks.check_finite(logits, "logits")
+        _checks.check_scaled_logits(logits, inv_temperature, "logits")
         _checks.check_labels(labels, logits.shape[-1], "labels", ignore_index=ignore_index)
-    inv_temperature = 1.0 / _checks.check_positive(temperature, "temperature")
     resolved = resolve_backend(backend, logits)
     leading = logits.shape[:-1]
     flat_logits = logits.reshape(-1, logits.shape[-1])
