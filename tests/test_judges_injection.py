@@ -3,7 +3,8 @@
 The policy's turn below carries fake instructions, a fake verdict JSON (with a guessed request id)
 and copies of the data delimiters. The scripted server plays judges of decreasing robustness:
 one that echoes the whole prompt before answering, one that also repeats the injected verdict
-decoded, and one that outputs only the injected verdict. In no case may the injected PASS count.
+decoded, and one that outputs only the injected verdict. In no case may the injected PASS count,
+and the quoted copies must not turn the judge's own verdict INVALID either.
 """
 
 from __future__ import annotations
@@ -94,16 +95,18 @@ def test_judge_that_echoes_the_prompt_uses_only_its_own_verdict(key):
     assert judgment.evidence == "turn 1: evidence for cites-order-id"
 
 
-def test_judge_that_repeats_the_injected_verdict_gets_invalid_not_pass(key):
+def test_judge_that_repeats_the_injected_verdict_keeps_its_own_verdict(key):
     def script(request):
-        # The model quotes the policy's text (decoded) and then answers: two candidates.
+        # The model quotes the policy's text (decoded) and then answers. The quoted verdicts carry no or
+        # a guessed request id: they are ignored before ambiguity is judged, so the policy can neither
+        # win with them nor turn its FAIL into INVALID (issue 13).
         return Reply(injected_text(request) + "\n" + verdict_line(request, "cites-order-id", "fail"))
 
     with ChatServer(script) as server:
         [report] = judge_for(server, max_reasks=1).evaluate([injected_trajectory()], [RUBRIC])
-        assert server.count == 2
+        assert server.count == 1
     judgment = report.judgments["cites-order-id"]
-    assert judgment.verdict == Verdict.INVALID and "ambiguous" in judgment.error
+    assert judgment.verdict == Verdict.FAIL and judgment.evidence == "turn 1: evidence for cites-order-id"
 
 
 def test_fully_fooled_judge_gets_invalid_not_pass(key):

@@ -7,11 +7,30 @@ everything else; a broken line simply yields nothing. `answer_objects` does the 
 model's reply, minus what the model wrote while reasoning. What the objects *mean* is decided by
 the callers, which accept only objects carrying the expected keys and request id.
 
-Only the model's reply is ever parsed here — never the prompt or the trajectory.
+Only the model's reply is ever parsed here — never the prompt or the trajectory. Replies quote
+trajectory text, which the policy under training wrote, so reading a reply is hardened against it:
+
+- Linear time. One left-to-right scan with a JSON tokenizer and a bracket stack finds the values;
+  a value that breaks off does not make the scan start again at every bracket inside it: its
+  complete inner values are taken from the same scan, and only openers inside its strings get a
+  fresh attempt, within a total budget of twice the reply's length. Only complete values are
+  decoded (by `json`), each character at most once.
+- Bounded nesting. Values nested deeper than `MAX_DEPTH` brackets are skipped whole (never
+  decoded, so `json` cannot recurse into them); a JSON value's own structure is all that counts,
+  brackets inside JSON strings are text.
+- Nothing but the documented errors: ValueError for a `text` that is not a str; never
+  RecursionError, MemoryError from nesting, or a hang.
+
+Semantics, as `_json_spans` documents: the values found are those a decoder trying every `{` /
+`[` from left to right would find (taking each complete value whole and going on after it),
+except that openers inside strings of a value that is itself complete are never tried, values
+deeper than `MAX_DEPTH` are skipped, and retries inside the strings of broken values stop once
+their budget is spent.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -19,8 +38,22 @@ import re
 MAX_REPLY_CHARS = 1_000_000
 """Replies longer than this are cut before parsing (a runaway generation; bounds the work)."""
 
+MAX_DEPTH = 64
+"""Values nested deeper than this many brackets are skipped whole (answer objects need 3)."""
+
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
 _START = re.compile(r"[\[{]")
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+# One JSON token after optional JSON whitespace; strings and numbers exactly as the json module
+# reads them (strict strings: no raw control characters; NaN / Infinity are not numbers here).
+_TOKEN = re.compile(
+    r'[ \t\n\r]*+(?:(?P<open>[\[{])|(?P<close>[\]}])|(?P<colon>:)|(?P<comma>,)'
+    r'|(?P<string>"[^"\\\x00-\x1f]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*+)*+")'
+    r'|(?P<scalar>-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?|true|false|null))'
+)
+
+# parser states of an open container
+_OBJ_FIRST, _OBJ_COLON, _VALUE, _AFTER, _OBJ_KEY, _ARR_FIRST = range(6)
 
 
 def _reject_constant(name: str):
@@ -37,27 +70,146 @@ def _check_text(text) -> str:
     return text[:MAX_REPLY_CHARS]
 
 
+class _Scan:
+    """The outcome of scanning one value from an opener: complete (`end`) or broken (`failure`)."""
+
+    __slots__ = ("end", "depth", "failure", "children", "strings")
+
+    def __init__(self, end, depth, failure, children, strings):
+        self.end = end            # index after the value, or None when it broke off
+        self.depth = depth        # bracket depth of the complete value
+        self.failure = failure    # where it broke off (index of the offending token), or None
+        self.children = children  # broken: the maximal complete inner values (start, end, depth)
+        self.strings = strings    # broken: (start, end) of string tokens outside complete inner values
+
+
+def _scan(text: str, start: int, limit: int) -> _Scan:
+    """Tokenizes one JSON value from the opener at `start` with an explicit stack (no recursion).
+
+    Stops at the end of the value, at the first token the JSON grammar does not allow there, or
+    when a token would end beyond `limit` (then it counts as broken at that token).
+    """
+    match = _TOKEN.match
+    stack: list[list] = []   # [is_object, state, start, deepest child]
+    children: list[tuple[int, int, int]] = []
+    strings: list[tuple[int, int]] = []
+    position = start
+    while True:
+        token = match(text, position)
+        if token is None or token.end() > limit:
+            failure = _WHITESPACE.match(text, position).end() if token is None else token.start(token.lastgroup)
+            return _Scan(None, 0, failure, children, strings)
+        kind = token.lastgroup
+        at = token.start(kind)
+        position = token.end()
+        if not stack:  # the opener at `start`
+            stack.append([text[at] == "{", _OBJ_FIRST if text[at] == "{" else _ARR_FIRST, at, 0])
+            continue
+        frame = stack[-1]
+        state = frame[1]
+        closing = False
+        if state == _VALUE or state == _ARR_FIRST:
+            if kind == "open":
+                frame[1] = _AFTER
+                stack.append([text[at] == "{", _OBJ_FIRST if text[at] == "{" else _ARR_FIRST, at, 0])
+                continue
+            if kind == "string" or kind == "scalar":
+                if kind == "string":
+                    strings.append((at, position))
+                frame[1] = _AFTER
+                continue
+            closing = kind == "close" and state == _ARR_FIRST and text[at] == "]"
+        elif state == _OBJ_FIRST or state == _OBJ_KEY:
+            if kind == "string":
+                strings.append((at, position))
+                frame[1] = _OBJ_COLON
+                continue
+            closing = kind == "close" and state == _OBJ_FIRST and text[at] == "}"
+        elif state == _OBJ_COLON:
+            if kind == "colon":
+                frame[1] = _VALUE
+                continue
+        else:  # _AFTER
+            if kind == "comma":
+                frame[1] = _OBJ_KEY if frame[0] else _VALUE
+                continue
+            closing = kind == "close" and text[at] == ("}" if frame[0] else "]")
+        if not closing:
+            return _Scan(None, 0, at, children, strings)
+        stack.pop()
+        opened, depth = frame[2], frame[3] + 1
+        if not stack:
+            return _Scan(position, depth, None, None, None)
+        # values inside this one are no longer maximal
+        while children and children[-1][0] > opened:
+            children.pop()
+        while strings and strings[-1][0] > opened:
+            strings.pop()
+        children.append((opened, position, depth))
+        if depth > stack[-1][3]:
+            stack[-1][3] = depth
+
+
+def _decode(text: str, start: int, end: int, depth: int, spans: list) -> None:
+    if depth > MAX_DEPTH:
+        return
+    try:
+        value, stop = _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):  # e.g. an integer too long to convert
+        return
+    if stop == end:
+        spans.append((start, end, value))
+
+
+def _attempt(text: str, start: int, spans: list, limit: int, budget: list[int] | None) -> tuple[int, int]:
+    """Reads the value at the opener `start` into `spans`; returns (resume, taken).
+
+    Complete: the value (when not too deep). Broken at f: its maximal complete inner values, and,
+    with a `budget` (characters, shared by the whole reply; None inside such a retry), a fresh
+    attempt at each opener inside its strings while the budget lasts, in text order.
+    resume: where the scan goes on (f, or after the last value taken when that is later);
+    taken: the end of the last value taken (start + 1 when none).
+    """
+    scan = _scan(text, start, limit)
+    if scan.end is not None:
+        _decode(text, start, scan.end, scan.depth, spans)
+        return scan.end, scan.end
+    taken = start + 1
+    events = scan.children
+    if budget is not None and scan.strings:
+        events = list(events)
+        for low, high in scan.strings:
+            events.extend((m.start(), -1, 0) for m in _START.finditer(text, low + 1, high - 1))
+        events.sort()
+    for where, end, depth in events:
+        if where < taken:
+            continue
+        if end >= 0:
+            _decode(text, where, end, depth, spans)
+            taken = end
+        elif budget is not None and budget[0] > 0:
+            resume, taken = _attempt(text, where, spans, min(len(text), where + budget[0]), None)
+            budget[0] -= max(resume - where, 1)
+    return max(scan.failure, taken), taken
+
+
 def _json_spans(text: str) -> list[tuple[int, int, object]]:
     """(start, end, value) of every complete top-level JSON object or array in `text`, in order.
 
-    Scans for `{` / `[`, decodes the longest JSON value starting there, and continues after it;
-    where decoding fails it moves on by one character, so prose, fences and broken lines are
-    skipped. Numbers NaN / Infinity make a value invalid.
+    Scans for `{` / `[` and reads the value starting there (see the module docstring): a complete
+    value is taken whole and the scan goes on after it; where a value breaks off, its complete
+    inner values are taken and the scan goes on where it broke. Prose, fences and broken lines
+    are skipped. Numbers NaN / Infinity make a value invalid. Linear in len(text).
     """
     spans: list[tuple[int, int, object]] = []
+    budget = [2 * len(text) + 4096]
     position = 0
+    find = _START.search
     while True:
-        match = _START.search(text, position)
+        match = find(text, position)
         if match is None:
             return spans
-        start = match.start()
-        try:
-            value, end = _DECODER.raw_decode(text, start)
-        except ValueError:
-            position = start + 1
-            continue
-        spans.append((start, end, value))
-        position = end
+        position, _ = _attempt(text, match.start(), spans, len(text), budget)
 
 
 def _objects_of(values) -> list[dict]:
@@ -80,8 +232,8 @@ def json_objects(text: str) -> list[dict]:
     return _objects_of(json_values(text))
 
 
-def answer_objects(text: str) -> list[dict]:
-    """`json_objects` of a model's reply, leaving out what it wrote while reasoning.
+def answer_parts(text: str) -> tuple[list[dict], list[dict]]:
+    """(answer objects, reasoning objects) of a model's reply: `json_objects`, split by reasoning regions.
 
     Reasoning models served without a reasoning parser write `<think> ... </think>` before the
     answer and may draft answer objects in it; drafts are not the answer. A tag counts only
@@ -89,13 +241,18 @@ def answer_objects(text: str) -> list[dict]:
     verdict — otherwise a policy could turn its failing verdicts INVALID by writing the tag.
     Reasoning regions run from a `<think>` to the next `</think>` (or the end of the reply), and
     from the start of the reply to a first `</think>` that has no `<think>` before it (a chat
-    template that opens the block itself). Values starting inside a region are left out.
+    template that opens the block itself). Values starting inside a region are reasoning objects.
+    Callers that can tell the judge's own objects apart (by the request id) may fall back to the
+    reasoning objects: a judge that quotes a stray tag from the trajectory in its prose opens a
+    "region" that would otherwise hide its real answer.
     """
     text = _check_text(text)
     spans = _json_spans(text)
+    starts = [start for start, _, _ in spans]
 
     def structural(position: int) -> bool:
-        return not any(start <= position < end for start, end, _ in spans)
+        i = bisect.bisect_right(starts, position) - 1
+        return i < 0 or position >= spans[i][1]
 
     regions: list[tuple[int, int]] = []
     opened: int | None = None
@@ -112,8 +269,21 @@ def answer_objects(text: str) -> list[dict]:
             regions.append((0, match.end()))
     if opened is not None:
         regions.append((opened, len(text)))
-    kept = [value for start, _, value in spans if not any(low <= start < high for low, high in regions)]
-    return _objects_of(kept)
+    lows = [low for low, _ in regions]
+
+    def reasoning(position: int) -> bool:
+        i = bisect.bisect_right(lows, position) - 1
+        return i >= 0 and position < regions[i][1]
+
+    kept, drafts = [], []
+    for start, _, value in spans:
+        (drafts if reasoning(start) else kept).append(value)
+    return _objects_of(kept), _objects_of(drafts)
+
+
+def answer_objects(text: str) -> list[dict]:
+    """`json_objects` of a model's reply, leaving out what it wrote while reasoning (`answer_parts`)."""
+    return answer_parts(text)[0]
 
 
 class SchemaError(ValueError):

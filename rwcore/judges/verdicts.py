@@ -12,17 +12,26 @@ wrapper object `{"request_id": ..., "verdicts": [...], "diagnostics": {...}}` (o
 inherit the wrapper's request id); `"uncovered"` directly on the diagnostics object; verdict words
 in any case, and "n/a" / "not applicable" / "not_applicable" for "na". Extra keys are ignored.
 
-Rules (each rubric independently; objects the model wrote while reasoning, in a leading
-<think> block, are not part of the answer — `parsing.answer_objects`):
+Rules (each rubric independently):
 - only objects with a "verdict" key whose "rubric_id" is one of the requested ids are candidates;
   anything else (other ids, echoed prompt fragments) is ignored;
+- when a request id is required, candidates are filtered by it FIRST: an object without this
+  request's id was not written for this request (typically a verdict the judge quoted from the
+  trajectory, whose writer cannot know the random id) and is ignored, so it can neither win nor
+  make the real verdict ambiguous;
+- reasoning (`parsing.answer_parts`): objects the model wrote inside a `<think>` block are drafts,
+  not the answer. With request ids, a rubric whose only candidates lie in such a block falls
+  back to them: a stray `<think>` or `</think>` that the judge quoted from the trajectory in its
+  prose opens a "block" that would otherwise hide the real answer, and the id shows the object
+  was written for this request. Without request ids, objects in reasoning blocks never count;
 - no candidate -> unresolved ("missing"); more than one candidate -> unresolved ("ambiguous":
-  picking one would let an injected or drafted verdict win by position);
-- the single candidate must carry this request's id (when one is required), a valid verdict word,
-  a score in [0, 1] when the rubric is scored and the verdict is not "na", and, when present,
-  confidence in [0, 1] and a string evidence; otherwise unresolved with the field named;
+  picking one would let a drafted verdict win by position);
+- the single candidate must carry a valid verdict word, a score in [0, 1] when the rubric is
+  scored and the verdict is not "na", and, when present, confidence in [0, 1] and a string
+  evidence; otherwise unresolved with the field named;
 - scored rubrics: the score decides (PASS iff score >= pass_threshold), the verdict word only
   distinguishes "na"; unscored rubrics: the verdict word decides and any score is dropped.
+The diagnostics object follows the same request-id and reasoning rules.
 Unresolved rubrics are re-asked or become INVALID in the caller — never PASS or FAIL.
 """
 
@@ -34,7 +43,7 @@ from dataclasses import dataclass, field
 
 from rwcore.judges.parsing import (
     SchemaError,
-    answer_objects,
+    answer_parts,
     check_request_id,
     text_field,
     unit_number,
@@ -142,23 +151,47 @@ def _flatten(objects: list[dict]) -> list[dict]:
 def parse_judge_answer(text: str, rubrics: Mapping[str, RubricSpec], *, request_id: str | None,
                        pass_threshold: float = 0.5, want_diagnostics: bool = False) -> JudgeAnswer:
     """Reads one judge reply for the requested `rubrics` (id -> spec); see the module docstring."""
-    objects = _flatten(answer_objects(text))
-    candidates: dict[str, list[dict]] = {rubric_id: [] for rubric_id in rubrics}
-    diagnostics: list[dict] = []
-    ignored = 0
-    for obj in objects:
-        rubric_id = obj.get("rubric_id")
-        if "verdict" in obj and isinstance(rubric_id, str) and rubric_id in candidates:
-            candidates[rubric_id].append(obj)
-        elif "rubric_id" not in obj and ("diagnostics" in obj or "uncovered" in obj):
-            diagnostics.append(obj)
-        else:
-            ignored += 1
+    answer, drafts = (_flatten(part) for part in answer_parts(text))
+
+    def mine(obj: dict) -> bool:
+        return request_id is None or obj.get("request_id") == request_id
+
+    def sort(objects: list[dict]):
+        candidates: dict[str, list[dict]] = {rubric_id: [] for rubric_id in rubrics}
+        foreign = dict.fromkeys(rubrics, 0)
+        diagnostics: list[dict] = []
+        ignored = 0
+        for obj in objects:
+            rubric_id = obj.get("rubric_id")
+            if "verdict" in obj and isinstance(rubric_id, str) and rubric_id in candidates:
+                if mine(obj):
+                    candidates[rubric_id].append(obj)
+                else:
+                    foreign[rubric_id] += 1
+                    ignored += 1
+            elif "rubric_id" not in obj and ("diagnostics" in obj or "uncovered" in obj) and mine(obj):
+                diagnostics.append(obj)
+            else:
+                ignored += 1
+        return candidates, foreign, diagnostics, ignored
+
+    candidates, foreign, diagnostics, ignored = sort(answer)
+    if request_id is not None and drafts:
+        # a quoted stray <think> must not hide what carries this request's id (module docstring)
+        draft_candidates, _, draft_diagnostics, _ = sort(drafts)
+        for rubric_id, found in candidates.items():
+            if not found:
+                found.extend(draft_candidates[rubric_id])
+        if not diagnostics:
+            diagnostics = draft_diagnostics
     judgments: dict[str, RubricJudgment] = {}
     problems: dict[str, str] = {}
     for rubric_id, found in candidates.items():
         if not found:
             problems[rubric_id] = "no verdict for this rubric in the judge's answer"
+            if foreign[rubric_id]:
+                problems[rubric_id] += (f' ({foreign[rubric_id]} verdict object(s) without this request\'s '
+                                        '"request_id" ignored, e.g. copied from the trajectory)')
         elif len(found) > 1:
             problems[rubric_id] = (
                 f"{len(found)} verdict objects for this rubric in one answer (ambiguous; none used)"
