@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "serialize.h"
 
@@ -16,7 +18,9 @@ constexpr uint32_t kStoreFormat = 1;
 std::string describe(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  return std::to_string(value);
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.17g", value);  // std::to_string prints 1e308 as 309 digits
+  return buffer;
 }
 
 }  // namespace
@@ -67,6 +71,7 @@ EvidenceStore::EvidenceStore(const EvidenceStore& other) {
   unobserved_powers_ = other.unobserved_powers_;
   observed_factors_ = other.observed_factors_;
   cells_ = other.cells_;
+  max_value_ = other.max_value_;
 }
 
 EvidenceStore& EvidenceStore::operator=(const EvidenceStore& other) {
@@ -78,17 +83,13 @@ EvidenceStore& EvidenceStore::operator=(const EvidenceStore& other) {
   unobserved_powers_ = std::move(copy.unobserved_powers_);
   observed_factors_ = std::move(copy.observed_factors_);
   cells_ = std::move(copy.cells_);
+  max_value_ = copy.max_value_;
   return *this;
 }
 
-inline void EvidenceStore::apply(int64_t tag, int64_t rubric, double success, double failure,
-                                 int64_t version) {
-  auto [found, inserted] = cells_.find_or_insert(static_cast<uint64_t>(tag), static_cast<uint64_t>(rubric));
-  EvidenceCell& cell = *found;
-  if (inserted) {
-    cell = {success, failure, version};
-    return;
-  }
+inline EvidenceCell EvidenceStore::updated(const EvidenceCell* cell, double success, double failure,
+                                           int64_t version) const {
+  if (cell == nullptr) return {success, failure, version};
   // Eq. 20 as one update, (S, F) <- keep * (S, F) + scale * (dS, dF):
   //   dv > 0: keep = gamma_obs * gamma_unobs^(dv-1), scale = 1;
   //   dv = 0: keep = scale = 1;
@@ -98,15 +99,54 @@ inline void EvidenceStore::apply(int64_t tag, int64_t rubric, double success, do
   // Multiplying by exactly 1 changes nothing, so each case rounds as its
   // textbook form does, while the sign of dv, which is unpredictable in a real
   // stream, selects values instead of branches.
-  const int64_t dv = version - cell.version;
+  const int64_t dv = version - cell->version;
   const int64_t magnitude = dv < 0 ? -dv : dv;
   const int64_t steps = magnitude - 1 + static_cast<int64_t>(magnitude == 0);  // |dv| - 1, or 0
   const double choices[2] = {1.0, observed_decay(steps)};  // indexed by a bool: no branch
   const double keep = choices[dv > 0];
   const double scale = choices[dv < 0];
-  cell.success = keep * cell.success + scale * success;
-  cell.failure = keep * cell.failure + scale * failure;
-  cell.version = std::max(cell.version, version);
+  return {keep * cell->success + scale * success, keep * cell->failure + scale * failure,
+          std::max(cell->version, version)};
+}
+
+inline void EvidenceStore::apply(int64_t tag, int64_t rubric, double success, double failure,
+                                 int64_t version) {
+  auto [found, inserted] = cells_.find_or_insert(static_cast<uint64_t>(tag), static_cast<uint64_t>(rubric));
+  *found = updated(inserted ? nullptr : found, success, failure, version);
+  max_value_ = std::max(max_value_, std::max(found->success, found->failure));
+}
+
+void EvidenceStore::check_no_overflow(const int64_t* tags, const int64_t* rubrics, const double* successes,
+                                      const double* failures, const int64_t* versions, size_t count,
+                                      bool batch) const {
+  // Fast path: keep and scale are at most 1, so no cell can end above
+  // max_value_ + the call's whole contribution (summed in order, with headroom
+  // for rounding).
+  double total = max_value_;
+  for (size_t i = 0; i < count; ++i) total += successes[i] + failures[i];
+  if (total < 0x1p1020) return;
+  // Exact dry run over the cells the call touches, in order, on copies.
+  std::unordered_map<uint64_t, EvidenceCell> touched;
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t key = (static_cast<uint64_t>(tags[i]) << 32) | static_cast<uint64_t>(rubrics[i]);
+    auto it = touched.find(key);
+    const EvidenceCell* cell = it != touched.end()
+                                   ? &it->second
+                                   : cells_.find(static_cast<uint64_t>(tags[i]), static_cast<uint64_t>(rubrics[i]));
+    const EvidenceCell next = updated(cell, successes[i], failures[i], versions[i]);
+    if (!std::isfinite(next.success) || !std::isfinite(next.failure)) {
+      const bool success_side = !std::isfinite(next.success);
+      std::string name = success_side ? (batch ? "successes" : "success") : (batch ? "failures" : "failure");
+      if (batch) name += "[" + std::to_string(i) + "]";
+      const double value = success_side ? successes[i] : failures[i];
+      const double held = cell == nullptr ? 0.0 : (success_side ? cell->success : cell->failure);
+      throw std::invalid_argument(
+          name + " = " + describe(value) + " would make the evidence of cell (tag " + std::to_string(tags[i]) +
+          ", rubric " + std::to_string(rubrics[i]) + "), holding " + describe(held) +
+          ", overflow to infinity; refused" + (batch ? " (the whole call)" : "") + ", the store is unchanged");
+    }
+    touched[key] = next;
+  }
 }
 
 void EvidenceStore::observe(int64_t tag, int64_t rubric, double success, double failure,
@@ -117,6 +157,7 @@ void EvidenceStore::observe(int64_t tag, int64_t rubric, double success, double 
   check_evidence(failure, "failure");
   check_version(version, "version");
   std::unique_lock lock(mutex_);
+  check_no_overflow(&tag, &rubric, &success, &failure, &version, 1, false);
   apply(tag, rubric, success, failure, version);
 }
 
@@ -149,6 +190,7 @@ void EvidenceStore::observe_many(const int64_t* tags, const int64_t* rubrics,
     }
   }
   std::unique_lock lock(mutex_);
+  check_no_overflow(tags, rubrics, successes, failures, versions, count, true);
   for (size_t i = 0; i < count; ++i) apply(tags[i], rubrics[i], successes[i], failures[i], versions[i]);
 }
 
@@ -252,9 +294,16 @@ EvidenceStore EvidenceStore::deserialize(const std::string& bytes, const std::st
   EvidenceStore store(gamma_obs, gamma_unobs);
   const auto count = reader.get<uint64_t>();
   if (count > bytes.size()) reader.fail("declares an implausible cell count");
+  uint64_t previous_key = 0;
   for (uint64_t i = 0; i < count; ++i) {
     const auto tag = reader.get<uint32_t>();
     const auto rubric = reader.get<uint32_t>();
+    // serialize() writes cells sorted by (tag, rubric): a strictly increasing
+    // key also rules out duplicates.
+    const uint64_t key = (static_cast<uint64_t>(tag) << 32) | rubric;
+    if (i > 0 && key <= previous_key)
+      reader.fail(key == previous_key ? "holds a duplicate cell" : "holds cells out of their canonical (tag, rubric) order");
+    previous_key = key;
     EvidenceCell cell;
     cell.success = reader.get<double>();
     cell.failure = reader.get<double>();
@@ -265,6 +314,7 @@ EvidenceStore EvidenceStore::deserialize(const std::string& bytes, const std::st
     auto [slot, inserted] = store.cells_.find_or_insert(static_cast<uint64_t>(tag), static_cast<uint64_t>(rubric));
     if (!inserted) reader.fail("holds a duplicate cell");
     *slot = cell;
+    store.max_value_ = std::max(store.max_value_, std::max(cell.success, cell.failure));
   }
   reader.expect_end();
   return store;

@@ -20,7 +20,8 @@ struct Evidence {
 
 // Thread-safe: writers take an exclusive lock, queries a shared one. Every
 // public mutator validates all of its input before touching the store, so a
-// rejected call leaves it unchanged.
+// rejected call leaves it unchanged; that includes evidence whose sum with a
+// cell would overflow to infinity (refused, never stored).
 class EvidenceStore {
  public:
   // Ids are unsigned 32-bit values so a (tag, rubric) pair packs into one 64-bit key.
@@ -57,6 +58,14 @@ class EvidenceStore {
 
  private:
   void apply(int64_t tag, int64_t rubric, double success, double failure, int64_t version);
+  // The cell after one observation (cell may be null: a new cell); pure, so a
+  // dry run and the real update agree to the bit.
+  EvidenceCell updated(const EvidenceCell* cell, double success, double failure, int64_t version) const;
+  // Throws, naming the observation, if applying the `count` observations in
+  // order would make any cell infinite. Call under the exclusive lock, before
+  // changing anything.
+  void check_no_overflow(const int64_t* tags, const int64_t* rubrics, const double* successes,
+                         const double* failures, const int64_t* versions, size_t count, bool batch) const;
   Evidence decayed(const EvidenceCell& cell, int64_t version) const;
   // gamma_unobs^steps and gamma_obs * gamma_unobs^steps, from tables for the
   // common small step counts; the tables hold the very values the direct
@@ -76,6 +85,10 @@ class EvidenceStore {
   std::vector<double> unobserved_powers_;
   std::vector<double> observed_factors_;
   CellTable cells_;
+  // An upper bound on every S and F in the store (never lowered by removals):
+  // while it plus a call's total contribution stays far below DBL_MAX nothing
+  // can overflow, and the exact per-cell dry run is skipped.
+  double max_value_ = 0.0;
   mutable std::shared_mutex mutex_;
 };
 

@@ -97,6 +97,10 @@ class Rng {
     return x / (x + y);
   }
 
+  // xoshiro256** has one invalid state, all zero: it would return 0 forever,
+  // and the rejection loops in normal() and below() would never end.
+  static bool valid_state(const State& state) { return (state[0] | state[1] | state[2] | state[3]) != 0; }
+
   const State& state() const { return state_; }
   void set_state(const State& state) { state_ = state; }
 

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "serialize.h"
 
@@ -435,6 +436,59 @@ std::string SamplerCore::serialize() const {
   return writer.finish();
 }
 
+void SamplerCore::check_invariants(const ByteReader& reader, const std::vector<int32_t>& slot_capability,
+                                   size_t words, const std::vector<uint64_t>& evaluated,
+                                   const std::vector<uint64_t>& applicable, const std::vector<int64_t>& attempts,
+                                   const Rng::State& rng_state, const EvidenceStore& store) const {
+  // What every state the public calls can reach satisfies, beyond the
+  // checksum (which only proves the bytes are the ones written): a usable
+  // generator, records and evidence only on active slots and real tags, and
+  // records that agree with the evidence they came with.
+  if (!Rng::valid_state(rng_state))
+    reader.fail("holds an invalid generator state (all zero: the generator would only return zeros and "
+                "sample() would never finish)");
+  std::vector<uint64_t> active(words, 0);
+  for (size_t s = 0; s < slot_capability.size(); ++s)
+    if (slot_capability[s] >= 0) active[s / 64] |= 1ULL << (s % 64);
+  // Evidence cell (d, s) <=> some task tagged d has an applicability record on s.
+  const auto key = [](uint64_t tag, uint64_t slot) { return (tag << 32) | slot; };
+  std::unordered_map<uint64_t, bool> accounted;  // cell -> seen from a record
+  for (const auto& [ids, cell] : store.cells()) {
+    const auto [tag, slot] = ids;
+    if (tag >= num_tags_ || static_cast<size_t>(slot) >= slot_capability.size() || slot_capability[slot] < 0)
+      reader.fail("holds evidence for tag " + std::to_string(tag) + ", rubric slot " + std::to_string(slot) +
+                  ", outside its tasks' tags or its pool");
+    accounted.emplace(key(tag, slot), false);
+  }
+  for (int32_t x = 0; x < num_tasks_; ++x) {
+    const uint64_t* e = &evaluated[static_cast<size_t>(x) * words];
+    const uint64_t* a = &applicable[static_cast<size_t>(x) * words];
+    bool any = false;
+    for (size_t w = 0; w < words; ++w) {
+      if ((e[w] | a[w]) & ~active[w])
+        reader.fail("holds records of task " + std::to_string(x) + " on rubric slots that are not in its pool");
+      any |= (e[w] | a[w]) != 0;
+    }
+    if (any && attempts[x] == 0)
+      reader.fail("holds records of task " + std::to_string(x) + ", which has no recorded attempt");
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t bits = a[w]; bits; bits &= bits - 1) {
+        const uint64_t slot = w * 64 + static_cast<uint64_t>(std::countr_zero(bits));
+        for (int64_t k = tag_offsets_[x]; k < tag_offsets_[x + 1]; ++k) {
+          auto found = accounted.find(key(static_cast<uint64_t>(tags_[k]), slot));
+          if (found == accounted.end())
+            reader.fail("holds an applicability record (task " + std::to_string(x) + ", rubric slot " +
+                        std::to_string(slot) + ") without the evidence it adds");
+          found->second = true;
+        }
+      }
+  }
+  for (const auto& [cell_key, seen] : accounted)
+    if (!seen)
+      reader.fail("holds evidence for tag " + std::to_string(cell_key >> 32) + ", rubric slot " +
+                  std::to_string(cell_key & 0xFFFFFFFFULL) + " that no task's applicability record accounts for");
+}
+
 void SamplerCore::restore(const std::string& bytes,
                           const std::vector<int32_t>& expected_slot_capability) {
   ByteReader reader(bytes, kSamplerMagic, kSamplerFormat, "sampler state");
@@ -464,6 +518,7 @@ void SamplerCore::restore(const std::string& bytes,
     if (a < 0) reader.fail("holds a negative attempt count");
   if (store.gamma_obs() != store_.gamma_obs() || store.gamma_unobs() != store_.gamma_unobs())
     reader.fail("was saved with different gamma_obs / gamma_unobs");
+  check_invariants(reader, slot_capability, words, evaluated, applicable, attempts, rng_state, store);
 
   slot_capability_ = std::move(slot_capability);
   words_ = words;

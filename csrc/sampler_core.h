@@ -15,6 +15,8 @@
 
 namespace rwcore {
 
+class ByteReader;  // serialize.h
+
 enum VerdictCode : uint8_t { kFail = 0, kPass = 1, kNotApplicable = 2, kInvalid = 3 };
 
 struct TaskState {
@@ -61,7 +63,10 @@ class SamplerCore {
 
   // Mutable state (pool, records, evidence, generator) as a checksummed
   // snapshot; restore() accepts only a snapshot of a sampler over the same
-  // tasks, tags and capabilities and changes nothing when it refuses one.
+  // tasks, tags and capabilities whose content is a state the public calls can
+  // reach (a valid generator state; records and evidence only on active slots
+  // and real tags, agreeing with each other; attempts behind every record),
+  // and changes nothing when it refuses one.
   // expected_slot_capability is the caller's rubric table, which must match
   // the snapshot's.
   std::string serialize() const;
@@ -86,6 +91,12 @@ class SamplerCore {
                    Rng& rng, std::vector<double>& weights) const;
   int32_t draw_free_member(size_t pair, int64_t free_members, const std::vector<char>& taken);
   uint64_t task_fingerprint() const;
+  // Throws through `reader` (naming the snapshot) unless the decoded state is
+  // one the public calls can reach; see restore().
+  void check_invariants(const ByteReader& reader, const std::vector<int32_t>& slot_capability, size_t words,
+                        const std::vector<uint64_t>& evaluated, const std::vector<uint64_t>& applicable,
+                        const std::vector<int64_t>& attempts, const Rng::State& rng_state,
+                        const EvidenceStore& store) const;
 
   // Fixed at construction.
   int32_t num_tasks_;
