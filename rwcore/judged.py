@@ -3,6 +3,13 @@
 The sampler (verdicts per rubric and group), the pool (pass / fail counts and failed trajectory
 ids), RewardWeaver (process-reward values, failure rates) and the advantages (verdict matrix)
 all read the same object instead of reshaping the judge's reports each in its own way.
+
+INVALID never pays. Evidence, coverage and pool counts read `codes` and `values`, where an INVALID
+judgment (the judge failed, or its answer could not be read) is neither a pass nor a fail.
+Rewards and advantages read the reward views instead (`reward_values`, `reward_verdict_matrix`,
+or `reward_view` for plain arrays): there an INVALID judgment counts as a FAIL with value 0.0 -
+the lowest value a FAIL can have - so a policy can never score higher by making its judge fail
+than by failing the rubric. NA stays NaN (not applicable) in every view.
 """
 
 from __future__ import annotations
@@ -17,7 +24,24 @@ from rwcore.types import JudgeReport
 from rwcore.validation import check_ids
 from rwcore.verdict import Verdict
 
-__all__ = ["JudgedBatch", "report_matrix"]
+__all__ = ["JudgedBatch", "report_matrix", "reward_view", "INVALID_REWARD"]
+
+INVALID_REWARD = 0.0
+"""What an INVALID judgment is worth in a reward: a FAIL's lowest value."""
+
+
+def reward_view(values, codes) -> np.ndarray:
+    """`values` [N, R] (NaN for NA / INVALID) with every INVALID cell of `codes` set to 0.0.
+
+    What rewards and advantages must read (see the module docstring): INVALID scores as a FAIL,
+    NA stays NaN. ValueError when the shapes differ.
+    """
+    values = np.array(values, dtype=np.float64)
+    codes = np.asarray(codes)
+    if values.shape != codes.shape:
+        raise ValueError(f"values and codes must have the same shape, got {values.shape} and {codes.shape}")
+    values[codes == Verdict.INVALID] = INVALID_REWARD
+    return values
 
 
 def report_matrix(reports: Sequence[JudgeReport], rubric_ids: Sequence[str], *,
@@ -74,8 +98,8 @@ class JudgedBatch:
     trajectory_ids: (N,) in batch order (groups contiguous, as the rollouts were made).
     rubric_ids: (R,) the rubrics judged this step.
     codes: uint8 [N, R], `Verdict` codes (a judgment the judge did not deliver is INVALID).
-    values: float64 [N, R], the number rewards use (score, else 1.0 PASS / 0.0 FAIL), NaN for
-        NA and INVALID.
+    values: float64 [N, R], the judgment's number (score, else 1.0 PASS / 0.0 FAIL), NaN for
+        NA and INVALID; rewards read `reward_values()` (INVALID -> 0.0, see the module docstring).
     uncovered: N tuples of the judge's uncovered-behaviour notes (Arise B.3 diagnostics).
     The arrays are read-only.
     """
@@ -152,12 +176,33 @@ class JudgedBatch:
         return [Verdict(int(code)) for code in self.codes[:, col]]
 
     def verdict_matrix(self) -> np.ndarray:
-        """float64 [N, R]: 1.0 pass, 0.0 fail, NaN for NA / INVALID (what the rubric advantages read;
-        a scored judgment counts by its verdict, not its score)."""
+        """float64 [N, R]: 1.0 pass, 0.0 fail, NaN for NA / INVALID (a scored judgment counts by its
+        verdict, not its score). Advantages read `reward_verdict_matrix()`, where INVALID is 0.0."""
         matrix = np.full(self.codes.shape, np.nan)
         matrix[self.codes == Verdict.PASS] = 1.0
         matrix[self.codes == Verdict.FAIL] = 0.0
         return matrix
 
+    def reward_values(self) -> np.ndarray:
+        """float64 [N, R] for rewards: `values` with INVALID scored 0.0 like a FAIL, NaN only for NA."""
+        return reward_view(self.values, self.codes)
+
+    def reward_verdict_matrix(self) -> np.ndarray:
+        """float64 [N, R] for rubric advantages: 1.0 pass, 0.0 fail and INVALID, NaN for NA."""
+        matrix = self.verdict_matrix()
+        matrix[self.codes == Verdict.INVALID] = INVALID_REWARD
+        return matrix
+
     def invalid_fraction(self) -> float:
         return float((self.codes == Verdict.INVALID).mean()) if self.codes.size else 0.0
+
+    def invalid_rates(self) -> dict[str, float]:
+        """rubric id -> share of this batch's judgments of it that are INVALID."""
+        if not len(self):
+            return {rid: 0.0 for rid in self.rubric_ids}
+        rates = (self.codes == Verdict.INVALID).mean(axis=0)
+        return {rid: float(rate) for rid, rate in zip(self.rubric_ids, rates)}
+
+    def invalid_rate_metrics(self, prefix: str = "judge/invalid_rate/") -> dict[str, float]:
+        """`invalid_rates` as metric names (`judge/invalid_rate/<rubric id>`), for a metrics row."""
+        return {prefix + rid: rate for rid, rate in self.invalid_rates().items()}

@@ -441,6 +441,8 @@ def _expected_matrix(rows):
                 matrix[j, i] = 1.0
             elif value is False or value == "fail" or (type(value) is int and value == 0):
                 matrix[j, i] = 0.0
+            elif value is Verdict.INVALID or value == "missing":
+                matrix[j, i] = 0.0  # INVALID (a missing rubric is INVALID) scores as a FAIL: it never pays
     return matrix
 
 
@@ -472,12 +474,11 @@ def test_advantage_estimator_is_compute_advantages_broadcast_over_the_mask(seed)
 
 def test_advantage_estimator_reads_per_rubric_keys_and_defaults():
     rewards_tok, mask, index, rows = _estimator_case(7)
-    columns = {f"rwcore_verdicts/{r}": np.array([row.get(r, float("nan")) if row.get(r) is not Verdict.INVALID
-                                                  else float("nan") for row in rows], dtype=object)
+    columns = {f"rwcore_verdicts/{r}": np.array([row.get(r, "invalid") for row in rows], dtype=object)
                for r in RUBRICS}
     advantages, _ = rv.compute_arise_advantage(rewards_tok, mask, index, config=None,
                                                non_tensor_batch={"uid": index, **columns})
-    # Missing and INVALID are NaN either way, so this equals the mapping layout.
+    # A rubric missing from a mapping row is INVALID, written "invalid" in the per-rubric layout.
     expected, _ = rv.compute_arise_advantage(rewards_tok, mask, index, non_tensor_batch={
         "uid": index, "rwcore_verdicts": np.array(rows, dtype=object)})
     torch.testing.assert_close(advantages, expected)

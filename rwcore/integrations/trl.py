@@ -47,6 +47,7 @@ attribute access); `rubric_reward_funcs`, `RubricRecorder`, `GroupRepeatSampler`
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 
@@ -260,9 +261,12 @@ class _SharedJudgement:
             )
             for i in range(count)
         ]
-        reports = self.judge.evaluate(trajectories, self.rubrics)
-        if len(reports) != count:
-            raise ValueError(f"the judge returned {len(reports)} reports for {count} trajectories")
+        from rwcore.method.method import safe_evaluate
+
+        failures: list[str] = []
+        reports = safe_evaluate(self.judge, trajectories, self.rubrics, failures)  # raising -> INVALID
+        if failures:
+            logger.warning("the judge raised; this batch's judgments are INVALID (%s)", failures[0])
         rows = []
         for report in reports:
             judgments = report.judgments if isinstance(report, JudgeReport) else report
@@ -292,7 +296,7 @@ def rubric_reward_funcs(
     tags_column: str | None = None,
     recorder: RubricRecorder | None = None,
     na_value: float | None = None,
-    invalid_value: float | None = None,
+    invalid_value: float = 0.0,
     outcome_fn: Callable[[Trajectory], float] | None = None,
     name_prefix: str = "rubric/",
 ) -> RubricRewardFuncs:
@@ -301,10 +305,12 @@ def rubric_reward_funcs(
     Each function has TRL's signature `f(prompts, completions, completion_ids=None, **kwargs) ->
     list[float | None]` and is named `name_prefix + rubric_id` (TRL logs `rewards/<name>/mean`). Its
     reward is the judgment's value: the score of a scored rubric, else 1.0 for PASS and 0.0 for FAIL.
-    NA (the rubric does not apply) gives `na_value` and INVALID (the judge failed) `invalid_value`, both
-    None by default: TRL (>= 1.x) reads None as "not applicable" (NaN), leaves it out of the other
-    functions' weighted sum and of the group statistics, and gives a completion for which every
-    function returned None an advantage of 0. Pass numbers instead to score them.
+    NA (the rubric does not apply) gives `na_value`, None by default: TRL (>= 1.x) reads None as "not
+    applicable" (NaN), leaves it out of the other functions' weighted sum and of the group statistics,
+    and gives a completion for which every function returned None an advantage of 0. INVALID (the
+    judge failed, or raised: `rwcore.method.safe_evaluate`) gives `invalid_value`, 0.0 by default - a
+    FAIL's lowest value - and must be a number <= 0: an INVALID left out like NA would score higher
+    than a FAIL, so a policy would gain by making its judge fail.
 
     Each completion becomes a `Trajectory` (`trajectory_from_trl`) whose task id is the dataset column
     `task_id_column` (required), whose tags come from `tags_column` (optional), and whose `metadata`
@@ -322,9 +328,12 @@ def rubric_reward_funcs(
         raise ValueError(f"judge must have an evaluate(trajectories, rubrics) method, got {type(judge).__name__}")
     if not isinstance(task_id_column, str) or not task_id_column:
         raise ValueError(f"task_id_column must be a column name, got {task_id_column!r}")
-    for name, value in (("na_value", na_value), ("invalid_value", invalid_value)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"{name} must be None or a number, got {value!r}")
+    if na_value is not None and (isinstance(na_value, bool) or not isinstance(na_value, (int, float))):
+        raise ValueError(f"na_value must be None or a number, got {na_value!r}")
+    if isinstance(invalid_value, bool) or not isinstance(invalid_value, (int, float)) \
+            or not math.isfinite(invalid_value) or invalid_value > 0.0:
+        raise ValueError(f"invalid_value must be a finite number <= 0 (an INVALID judgment scores no higher than "
+                         f"a FAIL), got {invalid_value!r}")
     recorder = RubricRecorder() if recorder is None else recorder
     for rubric in rubrics:
         if rubric.capability:

@@ -344,8 +344,9 @@ def verdict_table(values, num_rows: int, rubric_order: Sequence[Hashable] | None
     Each row is a mapping {rubric id: verdict} (what a verl reward function returns in its extra
     info), None (no verdicts), or a sequence aligned with `rubric_order`; a whole [N, R] array
     works too. A rubric absent from a row is Verdict.INVALID there (not evaluated: neither evidence
-    nor coverage, and NaN in the advantages). Rubric ids are `rubric_order` when given (a mapping row
-    may then only use those ids), else in order of first appearance (sequence rows: 0..R-1).
+    nor coverage; in the advantages it scores as a FAIL, like every INVALID). Rubric ids are
+    `rubric_order` when given (a mapping row may then only use those ids), else in order of first
+    appearance (sequence rows: 0..R-1).
     """
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
         raise ValueError(f"non_tensor_batch[{key!r}] must hold one entry per response, got {type(values).__name__}")
@@ -409,10 +410,14 @@ def verdicts_from_batch(non_tensor_batch: Mapping, num_rows: int, key: str = VER
 
 
 def _verdict_matrix(codes: np.ndarray) -> np.ndarray:
-    """Verdict codes -> compute_advantages' matrix: 1.0 pass, 0.0 fail, NaN otherwise."""
+    """Verdict codes -> compute_advantages' matrix: 1.0 pass, 0.0 fail and INVALID, NaN for NA.
+
+    INVALID (the judge failed; also a rubric absent from a row) scores as a FAIL, so that a policy
+    never gains by making its judge fail (`rwcore.judged`); evidence still sees it as INVALID.
+    """
     matrix = np.full(codes.shape, np.nan)
     matrix[codes == Verdict.PASS] = 1.0
-    matrix[codes == Verdict.FAIL] = 0.0
+    matrix[(codes == Verdict.FAIL) | (codes == Verdict.INVALID)] = 0.0
     return matrix
 
 
@@ -484,7 +489,7 @@ def compute_arise_advantage(
         R = token_level_rewards.sum(-1)                  (length-regularized when enabled, Arise B.4)
         groups = index (verl's uid per prompt, numbered by first appearance)
         V = the verdicts in non_tensor_batch (`verdicts_from_batch`: [verdicts_key] or [verdicts_key/<rubric>])
-            as [N, R]: 1.0 pass, 0.0 fail, NaN for n/a, invalid or missing
+            as [N, R]: 1.0 pass, 0.0 fail, invalid or missing (INVALID never pays), NaN for n/a
 
     Settings come from `config.rwcore` (verl passes `config=algorithm`; add them with
     `+algorithm.rwcore.lam=0.3` etc.): lam (0.3), ddof (1, sample std like verl's torch.std), eps

@@ -202,19 +202,35 @@ class OpenAIJudge:
         if work:
             async with self.client.session() as session:
                 results = await asyncio.gather(*(
-                    self._judge_batch(session, trajectories[index], batch, rubrics if with_pool else None)
+                    self._judge_batch_safely(session, trajectories[index], batch, rubrics if with_pool else None)
                     for index, batch, with_pool, _ in work))
             for (index, _, with_pool, diagnostics_key), (judgments, batch_uncovered) in zip(work, results):
                 found[index].update(judgments)
                 if with_pool and batch_uncovered is not None:
                     uncovered[index] = batch_uncovered
                     if self.cache is not None:
-                        self.cache.put_uncovered(diagnostics_key, batch_uncovered, model=self.model)
+                        try:
+                            self.cache.put_uncovered(diagnostics_key, batch_uncovered, model=self.model)
+                        except OSError as error:
+                            logger.warning("judge cache: could not store diagnostics (%s)", error)
         return [
             JudgeReport(trajectory.trajectory_id, {r.rubric_id: found[index][r.rubric_id] for r in rubrics},
                         uncovered[index])
             for index, trajectory in enumerate(trajectories)
         ]
+
+    async def _judge_batch_safely(self, session: ChatSession, trajectory: Trajectory,
+                                  batch: list[tuple[RubricSpec, str]], pool: Sequence[RubricSpec] | None,
+                                  ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
+        """`_judge_batch`, with anything it raises turned into INVALID judgments (never a crashed run)."""
+        try:
+            return await self._judge_batch(session, trajectory, batch, pool)
+        except Exception as error:  # noqa: BLE001 - a judge failure is INVALID, whatever it is
+            message = f"judging failed: {type(error).__name__}: {error}"[:1000]
+            logger.warning("judge %s: %s (trajectory %r); its %d rubric(s) are INVALID", self.model, message,
+                           trajectory.trajectory_id, len(batch))
+            return {rubric.rubric_id: RubricJudgment(rubric.rubric_id, Verdict.INVALID, error=message)
+                    for rubric, _ in batch}, None
 
     async def _judge_batch(self, session: ChatSession, trajectory: Trajectory,
                            batch: list[tuple[RubricSpec, str]], pool: Sequence[RubricSpec] | None,
@@ -230,20 +246,30 @@ class OpenAIJudge:
             messages = self.build_messages(trajectory, list(pending.values()), request_id, ask_pool)
             try:
                 reply = await session.complete(messages)
+                answer = parse_judge_answer(reply.text, pending,
+                                            request_id=request_id if self.require_request_id else None,
+                                            pass_threshold=self.pass_threshold,
+                                            want_diagnostics=ask_pool is not None)
             except ChatError as error:
                 # The client already retried; asking again would only repeat that.
                 problems = {rubric_id: f"judge request failed: {error.message}" for rubric_id in pending}
                 break
-            answer = parse_judge_answer(reply.text, pending,
-                                        request_id=request_id if self.require_request_id else None,
-                                        pass_threshold=self.pass_threshold, want_diagnostics=ask_pool is not None)
+            except Exception as error:  # noqa: BLE001 - unexpected: asked again in a fresh request, then INVALID
+                problem = f"unexpected error: {type(error).__name__}: {error}"[:1000]
+                problems = {rubric_id: problem for rubric_id in pending}
+                logger.warning("judge %s: %s (trajectory %r)%s", self.model, problem, trajectory.trajectory_id,
+                               "; asking again" if round_index < self.max_reasks else "")
+                continue
             if ask_pool is not None:
                 uncovered = answer.uncovered
             for rubric_id, judgment in answer.judgments.items():
                 judgments[rubric_id] = judgment
                 del pending[rubric_id]
                 if self.cache is not None:
-                    self.cache.put_judgment(keys[rubric_id], judgment, model=self.model)
+                    try:
+                        self.cache.put_judgment(keys[rubric_id], judgment, model=self.model)
+                    except OSError as error:  # a full or unwritable cache folder costs speed, not the verdict
+                        logger.warning("judge cache: could not store a judgment (%s)", error)
             cut = " (the answer was cut off at max_tokens)" if reply.finish_reason == "length" else ""
             problems = {rubric_id: answer.problems[rubric_id] + cut for rubric_id in pending}
             if not pending:

@@ -13,7 +13,9 @@ untrusted JSON data in the user message; answers accepted only with the request'
 Output contract: a reply is either fully valid or not used. A reply that cannot be read, or any of
 whose items breaks the schema (missing field, unknown capability category, duplicate or existing
 id, support citing unknown trajectories), is asked again up to `max_reasks` times; then the
-method raises `ReflectionError` — it never returns half-parsed output. Two documented
+method raises `ReflectionError` — it never returns half-parsed output, and no other exception
+escapes a request or the reading of an answer (anything unexpected is re-asked, then becomes a
+`ReflectionError`, which `AdaptiveMethod` logs and skips). Two documented
 exceptions, where items are independent: `attribute` returns the records of the candidates that
 were answered validly and omits (with a warning) the ones that were not; `analyze_trajectories`
 leaves out (with a warning) trajectories whose analysis failed. Both raise `ReflectionError` when
@@ -171,14 +173,18 @@ class OpenAIReflector:
                 reply = await session.complete(build(request_id))
             except ChatError as error:
                 raise ReflectionError(f"{what}: request failed: {error.message}") from error
+            except Exception as error:  # noqa: BLE001 - never a crash: the caller logs and skips the reflection
+                raise ReflectionError(f"{what}: request failed: {type(error).__name__}: {error}") from error
             try:
                 return parse(reply.text, request_id)
             except SchemaError as error:
                 problem = str(error)
                 if reply.finish_reason == "length":
                     problem += " (the answer was cut off at max_tokens)"
-                logger.info("%s: unusable answer (%s)%s", what, problem,
-                            "; asking again" if attempt < self.max_reasks else "")
+            except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again, then an error
+                problem = f"unexpected error reading the answer: {type(error).__name__}: {error}"[:1000]
+            logger.info("%s: unusable answer (%s)%s", what, problem,
+                        "; asking again" if attempt < self.max_reasks else "")
         raise ReflectionError(f"{what}: no usable answer after {1 + self.max_reasks} request(s): {problem}")
 
     def _messages(self, template: str, request_id: str, data: object, **values: str) -> list[dict[str, str]]:
@@ -210,8 +216,9 @@ class OpenAIReflector:
         lines = []
         failures = []
         for index, (trajectory, result) in enumerate(zip(trajectories, results)):
-            if isinstance(result, ReflectionError):
-                failures.append(f"T{index}: {result}")
+            if isinstance(result, Exception):  # ReflectionError, or anything unexpected: that trajectory is left out
+                failures.append(f"T{index}: {result}" if isinstance(result, ReflectionError)
+                                else f"T{index}: {type(result).__name__}: {result}")
                 continue
             if isinstance(result, BaseException):
                 raise result
@@ -419,8 +426,17 @@ class OpenAIReflector:
             except ChatError as error:
                 problems = {key: f"request failed: {error.message}" for key in pending}
                 break
+            except Exception as error:  # noqa: BLE001 - never a crash (the candidates are omitted, logged)
+                problems = {key: f"request failed: {type(error).__name__}: {error}" for key in pending}
+                break
             found: dict[str, list[dict]] = {key: [] for key in pending}
-            for obj in answer_objects(reply.text):
+            try:
+                objects = answer_objects(reply.text)
+            except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again
+                problems = {key: f"unexpected error reading the answer: {type(error).__name__}: {error}"
+                            for key in pending}
+                continue
+            for obj in objects:
                 capability_id = obj.get("capability_id")
                 if "deficit" in obj and isinstance(capability_id, str) and capability_id in found:
                     found[capability_id].append(obj)
@@ -435,6 +451,8 @@ class OpenAIReflector:
                                                                 self._checked_id(request_id))
                 except SchemaError as error:
                     problems[capability_id] = f"malformed record: {error}"
+                except Exception as error:  # noqa: BLE001 - never a crash (the candidate is omitted, logged)
+                    problems[capability_id] = f"unexpected error reading the record: {type(error).__name__}: {error}"
             pending = {key: value for key, value in pending.items() if key not in records}
             if not pending:
                 break

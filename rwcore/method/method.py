@@ -62,6 +62,7 @@ from rwcore.types import (
     InstanceRubricWriter,
     Judge,
     JudgeReport,
+    RubricJudgment,
     RubricReflector,
     RubricSkillProposal,
     RubricSpec,
@@ -72,7 +73,7 @@ from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.method")
 
-__all__ = ["AdaptiveMethod", "AdaptReport", "MethodSettings", "Providers", "Scored", "judge_groups"]
+__all__ = ["AdaptiveMethod", "AdaptReport", "MethodSettings", "Providers", "Scored", "judge_groups", "safe_evaluate"]
 
 _FORMAT = "rwcore.adaptive_method"
 _VERSION = 1
@@ -97,7 +98,9 @@ class MethodSettings:
         expansion (controlled expansion at stage boundaries) [True], max_new_capabilities [2],
         max_revisions (evaluator revisions of a rejected candidate) [1],
         process_normalization ("active_set": 1/|A| with NA / INVALID counting 0, the paper's formula;
-        "applicable": the mean over defined judgments; rwcore.rewardweaver.reward) ["active_set"].
+        "applicable": the mean over applicable judgments, an INVALID one counting as a FAIL's 0;
+        rwcore.rewardweaver.reward) ["active_set"]. In every reward and advantage an INVALID
+        judgment scores as a FAIL (`JudgedBatch.reward_values`); evidence keeps it INVALID.
     """
 
     batch_size: int = 16
@@ -417,14 +420,15 @@ class AdaptiveMethod:
         rewards = task_rewards + process_terms
         advantage_ids = tuple(spec.rubric_id for spec in (self.pool.active_rubrics() if self.pool is not None else [])
                               if spec.rubric_id not in process_ids and spec.rubric_id in judged)
-        verdicts = judged.columns(advantage_ids).verdict_matrix()
+        verdicts = judged.columns(advantage_ids).reward_verdict_matrix()  # INVALID scores as a FAIL
         advantages = compute_advantages(rewards, verdicts, groups, lam=s.lam, eps=s.eps, ddof=s.ddof)
         return Scored(rewards, np.asarray(advantages, dtype=np.float64), task_rewards, process_terms, judged,
                       tuple(process_ids), advantage_ids)
 
     def _process_terms(self, trajectories: Sequence[Trajectory], judged: JudgedBatch) -> tuple[np.ndarray, list[str]]:
         """RewardWeaver's 1/|A| sum_d J_d per trajectory (rwcore.rewardweaver.process_terms with
-        settings.process_normalization; 0 when nothing is defined)."""
+        settings.process_normalization; 0 when nothing is defined). An INVALID judgment counts as a
+        FAIL (0.0) under both normalizations (`JudgedBatch.reward_values`): invalidity never pays."""
         from rwcore.rewardweaver import process_terms
 
         n = len(trajectories)
@@ -438,12 +442,12 @@ class AdaptiveMethod:
                 ids = [spec.rubric_id for spec in self._instance_rubrics.get(trajectory.task_id, ())]
                 used.update(dict.fromkeys(ids))
                 if ids:
-                    terms[i] = process_terms(judged.columns(ids).values[i:i + 1], normalize=normalize)[0][0]
+                    terms[i] = process_terms(judged.columns(ids).reward_values()[i:i + 1], normalize=normalize)[0][0]
             return terms, list(used)
         ids = [spec.rubric_id for spec in self.process_rubrics()]
         if not ids:
             return np.zeros(n), []
-        return process_terms(judged.columns(ids).values, normalize=normalize)[0], ids
+        return process_terms(judged.columns(ids).reward_values(), normalize=normalize)[0], ids
 
     def observe(self, step: int, task_ids: Sequence[str], trajectories: Sequence[Trajectory], judged: JudgedBatch,
                 policy_versions: Sequence[int] | None = None) -> None:
@@ -563,8 +567,14 @@ class AdaptiveMethod:
         cohort = [t for t, low in zip(trajectories, low_outcome_mask(trajectories, self.settings.low_outcome)) if low]
         previous = self._open_stages[-1]["specs"] if self._open_stages else ()
         # proposed afresh each stage (library=[]: nothing is frozen); no failures -> keep the dimensions
-        specs = list(self.providers.proposer.propose_capabilities(cohort, [], self.settings.budget)) \
-            if cohort else list(previous)
+        specs = list(previous)
+        if cohort:
+            try:
+                specs = list(self.providers.proposer.propose_capabilities(cohort, [], self.settings.budget))
+            except Exception as exc:  # noqa: BLE001 - an LLM proposer may fail; keep the dimensions, keep training
+                self._stage_errors += 1
+                logger.warning("stage boundary after step %d: the capability proposer failed (%s: %s); the current "
+                               "dimensions stay for another stage", step, type(exc).__name__, exc)
         specs = _distinct(specs)[: self.settings.budget]
         self._open_stages.append({"stage": len(self._open_stages), "start_step": step + 1, "specs": tuple(specs),
                                   "cohort": len(cohort), "trajectories": len(trajectories)})
@@ -745,10 +755,15 @@ def judge_groups(judge: Judge, trajectories: Sequence[Trajectory], plans: Sequen
                  group_size: int) -> list[JudgeReport]:
     """Judges trajectories group by group on `rubrics_to_judge`'s plans (one rubric list per group of
     `group_size` contiguous trajectories); consecutive groups with the same rubrics go to the judge in
-    one call. One report per trajectory, in order; a group with no rubric gets empty reports."""
+    one call. One report per trajectory, in order; a group with no rubric gets empty reports.
+
+    A judge call that raises (an LLM judge's bug, a user-supplied judge tripping over the policy's
+    text) never ends the run: its trajectories get INVALID judgments of every planned rubric with the
+    error recorded (`safe_evaluate`), and one warning per call of this function says what failed."""
     if len(trajectories) != len(plans) * group_size:
         raise ValueError(f"{len(trajectories)} trajectories are not {len(plans)} groups of {group_size}")
     reports: list[JudgeReport] = []
+    failures: list[str] = []
     start = 0
     while start < len(plans):
         key = tuple(spec.rubric_id for spec in plans[start])
@@ -757,14 +772,40 @@ def judge_groups(judge: Judge, trajectories: Sequence[Trajectory], plans: Sequen
             end += 1
         block = list(trajectories[start * group_size:end * group_size])
         if key:
-            got = judge.evaluate(block, list(plans[start]))
-            if len(got) != len(block):
-                raise ValueError(f"judge.evaluate returned {len(got)} reports for {len(block)} trajectories")
-            reports.extend(got)
+            reports.extend(safe_evaluate(judge, block, list(plans[start]), failures))
         else:
             reports.extend(JudgeReport(t.trajectory_id, {}) for t in block)
         start = end
+    if failures:
+        logger.warning("judge %s raised in %d of its calls; those trajectories' judgments are INVALID (first: %s)",
+                       type(judge).__name__, len(failures), failures[0])
     return reports
+
+
+def safe_evaluate(judge: Judge, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec],
+                  failures: list[str] | None = None) -> list[JudgeReport]:
+    """`judge.evaluate(trajectories, rubrics)`, with any exception turned into INVALID judgments.
+
+    The error ("<type>: <message>", cut to 500 characters) is in each INVALID judgment's `error` and
+    appended to `failures` when given (the caller logs it; nothing is logged here). A judge that
+    returns the wrong number of reports breaks its contract: ValueError naming the judge. A
+    configuration error that no judgment can cure (`MissingAPIKeyError`) is raised as it is.
+    """
+    try:
+        got = judge.evaluate(trajectories, rubrics)
+    except Exception as exc:  # noqa: BLE001 - see the docstring: a judge failure is INVALID, never a crash
+        if type(exc).__name__ == "MissingAPIKeyError":
+            raise
+        error = f"{type(exc).__name__}: {exc}"[:500]
+        if failures is not None:
+            failures.append(error)
+        message = f"the judge raised {error}"
+        return [JudgeReport(t.trajectory_id, {r.rubric_id: RubricJudgment(r.rubric_id, Verdict.INVALID, error=message)
+                                              for r in rubrics}) for t in trajectories]
+    if len(got) != len(trajectories):
+        raise ValueError(f"judge.evaluate returned {len(got)} reports for {len(trajectories)} trajectories "
+                         f"({type(judge).__name__})")
+    return list(got)
 
 
 def _spec_dict(spec: RubricSpec) -> dict:

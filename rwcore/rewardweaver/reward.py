@@ -2,15 +2,19 @@
 
 Non-applicable and invalid judgments. Jbar_d(tau) is the judge's normalized
 score (`RubricJudgment.value`, in [0, 1]). A capability that does not apply to
-a trajectory (NA), or whose judgment failed (INVALID), has no Jbar_d(tau). Two
-normalizations, chosen with `normalize`:
+a trajectory (NA) has no Jbar_d(tau). A judgment that failed (INVALID) is
+scored as a FAIL, Jbar_d(tau) = 0, so that a policy never gains by making its
+judge fail: the arrays given here hold NaN for NA only, and callers turn
+INVALID into 0.0 first (`rwcore.judged.reward_view`, `JudgedBatch.reward_values`;
+`RewardWeaver.reward` and `AdaptiveMethod` do). Two normalizations, chosen with
+`normalize`:
 
 - "active_set" (default, the paper's formula read literally): P(tau) =
   1/|A| * sum_{d in A} Jbar_d(tau), an undefined Jbar_d contributing 0. Credit
   goes to checks a trajectory reached and passed; a check it never reached earns
-  what a failed one earns, and an INVALID judgment never scores above a FAIL.
-- "applicable": the mean over the active capabilities that apply and were validly
-  judged, P(tau) = 1/|A_v(tau)| * sum_{d in A_v(tau)} Jbar_d(tau). Where
+  what a failed one earns.
+- "applicable": the mean over the active capabilities that apply,
+  P(tau) = 1/|A_v(tau)| * sum_{d in A_v(tau)} Jbar_d(tau). Where
   applicability depends on the policy's own moves this penalizes reaching a
   check (a trajectory that stops before a stage keeps a higher mean than one that
   reaches it and fails), which a policy under RL learns to exploit - measured on
@@ -52,8 +56,8 @@ NORMALIZATIONS: tuple[str, ...] = ("active_set", "applicable")
 
 def process_terms(judgments, *, normalize: str = "active_set",
                   empty_value: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-    """(P [N], number of defined judgments per trajectory [N]) for a [N, |A|] array with NaN for NA/INVALID;
-    `normalize` as in the module docstring."""
+    """(P [N], number of defined judgments per trajectory [N]) for a [N, |A|] array with NaN for NA
+    (INVALID already 0.0, see the module docstring); `normalize` as in the module docstring."""
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
     values = _check_values(judgments, None, "judgments")
@@ -72,7 +76,8 @@ def process_reward(outcomes, judgments, *, normalize: str = "active_set", empty_
     """R = R_o + P over N trajectories (float64 [N]); see the module docstring for NA/INVALID.
 
     outcomes: R_o, shape [N], finite.
-    judgments: Jbar, shape [N, |A|] in [0, 1], NaN where NA or INVALID (e.g. from `judgment_matrix`).
+    judgments: Jbar, shape [N, |A|] in [0, 1], NaN where NA, 0.0 where INVALID (e.g.
+        `rwcore.judged.reward_view(*judgment_matrix(...))`).
     normalize: "active_set" (1/|A|, undefined judgments count 0) or "applicable" (mean over defined).
     empty_value: P for a trajectory with no defined judgment [0].
     """

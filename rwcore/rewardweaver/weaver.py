@@ -37,6 +37,7 @@ from rwcore.rewardweaver.expansion import CaseProvider, ExpansionResult, expand_
 from rwcore.rewardweaver.history import RewardHistory, StageRecord, _parse as _parse_history
 from rwcore.rewardweaver.judgments import judge_failure_rates, judgment_matrix
 from rwcore.rewardweaver.library import CapabilityLibrary, _parse_state as _parse_library
+from rwcore.judged import reward_view
 from rwcore.rewardweaver.reward import NORMALIZATIONS, process_reward, process_terms
 from rwcore.rewardweaver.selection import (
     DEFAULT_BUDGET,
@@ -247,15 +248,15 @@ class RewardWeaver:
     def reward(self, trajectories: Sequence[Trajectory], reports: Sequence[JudgeReport]) -> np.ndarray:
         """R(tau) for each trajectory under the current active set (float64 [N]).
 
-        reports[i] must be trajectories[i]'s JudgeReport. NA and INVALID (or missing)
-        active judgments count 0 under normalize="active_set" and are left out of the mean under
-        "applicable"; a trajectory without any defined active judgment gets `empty_value` as its
-        process term (see rewardweaver.reward).
+        reports[i] must be trajectories[i]'s JudgeReport. An INVALID (or missing) active judgment
+        counts as a FAIL (0) under both normalizations - invalidity never pays; NA counts 0 under
+        normalize="active_set" and is left out of the mean under "applicable"; a trajectory without
+        any applicable active judgment gets `empty_value` as its process term (see rewardweaver.reward).
         """
         trajectories = check_trajectories(trajectories, need_ids=True, finite_outcomes=True)
-        values, _ = judgment_matrix(reports, self.active, trajectory_ids=[t.trajectory_id for t in trajectories])
+        values, codes = judgment_matrix(reports, self.active, trajectory_ids=[t.trajectory_id for t in trajectories])
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
-        return process_reward(outcomes, values, normalize=self._config["normalize"],
+        return process_reward(outcomes, reward_view(values, codes), normalize=self._config["normalize"],
                               empty_value=self._config["empty_value"])
 
     # -- the outer-loop update ------------------------------------------------------
@@ -403,8 +404,8 @@ class RewardWeaver:
             "low_outcome_rate": float(low.mean()),
         }
         if reports is not None and self.active:
-            active_values, _ = judgment_matrix(reports, self.active)
-            term, count = process_terms(active_values, normalize=self._config["normalize"])
+            active_values, active_codes = judgment_matrix(reports, self.active)
+            term, count = process_terms(reward_view(active_values, active_codes), normalize=self._config["normalize"])
             defined = count > 0
             summary["mean_process_term"] = float(term[defined].mean()) if defined.any() else None
         clash = set(extra) & set(summary)

@@ -1,0 +1,219 @@
+"""INVALID never pays, and a failing judge or reflector never crashes a run (issue 13).
+
+An INVALID judgment (the judge failed, or its answer could not be read) must score no higher than a
+FAIL in every reward - RewardWeaver's process term under both normalizations, Arise's rubric
+advantages, the TRL reward functions and the verl advantage estimator - while evidence, coverage and
+pool counts still see it as INVALID. Expected numbers are worked out by hand in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from rewardweaver_fakes import ScriptedAttributor, build_library, deficit
+from test_method import Reflector, reports_for, trajectories, traj_with
+
+from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
+from judge_server import ChatServer, Reply, all_pass
+from rwcore import AdaptiveMethod, JudgedBatch, MethodSettings, Verdict
+from rwcore.judges import OpenAIJudge, OpenAIReflector, ReflectionError
+from rwcore.method import Providers
+from rwcore.method.method import judge_groups
+from rwcore.types import JudgeReport, RubricJudgment, RubricSkillProposal, RubricSpec, Trajectory, Turn
+
+P, F, NA, INV = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
+KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
+
+
+def combined(normalization: str) -> AdaptiveMethod:
+    """Process rubrics c1, c2 (RewardWeaver's active set) and pool rubric a1 (Arise's advantages)."""
+    library = build_library(ids=("c1", "c2", "c3"))
+    method = AdaptiveMethod("combined", {"t0": ["tag"], "t1": ["tag"]},
+                            MethodSettings(batch_size=2, group_size=4, delta_pool=1, budget=2, length_threshold=0,
+                                           success_sample=0, min_support=1, process_normalization=normalization),
+                            Providers(library=library, attributor=ScriptedAttributor(),
+                                      reflector=Reflector([proposal_pair("a1")])))
+    diag = [traj_with(f"d{i}", 0.0, attribution=[deficit("c1"), deficit("c2")]) for i in range(3)]
+    method.adapt(-1, diagnosis=(diag, reports_for(diag, {"c1": [F] * 3, "c2": [F] * 3, "c3": [P] * 3})))
+    task_ids = method.sample(0)
+    trajs = trajectories(0, task_ids, 4)
+    ids = [spec.rubric_id for spec in method.rubrics_to_judge(0, task_ids)[0]]
+    scored = method.score(trajs, reports_for(trajs, {rid: [P] * 8 for rid in ids}))
+    method.observe(0, task_ids, trajs, scored.judged)
+    method.adapt(0)  # the pool's first update adds a1
+    assert method.pool.rubric_ids() == ["a1"] and set(method.weaver.active) == {"c1", "c2"}
+    return method
+
+
+def proposal_pair(rubric_id: str) -> RubricSkillProposal:
+    return RubricSkillProposal(RubricSpec(rubric_id, f"criterion {rubric_id}", capability="Execution"), "a skill")
+
+
+# All outcomes 0. Group 0 varies the process rubrics, group 1 the pool rubric.
+C1 = [P, P, P, P, P, P, P, P]
+C2 = [F, INV, NA, P, P, P, P, P]
+A1 = [P, P, P, P, P, P, F, INV]
+
+
+def score(normalization: str):
+    method = combined(normalization)
+    trajs = trajectories(1, ["t0", "t1"], 4)
+    return method, trajs, method.score(trajs, reports_for(trajs, {"c1": C1, "c2": C2, "a1": A1}))
+
+
+def test_applicable_process_reward_scores_invalid_as_a_fail():
+    # "applicable": mean over defined judgments, INVALID counted as a FAIL's 0 (before: left out -> 1.0).
+    #   t0: (1 + 0)/2 = 0.5   t1: (1 + INVALID->0)/2 = 0.5   t2: c2 NA -> 1/1 = 1.0   t3: 1.0
+    _, _, scored = score("applicable")
+    assert np.allclose(scored.process_terms, [0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    # Group 0 rewards [0.5, 0.5, 1, 1]: mean 0.75, sample std sqrt(4 * 0.0625 / 3) = 0.288675;
+    # a1 all PASS there, so A = A_task = +-0.25 / 0.288675 = +-0.866025.
+    assert np.allclose(scored.advantages[:4], [-0.866025, -0.866025, 0.866025, 0.866025], atol=1e-6)
+    # evidence still sees INVALID as INVALID
+    assert scored.judged.verdicts("c2")[1] == INV and np.isnan(scored.judged.values[1, scored.judged.index(["c2"])[0]])
+
+
+def test_active_set_process_reward_already_scored_invalid_as_a_fail():
+    # "active_set": 1/|A| with NA and INVALID adding 0: t0 0.5, t1 0.5, t2 0.5, t3 1.0.
+    _, _, scored = score("active_set")
+    assert np.allclose(scored.process_terms[:4], [0.5, 0.5, 0.5, 1.0])
+
+
+def test_rubric_advantages_score_invalid_as_a_fail_and_evidence_keeps_it_invalid():
+    method, trajs, scored = score("active_set")
+    # Group 1: rewards all 1 -> A_task = 0. a1 = [P, P, F, INVALID->0]: mean 0.5, sample std
+    # sqrt(4 * 0.25 / 3) = 0.577350, A_rub = +-0.5 / 0.577350 = +-0.866025; A = 0.3 * A_rub = +-0.259808.
+    # (Before: INVALID was not applicable -> A = A_task = 0 > the FAIL's -0.346410.)
+    assert np.allclose(scored.advantages[4:], [0.259808, 0.259808, -0.259808, -0.259808], atol=1e-6)
+    assert scored.judged.verdicts("a1")[7] == INV
+    method.observe(1, ["t0", "t1"], trajs, scored.judged)
+    # The pool's window counts (pass, fail, na, invalid) of a1: INVALID is not a FAIL there.
+    window = method.pool.state_dict()
+    assert json.dumps(window).count("s1/t1/2") == 1  # the FAILed trajectory id is recorded once ...
+    assert "s1/t1/3" not in json.dumps(window)       # ... the INVALID one is not a failure
+
+
+def test_rewardweaver_reward_scores_invalid_as_a_fail():
+    from rwcore.rewardweaver import RewardWeaver
+
+    library = build_library(ids=("c1", "c2"))
+    weaver = RewardWeaver(library, ScriptedAttributor(), budget=2, min_support=1, normalize="applicable")
+    diag = [traj_with(f"d{i}", 0.0, attribution=[deficit("c1"), deficit("c2")]) for i in range(3)]
+    weaver.update(diag, reports_for(diag, {"c1": [F] * 3, "c2": [F] * 3}), step=0)
+    assert set(weaver.active) == {"c1", "c2"}
+    trajs = [traj_with(f"r{i}", 0.25) for i in range(3)]
+    reports = reports_for(trajs, {"c1": [P, P, P], "c2": [F, INV, NA]})
+    # R = 0.25 + [(1+0)/2, (1+INVALID->0)/2, 1/1] = [0.75, 0.75, 1.25]; before: [0.75, 1.25, 1.25]
+    assert np.allclose(weaver.reward(trajs, reports), [0.75, 0.75, 1.25])
+
+
+def test_judged_batch_reward_view_and_invalid_rates():
+    trajs = trajectories(0, ["t0"], 4)
+    reports = reports_for(trajs, {"a": [P, (F, 0.25), NA, INV], "b": [INV, INV, P, P]})
+    judged = JudgedBatch.from_reports(reports, ["a", "b"])
+    assert np.array_equal(judged.reward_values(), [[1.0, 0.0], [0.25, 0.0], [np.nan, 1.0], [0.0, 1.0]],
+                          equal_nan=True)
+    assert np.array_equal(judged.reward_verdict_matrix(), [[1.0, 0.0], [0.0, 0.0], [np.nan, 1.0], [0.0, 1.0]],
+                          equal_nan=True)
+    assert judged.invalid_rates() == {"a": 0.25, "b": 0.5}
+    assert judged.invalid_rate_metrics() == {"judge/invalid_rate/a": 0.25, "judge/invalid_rate/b": 0.5}
+    # the evidence views are unchanged
+    assert np.isnan(judged.values[3, 0]) and judged.codes[3, 0] == INV
+
+
+def test_trl_reward_functions_score_invalid_no_higher_than_a_fail():
+    from rwcore.integrations.trl import rubric_reward_funcs
+
+    class Judge:
+        def evaluate(self, trajectories, rubrics):
+            verdicts = [P, F, NA, INV]
+            return [JudgeReport(t.trajectory_id, {"r": RubricJudgment("r", verdicts[i])})
+                    for i, t in enumerate(trajectories)]
+
+    funcs = rubric_reward_funcs(Judge(), [RubricSpec("r", "x")])
+    values = funcs[0](["p"] * 4, ["c"] * 4, task_id=["t"] * 4)
+    assert values == [1.0, 0.0, None, 0.0]  # INVALID scores a FAIL's 0 (before: None, i.e. left out)
+    for bad in (None, 0.5):
+        with pytest.raises(ValueError, match="invalid_value"):
+            rubric_reward_funcs(Judge(), [RubricSpec("r", "x")], invalid_value=bad)
+
+
+def test_verl_advantages_score_invalid_as_a_fail():
+    import rwcore.integrations.verl as rv
+
+    mask = torch.ones(4, 2, dtype=torch.bool)
+    rewards = torch.zeros(4, 2)
+    index = np.array(["g"] * 4, dtype=object)
+    rows = np.array([{"r": "pass"}, {"r": "pass"}, {"r": "fail"}, {"r": Verdict.INVALID}], dtype=object)
+    advantages, _ = rv.compute_arise_advantage(rewards, mask, index, config={"rwcore": {"lam": 0.3}},
+                                               non_tensor_batch={"uid": index, "rwcore_verdicts": rows})
+    # A_task = 0; y = [1, 1, 0, INVALID->0] -> A = 0.3 * +-0.866025 = +-0.259808 (before: INVALID got 0)
+    assert torch.allclose(advantages[:, 0], torch.tensor([0.259808, 0.259808, -0.259808, -0.259808]), atol=1e-5)
+
+
+# ---------------------------------------------------------------- exceptions -> INVALID
+
+class ExplodingJudge:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def evaluate(self, trajectories, rubrics):
+        self.calls += 1
+        raise KeyError("a rule crashed on the policy's text")
+
+
+def test_a_judge_that_raises_gives_invalid_judgments_logged_once(caplog):
+    trajs = trajectories(0, ["t0", "t1"], 2)
+    plans = [[RubricSpec("a", "x")], [RubricSpec("b", "y")]]
+    judge = ExplodingJudge()
+    with caplog.at_level(logging.WARNING, logger="rwcore"):
+        reports = judge_groups(judge, trajs, plans, 2)
+    assert judge.calls == 2
+    assert [sorted(r.judgments) for r in reports] == [["a"], ["a"], ["b"], ["b"]]
+    for report in reports:
+        for judgment in report.judgments.values():
+            assert judgment.verdict == INV and "KeyError" in judgment.error and "crashed" in judgment.error
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "KeyError" in warnings[0].getMessage()
+
+
+def test_openai_judge_turns_an_unexpected_error_into_invalid(monkeypatch):
+    import rwcore.judges.openai_judge as module
+
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(module, "parse_judge_answer", broken)
+    trajectory = Trajectory("t", [Turn("assistant", "x", generated=True)], 0.0)
+    with ChatServer(all_pass) as server:
+        judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0, max_retries=0,
+                            diagnostics=False, max_reasks=1)
+        [report] = judge.evaluate([trajectory], [RubricSpec("a", "x")])
+        assert server.count == 2  # retried once with a fresh request, then final
+    judgment = report.judgments["a"]
+    assert judgment.verdict == INV and "RecursionError" in judgment.error
+
+
+def test_reflector_errors_become_reflection_errors(monkeypatch):
+    import rwcore.judges.reflector as module
+
+    monkeypatch.setenv(KEY_ENV, "sk-test")
+
+    def broken(*args, **kwargs):
+        raise TypeError("unhashable type: 'dict'")
+
+    monkeypatch.setattr(module, "answer_objects", broken)
+    trajectory = Trajectory("t", [Turn("assistant", "x", generated=True)], 0.0, trajectory_id="t/0")
+    with ChatServer(lambda request: Reply("{}")) as server:
+        reflector = OpenAIReflector("reflect-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0,
+                                    max_retries=0, max_reasks=0)
+        with pytest.raises(ReflectionError, match="TypeError"):
+            reflector.propose_rubric_skills([trajectory], [], 2)
+        with pytest.raises(ReflectionError, match="TypeError"):
+            reflector.attribute(trajectory, [RubricSpec("c", "x")])
