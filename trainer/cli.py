@@ -3,8 +3,9 @@
 
 Each subcommand is one small class with `name`, `help`, `add_arguments(parser)` and
 `run(args) -> int`; `main(argv=None) -> int` parses and dispatches. Exit codes: 0 success,
-2 bad input (argparse usage errors, config errors, missing folders — one line on stderr, no
-traceback), 1 a missing optional dependency, 130 interrupted.
+2 bad input (argparse usage errors, config errors, missing folders, damaged or unsafe checkpoints —
+one line on stderr, no traceback), 1 a missing optional dependency or a run folder that cannot be
+written (disk full, a file where a folder should be — one line naming the path), 130 interrupted.
 
 `python -m rwcore.trainer` and `python -m rwcore.trainer.cli` are the same as `rw`.
 """
@@ -144,7 +145,8 @@ class TrainCommand(Command):
         parser.add_argument("--out", metavar="DIR",
                             help="run folder (default: runs/<timestamp>)")
         parser.add_argument("--resume", metavar="DIR",
-                            help="resume the run in DIR from its latest checkpoint "
+                            help="resume the run in DIR from its newest intact checkpoint (each is verified "
+                                 "against its manifest.json; a damaged one is skipped and named) "
                                  "(uses that run's saved config; no --config/--out/overrides)")
         parser.add_argument("--quiet", action="store_true",
                             help="no progress bar, log lines only")
@@ -178,11 +180,16 @@ class TrainCommand(Command):
             run_dir = Path(args.out) if args.out else _default_run_dir()
             if run_dir.exists() and not run_dir.is_dir():
                 raise CommandError(f"--out: {str(run_dir)!r} exists and is not a folder")
+            blocking = next((p for p in run_dir.parents if p.exists() and not p.is_dir()), None)
+            if blocking is not None:
+                raise CommandError(f"--out: {str(run_dir)!r} cannot be created: {str(blocking)!r} is a file")
             Trainer = _trainer_class()
             try:
                 trainer = Trainer(config, out_dir=str(run_dir), quiet=args.quiet)
             except ValueError as error:
                 raise CommandError(str(error)) from None
+        from rwcore.trainer.checkpoint import RunFolderError
+
         if main_process:
             print(f"run folder: {run_dir}", flush=True)
         try:
@@ -191,6 +198,9 @@ class TrainCommand(Command):
             except ValueError as error:  # configuration problems found while building (engine, batch, model)
                 raise CommandError(str(error)) from None
             trainer.train()
+        except RunFolderError as error:  # disk full, a file where a folder should be: the path, one line
+            raise CommandError(f"{error}; continue with: {PROG} train --resume {run_dir}"
+                               if (run_dir / "checkpoints" / "latest").exists() else str(error), code=1) from None
         except KeyboardInterrupt:
             print(f"\ninterrupted; continue with: {PROG} train --resume {run_dir}",
                   file=sys.stderr)
@@ -212,7 +222,9 @@ class TrainCommand(Command):
 class EvalCommand(Command):
     name = "eval"
     help = "evaluate a checkpoint on the held-out (or training) split"
-    description = "Evaluates a saved checkpoint and prints its metrics as JSON on stdout."
+    description = ("Evaluates a saved checkpoint and prints its metrics as JSON on stdout. The checkpoint is "
+                   "verified against its manifest.json first: a damaged, unlisted or missing file, or a "
+                   "checkpoint without a manifest, is an error naming it (exit 2).")
     epilog = """examples:
   rw eval runs/demo/checkpoints/step_200
   rw eval runs/demo/checkpoints/step_200 --split train --tasks 64
@@ -220,7 +232,8 @@ class EvalCommand(Command):
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("checkpoint", metavar="CHECKPOINT_DIR", help="a checkpoint folder")
+        parser.add_argument("checkpoint", metavar="CHECKPOINT_DIR",
+                            help="a checkpoint folder, or a run folder (its latest checkpoint)")
         parser.add_argument("--split", choices=("eval", "train"), default="eval",
                             help="task split (default: eval, the held-out split)")
         parser.add_argument("--tasks", type=_positive_int, default=None, metavar="N",

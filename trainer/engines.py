@@ -67,8 +67,10 @@ class TorchEngine:
         return global_tokens
 
     def save(self, folder: Path) -> None:
-        torch.save(self.model.state_dict(), folder / "model.pt")
-        torch.save(self.optimizer.state_dict(), folder / "optimizer.pt")
+        from rwcore.trainer.checkpoint import save  # through a Python file, fsynced: ENOSPC is an OSError
+
+        save(self.model.state_dict(), folder / "model.pt", encoded=False)
+        save(self.optimizer.state_dict(), folder / "optimizer.pt", encoded=False)
 
     def load(self, folder: Path) -> None:
         self.model.load_state_dict(torch.load(folder / "model.pt", weights_only=True))
@@ -171,7 +173,9 @@ class DeepSpeedEngine:
         (parameters are replicated below stage 3), which `rw eval` and plain PyTorch can load."""
         self.engine.save_checkpoint(str(folder), tag="deepspeed", save_latest=False)
         if self.rank == 0:
-            torch.save(self.model.state_dict(), folder / "model.pt")
+            from rwcore.trainer.checkpoint import save
+
+            save(self.model.state_dict(), folder / "model.pt", encoded=False)
 
     def load(self, folder: Path) -> None:
         if not (folder / "deepspeed").is_dir():

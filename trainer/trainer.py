@@ -30,6 +30,7 @@ import math
 import os
 import random
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,6 +42,7 @@ from rwcore._io import atomic_write_bytes
 from rwcore.kernels import fused_linear_entropy, fused_linear_policy_loss
 from rwcore.method import AdaptiveMethod, get_variant
 from rwcore.method.method import judge_groups
+from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import envs
 from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
@@ -78,21 +80,38 @@ class Trainer:
         self.quiet = quiet
         self.step = 0  # optimizer steps completed
         self._resume_from: Path | None = None
+        self._verified: Path | None = None  # the checkpoint resume() verified against its manifest
         self._evaluation_only = False  # rw eval: load a checkpoint, leave the run's logs alone
 
     # ------------------------------------------------------------------ construction
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, quiet: bool = False) -> "Trainer":
-        """A trainer that continues the run in `run_dir` from its latest checkpoint."""
+        """A trainer that continues the run in `run_dir` from its newest intact checkpoint: each
+        `checkpoints/step_N` is verified against its manifest, newest first; one skipped for damage is
+        named on stderr with the reason. Raises ValueError naming the run folder when none is intact."""
         run = Path(run_dir)
-        latest = run / "checkpoints" / "latest"
-        if not latest.exists():
-            raise ValueError(f"--resume: {run} has no checkpoint (checkpoints/latest is missing)")
+        candidates = ckpt.step_folders(run / "checkpoints")
+        if not candidates:
+            raise ValueError(f"--resume: {run} has no checkpoint (no checkpoints/step_* folder)")
         config = load_config(str(run / "config.yaml"))
-        trainer = cls(config, run, quiet)
-        trainer._resume_from = run / "checkpoints" / latest.read_text().strip()
-        return trainer
+        skipped = []
+        for path in candidates:
+            try:
+                ckpt.verify(path)
+            except ckpt.CheckpointError as error:
+                skipped.append((path, error))
+                continue
+            if skipped and os.environ.get("RANK", "0") == "0":
+                for bad, error in skipped:
+                    print(f"rw: checkpoint {bad.name} skipped ({error}); resuming from {path.name}",
+                          file=sys.stderr, flush=True)
+            trainer = cls(config, run, quiet)
+            trainer._resume_from = path
+            trainer._verified = path
+            return trainer
+        reasons = "; ".join(f"{path.name}: {error}" for path, error in skipped)
+        raise ValueError(f"no intact checkpoint in {run} ({reasons})")
 
     def setup(self) -> None:
         cfg = self.config
@@ -125,17 +144,20 @@ class Trainer:
         if self._resume_from is not None:
             self._load_checkpoint(self._resume_from)  # refuses another variant before any file changes
         if self.main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "checkpoints").mkdir(exist_ok=True)
-            save_config(cfg, self.out / "config.yaml")
-            atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
+            with ckpt.writing(self.out):
+                self.out.mkdir(parents=True, exist_ok=True)
+                ckpt.clean_temporaries(self.out)  # what a killed run left behind (staging folders, .tmp files)
+                (self.out / "checkpoints").mkdir(exist_ok=True)
+                save_config(cfg, self.out / "config.yaml")
+                atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
         self.engine.barrier()
         if self._resume_from is not None:
             self._sync_generator()  # the rollout engine starts from the checkpoint's weights
         else:
             if self.main:
-                for path in (self._metrics_path, self._sampling_path):
-                    atomic_write_bytes(path, b"")
+                with ckpt.writing(self.out):
+                    for path in (self._metrics_path, self._sampling_path):
+                        atomic_write_bytes(path, b"")
             self._start_method()
         self._write_adaptation_files()
         if cfg.rollout.max_lag:
@@ -581,9 +603,16 @@ class Trainer:
         path = Path(path)
         if (path / "checkpoints" / "latest").exists():
             path = path / "checkpoints" / (path / "checkpoints" / "latest").read_text().strip()
+        elif (path / "checkpoints").is_dir():
+            newest = ckpt.step_folders(path / "checkpoints")
+            if not newest:
+                raise ValueError(f"{path} has no checkpoint (no checkpoints/step_* folder)")
+            path = newest[0]
         run = path.parent.parent
+        ckpt.verify(path)  # before anything is built: a damaged file is named, never loaded
         trainer = cls(load_config(str(run / "config.yaml")), run, quiet=True)
         trainer._resume_from = path
+        trainer._verified = path
         trainer._evaluation_only = True
         trainer.setup()
         return trainer.evaluate(split, max_tasks, with_skills=with_skills)
@@ -593,7 +622,7 @@ class Trainer:
     def _log(self, row: dict) -> None:
         if not self.main:
             return
-        with open(self._metrics_path, "a") as stream:
+        with ckpt.writing(self._metrics_path), open(self._metrics_path, "a") as stream:
             stream.write(json.dumps(row) + "\n")
 
     def _write_sampling(self) -> None:
@@ -603,7 +632,7 @@ class Trainer:
         pairs = sampler.pair_probabilities(self.step, num_draws=500)
         line = {"step": self.step, "pairs": [{"tag": tag, "capability": cap, "probability": p}
                                              for (tag, cap), p in pairs.items()]}
-        with open(self._sampling_path, "a") as stream:
+        with ckpt.writing(self._sampling_path), open(self._sampling_path, "a") as stream:
             stream.write(json.dumps(line) + "\n")
 
     def _write_adaptation_files(self) -> None:
@@ -621,44 +650,62 @@ class Trainer:
             files["pool_events.json"] = method.pool_events()
             files["pool_rubrics.json"] = method.pool_rubrics()
         for name, payload in files.items():
-            atomic_write_bytes(self.out / name, json.dumps(payload, indent=1, default=str).encode())
+            with ckpt.writing(self.out / name):
+                atomic_write_bytes(self.out / name, json.dumps(payload, indent=1, default=str).encode())
 
     def save_checkpoint(self) -> Path:
-        """Everything an exact resume needs, written to a temporary folder and renamed into place."""
+        """Everything an exact resume needs, written to a temporary folder and renamed into place.
+
+        Every file is fsynced, then manifest.json (size and sha256 of each file) is written last and the
+        folders are fsynced before the rename; the checkpoints folder is fsynced after it. A write that
+        fails (disk full, ...) removes the temporary folder and raises RunFolderError naming the
+        checkpoint; the previous checkpoint and `latest` are left as they were."""
         folder = self.out / "checkpoints"
         name = f"step_{self.step:06d}"
         staging = folder / f".{name}.tmp"
-        if self.main:
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-        self.engine.barrier()
-        self.engine.save(staging)  # collective under DeepSpeed
-        rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-        if self.main:
-            torch.save({
-                "step": self.step, "config": config_to_dict(self.config), "world_size": self.world_size,
-                "method": self.method.state_dict(),
-                "rng": rng,
-                # rollout.max_lag > 0: rollouts already requested from older versions, trained on next
-                "rollouts_ahead": self.rollouts_ahead.state_dict() if self.rollouts_ahead is not None else {},
-            }, staging / "state.pt")
-        else:
-            torch.save(rng, staging / f"rng_rank{self.rank}.pt")
-        self.engine.barrier()
         target = folder / name
-        if self.main:
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(staging, target)
-            atomic_write_bytes(folder / "latest", name.encode())
+        try:
+            with ckpt.writing(target):
+                if self.main:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    staging.mkdir(parents=True)
+                self.engine.barrier()
+                self.engine.save(staging)  # collective under DeepSpeed
+                rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+                if self.main:
+                    ckpt.save({
+                        "step": self.step, "config": config_to_dict(self.config), "world_size": self.world_size,
+                        "method": self.method.state_dict(),
+                        "rng": rng,
+                        # rollout.max_lag > 0: rollouts already requested from older versions, trained on next
+                        "rollouts_ahead": self.rollouts_ahead.state_dict() if self.rollouts_ahead is not None else {},
+                    }, staging / "state.pt")
+                else:
+                    ckpt.save(rng, staging / f"rng_rank{self.rank}.pt")
+                self.engine.barrier()
+                if self.main:
+                    ckpt.write_manifest(staging, self.step)  # fsyncs every file, the manifest and the folders
+                    shutil.rmtree(target, ignore_errors=True)
+                    os.replace(staging, target)
+                    ckpt.fsync_dir(folder)
+                    atomic_write_bytes(folder / "latest", name.encode())
+        except BaseException as error:
+            if self.main:
+                shutil.rmtree(staging, ignore_errors=True)  # never a half-written folder left behind
+            if isinstance(error, ckpt.RunFolderError):
+                raise ckpt.RunFolderError(f"{error} (the earlier checkpoints are intact)") from error.__cause__
+            raise
         self.engine.barrier()
         return target
 
     def _load_checkpoint(self, path: Path) -> None:
         if not path.is_dir():
             raise ValueError(f"checkpoint {path} does not exist")
-        state = torch.load(path / "state.pt", weights_only=False)
+        if self._verified != path:
+            ckpt.verify(path)  # raises CheckpointError naming the damaged file
+        state = ckpt.load(path / "state.pt")
         if self._evaluation_only:
-            self.policy.model.load_state_dict(torch.load(path / "model.pt", weights_only=True))
+            self.policy.model.load_state_dict(ckpt.load(path / "model.pt"))
             pool = (state.get("method") or {}).get("pool")
             if pool:
                 from rwcore.pool import render_system_prompt
@@ -676,9 +723,9 @@ class Trainer:
                              "config must keep that engine")
         if "method" not in state:
             raise ValueError(f"--resume: checkpoint {path} predates rwcore.AdaptiveMethod; start a new run")
+        rng = state["rng"] if self.main else ckpt.load(path / f"rng_rank{self.rank}.pt")
         self.method.load_state_dict(state["method"])  # refuses another variant, naming train.method
         self.engine.load(path)
-        rng = state["rng"] if self.main else torch.load(path / f"rng_rank{self.rank}.pt", weights_only=False)
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
         torch.set_rng_state(rng["torch"])
@@ -689,8 +736,9 @@ class Trainer:
             raise ValueError(f"--resume: checkpoint {path} holds rollouts requested ahead (rollout.max_lag); the "
                              "run's config must keep rollout.max_lag")
         if self.main:
-            for log in (self._metrics_path, self._sampling_path):
-                _truncate_after(log, self.step)
+            with ckpt.writing(self.out):
+                for log in (self._metrics_path, self._sampling_path):
+                    _truncate_after(log, self.step)
         self.engine.barrier()  # no rank starts before rank 0 has truncated the logs
 
     def cleanup(self) -> None:

@@ -1,0 +1,321 @@
+"""Checkpoint files that verify themselves and load without running code.
+
+A checkpoint is a folder `checkpoints/step_NNNNNN/` written under a temporary name
+(`checkpoints/.step_NNNNNN.tmp`) and renamed into place. Its last file, `manifest.json`, lists every
+other file with its size and sha256, plus a checksum of that list; `--resume` and `rw eval` verify it
+before anything is loaded (`verify`), and `--resume` falls back to the newest checkpoint that passes.
+A checkpoint without a manifest (written by an older rwcore) is refused: its `state.pt` needs
+unrestricted unpickling, which would let a run folder from elsewhere execute code.
+
+Every `.pt` file loads with `torch.load(weights_only=True)`: state that is not a tensor or a plain
+container (numpy arrays and scalars, the rollout records of `rollout.max_lag`) is turned into tagged
+dicts of bytes, lists and tensors by `encode` and back by `decode`, for a fixed list of types only.
+
+The manifest protects against corruption (bit flips, truncation, partial copies), not against a
+forger: anyone who can write the folder can write a matching manifest. What stops a crafted folder
+from running code is the restricted unpickler, not the checksum.
+
+Writes: every file is fsynced before the manifest is written, the manifest and every folder of the
+checkpoint before the rename, and the `checkpoints/` folder after it. A write that fails
+(disk full, a file where a folder should be) raises `RunFolderError` naming the path, and the
+temporary folder is removed; `clean_temporaries` removes what a killed run left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+_TAG = "__rwcore_type__"
+_STEP = re.compile(r"^step_(\d+)$")
+_STAGING = re.compile(r"^\.step_\d+\.tmp$")
+_CHUNK = 1 << 20
+
+# Files of a run folder written with rwcore._io.atomic_write_bytes, whose temporaries are
+# ".<name>.<8 random characters>.tmp" (tempfile.mkstemp) in the same folder.
+RUN_FILES = ("config.yaml", "method.json", "metrics.jsonl", "sampling.jsonl", "reward_stages.json",
+             "reward_history.json", "diagnostics.json", "pool_counts.json", "pool_events.json",
+             "pool_rubrics.json")
+CHECKPOINT_FILES = ("latest",)
+_ATOMIC_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is corrupted, incomplete, unverifiable or unsafe to load (names the file)."""
+
+
+class RunFolderError(Exception):
+    """Writing the run folder failed (disk full, no permission, a file where a folder should be)."""
+
+
+# ---------------------------------------------------------------------------------------- encoding
+
+def _dataclasses() -> dict[str, type]:
+    """The record types a checkpoint may hold, by name (nothing else is rebuilt on load)."""
+    from rwcore.trainer.envs.base import Outcome
+    from rwcore.trainer.rollout import Rollout
+    from rwcore.types import Trajectory, Turn
+
+    return {cls.__name__: cls for cls in (Rollout, Trajectory, Turn, Outcome)}
+
+
+_PLAIN = (str, int, float, bool, type(None), bytes)
+
+
+def encode(value: Any, where: str = "state") -> Any:
+    """`value` as something `torch.load(weights_only=True)` rebuilds: tensors, plain containers and
+    scalars pass through; numpy arrays / scalars and the known record types become tagged dicts.
+    Anything else raises TypeError naming where it sits, so that no checkpoint is written that could
+    not be loaded."""
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "OVU" or value.dtype.hasobject:
+            raise TypeError(f"{where}: a numpy array of dtype {value.dtype} cannot be saved in a checkpoint")
+        return {_TAG: "ndarray", "dtype": value.dtype.str, "shape": list(value.shape),
+                "data": np.ascontiguousarray(value).tobytes()}
+    if isinstance(value, np.generic):
+        if value.dtype.kind in "OVUS":
+            raise TypeError(f"{where}: a numpy scalar of dtype {value.dtype} cannot be saved in a checkpoint")
+        return {_TAG: "npscalar", "dtype": value.dtype.str, "data": value.tobytes()}
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, dict) and type(value) is dict:
+        out = {}
+        for key, item in value.items():
+            if type(key) not in _PLAIN and not (type(key) is tuple and all(type(k) in _PLAIN for k in key)):
+                raise TypeError(f"{where}: a dict key of type {type(key).__name__} cannot be saved in a checkpoint")
+            out[key] = encode(item, f"{where}[{key!r}]")
+        return out
+    if type(value) in (list, tuple, set, frozenset):
+        items = [encode(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        return items if type(value) is list else type(value)(items)
+    known = _dataclasses()
+    if dataclasses.is_dataclass(value) and known.get(type(value).__name__) is type(value):
+        return {_TAG: "record", "name": type(value).__name__,
+                "fields": {f.name: encode(getattr(value, f.name), f"{where}.{f.name}")
+                           for f in dataclasses.fields(value)}}
+    raise TypeError(f"{where}: a {type(value).__module__}.{type(value).__qualname__} cannot be saved in a "
+                    "checkpoint (only tensors, plain containers, numpy values and rollout records)")
+
+
+def decode(value: Any) -> Any:
+    """The inverse of `encode`."""
+    if isinstance(value, dict):
+        tag = value.get(_TAG)
+        if tag == "ndarray":
+            dtype = np.dtype(value["dtype"])
+            if dtype.hasobject:
+                raise ValueError(f"a checkpoint array has dtype {dtype}")
+            return np.frombuffer(value["data"], dtype=dtype).reshape(value["shape"]).copy()
+        if tag == "npscalar":
+            dtype = np.dtype(value["dtype"])
+            if dtype.hasobject:
+                raise ValueError(f"a checkpoint scalar has dtype {dtype}")
+            return np.frombuffer(value["data"], dtype=dtype)[0]
+        if tag == "record":
+            cls = _dataclasses().get(value["name"])
+            if cls is None:
+                raise ValueError(f"a checkpoint record has unknown type {value['name']!r}")
+            return cls(**{name: decode(item) for name, item in value["fields"].items()})
+        decoded = {key: decode(item) for key, item in value.items()}
+        if all(decoded[key] is item for key, item in value.items()):
+            return value  # nothing tagged inside: the container itself (an OrderedDict keeps its _metadata)
+        return decoded
+    if type(value) in (list, tuple, set, frozenset):
+        items = [decode(item) for item in value]
+        if all(new is old for new, old in zip(items, value)):
+            return value
+        return items if type(value) is list else type(value)(items)
+    return value
+
+
+def save(value: Any, path: Path, encoded: bool = True) -> None:
+    """torch.save of `encode(value)` (of `value` itself with encoded=False: a module's or optimizer's
+    state dict, which already loads with weights_only=True) into `path` through a Python file, flushed
+    and fsynced, so that a full disk raises OSError (ENOSPC) naming nothing half-written as done."""
+    payload = encode(value, path.name) if encoded else value
+    with open(path, "wb") as stream:
+        torch.save(payload, stream)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def load(path: Path, map_location=None) -> Any:
+    """A .pt file of a verified checkpoint, with the restricted unpickler (no code runs); decoded."""
+    try:
+        value = torch.load(path, weights_only=True, map_location=map_location)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing") from None
+    except Exception as error:  # the restricted unpickler's refusals, truncated zip archives
+        reason = str(error).strip().splitlines()
+        unsafe = [line.strip() for line in reason if "Unsupported" in line or "global" in line.lower()]
+        detail = (unsafe or reason or [type(error).__name__])[0]
+        raise CheckpointError(f"{path} cannot be loaded safely (torch.load weights_only=True): "
+                              f"{detail[:300]}") from None
+    try:
+        return decode(value)
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointError(f"{path} holds an invalid record: {error}") from None
+
+
+# ---------------------------------------------------------------------------------------- manifest
+
+def _files(folder: Path) -> list[Path]:
+    """Every file under `folder` but the manifest, in a fixed order (refuses links and odd entries)."""
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(root) / name
+            if path.is_symlink() or not path.is_file():
+                raise CheckpointError(f"{path} is not a regular file")
+            if path.parent == folder and name == MANIFEST:
+                continue
+            found.append(path)
+    return found
+
+
+def _digest(path: Path, sync: bool = False) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as stream:
+        while True:
+            block = stream.read(_CHUNK)
+            if not block:
+                break
+            digest.update(block)
+            size += len(block)
+        if sync:
+            os.fsync(stream.fileno())
+    return size, digest.hexdigest()
+
+
+def _checksum(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def fsync_dir(folder: Path) -> None:
+    """Makes the folder's entries (new files, renames) durable; a filesystem that cannot is let be."""
+    try:
+        handle = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError as error:
+        if error.errno not in (22, 95):  # EINVAL / EOPNOTSUPP: this filesystem does not sync folders
+            raise
+    finally:
+        os.close(handle)
+
+
+def write_manifest(folder: Path, step: int) -> dict:
+    """Hashes and fsyncs every file of a staging folder, writes manifest.json (fsynced) last, then fsyncs
+    every folder in it, deepest first."""
+    files = {}
+    for path in _files(folder):
+        size, sha = _digest(path, sync=True)
+        files[path.relative_to(folder).as_posix()] = {"size": size, "sha256": sha}
+    body = {"format": FORMAT, "step": int(step), "files": files}
+    manifest = {**body, "checksum": _checksum(body)}
+    with open(folder / MANIFEST, "wb") as stream:
+        stream.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        stream.flush()
+        os.fsync(stream.fileno())
+    for root, _, _ in sorted(os.walk(folder), key=lambda entry: -len(Path(entry[0]).parts)):
+        fsync_dir(Path(root))
+    return manifest
+
+
+def verify(folder: Path) -> dict:
+    """The checkpoint's manifest, after checking it and every file it lists (size and sha256) and that no
+    file is unlisted. Raises CheckpointError naming the file and what is wrong."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint {folder} does not exist")
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint is incomplete or was written by an older "
+                              "rwcore (such checkpoints are not loaded: they need unrestricted unpickling)")
+    try:
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+        body = {"format": manifest["format"], "step": manifest["step"], "files": manifest["files"]}
+        checksum = manifest["checksum"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"{path} is unreadable ({type(error).__name__}): the manifest is corrupted") from None
+    if _checksum(body) != checksum:
+        raise CheckpointError(f"{path} does not match its own checksum: the manifest is corrupted")
+    if body["format"] != FORMAT:
+        raise CheckpointError(f"{path} has format {body['format']!r}; this rwcore reads format {FORMAT}")
+    listed = body["files"]
+    if not isinstance(listed, dict):
+        raise CheckpointError(f"{path} is corrupted: 'files' is not a mapping")
+    present = {p.relative_to(folder).as_posix() for p in _files(folder)}
+    for name in sorted(present - set(listed)):
+        raise CheckpointError(f"{folder / name} is not listed in {MANIFEST}: the checkpoint was altered")
+    for name, entry in sorted(listed.items()):
+        file = folder / name
+        if name not in present:
+            raise CheckpointError(f"{file} is missing (listed in {MANIFEST})")
+        size, sha = _digest(file)
+        if size != entry["size"]:
+            raise CheckpointError(f"{file} has {size} bytes where {MANIFEST} says {entry['size']}: truncated "
+                                  "or corrupted")
+        if sha != entry["sha256"]:
+            raise CheckpointError(f"{file} does not match its sha256 in {MANIFEST}: corrupted")
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------- run folders
+
+def step_folders(checkpoints: Path) -> list[Path]:
+    """The `step_N` folders under `checkpoints/`, newest (highest step) first."""
+    if not checkpoints.is_dir():
+        return []
+    found = [(int(match.group(1)), path) for path in checkpoints.iterdir()
+             if (match := _STEP.match(path.name)) and path.is_dir() and not path.is_symlink()]
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def clean_temporaries(run: Path) -> list[Path]:
+    """Removes what a killed run left behind: staging folders `checkpoints/.step_N.tmp` and the
+    temporaries of atomic writes of the run's own files. Nothing else is touched. Returns the removed paths."""
+    removed = []
+    places = ((run, RUN_FILES), (run / "checkpoints", CHECKPOINT_FILES))
+    for folder, names in places:
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.iterdir()):
+            match = _ATOMIC_TEMPORARY.match(path.name)
+            if match and match.group("name") in names and path.is_file() and not path.is_symlink():
+                path.unlink()
+                removed.append(path)
+            elif folder.name == "checkpoints" and folder.parent == run and _STAGING.match(path.name) \
+                    and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+                removed.append(path)
+    return removed
+
+
+@contextlib.contextmanager
+def writing(what: Path):
+    """OSErrors raised inside become RunFolderError naming the path that could not be written."""
+    try:
+        yield
+    except OSError as error:
+        path = error.filename if error.filename else what
+        reason = error.strerror or str(error) or type(error).__name__
+        raise RunFolderError(f"cannot write {path}: {reason}") from error
