@@ -382,3 +382,47 @@ def test_leftover_temporaries_are_removed_at_start_and_nothing_else(run, capsys)
     assert cli.main(["train", "--resume", str(run), "--quiet"]) == 0  # a finished run: nothing to train
     assert [p for p in project if p.exists()] == []
     assert [p for p in foreign if not p.exists()] == []
+
+
+def test_state_encoding_round_trips_exactly_and_refuses_other_objects(tmp_path):
+    import numpy as np
+
+    from rwcore.trainer.checkpoint import CheckpointError, load, save
+    from rwcore.trainer.envs.base import Outcome
+    from rwcore.trainer.rollout import Rollout
+    from rwcore.types import Trajectory, Turn
+
+    np.random.seed(5)
+    np.random.random(3)
+    rollout = Rollout(Trajectory("t1", [Turn("user", "hi"), Turn("assistant", "yo", True)], 0.5, ("a",),
+                                 token_spans=((1, 3),), metadata={"env_state": {"offers": [1, 2]}}),
+                      Outcome(0.5, False, "why"), [1, 2, 3], [False, True, True], torch.tensor([0.0, -0.5, -1.25]), 7)
+    state = {"numpy": np.random.get_state(), "f32": np.float32(0.1), "i64": np.int64(-3),
+             "array": np.arange(6, dtype=np.uint32).reshape(2, 3), "tensor": torch.tensor([1.5]),
+             "tuple": (1, "a", None), "set": {1, 2}, "bytes": b"\x00\xff", "rollouts": {4: [rollout]}}
+    path = tmp_path / "state.pt"
+    save(state, path)
+    torch.load(path, weights_only=True)  # the restricted unpickler accepts the file as written
+    back = load(path)
+    kind, key, pos, has_gauss, cached = back["numpy"]
+    assert kind == "MT19937" and key.dtype == np.uint32 and (key == state["numpy"][1]).all()
+    assert (pos, has_gauss, cached) == state["numpy"][2:]
+    assert type(back["f32"]) is np.float32 and back["f32"] == np.float32(0.1)
+    assert type(back["i64"]) is np.int64 and back["i64"] == -3
+    assert back["array"].dtype == np.uint32 and back["array"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert back["tensor"].tolist() == [1.5] and back["tuple"] == (1, "a", None) and back["set"] == {1, 2}
+    assert back["bytes"] == b"\x00\xff"
+    got = back["rollouts"][4][0]
+    assert type(got) is Rollout and got.trajectory == rollout.trajectory and got.outcome == rollout.outcome
+    assert type(got.trajectory.turns[1]) is Turn and got.trajectory.token_spans == ((1, 3),)
+    assert (got.token_ids, got.generated, got.behavior_version) == ([1, 2, 3], [False, True, True], 7)
+    assert got.behavior_logprobs.tolist() == [0.0, -0.5, -1.25]
+    np.random.set_state(back["numpy"])
+    assert np.random.random() == (np.random.seed(5), np.random.random(3), np.random.random())[2]
+    refused = [{"x": object()}, {"f": lambda: 0}, {"a": np.array([None], dtype=object)}]
+    for bad in refused:
+        with pytest.raises(TypeError, match=f"state.pt\\[{next(iter(bad))!r}\\]"):
+            save(bad, tmp_path / "state.pt")
+    torch.save({"__rwcore_type__": "record", "name": "Popen", "fields": {}}, tmp_path / "forged.pt")
+    with pytest.raises(CheckpointError, match="unknown type 'Popen'"):
+        load(tmp_path / "forged.pt")
