@@ -388,7 +388,7 @@ class Trainer:
             # pool rubrics also in RewardWeaver's set: counted in the process reward only
             "rubrics/shared": len(set(scored.process_rubrics) & set(self.method.pool.rubric_ids()))
             if self.method.pool is not None else 0,
-            "judgments": int(judged.codes.size), "invalid_rate": judged.invalid_fraction(),
+            "judgments": int(judged.codes.size), "invalid_rate": judged.invalid_fraction(), **judged.invalid_rate_metrics(),
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
             "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
             **_rubric_rates(judged), **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
