@@ -75,7 +75,9 @@ class EvidenceStore:
 
     A query at version v returns (S, F) * gamma_unobs**(v - v_last); a query
     from before the last update (v < v_last) sees the cell undecayed. Every call
-    validates all of its input before changing anything, and the store is safe
+    validates all of its input before changing anything -- evidence whose sum with
+    a cell would overflow to infinity included: it is refused with a ValueError
+    naming the argument (for `observe_many`, the whole call) -- and the store is safe
     to use from several threads (`observe_many` and `query_many` release the GIL).
     """
 
@@ -149,7 +151,9 @@ class EvidenceStore:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, what: str = "evidence snapshot") -> "EvidenceStore":
-        """The store saved by `to_bytes`; ValueError if `data` is truncated, corrupted or of another format."""
+        """The store saved by `to_bytes`; ValueError naming `what` if `data` is truncated, corrupted, of
+        another format, or not a store `to_bytes` writes (cells non-finite, negative, duplicated or out of
+        their canonical order; decay factors outside (0, 1]), even when its checksum is right."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise ValueError(f"data must be bytes, got {type(data).__name__}")
         return cls._wrap(_evidence.EvidenceStore.deserialize(bytes(data), what))

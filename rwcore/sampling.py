@@ -228,7 +228,13 @@ class CapabilitySampler(TaskSamplerBase):
         }
 
     def load_state_dict(self, state: Mapping) -> None:
-        """Restores `state_dict()` output of a sampler with the same tasks and settings; all or nothing."""
+        """Restores `state_dict()` output of a sampler with the same tasks and settings; all or nothing.
+
+        Beyond its checksum the snapshot must hold a state the sampler can reach: a valid generator
+        state (not all zero), records and evidence only on rubrics of its pool and tags of its tasks,
+        every applicability record backed by evidence and every evidence cell by a record, attempts
+        behind every record; otherwise ValueError naming the sampler state.
+        """
         check_state(state, "CapabilitySampler", _STATE_FORMAT, self._config)
         try:
             entries = [(rubric_id, capability, int(slot)) for rubric_id, capability, slot in state["rubrics"]]
