@@ -326,10 +326,18 @@ class ChatSession:
             return f"malformed response: {error}", True, None, None
         raise error
 
-    async def complete(self, messages: Sequence[Mapping[str, str]]) -> ChatReply:
-        """The assistant's reply to `messages`; ChatError after the last failed attempt."""
+    async def complete(self, messages: Sequence[Mapping[str, str]],
+                       response_format: Mapping[str, Any] | None = None) -> ChatReply:
+        """The assistant's reply to `messages`; ChatError after the last failed attempt.
+
+        response_format: sent as the request's `response_format` when given (structured outputs,
+        e.g. {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}); a server that
+        does not support it answers 400 / 422, which is not retried (the caller decides).
+        """
         options = self._owner.options
         request: dict[str, Any] = {"model": options.model, "messages": [dict(m) for m in messages]}
+        if response_format is not None:
+            request["response_format"] = dict(response_format)
         if options.temperature is not None:
             request["temperature"] = options.temperature
         if options.max_tokens is not None:

@@ -11,6 +11,15 @@ Whatever is still unresolved then, and every rubric of a request that failed aft
 client's retries, is `Verdict.INVALID` with the reason in `RubricJudgment.error` — never PASS or
 FAIL.
 
+Structured outputs (`structured_outputs`): with "auto" (default) or "always" each request also
+carries `response_format` = the answer's JSON schema (`rwcore.judges.verdicts.answer_schema`: this
+request's id, the requested rubric ids, the verdict words, a score exactly where a scored rubric
+applies, numbers in [0, 1], bounded evidence), so a
+server that supports it (vLLM, OpenAI) can only produce a well-formed answer; the tolerant parser
+reads it like any other reply. With "auto", a server that rejects `response_format` (HTTP 400 / 422
+where the same request without it succeeds) is asked without it from then on, for this judge, and
+that is logged once; "always" makes such a rejection INVALID; "never" sends plain prompts only.
+
 Arise B.6 diagnostics: the first request of each trajectory also receives the whole rubric pool
 (every rubric passed to `evaluate`) and asks for behaviours it does not cover; they come back in
 `JudgeReport.uncovered`. Other requests return verdicts only. Diagnostics come from fresh
@@ -47,13 +56,16 @@ from rwcore.judges.templates import (
     trajectory_payload,
     untrusted_block,
 )
-from rwcore.judges.verdicts import parse_judge_answer
+from rwcore.judges.verdicts import parse_judge_answer, response_format
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.judges")
 
-_TEMPLATES = ("rubric_evaluation", "rubric_evaluation_scored", "rubric_evaluation_diagnostics", "_untrusted_data")
+_TEMPLATES = ("rubric_evaluation", "rubric_evaluation_scored", "rubric_evaluation_diagnostics",
+              "rubric_evaluation_structured", "_untrusted_data")
+STRUCTURED_OUTPUTS = ("auto", "always", "never")
+_SCHEMA_REJECTED = (400, 422)
 
 
 class OpenAIJudge:
@@ -76,6 +88,9 @@ class OpenAIJudge:
         other defences remain (requested ids only, ambiguity -> INVALID).
     include_outcome: show the trajectory's outcome reward to the judge (as auxiliary context).
     max_transcript_chars: cut long turns in the middle so a transcript stays about this long.
+    structured_outputs: "auto" (send the answer's JSON schema as response_format; fall back to plain
+        prompts for good when the server rejects it), "always" (a rejection is INVALID) or "never"
+        (see the module docstring).
 
     API key: read from the environment variable `api_key_env` when each `evaluate` starts, never
     stored on the judge; unset with a `base_url` -> the placeholder "EMPTY" is sent (vLLM accepts
@@ -96,7 +111,7 @@ class OpenAIJudge:
                  extra_body: Mapping[str, Any] | None = None, retry_after_cap: float = 60.0,
                  pass_threshold: float = 0.5, max_reasks: int = 1, diagnostics: bool = True,
                  require_request_id: bool = True, include_outcome: bool = True,
-                 max_transcript_chars: int | None = None) -> None:
+                 max_transcript_chars: int | None = None, structured_outputs: str = "auto") -> None:
         self.client = ChatClient(ClientOptions(
             model=model, base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
             requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute, timeout=timeout,
@@ -110,6 +125,10 @@ class OpenAIJudge:
         self.require_request_id = check_bool(require_request_id, "require_request_id")
         self.include_outcome = check_bool(include_outcome, "include_outcome")
         self.max_transcript_chars = check_optional_count(max_transcript_chars, "max_transcript_chars")
+        if structured_outputs not in STRUCTURED_OUTPUTS:
+            raise ValueError(f"structured_outputs must be one of {STRUCTURED_OUTPUTS}, got {structured_outputs!r}")
+        self.structured_outputs = structured_outputs
+        self.uses_structured_outputs = structured_outputs != "never"  # "auto" turns it off after a rejection
         # Everything besides the model and the two contents that can change a verdict.
         self._config_digest = hashlib.sha256(repr((
             template_digest(*_TEMPLATES), self.pass_threshold, self.include_outcome, self.max_transcript_chars,
@@ -122,7 +141,8 @@ class OpenAIJudge:
     def __repr__(self) -> str:
         o = self.client.options
         return (f"OpenAIJudge(model={o.model!r}, base_url={o.base_url!r}, api_key_env={o.api_key_env!r}, "
-                f"rubrics_per_request={self.rubrics_per_request}, cache={self.cache!r})")
+                f"rubrics_per_request={self.rubrics_per_request}, structured_outputs={self.structured_outputs!r}, "
+                f"cache={self.cache!r})")
 
     # ---- keys -------------------------------------------------------------------------------
 
@@ -138,8 +158,9 @@ class OpenAIJudge:
     # ---- prompts ----------------------------------------------------------------------------
 
     def build_messages(self, trajectory: Trajectory, rubrics: Sequence[RubricSpec], request_id: str,
-                       pool: Sequence[RubricSpec] | None = None) -> list[dict[str, str]]:
-        """The chat messages of one request; `pool` given -> diagnostics are asked for."""
+                       pool: Sequence[RubricSpec] | None = None, structured: bool = False) -> list[dict[str, str]]:
+        """The chat messages of one request; `pool` given -> diagnostics are asked for; `structured` ->
+        the system prompt also describes the one-object layout of a structured answer."""
         scored_note = ""
         if any(rubric.scored for rubric in rubrics):
             scored_note = render_file("rubric_evaluation_scored", pass_threshold=f"{self.pass_threshold:g}")
@@ -157,6 +178,8 @@ class OpenAIJudge:
             diagnostics_section=diagnostics_section,
             data_rules=data_rules(request_id),
         )
+        if structured:
+            system += "\n\n" + render_file("rubric_evaluation_structured", request_id=request_id)
         data = {"trajectory": trajectory_payload(trajectory, include_outcome=self.include_outcome,
                                                  max_chars=self.max_transcript_chars)}
         return [{"role": "system", "content": system}, {"role": "user", "content": untrusted_block(data, request_id)}]
@@ -219,6 +242,28 @@ class OpenAIJudge:
             for index, trajectory in enumerate(trajectories)
         ]
 
+    async def _complete(self, session: ChatSession, trajectory: Trajectory, rubrics: list[RubricSpec],
+                        request_id: str, pool: Sequence[RubricSpec] | None):
+        """One request, with the answer's schema as response_format while structured outputs are on."""
+        if not self.uses_structured_outputs:
+            return await session.complete(self.build_messages(trajectory, rubrics, request_id, pool))
+        schema = response_format(rubrics, request_id, diagnostics=pool is not None)
+        try:
+            return await session.complete(self.build_messages(trajectory, rubrics, request_id, pool, structured=True),
+                                          response_format=schema)
+        except ChatError as error:
+            if self.structured_outputs != "auto" or error.status not in _SCHEMA_REJECTED:
+                if error.status in _SCHEMA_REJECTED:
+                    error.message += " (structured_outputs='always': the server refused response_format?)"
+                raise
+            rejection = error.message
+        reply = await session.complete(self.build_messages(trajectory, rubrics, request_id, pool))
+        if self.uses_structured_outputs:  # the plain request worked: it was response_format the server refused
+            self.uses_structured_outputs = False
+            logger.warning("judge %s: the server rejected structured outputs (%s); asking with plain prompts and "
+                           "the tolerant parser from now on (judge.structured_outputs=auto)", self.model, rejection)
+        return reply
+
     async def _judge_batch_safely(self, session: ChatSession, trajectory: Trajectory,
                                   batch: list[tuple[RubricSpec, str]], pool: Sequence[RubricSpec] | None,
                                   ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
@@ -243,9 +288,8 @@ class OpenAIJudge:
         for round_index in range(1 + self.max_reasks):
             request_id = new_request_id()
             ask_pool = pool if round_index == 0 else None
-            messages = self.build_messages(trajectory, list(pending.values()), request_id, ask_pool)
             try:
-                reply = await session.complete(messages)
+                reply = await self._complete(session, trajectory, list(pending.values()), request_id, ask_pool)
                 answer = parse_judge_answer(reply.text, pending,
                                             request_id=request_id if self.require_request_id else None,
                                             pass_threshold=self.pass_threshold,

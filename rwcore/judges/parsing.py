@@ -44,11 +44,13 @@ MAX_DEPTH = 64
 _THINK_TAG = re.compile(r"</?think>", re.IGNORECASE)
 _START = re.compile(r"[\[{]")
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
-# One JSON token after optional JSON whitespace; strings and numbers exactly as the json module
-# reads them (strict strings: no raw control characters; NaN / Infinity are not numbers here).
+# One JSON token after optional JSON whitespace; strings and numbers as the json module reads them,
+# except that strings may hold raw control characters other than line breaks (grammar-constrained
+# decoders such as xgrammar emit them; a string still never spans lines). NaN / Infinity are not
+# numbers here.
 _TOKEN = re.compile(
     r'[ \t\n\r]*+(?:(?P<open>[\[{])|(?P<close>[\]}])|(?P<colon>:)|(?P<comma>,)'
-    r'|(?P<string>"[^"\\\x00-\x1f]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*+)*+")'
+    r'|(?P<string>"[^"\\\n\r]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\n\r]*+)*+")'
     r'|(?P<scalar>-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?|true|false|null))'
 )
 
@@ -61,7 +63,7 @@ def _reject_constant(name: str):
     raise ValueError(f"non-finite number {name} in JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, strict=False)  # control characters: see _TOKEN
 
 
 def _check_text(text) -> str:

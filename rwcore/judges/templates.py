@@ -41,6 +41,7 @@ TEMPLATE_NAMES: tuple[str, ...] = (
     "rubric_evaluation",
     "rubric_evaluation_diagnostics",
     "rubric_evaluation_scored",
+    "rubric_evaluation_structured",
     "rubric_skill_generation",
     "skill_refinement",
     "trajectory_analysis",

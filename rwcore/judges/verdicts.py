@@ -32,6 +32,11 @@ Rules (each rubric independently):
 - scored rubrics: the score decides (PASS iff score >= pass_threshold), the verdict word only
   distinguishes "na"; unscored rubrics: the verdict word decides and any score is dropped.
 The diagnostics object follows the same request-id and reasoning rules.
+
+Structured outputs: `answer_schema` is the same answer as one JSON Schema - one wrapper object
+{"request_id": <this id>, "verdicts": [one object per requested rubric], "diagnostics": ...} -
+which `OpenAIJudge` sends as `response_format` when the server supports it (vLLM does); the
+reply is then read by the same rules above (a wrapper's items inherit its request id).
 Unresolved rubrics are re-asked or become INVALID in the caller — never PASS or FAIL.
 """
 
@@ -62,6 +67,8 @@ VERDICT_WORDS: Mapping[str, Verdict] = {
 MAX_EVIDENCE_CHARS = 4000
 MAX_UNCOVERED_ITEMS = 32
 MAX_UNCOVERED_CHARS = 1000
+SCHEMA_EVIDENCE_CHARS = 300   # what the prompt asks for; also bounds a constrained reply's length
+SCHEMA_UNCOVERED_ITEMS = 8
 
 
 @dataclass(frozen=True)
@@ -209,3 +216,71 @@ def parse_judge_answer(text: str, rubrics: Mapping[str, RubricSpec], *, request_
         except SchemaError:
             uncovered = None
     return JudgeAnswer(judgments, problems, uncovered, ignored)
+
+
+def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dict:
+    """The JSON Schema of one structured answer for `rubrics` (RubricSpecs, distinct ids) and `request_id`.
+
+    {"request_id": request_id, "verdicts": [exactly len(rubrics) objects], and with `diagnostics`
+    "diagnostics": {"uncovered": [at most 8 strings]}}; each verdict object is
+    {"rubric_id", "verdict", "score", "confidence": number in [0, 1], "evidence": at most 300
+    characters}, where an unscored rubric has "verdict" pass | fail | na and "score" null, and a
+    scored one has "verdict" pass | fail with a "score" in [0, 1], or "na" with null. No other keys
+    (strict). ValueError for bad arguments. A rubric listed twice by a model is still "ambiguous"
+    when read (the schema cannot say "each id once" in the subset servers support).
+    """
+    specs = list(rubrics) if not isinstance(rubrics, (str, bytes)) else []
+    if not specs or any(not isinstance(r, RubricSpec) for r in specs) \
+            or len({r.rubric_id for r in specs}) != len(specs):
+        raise ValueError(f"rubrics must be a non-empty sequence of RubricSpecs with distinct ids, got {rubrics!r}")
+    if not isinstance(request_id, str) or not request_id:
+        raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+    unit = {"type": "number", "minimum": 0, "maximum": 1}
+    null = {"type": "null"}
+
+    def item(ids: list[str], verdicts: list[str], score: dict) -> dict:
+        return {
+            "type": "object",
+            "properties": {
+                "rubric_id": {"type": "string", "enum": ids},
+                "verdict": {"type": "string", "enum": verdicts},
+                "score": score,
+                "confidence": unit,
+                "evidence": {"type": "string", "maxLength": SCHEMA_EVIDENCE_CHARS},
+            },
+            "required": ["rubric_id", "verdict", "score", "confidence", "evidence"],
+            "additionalProperties": False,
+        }
+
+    unscored = [r.rubric_id for r in specs if not r.scored]
+    scored = [r.rubric_id for r in specs if r.scored]
+    variants = []
+    if unscored:
+        variants.append(item(unscored, ["pass", "fail", "na"], null))
+    if scored:
+        variants += [item(scored, ["pass", "fail"], unit), item(scored, ["na"], null)]
+    properties: dict = {
+        "request_id": {"type": "string", "enum": [request_id]},
+        "verdicts": {"type": "array", "items": variants[0] if len(variants) == 1 else {"anyOf": variants},
+                     "minItems": len(specs), "maxItems": len(specs)},
+    }
+    required = ["request_id", "verdicts"]
+    if diagnostics:
+        properties["diagnostics"] = {
+            "type": "object",
+            "properties": {"uncovered": {"type": "array", "maxItems": SCHEMA_UNCOVERED_ITEMS,
+                                         "items": {"type": "string", "maxLength": SCHEMA_EVIDENCE_CHARS}}},
+            "required": ["uncovered"],
+            "additionalProperties": False,
+        }
+        required.append("diagnostics")
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+def response_format(rubrics, request_id: str, *, diagnostics: bool = False) -> dict:
+    """The chat request's `response_format` for `answer_schema` (the json_schema form of OpenAI's API,
+    which vLLM's server reads as `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`)."""
+    return {"type": "json_schema",
+            "json_schema": {"name": "rubric_verdicts",
+                            "schema": answer_schema(rubrics, request_id, diagnostics=diagnostics),
+                            "strict": True}}
