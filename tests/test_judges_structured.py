@@ -156,3 +156,15 @@ def test_answer_schema_refuses_bad_arguments():
         answer_schema(["a"], "abc")
     with pytest.raises(ValueError, match="request_id"):
         answer_schema(RUBRICS, "")
+
+
+def test_the_config_option_reaches_the_judge():
+    from rwcore.trainer.config import load_config
+    from rwcore.trainer.method_setup import build_judge
+
+    base = ["judge.kind=openai", "judge.model=judge-test", "judge.base_url=http://127.0.0.1:9/v1"]
+    assert build_judge(load_config(None, base), None).structured_outputs == "auto"
+    judge = build_judge(load_config(None, [*base, "judge.structured_outputs=never"]), None)
+    assert judge.structured_outputs == "never" and not judge.uses_structured_outputs
+    with pytest.raises(ValueError, match="judge.structured_outputs"):
+        load_config(None, [*base, "judge.structured_outputs=sometimes"])

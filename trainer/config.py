@@ -248,6 +248,9 @@ class JudgeConfig:
     max_concurrency: int = _f(8, "OpenAI judge: concurrent requests.", gt=0)
     timeout: float = _f(60.0, "OpenAI judge: request timeout in seconds.", gt=0)
     cache_dir: str = _f("", "Verdict cache folder (empty = no cache).")
+    structured_outputs: Literal["auto", "always", "never"] = _f(
+        "auto", "OpenAI judge: send the answer's JSON schema as response_format (vLLM, OpenAI). auto: fall back "
+        "to plain prompts and the tolerant parser when the server rejects it; always: a rejection is INVALID.")
 
 
 @dataclass

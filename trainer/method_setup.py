@@ -46,7 +46,8 @@ def build_judge(cfg, env):
         from rwcore.judges import OpenAIJudge
 
         return OpenAIJudge(j.model, base_url=j.base_url or None, api_key_env=j.api_key_env,
-                           max_concurrency=j.max_concurrency, timeout=j.timeout, cache_dir=j.cache_dir or None)
+                           max_concurrency=j.max_concurrency, timeout=j.timeout, cache_dir=j.cache_dir or None,
+                           structured_outputs=j.structured_outputs)
     from rwcore.judges import RuleJudge
 
     return RuleJudge({rule.spec.rubric_id: rule.check for rule in env.rules()})
