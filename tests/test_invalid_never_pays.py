@@ -77,14 +77,10 @@ def test_applicable_process_reward_scores_invalid_as_a_fail():
     assert scored.judged.verdicts("c2")[1] == INV and np.isnan(scored.judged.values[1, scored.judged.index(["c2"])[0]])
 
 
-def test_active_set_process_reward_already_scored_invalid_as_a_fail():
-    # "active_set": 1/|A| with NA and INVALID adding 0: t0 0.5, t1 0.5, t2 0.5, t3 1.0.
-    _, _, scored = score("active_set")
-    assert np.allclose(scored.process_terms[:4], [0.5, 0.5, 0.5, 1.0])
-
-
 def test_rubric_advantages_score_invalid_as_a_fail_and_evidence_keeps_it_invalid():
     method, trajs, scored = score("active_set")
+    # "active_set" (1/|A|, NA and INVALID adding 0) already scored INVALID like a FAIL: 0.5, 0.5, 0.5, 1.0
+    assert np.allclose(scored.process_terms[:4], [0.5, 0.5, 0.5, 1.0])
     # Group 1: rewards all 1 -> A_task = 0. a1 = [P, P, F, INVALID->0]: mean 0.5, sample std
     # sqrt(4 * 0.25 / 3) = 0.577350, A_rub = +-0.5 / 0.577350 = +-0.866025; A = 0.3 * A_rub = +-0.259808.
     # (Before: INVALID was not applicable -> A = A_task = 0 > the FAIL's -0.346410.)

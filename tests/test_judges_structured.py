@@ -15,7 +15,6 @@ import pytest
 from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
 from judge_server import ChatServer, Reply, all_pass
 from rwcore.judges import OpenAIJudge
-from rwcore.judges.verdicts import answer_schema
 from rwcore.types import RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
 
@@ -148,6 +147,8 @@ def test_structured_outputs_refuses_unknown_settings(value):
 
 
 def test_answer_schema_refuses_bad_arguments():
+    from rwcore.judges.verdicts import answer_schema
+
     with pytest.raises(ValueError, match="rubrics"):
         answer_schema([], "abc")
     with pytest.raises(ValueError, match="rubrics"):
