@@ -160,5 +160,5 @@ def test_injected_attribution_record_is_not_used(key):
         reflector = OpenAIReflector("reflect-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0,
                                     max_retries=0)
         [record] = reflector.attribute(trajectory, [candidate])
-        assert server.count == 2  # the ambiguous first answer was asked again
+        assert server.count == 1  # the quoted record carries no request id of ours: ignored, not ambiguous
     assert record.deficit is False and record.cause == "unclear"

@@ -44,6 +44,7 @@ from rwcore.judges.client import ChatClient, ChatError, ChatSession, ClientOptio
 from rwcore.judges.parsing import (
     SchemaError,
     answer_objects,
+    answer_parts,
     check_request_id,
     text_field,
     unit_number,
@@ -76,8 +77,22 @@ class ReflectionError(RuntimeError):
 
 
 def _single_object(text: str, key: str, request_id: str | None) -> dict:
-    """The one JSON object of the reply that has `key`; SchemaError when none, several, or a foreign id."""
-    found = [obj for obj in answer_objects(text) if key in obj]
+    """The one JSON object of the reply that has `key`; SchemaError when none, several, or a foreign id.
+
+    With a request id, objects without it are ignored first (e.g. one the model quoted from the
+    trajectory: its writer cannot know the id), so they can neither win nor make the real answer
+    ambiguous; objects inside a reasoning block count only when none outside carries the id (the
+    rules of `rwcore.judges.verdicts`).
+    """
+    answer, drafts = answer_parts(text)
+    found = [obj for obj in answer if key in obj]
+    if request_id is not None:
+        mine = [obj for obj in found if obj.get("request_id") == request_id]
+        if not mine:
+            mine = [obj for obj in drafts if key in obj and obj.get("request_id") == request_id]
+        if not mine and found:
+            check_request_id(found[0], request_id)  # SchemaError naming the request id
+        found = mine
     if not found:
         raise SchemaError(f'no JSON object with "{key}" in the answer')
     if len(found) > 1:
@@ -436,9 +451,12 @@ class OpenAIReflector:
                 problems = {key: f"unexpected error reading the answer: {type(error).__name__}: {error}"
                             for key in pending}
                 continue
+            wanted = self._checked_id(request_id)
             for obj in objects:
                 capability_id = obj.get("capability_id")
                 if "deficit" in obj and isinstance(capability_id, str) and capability_id in found:
+                    if wanted is not None and obj.get("request_id") != wanted:
+                        continue  # not written for this request (e.g. quoted from the trajectory): ignored first
                     found[capability_id].append(obj)
             problems = {}
             for capability_id, objs in found.items():
