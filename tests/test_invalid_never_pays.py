@@ -177,13 +177,13 @@ def test_a_judge_that_raises_gives_invalid_judgments_logged_once(caplog):
     assert len(warnings) == 1 and "KeyError" in warnings[0].getMessage()
 
 
-def test_openai_judge_turns_an_unexpected_error_into_invalid(monkeypatch):
+def test_openai_judge_turns_an_unexpected_error_into_invalid(monkeypatch, caplog):
     import rwcore.judges.openai_judge as module
 
-    monkeypatch.setenv(KEY_ENV, "sk-test")
+    monkeypatch.setenv(KEY_ENV, "sk-test-secret-key")
 
-    def broken(*args, **kwargs):
-        raise RecursionError("maximum recursion depth exceeded")
+    def broken(*args, **kwargs):  # an error message that happens to echo the key must not leak it
+        raise RecursionError("maximum recursion depth exceeded near sk-test-secret-key")
 
     monkeypatch.setattr(module, "parse_judge_answer", broken)
     trajectory = Trajectory("t", [Turn("assistant", "x", generated=True)], 0.0)
@@ -194,6 +194,7 @@ def test_openai_judge_turns_an_unexpected_error_into_invalid(monkeypatch):
         assert server.count == 2  # retried once with a fresh request, then final
     judgment = report.judgments["a"]
     assert judgment.verdict == INV and "RecursionError" in judgment.error
+    assert "sk-test-secret-key" not in judgment.error and "sk-test-secret-key" not in caplog.text
 
 
 def test_reflector_errors_become_reflection_errors(monkeypatch):
@@ -205,6 +206,7 @@ def test_reflector_errors_become_reflection_errors(monkeypatch):
         raise TypeError("unhashable type: 'dict'")
 
     monkeypatch.setattr(module, "answer_objects", broken)
+    monkeypatch.setattr(module, "answer_parts", broken, raising=False)
     trajectory = Trajectory("t", [Turn("assistant", "x", generated=True)], 0.0, trajectory_id="t/0")
     with ChatServer(lambda request: Reply("{}")) as server:
         reflector = OpenAIReflector("reflect-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0,

@@ -306,6 +306,10 @@ class ChatSession:
             text = text.replace(self._scrub_key, "***")
         return text[:1000]
 
+    def scrub(self, text: str) -> str:
+        """`text` without this session's API key (and cut to 1000 characters): for error messages."""
+        return self._scrub(str(text))
+
     def _classify(self, error: Exception) -> tuple[str, bool, int | None, float | None]:
         """(message, retryable, status, retry_after) for a failed attempt; re-raises unknown errors."""
         import openai

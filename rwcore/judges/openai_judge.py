@@ -271,7 +271,7 @@ class OpenAIJudge:
         try:
             return await self._judge_batch(session, trajectory, batch, pool)
         except Exception as error:  # noqa: BLE001 - a judge failure is INVALID, whatever it is
-            message = f"judging failed: {type(error).__name__}: {error}"[:1000]
+            message = session.scrub(f"judging failed: {type(error).__name__}: {error}")
             logger.warning("judge %s: %s (trajectory %r); its %d rubric(s) are INVALID", self.model, message,
                            trajectory.trajectory_id, len(batch))
             return {rubric.rubric_id: RubricJudgment(rubric.rubric_id, Verdict.INVALID, error=message)
@@ -299,7 +299,7 @@ class OpenAIJudge:
                 problems = {rubric_id: f"judge request failed: {error.message}" for rubric_id in pending}
                 break
             except Exception as error:  # noqa: BLE001 - unexpected: asked again in a fresh request, then INVALID
-                problem = f"unexpected error: {type(error).__name__}: {error}"[:1000]
+                problem = session.scrub(f"unexpected error: {type(error).__name__}: {error}")
                 problems = {rubric_id: problem for rubric_id in pending}
                 logger.warning("judge %s: %s (trajectory %r)%s", self.model, problem, trajectory.trajectory_id,
                                "; asking again" if round_index < self.max_reasks else "")

@@ -189,7 +189,8 @@ class OpenAIReflector:
             except ChatError as error:
                 raise ReflectionError(f"{what}: request failed: {error.message}") from error
             except Exception as error:  # noqa: BLE001 - never a crash: the caller logs and skips the reflection
-                raise ReflectionError(f"{what}: request failed: {type(error).__name__}: {error}") from error
+                raise ReflectionError(session.scrub(f"{what}: request failed: {type(error).__name__}: {error}")) \
+                    from error
             try:
                 return parse(reply.text, request_id)
             except SchemaError as error:
@@ -197,7 +198,7 @@ class OpenAIReflector:
                 if reply.finish_reason == "length":
                     problem += " (the answer was cut off at max_tokens)"
             except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again, then an error
-                problem = f"unexpected error reading the answer: {type(error).__name__}: {error}"[:1000]
+                problem = session.scrub(f"unexpected error reading the answer: {type(error).__name__}: {error}")
             logger.info("%s: unusable answer (%s)%s", what, problem,
                         "; asking again" if attempt < self.max_reasks else "")
         raise ReflectionError(f"{what}: no usable answer after {1 + self.max_reasks} request(s): {problem}")
@@ -442,7 +443,7 @@ class OpenAIReflector:
                 problems = {key: f"request failed: {error.message}" for key in pending}
                 break
             except Exception as error:  # noqa: BLE001 - never a crash (the candidates are omitted, logged)
-                problems = {key: f"request failed: {type(error).__name__}: {error}" for key in pending}
+                problems = {key: session.scrub(f"request failed: {type(error).__name__}: {error}") for key in pending}
                 break
             found: dict[str, list[dict]] = {key: [] for key in pending}
             try:
