@@ -215,3 +215,28 @@ def test_reflector_errors_become_reflection_errors(monkeypatch):
             reflector.propose_rubric_skills([trajectory], [], 2)
         with pytest.raises(ReflectionError, match="TypeError"):
             reflector.attribute(trajectory, [RubricSpec("c", "x")])
+
+
+def test_a_failing_capability_proposer_keeps_the_dimensions_and_training_goes_on(caplog):
+    # rw_open_vocabulary: before, an LLM proposer that raised at a stage boundary ended the run.
+    class Proposer:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def propose_capabilities(self, failures, library, max_new):
+            self.calls += 1
+            if self.calls > 1:
+                raise ReflectionError("capability proposal: request failed: HTTP 500")
+            return [RubricSpec("d1", "first dimension")]
+
+    proposer = Proposer()
+    method = AdaptiveMethod("rw_open_vocabulary", {"t0": ["tag"], "t1": ["tag"]},
+                            MethodSettings(batch_size=2, group_size=2, adaptation_interval=1),
+                            Providers(proposer=proposer))
+    low = [traj_with(f"d{i}", 0.0) for i in range(2)]
+    assert method.adapt(-1, diagnosis=(low, [JudgeReport(t.trajectory_id, {}) for t in low])).stage == 0
+    with caplog.at_level(logging.WARNING, logger="rwcore.method"):
+        report = method.adapt(0, diagnosis=(low, [JudgeReport(t.trajectory_id, {}) for t in low]))
+    assert proposer.calls == 2 and report.stage == 1
+    assert [spec.rubric_id for spec in method.process_rubrics()] == ["d1"]  # the dimensions stay
+    assert method.state_dict()["stage_errors"] == 1 and "proposer failed" in caplog.text
