@@ -9,7 +9,11 @@ JSON-encoded data (see `rwcore.judges.templates`). The reply is read by
 malformed) are asked again, up to `max_reasks` times, in a fresh request with a new request id.
 Whatever is still unresolved then, and every rubric of a request that failed after the
 client's retries, is `Verdict.INVALID` with the reason in `RubricJudgment.error` — never PASS or
-FAIL.
+FAIL. An unexpected exception while a request is sent or its reply read is treated like an
+unresolved answer (asked again in a fresh request, then INVALID with the error, scrubbed of the
+key); nothing but bad arguments (ValueError) and a missing key for the default endpoint
+(MissingAPIKeyError) ever leaves `evaluate`. Rewards score a remaining INVALID as a FAIL
+(`rwcore.judged`), evidence and coverage do not count it.
 
 Structured outputs (`structured_outputs`): with "auto" (default) or "always" each request also
 carries `response_format` = the answer's JSON schema (`rwcore.judges.verdicts.answer_schema`: this
