@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from array import array
 import math
 import re
 
@@ -89,10 +90,15 @@ def _scan(text: str, start: int, limit: int) -> _Scan:
     """Tokenizes one JSON value from the opener at `start` with an explicit stack (no recursion).
 
     Stops at the end of the value, at the first token the JSON grammar does not allow there, or
-    when a token would end beyond `limit` (then it counts as broken at that token).
+    when a token would end beyond `limit` (then it counts as broken at that token). The stack is
+    kept in compact arrays (about 14 bytes per open bracket), so a reply of a million `[` costs
+    megabytes, not a Python object per bracket.
     """
     match = _TOKEN.match
-    stack: list[list] = []   # [is_object, state, start, deepest child]
+    kinds = bytearray()       # per open container: 1 object, 0 array
+    states = bytearray()      # its parser state
+    starts = array("q")       # where it opened
+    deepest = array("l")      # depth of its deepest complete child
     children: list[tuple[int, int, int]] = []
     strings: list[tuple[int, int]] = []
     position = start
@@ -104,43 +110,52 @@ def _scan(text: str, start: int, limit: int) -> _Scan:
         kind = token.lastgroup
         at = token.start(kind)
         position = token.end()
-        if not stack:  # the opener at `start`
-            stack.append([text[at] == "{", _OBJ_FIRST if text[at] == "{" else _ARR_FIRST, at, 0])
+        if not states:  # the opener at `start`
+            is_object = text[at] == "{"
+            kinds.append(is_object)
+            states.append(_OBJ_FIRST if is_object else _ARR_FIRST)
+            starts.append(at)
+            deepest.append(0)
             continue
-        frame = stack[-1]
-        state = frame[1]
+        state = states[-1]
         closing = False
         if state == _VALUE or state == _ARR_FIRST:
             if kind == "open":
-                frame[1] = _AFTER
-                stack.append([text[at] == "{", _OBJ_FIRST if text[at] == "{" else _ARR_FIRST, at, 0])
+                states[-1] = _AFTER
+                is_object = text[at] == "{"
+                kinds.append(is_object)
+                states.append(_OBJ_FIRST if is_object else _ARR_FIRST)
+                starts.append(at)
+                deepest.append(0)
                 continue
             if kind == "string" or kind == "scalar":
                 if kind == "string":
                     strings.append((at, position))
-                frame[1] = _AFTER
+                states[-1] = _AFTER
                 continue
             closing = kind == "close" and state == _ARR_FIRST and text[at] == "]"
         elif state == _OBJ_FIRST or state == _OBJ_KEY:
             if kind == "string":
                 strings.append((at, position))
-                frame[1] = _OBJ_COLON
+                states[-1] = _OBJ_COLON
                 continue
             closing = kind == "close" and state == _OBJ_FIRST and text[at] == "}"
         elif state == _OBJ_COLON:
             if kind == "colon":
-                frame[1] = _VALUE
+                states[-1] = _VALUE
                 continue
         else:  # _AFTER
             if kind == "comma":
-                frame[1] = _OBJ_KEY if frame[0] else _VALUE
+                states[-1] = _OBJ_KEY if kinds[-1] else _VALUE
                 continue
-            closing = kind == "close" and text[at] == ("}" if frame[0] else "]")
+            closing = kind == "close" and text[at] == ("}" if kinds[-1] else "]")
         if not closing:
             return _Scan(None, 0, at, children, strings)
-        stack.pop()
-        opened, depth = frame[2], frame[3] + 1
-        if not stack:
+        kinds.pop()
+        states.pop()
+        opened = starts.pop()
+        depth = deepest.pop() + 1
+        if not states:
             return _Scan(position, depth, None, None, None)
         # values inside this one are no longer maximal
         while children and children[-1][0] > opened:
@@ -148,8 +163,8 @@ def _scan(text: str, start: int, limit: int) -> _Scan:
         while strings and strings[-1][0] > opened:
             strings.pop()
         children.append((opened, position, depth))
-        if depth > stack[-1][3]:
-            stack[-1][3] = depth
+        if depth > deepest[-1]:
+            deepest[-1] = depth
 
 
 def _decode(text: str, start: int, end: int, depth: int, spans: list) -> None:
