@@ -62,7 +62,7 @@ def free_port() -> int:
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("vllm-judge")
     model = folder / "model"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     subprocess.run([sys.executable, str(HERE / "vllm_judge_model.py"), str(model)], check=True, env=env,
                    capture_output=True, timeout=300)
     port = free_port()
