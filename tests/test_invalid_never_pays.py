@@ -136,6 +136,9 @@ def test_trl_reward_functions_score_invalid_no_higher_than_a_fail():
     for bad in (None, 0.5):
         with pytest.raises(ValueError, match="invalid_value"):
             rubric_reward_funcs(Judge(), [RubricSpec("r", "x")], invalid_value=bad)
+    # a judge that raises: every value is INVALID's, the batch goes on
+    raising = rubric_reward_funcs(ExplodingJudge(), [RubricSpec("r", "x")], invalid_value=-1.0)
+    assert raising[0](["p"] * 2, ["c"] * 2, task_id=["t"] * 2) == [-1.0, -1.0]
 
 
 def test_verl_advantages_score_invalid_as_a_fail():
