@@ -180,6 +180,18 @@ def test_a_judge_that_raises_gives_invalid_judgments_logged_once(caplog):
     assert len(warnings) == 1 and "KeyError" in warnings[0].getMessage()
 
 
+def test_a_missing_api_key_still_stops_the_run():
+    # set-up, not a verdict: turning it into INVALID would train on an all-INVALID signal forever
+    from rwcore.judges import MissingAPIKeyError
+
+    class KeylessJudge:
+        def evaluate(self, trajectories, rubrics):
+            raise MissingAPIKeyError("api_key_env: environment variable 'X' is not set")
+
+    with pytest.raises(MissingAPIKeyError, match="api_key_env"):
+        judge_groups(KeylessJudge(), trajectories(0, ["t0"], 2), [[RubricSpec("a", "x")]], 2)
+
+
 def test_openai_judge_turns_an_unexpected_error_into_invalid(monkeypatch, caplog):
     import rwcore.judges.openai_judge as module
 

@@ -52,6 +52,7 @@ import numpy as np
 
 from rwcore.advantages import compute_advantages, length_regularize
 from rwcore.judged import JudgedBatch
+from rwcore.judges.client import MissingAPIKeyError
 from rwcore.method.variants import VARIANTS, Variant, get_variant
 from rwcore.method.window import ReflectionWindow
 from rwcore.tasks import DEFAULT_CAPABILITIES
@@ -793,9 +794,9 @@ def safe_evaluate(judge: Judge, trajectories: Sequence[Trajectory], rubrics: Seq
     """
     try:
         got = judge.evaluate(trajectories, rubrics)
+    except MissingAPIKeyError:
+        raise
     except Exception as exc:  # noqa: BLE001 - see the docstring: a judge failure is INVALID, never a crash
-        if type(exc).__name__ == "MissingAPIKeyError":
-            raise
         error = f"{type(exc).__name__}: {exc}"[:500]
         if failures is not None:
             failures.append(error)
