@@ -1,0 +1,454 @@
+"""A sandbox for agent tool calls: a Python snippet or a shell command in a limited subprocess.
+
+What every call gets
+--------------------
+- A private working folder (a fresh temporary directory per `Sandbox`, i.e. per episode) as its
+  current directory, HOME and TMPDIR; `Sandbox.close()` deletes it.
+- A clean environment: PATH, HOME, TMPDIR, LANG and LC_ALL only. Nothing of the parent's environment
+  (API keys, tokens, proxies) is inherited.
+- Resource limits (`Limits`), set with setrlimit before the tool starts: CPU seconds (RLIMIT_CPU),
+  address space (RLIMIT_AS), size of any one file (RLIMIT_FSIZE), open files (RLIMIT_NOFILE), processes
+  of its user (RLIMIT_NPROC; effective only when the tool runs under its own unprivileged uid, see
+  below), and a wall-clock limit enforced by the parent, which then kills the tool.
+- Bounded output: the parent keeps at most `Limits.output_bytes` of stdout and of stderr (the rest is
+  counted and dropped, so the parent's memory stays bounded) and kills a tool that writes more than
+  `Limits.flood_bytes` in all.
+- Killing: the tool runs in its own session (process group); on a timeout, a flood, or at the end of
+  the call the whole group is killed with SIGKILL. With isolation (below) the tool is PID 1 of its own
+  PID namespace, so descendants that left the process group (setsid) die with it too.
+- A result, never an exception, for whatever the tool does: `ToolResult` says the exit code, the
+  (truncated) output, and which limit stopped it (`error`: "timeout", "cpu_limit", "output_limit",
+  "file_limit", "killed", "workspace_limit"). Only a sandbox that cannot start at all raises
+  (`SandboxUnavailable`, at construction).
+
+Isolation modes (`isolation=`)
+------------------------------
+"namespace" (what "auto" picks whenever it works): the tool runs under util-linux `unshare` in new
+network, PID and mount namespaces (`unshare --net --pid --fork --kill-child --mount-proc`).
+
+- Network: the new network namespace has only a loopback interface, which is down: connecting to any
+  address (the host's loopback servers included) and DNS fail. This is the one isolation the
+  sandbox promises without exceptions.
+- As root (the usual case in a container): the tool also runs under a fresh unprivileged uid/gid
+  picked at random per sandbox (no supplementary groups). It can write only its working folder
+  (chowned to that uid) and the places any user may write (world-writable folders such as /tmp,
+  /var/tmp, /dev/shm) - NOT root-owned paths, so it cannot change the project, the run folder or the
+  user's files. It can READ whatever is world-readable (the system, world-readable files); it cannot
+  read the parent's environment through /proc (its own /proc shows only its namespace) nor files of
+  mode 0600/0700. RLIMIT_NPROC counts that uid's processes, so a fork bomb stops at `Limits.processes`.
+  Leftover processes of that uid are killed after each call.
+- Not root: an unprivileged user namespace maps the user to root inside (`--map-root-user`); the tool
+  then has the user's own file permissions (it can write wherever the user can; a documented
+  limitation), and RLIMIT_NPROC is not set (it would count all the user's processes). If unprivileged
+  user namespaces are disabled, "namespace" is unavailable.
+
+"none" (never chosen automatically; the user must opt in with `isolation="none"`, i.e.
+`env.options.isolation=none`): no namespaces, the user's own uid. Only the Python tool is offered; it
+runs behind a Python audit hook that refuses sockets, subprocesses, exec, fork, os.system and ctypes.
+That hook is a speed bump, not a boundary (code can get around audit hooks); the shell tool is refused.
+Use it only for trusted policies on machines without namespaces.
+
+"auto": "namespace" if a probe run succeeds, else SandboxUnavailable with an error that names
+`isolation` and says how to opt in to "none". It never falls back silently.
+
+Limits the sandbox does NOT enforce: total disk use is checked only after each call (`workspace_bytes`:
+the result then carries error "workspace_limit" and the environment ends the episode), not during it
+(between `file_bytes` per file and the time limit, a call can write at most a bounded amount);
+world-readable files on the host are readable; CPU time of the tool's descendants is limited per
+process, not in sum (the wall limit bounds the sum).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+__all__ = ["Limits", "Sandbox", "SandboxUnavailable", "ToolResult", "detect_isolation"]
+
+ISOLATIONS = ("auto", "namespace", "none")
+_UNSHARE = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+_UID_RANGE = (1_000_000, 2_000_000_000)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested isolation cannot be provided on this machine."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-call limits. wall_seconds: wall clock (the parent kills the tool); cpu_seconds: RLIMIT_CPU;
+    memory_bytes: RLIMIT_AS; file_bytes: RLIMIT_FSIZE; processes: RLIMIT_NPROC (own-uid mode only);
+    open_files: RLIMIT_NOFILE; output_bytes: kept per stream; flood_bytes: total output before the tool
+    is killed; workspace_bytes: size of the working folder checked after each call."""
+
+    wall_seconds: float = 10.0
+    cpu_seconds: int = 10
+    memory_bytes: int = 1 << 30
+    file_bytes: int = 8 << 20
+    processes: int = 64
+    open_files: int = 128
+    output_bytes: int = 4096
+    flood_bytes: int = 1 << 20
+    workspace_bytes: int = 64 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "file_bytes", "processes", "open_files",
+                     "output_bytes", "flood_bytes", "workspace_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"limits.{name} must be a positive number, got {value!r}")
+        if self.flood_bytes < self.output_bytes:
+            raise ValueError(f"limits.flood_bytes ({self.flood_bytes}) must be >= limits.output_bytes "
+                             f"({self.output_bytes})")
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one call did. ok: exited 0 with no limit hit. exit_code: the tool's status (None when it was
+    killed by us or could not start). error: None or which limit/fault stopped it. truncated: output was
+    cut to Limits.output_bytes."""
+
+    ok: bool
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    error: str | None = None
+    truncated: bool = False
+    wall_seconds: float = 0.0
+    output_bytes: int = 0
+    changed: tuple[str, ...] = field(default=())
+
+    def render(self, max_chars: int | None = None) -> str:
+        """The transcript text of this result."""
+        head = f"exit {self.exit_code}" if self.exit_code is not None else "no exit code"
+        if self.error:
+            head += f" error {self.error}"
+        parts = [head]
+        if self.stdout:
+            parts.append("stdout:\n" + self.stdout)
+        if self.stderr:
+            parts.append("stderr:\n" + self.stderr)
+        if self.truncated:
+            parts.append(f"(output truncated; {self.output_bytes} bytes in all)")
+        text = "\n".join(parts)
+        return text if max_chars is None or len(text) <= max_chars else text[:max_chars] + "\n(cut)"
+
+
+_PROBES: dict[str, str | None] = {}
+
+
+def _unshare_prefix(isolation: str, uid: int | None) -> list[str]:
+    if isolation != "namespace":
+        return []
+    unshare = shutil.which("unshare") or "/usr/bin/unshare"
+    argv = [unshare, *_UNSHARE]
+    if os.geteuid() == 0:
+        argv += ["--setgid", str(uid), "--setuid", str(uid)]
+    else:
+        argv += ["--map-root-user"]
+    return [*argv, "--"]
+
+
+def detect_isolation() -> str | None:
+    """"namespace" when a namespace probe runs here, else None (cached per process)."""
+    if "namespace" not in _PROBES:
+        try:
+            argv = _unshare_prefix("namespace", _UID_RANGE[0]) + ["/bin/sh", "-c", "exit 0"]
+            done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=20, cwd="/")
+            _PROBES["namespace"] = "namespace" if done.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            _PROBES["namespace"] = None
+    return _PROBES["namespace"]
+
+
+_AUDIT_WRAPPER = r"""
+import sys
+_BLOCKED = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+            "os.forkpty", "ctypes.", "os.kill", "os.killpg", "pty.")
+def _hook(event, args):
+    if event.startswith(_BLOCKED):
+        raise PermissionError("sandbox: " + event + " is not allowed")
+code = sys.argv[1]
+sys.argv = ["<tool>"]
+sys.addaudithook(_hook)
+exec(compile(code, "<tool>", "exec"), {"__name__": "__main__"})
+"""
+
+
+class Sandbox:
+    """One private working folder and the tools that run in it (see the module docstring).
+
+    limits: `Limits`; isolation: "auto" | "namespace" | "none"; python: the interpreter for the Python
+    tool (default: the first of this interpreter, /usr/bin/python3, /usr/local/bin/python3 that runs
+    inside the sandbox; under its own uid a Python in a private folder such as /root may not).
+    Use as a context manager, or call close()."""
+
+    def __init__(self, limits: Limits | None = None, isolation: str = "auto", python: str | None = None) -> None:
+        if limits is None:
+            limits = Limits()
+        if not isinstance(limits, Limits):
+            raise ValueError(f"limits must be a sandbox.Limits, got {type(limits).__name__}")
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
+        if isolation in ("auto", "namespace"):
+            if detect_isolation() is None:
+                raise SandboxUnavailable(
+                    f"isolation={isolation!r}: no network namespace can be created here (`unshare --net` fails: "
+                    "not root and no unprivileged user namespaces). Tool calls would reach the network. To run "
+                    "anyway with the weaker audit-hook guard (Python tool only, no shell; see "
+                    "rwcore.trainer.envs.sandbox), set isolation='none' (env.options.isolation=none)."
+                )
+            isolation = "namespace"
+        self.isolation = isolation
+        self.limits = limits
+        self.own_uid = isolation == "namespace" and os.geteuid() == 0
+        self.uid = random.SystemRandom().randrange(*_UID_RANGE) if self.own_uid else os.geteuid()
+        self.workdir = tempfile.mkdtemp(prefix="rw-sandbox-")
+        if self.own_uid:
+            os.chown(self.workdir, self.uid, self.uid)
+        os.chmod(self.workdir, 0o700)
+        self._closed = False
+        self.python = python or self._find_python()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kills anything left of the sandbox's uid and deletes the working folder."""
+        if self._closed:
+            return
+        self._closed = True
+        self._kill_uid()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __del__(self) -> None:  # best effort; close() is the contract
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _find_python(self) -> str:
+        key = f"python/{self.isolation}/{self.own_uid}"
+        if key in _PROBES:
+            found = _PROBES[key]
+        else:
+            found = None
+            for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+                if not candidate or not os.path.exists(candidate):
+                    continue
+                result = self._run([candidate, "-I", "-c", "import json, csv, statistics; print('ok')"], audit=False)
+                if result.ok and result.stdout.strip() == "ok":
+                    found = candidate
+                    break
+            _PROBES[key] = found
+        if found is None:
+            self.close()
+            raise SandboxUnavailable("no Python interpreter runs inside the sandbox (tried this interpreter, "
+                                     "/usr/bin/python3, /usr/local/bin/python3); pass python=<path>")
+        return found
+
+    # -- files (written by the parent, owned by the sandbox's uid) ------------------------
+
+    def path(self, relative: str) -> str:
+        """The absolute path of `relative` inside the working folder (ValueError if it would leave it)."""
+        full = os.path.realpath(os.path.join(self.workdir, relative))
+        root = os.path.realpath(self.workdir)
+        if full != root and not full.startswith(root + os.sep):
+            raise ValueError(f"path {relative!r} leaves the sandbox folder")
+        return full
+
+    def write_file(self, relative: str, content: str) -> None:
+        full = self.path(relative)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w", encoding="utf-8") as handle:
+            handle.write(content)
+        if self.own_uid:
+            for dirpath in {os.path.dirname(full), full}:
+                os.chown(dirpath, self.uid, self.uid)
+
+    def read_file(self, relative: str, max_bytes: int = 1 << 20) -> str | None:
+        """The file's text (at most max_bytes, decoded leniently), or None when it is missing or not a
+        regular file (a symlink the tool planted is not followed out of the folder)."""
+        try:
+            full = self.path(relative)
+        except ValueError:
+            return None
+        if not os.path.isfile(full) or os.path.islink(os.path.join(self.workdir, relative)):
+            return None
+        with open(full, "rb") as handle:
+            return handle.read(max_bytes).decode("utf-8", "replace")
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """relative path -> (size, mtime_ns) of every regular file in the working folder (symlinks not
+        followed)."""
+        out = {}
+        for dirpath, _dirs, files in os.walk(self.workdir):
+            for name in files:
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(full)
+                except OSError:
+                    continue
+                out[os.path.relpath(full, self.workdir)] = (st.st_size, st.st_mtime_ns)
+        return out
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def run_python(self, code: str) -> ToolResult:
+        if not isinstance(code, str):
+            return ToolResult(False, None, "", "", error="bad_call: code must be a string")
+        if self.isolation == "none":
+            return self._run([self.python, "-I", "-c", _AUDIT_WRAPPER, code])
+        return self._run([self.python, "-I", "-c", code])
+
+    def run_shell(self, cmd: str) -> ToolResult:
+        if not isinstance(cmd, str):
+            return ToolResult(False, None, "", "", error="bad_call: cmd must be a string")
+        if self.isolation == "none":
+            return ToolResult(False, None, "", "", error="unavailable: the shell tool needs isolation=namespace")
+        return self._run(["/bin/sh", "-c", cmd])
+
+    def _env(self) -> dict[str, str]:
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
+                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+    def _preexec(self):
+        limits, own_uid = self.limits, self.own_uid
+
+        def setup() -> None:
+            cpu = int(max(1, limits.cpu_seconds))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if own_uid:  # counts the sandbox uid's processes (root itself is exempt while it is still root)
+                resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+        return setup
+
+    def _run(self, argv: list[str], audit: bool = True) -> ToolResult:
+        if self._closed:
+            return ToolResult(False, None, "", "", error="closed: the sandbox was closed")
+        limits = self.limits
+        before = self.snapshot()
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(_unshare_prefix(self.isolation, self.uid) + argv, cwd=self.workdir,
+                                    env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec(),
+                                    close_fds=True)
+        except OSError as exc:
+            return ToolResult(False, None, "", "", error=f"start_failed: {exc.strerror or exc}")
+        kept = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+        total = 0
+        error = None
+        selector = selectors.DefaultSelector()
+        for stream in (proc.stdout, proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+            selector.register(stream.fileno(), selectors.EVENT_READ)
+        deadline = start + float(limits.wall_seconds)
+        try:
+            open_fds = set(kept)
+            while open_fds:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    error = "timeout"
+                    break
+                for key, _ in selector.select(timeout=min(left, 0.5)):
+                    fd = key.fd
+                    try:
+                        chunk = os.read(fd, 65536)
+                    except OSError as exc:
+                        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                            continue
+                        chunk = b""
+                    if not chunk:
+                        selector.unregister(fd)
+                        open_fds.discard(fd)
+                        continue
+                    total += len(chunk)
+                    room = limits.output_bytes - len(kept[fd])
+                    if room > 0:
+                        kept[fd] += chunk[:room]
+                    if total > limits.flood_bytes:
+                        error = "output_limit"
+                        break
+                if error:
+                    break
+            if error is None:
+                try:
+                    proc.wait(timeout=max(0.01, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    error = "timeout"
+        finally:
+            self._kill_group(proc)
+            selector.close()
+            proc.stdout.close()
+            proc.stderr.close()
+            self._kill_uid()
+        code = proc.returncode
+        signum = -code if code is not None and code < 0 else (code - 128 if code is not None and code > 128 else None)
+        if error is None and signum is not None:
+            error = {signal.SIGXCPU: "cpu_limit", signal.SIGXFSZ: "file_limit", signal.SIGKILL: "killed"}.get(
+                signum, f"signal {signum}")
+        exit_code = None if error in ("timeout", "output_limit") else code
+        after = self.snapshot()
+        changed = tuple(sorted(p for p, meta in after.items() if before.get(p) != meta))
+        if error is None and sum(size for size, _ in after.values()) > limits.workspace_bytes:
+            error = "workspace_limit"
+        out_fd, err_fd = list(kept)
+        stdout = kept[out_fd].decode("utf-8", "replace")
+        stderr = kept[err_fd].decode("utf-8", "replace")
+        truncated = total > len(kept[out_fd]) + len(kept[err_fd])
+        return ToolResult(ok=error is None and code == 0, exit_code=exit_code, stdout=stdout, stderr=stderr,
+                          error=error, truncated=truncated, wall_seconds=time.monotonic() - start,
+                          output_bytes=total, changed=changed)
+
+    @staticmethod
+    def _kill_group(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _kill_uid(self) -> None:
+        """Kills every process still running under the sandbox's own uid (root mode only)."""
+        if not self.own_uid:
+            return
+        for _ in range(3):
+            found = False
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    if os.stat(f"/proc/{entry}").st_uid == self.uid:
+                        found = True
+                        os.kill(int(entry), signal.SIGKILL)
+                except (FileNotFoundError, ProcessLookupError, PermissionError):
+                    continue
+            if not found:
+                return
+            time.sleep(0.05)
