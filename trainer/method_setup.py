@@ -6,8 +6,14 @@
 - `build_providers(cfg, env, judge)`: what the variant calls out to. With `judge.kind=openai` one
   `OpenAIReflector` on the same server is Arise's reflection model and RewardWeaver's
   attributor, capability proposer, evaluator reviser and instance-rubric writer; otherwise the
-  environment's programmatic ones. RewardWeaver's library is admitted here with `judge` itself,
-  so the evaluator that passed admission is the one that scores training.
+  environment's programmatic ones (optional providers: an environment without the one a variant
+  needs is refused at start, naming env.name and what is missing). RewardWeaver's library is
+  admitted here with `judge` itself, so the evaluator that passed admission is the one that scores
+  training. An environment without labelled cases gets a library admitted WITHOUT the acceptance
+  test (`admit_unvalidated`: its capability_candidates(), its rules, or the LLM proposer's
+  capabilities from the training tasks' first views), logged and recorded in each admission report.
+  The attributor is wrapped by `PartnerAwareAttributor`: partner failures are attributed to the
+  partner.
 - `frozen_rubrics(run_dir)`: the pool of `arise_frozen_rubrics`, read from a previous Arise run.
 - `task_contexts(env, tasks)`: each task as the policy first sees it (instance-specific rubrics).
 """
@@ -19,9 +25,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rwcore.method import MethodSettings, Providers
+from rwcore.trainer.envs.base import provided
 from rwcore.types import CapabilityProposer, InstanceRubricWriter, RubricSkillProposal, RubricSpec, Trajectory, Turn
 
-__all__ = ["admit_library", "build_judge", "build_providers", "frozen_rubrics", "method_settings", "task_contexts"]
+__all__ = ["PartnerAwareAttributor", "admit_library", "admit_unvalidated", "build_judge", "build_providers",
+           "frozen_rubrics", "method_settings", "task_contexts"]
 
 
 def method_settings(cfg) -> MethodSettings:
@@ -40,6 +48,10 @@ def method_settings(cfg) -> MethodSettings:
     )
 
 
+def _env_name(env) -> str:
+    return repr(getattr(env, "name", type(env).__name__))
+
+
 def build_judge(cfg, env):
     j = cfg.judge
     if j.kind == "openai":
@@ -50,7 +62,12 @@ def build_judge(cfg, env):
                            structured_outputs=j.structured_outputs)
     from rwcore.judges import RuleJudge
 
-    return RuleJudge({rule.spec.rubric_id: rule.check for rule in env.rules()})
+    rules = provided(env, "rules")
+    if not rules:
+        raise ValueError(f"env.name {_env_name(env)} brings no rules (no programmatic rubric library), so "
+                         "judge.kind=rule cannot judge it: set judge.kind=openai with judge.model / judge.base_url "
+                         "(an OpenAI-compatible judge fills in the rubrics, reflector and attributor)")
+    return RuleJudge({rule.spec.rubric_id: rule.check for rule in rules})
 
 
 def _llm_reflector(cfg):
@@ -61,13 +78,35 @@ def _llm_reflector(cfg):
                            max_concurrency=j.max_concurrency)
 
 
+class PartnerAwareAttributor:
+    """Wraps an attributor: a trajectory whose episode the partner ended (metadata["partner_failure"]) is
+    attributed to the partner - one record per candidate with cause "partner" and the failure reason as
+    evidence (RewardWeaver rejects them as cause_partner: no agent-side credit) - without asking the
+    wrapped attributor (an LLM would only see a cut-off conversation)."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    def attribute(self, trajectory: Trajectory, candidates) -> list:
+        from rwcore.types import AttributionRecord
+
+        reason = trajectory.metadata.get("partner_failure") if isinstance(trajectory.metadata, dict) else None
+        if reason:
+            return [AttributionRecord(trajectory.trajectory_id, spec.rubric_id, True, 1.0,
+                                      f"partner failure: {reason}", "partner") for spec in candidates]
+        return self.inner.attribute(trajectory, candidates)
+
+    def __getattr__(self, name):  # the reflector's other roles (proposer, reviser) pass through
+        return getattr(self.inner, name)
+
+
 def admit_library(env, judge, rule_ids: Sequence[str], reviser=None, max_revisions: int = 1):
     """The capability library: each of the environment's rules in `rule_ids` as a candidate, admitted by
     the source-disjoint acceptance test with `judge` (revised on its development partition by
     `reviser` when rejected). Raises when nothing passes."""
     from rwcore.rewardweaver import Capability, CapabilityLibrary
 
-    rules = {rule.spec.rubric_id: rule for rule in env.rules()}
+    rules = {rule.spec.rubric_id: rule for rule in provided(env, "rules") or []}
     cases = _cases_by_rule(env, list(rule_ids))
     library = CapabilityLibrary()
     for rubric_id in rule_ids:
@@ -77,16 +116,69 @@ def admit_library(env, judge, rule_ids: Sequence[str], reviser=None, max_revisio
                                scored=False)
         library.admit(candidate, judge, cases[rubric_id], reviser=reviser, max_revisions=max_revisions)
     if not library.ids():
-        raise ValueError(f"env.name {getattr(env, 'name', '?')!r}: no capability passed admission with the "
+        raise ValueError(f"env.name {_env_name(env)}: no capability passed admission with the "
                          f"training judge ({type(judge).__name__})")
     return library
 
 
+UNVALIDATED = ("unvalidated: the environment brings no labelled cases, so the capability was admitted without "
+               "the source-disjoint acceptance test")
+
+
+def admit_unvalidated(env, judge, specs: Sequence[RubricSpec]):
+    """A library of `specs` admitted WITHOUT the acceptance test (an environment with no labelled cases):
+    each entry's admission report carries the reason `UNVALIDATED`; a warning is logged."""
+    import logging
+
+    from rwcore.rewardweaver import Capability, CapabilityLibrary
+    from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability
+
+    library = CapabilityLibrary()
+    evaluator = str(getattr(judge, "model", "") or type(judge).__name__)
+    entries, seen = [], set()
+    for spec in specs:
+        if spec.rubric_id in seen:
+            continue
+        seen.add(spec.rubric_id)
+        capability = Capability.from_rubric(spec)
+        report = AdmissionReport(capability_id=spec.rubric_id, admitted=True, reasons=(UNVALIDATED,),
+                                 evaluator=evaluator)
+        entries.append(AdmittedCapability(capability, evaluator, report,
+                                          AdmittedCapability.compute_hash(capability, evaluator, report)))
+    if not entries:
+        raise ValueError(f"env.name {_env_name(env)}: no capability candidate to build RewardWeaver's library from")
+    library._insert(entries)
+    logging.getLogger(__name__).warning(
+        "env.name %s: RewardWeaver's library holds %d capabilities admitted WITHOUT the acceptance test (%s): %s",
+        _env_name(env), len(entries), "no labelled cases", ", ".join(e.capability.capability_id for e in entries))
+    return library
+
+
 def _cases_by_rule(env, rule_ids: list[str]) -> dict[str, list]:
-    if hasattr(env, "labelled_cases_by_rule"):
-        return env.labelled_cases_by_rule(rule_ids)
-    cases = env.labelled_cases(rule_ids)
+    by_rule = provided(env, "labelled_cases_by_rule", rule_ids)
+    if by_rule is not None:
+        return by_rule
+    cases = provided(env, "labelled_cases", rule_ids) or []
     return {rid: [c for c in cases if c.trajectory.metadata.get("labelled_rule", rid) == rid] for rid in rule_ids}
+
+
+def _has_cases(env) -> bool:
+    return callable(getattr(env, "labelled_cases_by_rule", None)) or callable(getattr(env, "labelled_cases", None))
+
+
+def _candidate_specs(cfg, env, proposer, budget: int) -> list[RubricSpec]:
+    """Capability candidates for an environment without labelled cases: its capability_candidates(), its
+    rules' specs, or (with an LLM) the proposer's capabilities read from the training tasks' first views."""
+    specs = provided(env, "capability_candidates")
+    if specs:
+        return list(specs)
+    rules = provided(env, "rules")
+    if rules:
+        return [rule.spec for rule in rules]
+    if proposer is None:
+        return []
+    contexts = list(task_contexts(env, env.tasks("train")[: max(4, 2 * budget)]).values())
+    return list(proposer.propose_capabilities(contexts, [], max(2, 2 * budget)))
 
 
 def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
@@ -95,23 +187,42 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
     admit: run the library's admission tests (False on the ranks that receive rank 0's library: an
     empty library is built and replaced by the broadcast state)."""
     llm = cfg.judge.kind == "openai"
-    reflector = _llm_reflector(cfg) if llm else env.reflector()
-    rules = {rule.spec.rubric_id: rule for rule in env.rules()}
+    name = _env_name(env)
+
+    def missing(what: str, needed_by: str) -> ValueError:
+        return ValueError(f"env.name {name} brings no {what}, which train.method={cfg.train.method} needs for "
+                          f"{needed_by}; set judge.kind=openai (an OpenAI-compatible model fills it in) or use an "
+                          "environment that provides it")
+
+    reflector = _llm_reflector(cfg) if llm else provided(env, "reflector")
+    rules = {rule.spec.rubric_id: rule for rule in provided(env, "rules") or []}
     providers = Providers(evaluator=judge)
     if variant.arise_rubrics is not None:
+        if reflector is None:
+            raise missing("reflector", "Arise's rubric-skill pool")
         providers.reflector = reflector
     if variant.arise_rubrics == "frozen":
         providers.frozen_rubrics = frozen_rubrics(cfg.pool.frozen_from)
     if variant.uses_library:
         reviser = reflector if llm else None  # a rule cannot be re-instructed; an LLM evaluator can
-        initial = list(env.initial_library()) if hasattr(env, "initial_library") else list(rules)
-        if admit:
+        attributor = reflector if llm else provided(env, "attributor")
+        if attributor is None:
+            raise missing("attributor", "RewardWeaver's failure attribution")
+        validated = bool(rules) and _has_cases(env)
+        initial = list(provided(env, "initial_library") or rules)
+        from rwcore.rewardweaver import CapabilityLibrary
+
+        if not admit:
+            providers.library = CapabilityLibrary()
+        elif validated:
             providers.library = admit_library(env, judge, initial, reviser, cfg.rewardweaver.max_revisions)
         else:
-            from rwcore.rewardweaver import CapabilityLibrary
-
-            providers.library = CapabilityLibrary()
-        providers.attributor = reflector if llm else env.attributor()
+            proposer = reflector if isinstance(reflector, CapabilityProposer) else None
+            specs = _candidate_specs(cfg, env, proposer, cfg.rewardweaver.budget)
+            if not specs:
+                raise missing("rules, labelled cases or capability candidates", "RewardWeaver's capability library")
+            providers.library = admit_unvalidated(env, judge, specs)
+        providers.attributor = PartnerAwareAttributor(attributor)
         providers.reviser = reviser
         if cfg.rewardweaver.expansion == "on" and isinstance(reflector, CapabilityProposer):
             providers.proposer = reflector

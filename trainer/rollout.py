@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 
 from rwcore.kernels import fused_linear_logprobs
-from rwcore.trainer.envs.base import Environment, Episode, Outcome, Task
+from rwcore.trainer.envs.base import Environment, Episode, Outcome, Task, step_all
 from rwcore.types import Trajectory, Turn
 
 
@@ -174,6 +174,7 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
             break
         new_tokens = generator([ids[i] for i in live], [turn_seed(jobs[i][1], turn) for i in live], temperature,
                                max_new_tokens, greedy)
+        messages = []
         for row, i in enumerate(live):
             completion = new_tokens[row]
             sampled = completion.tokens
@@ -192,10 +193,13 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
             ids[i].extend(tokens)
             generated[i].extend(flags)
             turns[i].append(Turn("assistant", message, generated=True))
-            episodes[i] = env.step(episodes[i], message)
-            if not episodes[i].done:
-                reply = codec.reply("partner", episodes[i].observation, turns[i])
-                turns[i].append(Turn("partner", episodes[i].observation))
+            messages.append(message)
+        # one environment call per turn for every live episode (an LLM partner answers them concurrently)
+        for i, episode in zip(live, step_all(env, [episodes[i] for i in live], messages)):
+            episodes[i] = episode
+            if not episode.done:
+                reply = codec.reply("partner", episode.observation, turns[i])
+                turns[i].append(Turn("partner", episode.observation))
                 ids[i].extend(reply)
                 generated[i].extend([False] * len(reply))
                 behavior[i].extend([0.0] * len(reply))
@@ -213,6 +217,9 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
             metadata={"env_state": episode.state, "task": task.data, "task_id": task.task_id, "seed": seed,
                       "success": bool(outcome.success)},
         )
+        if isinstance(episode.state, dict) and episode.state.get("partner_failure"):
+            # the counterpart failed, not the agent: never charged (AdaptiveMethod.score, the loss mask)
+            trajectory.metadata["partner_failure"] = str(episode.state["partner_failure"])
         logp = torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32) \
             if engine_logprobs else torch.zeros(0)
         rollouts.append(Rollout(trajectory, outcome, seq, gen, logp, policy.version))

@@ -397,6 +397,8 @@ class Trainer:
             # groups whose evidence entered the sampler at a version older than the one being trained
             "evidence/late_groups": int(sum(v < index for v in versions)),
             "rollout/trajectories": len(trajectories),
+            # episodes ended by the partner's failure: no advantage, no loss, no evidence (see envs.base)
+            "partner_failures": int(sum(bool(t.metadata.get("partner_failure")) for t in trajectories)),
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
         }
         return row
@@ -512,8 +514,12 @@ class Trainer:
                                                    batch_first=True).to(self.device)
         _, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
+        # an episode ended by its counterpart's failure (metadata["partner_failure"]) gets no loss at all
+        partner = torch.tensor([bool(r.trajectory.metadata.get("partner_failure")) for r in rollouts],
+                               dtype=torch.bool, device=mask.device)
+        mask = mask & ~partner[:, None]
         adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
-        total_tokens = self.engine.tokens_denominator(self.engine.all_sum_tensor(mask.sum()))
+        total_tokens = self.engine.tokens_denominator(self.engine.all_sum_tensor(mask.sum()).clamp_min(1))
         rows = torch.arange(len(rollouts))
         stats_sum: dict[str, float] = {}
         loss_value = 0.0

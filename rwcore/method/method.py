@@ -411,6 +411,12 @@ class AdaptiveMethod:
         for task_id in dict.fromkeys(t.task_id for t in trajectories):
             expected += [spec.rubric_id for spec in self.process_rubrics(task_id)]
         judged_ids = list(dict.fromkeys([*expected, *(rid for report in reports for rid in report.judgments)]))
+        # A trajectory whose counterpart failed (metadata["partner_failure"]) is never charged to the agent:
+        # its verdicts are INVALID (no evidence for the sampler, the pool or reflection) and its advantage 0.
+        failed = np.array([bool(t.metadata.get("partner_failure")) for t in trajectories], dtype=bool)
+        if failed.any():
+            reports = [JudgeReport(t.trajectory_id, {}) if bad else report
+                       for t, report, bad in zip(trajectories, reports, failed)]
         judged = JudgedBatch.from_reports(reports, judged_ids, [t.trajectory_id for t in trajectories])
         s = self.settings
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
@@ -422,7 +428,14 @@ class AdaptiveMethod:
         advantage_ids = tuple(spec.rubric_id for spec in (self.pool.active_rubrics() if self.pool is not None else [])
                               if spec.rubric_id not in process_ids and spec.rubric_id in judged)
         verdicts = judged.columns(advantage_ids).reward_verdict_matrix()  # INVALID scores as a FAIL
-        advantages = compute_advantages(rewards, verdicts, groups, lam=s.lam, eps=s.eps, ddof=s.ddof)
+        if failed.any():  # left out of their groups' normalization; the rest of each group as usual
+            keep = ~failed
+            advantages = np.zeros(n, dtype=np.float64)
+            if keep.any():
+                advantages[keep] = compute_advantages(rewards[keep], verdicts[keep], groups[keep], lam=s.lam,
+                                                      eps=s.eps, ddof=s.ddof)
+        else:
+            advantages = compute_advantages(rewards, verdicts, groups, lam=s.lam, eps=s.eps, ddof=s.ddof)
         return Scored(rewards, np.asarray(advantages, dtype=np.float64), task_rewards, process_terms, judged,
                       tuple(process_ids), advantage_ids)
 
@@ -480,7 +493,9 @@ class AdaptiveMethod:
             if pool_ids:
                 codes = judged.columns(pool_ids).codes
                 failed = {tid for tid, row in zip(judged.trajectory_ids, codes) if (row == Verdict.FAIL).any()}
-            self.window.add(list(trajectories), judged.uncovered, failed)
+            # a partner failure says nothing about the policy: reflection does not read it
+            kept = [i for i, t in enumerate(trajectories) if not t.metadata.get("partner_failure")]
+            self.window.add([trajectories[i] for i in kept], tuple(judged.uncovered[i] for i in kept), failed)
 
     # ------------------------------------------------------------------ schedules
 

@@ -1,8 +1,11 @@
-"""Environments for `rw train`: the protocol, a registry, and the built-in negotiation family."""
+"""Environments for `rw train`: the protocol, a registry, and the built-in environments."""
 
-from rwcore.trainer.envs.base import Environment, Episode, Outcome, Rule, Task, make, register
+from rwcore.trainer.envs.base import (Environment, Episode, Outcome, Rule, Task, make, partner_failed, provided,
+                                      register, step_all)
 from rwcore.trainer.envs.negotiation import NegotiationEnv
 
 register("negotiation", NegotiationEnv)
 
-__all__ = ["Environment", "Episode", "NegotiationEnv", "Outcome", "Rule", "Task", "make", "register"]
+
+__all__ = ["Environment", "Episode", "NegotiationEnv", "Outcome", "Rule", "Task", "make", "partner_failed", "provided",
+           "register", "step_all"]

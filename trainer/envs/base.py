@@ -1,12 +1,60 @@
 """The environment protocol: what `rw train` needs from a task family.
 
-An environment supplies seeded tasks with disjoint train and held-out splits,
-runs multi-turn episodes against its own counterpart (a scripted partner, a
-tool sandbox...), scores outcomes, and brings the programmatic pieces the
-adaptive methods need when no LLM is configured: a rubric library with rules
-(a RuleJudge), a reflector for Arise's pool, an attributor for RewardWeaver,
-and labelled cases for admitting capabilities. Users add their own
-environments by implementing this protocol and registering a factory with
+Simulator and optional providers
+--------------------------------
+An environment is a *simulator*; that is all `rw train` requires:
+
+    name, system_prompt, max_turns       attributes
+    tasks(split) -> list[Task]           "train" / "eval": disjoint, seeded, each Task with task-type tags
+    reset(task, seed) -> Episode         a new episode (its first observation is the task brief)
+    step(episode, action) -> Episode     the counterpart's reply to the agent's message
+    outcome(episode) -> Outcome          reward in [0, 1], success, reason
+    vocabulary() -> list[str]            words of its language (the built-in word-level policy's tokenizer)
+
+Optional, batched stepping (environments whose counterpart is an LLM):
+
+    step_many(episodes, actions) -> list[Episode]
+        One call per agent turn with every live episode of the batch; the default (`step_all`) loops over
+        `step`. An LLM-partner environment overrides it to send all partner requests at once (concurrently,
+        through rwcore.judges.client.ChatClient's concurrency limit, retries and timeouts).
+        `rwcore.trainer.rollout.run_episodes` calls it once per turn.
+
+Optional *providers* (a method that is absent, or returns None, means "not provided"):
+
+    rules() -> list[Rule]                programmatic rubric library (the RuleJudge of judge.kind=rule)
+    reflector() -> RubricReflector       Arise reflection without an LLM
+    attributor() -> Attributor           RewardWeaver failure attribution without an LLM
+    labelled_cases(rule_ids) -> list     LabelledCase examples for admitting rules as capabilities
+    labelled_cases_by_rule(rule_ids) -> dict, initial_library() -> ids   (refinements of the above)
+    capability_candidates() -> list[RubricSpec]
+                                         capability definitions without labelled cases (see below)
+    action_vocabulary() -> list[str]     the built-in policy samples only these words
+
+`provided(env, name)` reads a provider (None when absent or when it returns None).
+
+Who fills in what (rwcore.trainer.method_setup):
+- judge.kind=openai: the LLM judge scores rubrics; one OpenAIReflector on the judge's server is the
+  reflector, attributor, capability proposer and evaluator reviser (so an environment needs none of its
+  own; the environment's programmatic ones serve judge.kind=rule runs).
+- judge.kind=rule needs the environment's rules(); without them `rw train` stops at start with an error
+  naming env.name and what is missing (the same for reflector / attributor needed by the variant).
+- RewardWeaver's library: the environment's rules, admitted by the source-disjoint acceptance test on
+  its labelled cases. An environment with no labelled cases gives `capability_candidates()` (or, when it
+  has none, the LLM proposer writes candidates from the training tasks' first views); these are admitted
+  WITHOUT the acceptance test (there is nothing to test them on): the admission report says
+  "unvalidated: no labelled cases", a warning is logged, and method.json / the reward history keep it.
+
+Partner failures
+----------------
+An episode whose counterpart failed (an LLM partner timed out or answered garbage) ends with
+`Episode.state["partner_failure"] = reason` (set it and `done=True`). The rollout copies it to
+`Trajectory.metadata["partner_failure"]`; `rwcore.AdaptiveMethod.score` then gives the trajectory no
+advantage (0, left out of its group's normalization), no judged evidence (every verdict INVALID, so the
+sampler, the pool and reflection learn nothing from it), and the trainer masks its tokens out of the
+loss. Attribution sees the reason (a low-outcome trajectory with a partner failure is recorded with
+cause "partner"). The run goes on; `partner_failures` counts them per step in metrics.jsonl.
+
+Users add their own environments by implementing this protocol and registering a factory with
 `rwcore.trainer.envs.register`.
 """
 
@@ -69,6 +117,8 @@ class Rule:
 
 @runtime_checkable
 class Environment(Protocol):
+    """The simulator part every environment has (the providers are optional; see the module docstring)."""
+
     name: str
     system_prompt: str   # the policy's base system prompt (Arise skills are appended to it)
     max_turns: int       # agent turns per episode at most
@@ -89,18 +139,65 @@ class Environment(Protocol):
         """Every word the environment's language uses (prompts, observations, actions, skill texts),
         for building the default policy's word-level tokenizer."""
 
-    def rules(self) -> list[Rule]:
+
+class Providers(Protocol):
+    """The optional providers, for reference (an environment may define any subset; None = not provided)."""
+
+    def rules(self) -> list[Rule] | None:
         """The capability rubric library as programmatic checks over trajectories."""
 
-    def reflector(self) -> RubricReflector:
+    def reflector(self) -> RubricReflector | None:
         """Arise reflection without an LLM (proposes rubric-skill pairs from `rules`, refines skills)."""
 
-    def attributor(self) -> Attributor:
+    def attributor(self) -> Attributor | None:
         """RewardWeaver failure attribution without an LLM (knows partner/scenario causes)."""
 
-    def labelled_cases(self, rule_ids: Sequence[str]) -> list:
+    def labelled_cases(self, rule_ids: Sequence[str]) -> list | None:
         """rwcore.rewardweaver.LabelledCase examples (scripted trajectories with reference labels and
         source ids) for admitting each rule as a capability."""
+
+    def capability_candidates(self) -> list[RubricSpec] | None:
+        """Capability definitions the environment suggests but cannot label cases for (admitted unvalidated)."""
+
+    def step_many(self, episodes: Sequence[Episode], actions: Sequence[str]) -> list[Episode]:
+        """Every live episode's step at once (default: `step_all`)."""
+
+
+_PROVIDERS = ("rules", "reflector", "attributor", "labelled_cases", "labelled_cases_by_rule", "initial_library",
+              "capability_candidates")
+
+
+def provided(env, name: str, *args):
+    """The environment's provider `name` called with `args`, or None when it has none (absent method or
+    None returned)."""
+    method = getattr(env, name, None)
+    if method is None or not callable(method):
+        return None
+    return method(*args)
+
+
+def step_all(env, episodes: Sequence[Episode], actions: Sequence[str]) -> list[Episode]:
+    """`env.step_many(episodes, actions)` when the environment has it, else `env.step` on each; checks
+    that one episode comes back per action."""
+    if len(episodes) != len(actions):
+        raise ValueError(f"step_many needs one action per episode, got {len(actions)} actions for "
+                         f"{len(episodes)} episodes")
+    many = getattr(env, "step_many", None)
+    if many is None:
+        return [env.step(episode, action) for episode, action in zip(episodes, actions)]
+    out = list(many(list(episodes), list(actions)))
+    if len(out) != len(episodes):
+        raise ValueError(f"env.name {getattr(env, 'name', '?')!r}: step_many returned {len(out)} episodes for "
+                         f"{len(episodes)}")
+    return out
+
+
+def partner_failed(episode: Episode, reason: str) -> Episode:
+    """The episode ended by a counterpart failure (timeout, garbage reply...): done, with
+    state["partner_failure"] = reason (never charged to the agent; see the module docstring)."""
+    state = dict(episode.state)
+    state["partner_failure"] = str(reason)[:500] or "partner failure"
+    return Episode(episode.task, episode.observation, True, state)
 
 
 _REGISTRY: dict[str, Callable[..., Environment]] = {}
@@ -112,6 +209,18 @@ def register(name: str, factory: Callable[..., Environment]) -> None:
 
 
 def make(name: str, **options) -> Environment:
+    """The environment `name` built with `options`. A name not registered yet is looked up as the module
+    rwcore.trainer.envs.<name>, which registers itself when imported (so optional environments cost
+    nothing until used)."""
+    if name not in _REGISTRY and isinstance(name, str) and name.isidentifier():
+        import importlib
+
+        try:
+            importlib.import_module(f"rwcore.trainer.envs.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"rwcore.trainer.envs.{name}":
+                raise ValueError(f"env.name {name!r}: its module needs {error.name!r}, which is not installed "
+                                 f"({error})") from None
     if name not in _REGISTRY:
         raise ValueError(f"env.name {name!r} is not a registered environment; known: {sorted(_REGISTRY)}")
     return _REGISTRY[name](**options)
