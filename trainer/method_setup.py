@@ -12,8 +12,7 @@
   training. An environment without labelled cases gets a library admitted WITHOUT the acceptance
   test (`admit_unvalidated`: its capability_candidates(), its rules, or the LLM proposer's
   capabilities from the training tasks' first views), logged and recorded in each admission report.
-  The attributor is wrapped by `PartnerAwareAttributor`: partner failures are attributed to the
-  partner.
+  Partner failures are attributed to the partner by rwcore.rewardweaver.attribute itself.
 - `frozen_rubrics(run_dir)`: the pool of `arise_frozen_rubrics`, read from a previous Arise run.
 - `task_contexts(env, tasks)`: each task as the policy first sees it (instance-specific rubrics).
 """
@@ -28,7 +27,7 @@ from rwcore.method import MethodSettings, Providers
 from rwcore.trainer.envs.base import provided
 from rwcore.types import CapabilityProposer, InstanceRubricWriter, RubricSkillProposal, RubricSpec, Trajectory, Turn
 
-__all__ = ["PartnerAwareAttributor", "admit_library", "admit_unvalidated", "build_judge", "build_providers",
+__all__ = ["admit_library", "admit_unvalidated", "build_judge", "build_providers",
            "frozen_rubrics", "method_settings", "task_contexts"]
 
 
@@ -76,28 +75,6 @@ def _llm_reflector(cfg):
     j = cfg.judge
     return OpenAIReflector(j.model, base_url=j.base_url or None, api_key_env=j.api_key_env,
                            max_concurrency=j.max_concurrency)
-
-
-class PartnerAwareAttributor:
-    """Wraps an attributor: a trajectory whose episode the partner ended (metadata["partner_failure"]) is
-    attributed to the partner - one record per candidate with cause "partner" and the failure reason as
-    evidence (RewardWeaver rejects them as cause_partner: no agent-side credit) - without asking the
-    wrapped attributor (an LLM would only see a cut-off conversation)."""
-
-    def __init__(self, inner) -> None:
-        self.inner = inner
-
-    def attribute(self, trajectory: Trajectory, candidates) -> list:
-        from rwcore.types import AttributionRecord
-
-        reason = trajectory.metadata.get("partner_failure") if isinstance(trajectory.metadata, dict) else None
-        if reason:
-            return [AttributionRecord(trajectory.trajectory_id, spec.rubric_id, True, 1.0,
-                                      f"partner failure: {reason}", "partner") for spec in candidates]
-        return self.inner.attribute(trajectory, candidates)
-
-    def __getattr__(self, name):  # the reflector's other roles (proposer, reviser) pass through
-        return getattr(self.inner, name)
 
 
 def admit_library(env, judge, rule_ids: Sequence[str], reviser=None, max_revisions: int = 1):
@@ -222,7 +199,7 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
             if not specs:
                 raise missing("rules, labelled cases or capability candidates", "RewardWeaver's capability library")
             providers.library = admit_unvalidated(env, judge, specs)
-        providers.attributor = PartnerAwareAttributor(attributor)
+        providers.attributor = attributor
         providers.reviser = reviser
         if cfg.rewardweaver.expansion == "on" and isinstance(reflector, CapabilityProposer):
             providers.proposer = reflector

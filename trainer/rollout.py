@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 
 from rwcore.kernels import fused_linear_logprobs
-from rwcore.trainer.envs.base import Environment, Episode, Outcome, Task, step_all
+from rwcore.trainer.envs.base import Environment, Episode, Outcome, Task, failure_of, outcome_all, step_all
 from rwcore.types import Trajectory, Turn
 
 
@@ -206,9 +206,9 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
     if was_training:
         model.train()
     rollouts = []
-    for (task, seed, group_id), episode, seq, gen, logp, episode_turns in zip(jobs, episodes, ids, generated, behavior,
-                                                                             turns):
-        outcome = env.outcome(episode)
+    outcomes = outcome_all(env, episodes)  # one call: an LLM outcome evaluator judges them concurrently
+    for (task, seed, group_id), episode, outcome, seq, gen, logp, episode_turns in zip(
+            jobs, episodes, outcomes, ids, generated, behavior, turns):
         index = sum(1 for r in rollouts if r.trajectory.group_id == group_id)
         trajectory = Trajectory(
             task_id=task.task_id, turns=episode_turns, outcome=float(outcome.reward), tags=tuple(task.tags),
@@ -217,9 +217,12 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
             metadata={"env_state": episode.state, "task": task.data, "task_id": task.task_id, "seed": seed,
                       "success": bool(outcome.success)},
         )
-        if isinstance(episode.state, dict) and episode.state.get("partner_failure"):
+        if outcome.details:
+            trajectory.metadata["outcome_details"] = dict(outcome.details)
+        failure = failure_of(episode, outcome)
+        if failure:
             # the counterpart failed, not the agent: never charged (AdaptiveMethod.score, the loss mask)
-            trajectory.metadata["partner_failure"] = str(episode.state["partner_failure"])
+            trajectory.metadata["partner_failure"] = failure
         logp = torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32) \
             if engine_logprobs else torch.zeros(0)
         rollouts.append(Rollout(trajectory, outcome, seq, gen, logp, policy.version))
@@ -265,3 +268,35 @@ def score_behavior(policy, rollouts: Sequence[Rollout], temperature: float, back
         rollout.behavior_version = policy.version
     if was_training:
         policy.model.train()
+
+
+def policy_text_generator(policy, generator: Generator | None, temperature: float, max_new_tokens: int,
+                          seed: int = 0):
+    """generate([(system prompt, brief), ...]) -> one message each, sampled by the policy without gradients:
+    the self-play partner's writer (rwcore.trainer.envs.llm_partner.PolicyPartner). Its tokens never
+    enter a rollout's generated tokens, so no loss flows through them."""
+    counter = [0]
+
+    @torch.no_grad()
+    def generate(briefs):
+        if not briefs:
+            return []
+        codec = policy.codec
+        engine = generator or HFGenerator(policy)
+        was_training = policy.model.training
+        policy.model.eval()
+        prompts = [codec.start(system, brief) for system, brief in briefs]
+        seeds = [turn_seed(seed + counter[0] * 7_919 + i, 0) for i in range(len(prompts))]
+        counter[0] += 1
+        completions = engine(prompts, seeds, temperature, max_new_tokens, False)
+        if was_training:
+            policy.model.train()
+        texts = []
+        for completion in completions:
+            tokens = completion.tokens
+            if codec.end_id in tokens:
+                tokens = tokens[:tokens.index(codec.end_id)]
+            texts.append(codec.decode(tokens))
+        return texts
+
+    return generate

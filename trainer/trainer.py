@@ -129,6 +129,11 @@ class Trainer:
         self.rank, self.world_size = self.engine.rank, self.engine.world_size
         self.main = self.rank == 0  # the process that writes the run folder
         self.generator = self._build_generator()  # before any file is written: vLLM may be missing
+        if callable(getattr(self.env, "attach_policy", None)):  # self-play: the policy writes the partner's turns
+            from rwcore.trainer.rollout import policy_text_generator
+
+            self.env.attach_policy(policy_text_generator(self.policy, self.generator, cfg.rollout.temperature,
+                                                         cfg.rollout.max_new_tokens, cfg.train.seed))
         self.rollouts_ahead = None  # the asynchronous rollout process (rollout.max_lag > 0), started last
         self._pending_rollouts: dict = {}
         self.variant = get_variant(cfg.train.method, "train.method")

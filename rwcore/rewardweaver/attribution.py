@@ -199,6 +199,10 @@ def attribute(
     retrieve: optional; picks C_i for each trajectory as a subset of the
         candidate ids (default: every candidate). An unknown id is a ValueError.
     min_confidence: records below it are rejected ("low_confidence").
+
+    A trajectory whose episode its partner ended (metadata["partner_failure"] = reason, see
+    rwcore.trainer.envs.base) is not sent to the attributor: each candidate gets a record with cause
+    "partner" and the reason as evidence, so it is rejected (cause_partner) and the trajectory is external.
     """
     trajectories = check_trajectories(trajectories, need_ids=True, finite_outcomes=True)
     min_confidence = check_unit(min_confidence, "min_confidence")
@@ -237,7 +241,16 @@ def attribute(
                 if cid not in by_id:
                     raise ValueError(f"retrieve returned {cid!r} for trajectory {tid!r}, which is not a candidate")
         chosen[tid] = ids
-        records = attributor.attribute(trajectory, [by_id[cid] for cid in ids]) if ids else []
+        failure = trajectory.metadata.get("partner_failure") if isinstance(trajectory.metadata, dict) else None
+        if failure:
+            # the partner ended the episode (timeout, garbage reply): the failure is the partner's, whatever
+            # the candidates; the attributor is not asked (D.3: no agent-side credit)
+            records = [AttributionRecord(tid, cid, True, 1.0, f"partner failure: {failure}", "partner") for cid in ids]
+            if not ids:
+                external.append(tid)
+                continue
+        else:
+            records = attributor.attribute(trajectory, [by_id[cid] for cid in ids]) if ids else []
         if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
             raise ValueError(f"attributor.attribute must return a list of AttributionRecord, got {type(records).__name__}")
         seen: set[str] = set()

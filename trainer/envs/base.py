@@ -19,6 +19,12 @@ Optional, batched stepping (environments whose counterpart is an LLM):
         through rwcore.judges.client.ChatClient's concurrency limit, retries and timeouts).
         `rwcore.trainer.rollout.run_episodes` calls it once per turn.
 
+    outcome_many(episodes) -> list[Outcome]
+        Every finished episode's outcome at once (an LLM outcome evaluator); default loops over `outcome`.
+    attach_policy(generate)
+        Self-play: the trainer hands the environment generate([(system, brief), ...]) -> messages, the
+        policy sampling without gradients (rwcore.trainer.rollout.policy_text_generator).
+
 Optional *providers* (a method that is absent, or returns None, means "not provided"):
 
     rules() -> list[Rule]                programmatic rubric library (the RuleJudge of judge.kind=rule)
@@ -47,12 +53,13 @@ Who fills in what (rwcore.trainer.method_setup):
 Partner failures
 ----------------
 An episode whose counterpart failed (an LLM partner timed out or answered garbage) ends with
-`Episode.state["partner_failure"] = reason` (set it and `done=True`). The rollout copies it to
+`Episode.state["partner_failure"] = reason` (`partner_failed(episode, reason)` sets it and `done=True`);
+an outcome evaluator that failed returns `Outcome(..., failure=reason)`. The rollout copies it to
 `Trajectory.metadata["partner_failure"]`; `rwcore.AdaptiveMethod.score` then gives the trajectory no
 advantage (0, left out of its group's normalization), no judged evidence (every verdict INVALID, so the
 sampler, the pool and reflection learn nothing from it), and the trainer masks its tokens out of the
-loss. Attribution sees the reason (a low-outcome trajectory with a partner failure is recorded with
-cause "partner"). The run goes on; `partner_failures` counts them per step in metrics.jsonl.
+loss. Attribution sees the reason (rwcore.rewardweaver.attribute records a partner failure with cause
+"partner" and the reason as evidence: rejected as cause_partner, the trajectory "external"). The run goes on; `partner_failures` counts them per step in metrics.jsonl.
 
 Users add their own environments by implementing this protocol and registering a factory with
 `rwcore.trainer.envs.register`.
@@ -98,11 +105,18 @@ class Episode:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How an episode ended: reward in [0, 1], success (what success rates count), and why."""
+    """How an episode ended: reward in [0, 1], success (what success rates count), and why.
+
+    failure: non-empty when the outcome could not be judged because a counterpart failed (the outcome
+        evaluator timed out or answered garbage): the episode is then a partner failure, never charged
+        to the agent (like Episode.state["partner_failure"]). details: e.g. the rubric's dimension scores.
+    """
 
     reward: float
     success: bool
     reason: str = ""
+    failure: str = ""
+    details: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -162,6 +176,13 @@ class Providers(Protocol):
     def step_many(self, episodes: Sequence[Episode], actions: Sequence[str]) -> list[Episode]:
         """Every live episode's step at once (default: `step_all`)."""
 
+    def outcome_many(self, episodes: Sequence[Episode]) -> list[Outcome]:
+        """Every finished episode's outcome at once (an LLM outcome evaluator; default: `outcome_all`)."""
+
+    def attach_policy(self, generate) -> None:
+        """Self-play: the trainer hands over generate([(system, brief), ...]) -> messages (the policy, no
+        gradients) for the partner's turns."""
+
 
 _PROVIDERS = ("rules", "reflector", "attributor", "labelled_cases", "labelled_cases_by_rule", "initial_library",
               "capability_candidates")
@@ -190,6 +211,24 @@ def step_all(env, episodes: Sequence[Episode], actions: Sequence[str]) -> list[E
         raise ValueError(f"env.name {getattr(env, 'name', '?')!r}: step_many returned {len(out)} episodes for "
                          f"{len(episodes)}")
     return out
+
+
+def outcome_all(env, episodes: Sequence[Episode]) -> list[Outcome]:
+    """`env.outcome_many(episodes)` when the environment has it, else `env.outcome` on each."""
+    many = getattr(env, "outcome_many", None)
+    if many is None:
+        return [env.outcome(episode) for episode in episodes]
+    out = list(many(list(episodes)))
+    if len(out) != len(episodes):
+        raise ValueError(f"env.name {getattr(env, 'name', '?')!r}: outcome_many returned {len(out)} outcomes for "
+                         f"{len(episodes)} episodes")
+    return out
+
+
+def failure_of(episode: Episode, outcome: Outcome) -> str:
+    """Why the episode is a partner failure ("" when it is not)."""
+    state = episode.state if isinstance(episode.state, dict) else {}
+    return str(state.get("partner_failure") or outcome.failure or "")
 
 
 def partner_failed(episode: Episode, reason: str) -> Episode:
