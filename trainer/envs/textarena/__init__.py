@@ -35,8 +35,8 @@ llm        a model over an OpenAI-compatible chat API sees TextArena's own promp
            episodes' requests of a turn go out together. A request that fails or times out after retries,
            or two invalid opponent moves in a row, end the episode as a partner failure (not charged to the
            agent).
-self       self-play is not available yet (the rollout cannot ask the policy for the opponent's moves);
-           refused at start.
+self       self-play: the policy being trained writes the opponent's moves from the same view an LLM
+           opponent gets (the trainer attaches it through `attach_policy`; no loss flows through them).
 
 Outcome and success
 -------------------

@@ -51,10 +51,12 @@ class TextArenaEnv:
         "simple_negotiation" and "truth_and_deception"); a family means all of its variants.
     roles: "both" (default) or a list of role names (first/second, deceiver/guesser) the agent plays.
     opponent: "scripted" (default, a rule-based player per game), "llm" (an OpenAI-compatible chat model,
-        see partner_* options) or "self" (the policy itself; not available yet, refused at start).
+        see partner_* options) or "self" (the policy itself writes the opponent's moves; the trainer attaches
+        it with `attach_policy`).
     num_train / num_eval: tasks per split (default 64 / 16); seed: the split seed (default 0).
     partner_model / partner_base_url / partner_api_key_env / partner_timeout / partner_max_tokens /
-        partner_temperature / partner_max_concurrency: the LLM opponent (opponent=llm).
+        partner_temperature / partner_max_concurrency / partner_reply_format ("json": structured
+        {"message", "leave"} replies, the move is "message"; "text": the plain reply): the LLM opponent.
     """
 
     name = "textarena"
@@ -63,16 +65,12 @@ class TextArenaEnv:
                  opponent: str = "scripted", num_train: int = 64, num_eval: int = 16, seed: int = 0,
                  partner_model: str = "", partner_base_url: str = "", partner_api_key_env: str = "OPENAI_API_KEY",
                  partner_timeout: float = 60.0, partner_max_tokens: int = 128, partner_temperature: float = 0.7,
-                 partner_max_concurrency: int = 8) -> None:
+                 partner_max_concurrency: int = 8, partner_reply_format: str = "json") -> None:
         self._ta = _import_textarena()
         self.variants = self._variants(games)
         self.roles = self._roles(roles)
         if opponent not in OPPONENTS:
             raise ValueError(f"env.options.opponent: {opponent!r} is not one of {list(OPPONENTS)}")
-        if opponent == "self":
-            raise ValueError("env.options.opponent='self' (self-play) is not available for env.name=textarena yet: "
-                             "the rollout does not let an environment ask the policy for the opponent's moves; use "
-                             "'scripted' or 'llm'")
         for key, value in (("num_train", num_train), ("num_eval", num_eval)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"env.options.{key}: must be a positive integer, got {value!r}")
@@ -81,13 +79,13 @@ class TextArenaEnv:
         self.opponent = opponent
         self.num_train, self.num_eval, self.seed = num_train, num_eval, seed
         self.partner = None
-        if opponent == "llm":
+        if opponent in ("llm", "self"):
             from rwcore.trainer.envs.textarena.partner import LLMOpponent
 
-            self.partner = LLMOpponent(model=partner_model, base_url=partner_base_url,
+            self.partner = LLMOpponent(opponent, model=partner_model, base_url=partner_base_url,
                                        api_key_env=partner_api_key_env, timeout=partner_timeout,
                                        max_tokens=partner_max_tokens, temperature=partner_temperature,
-                                       max_concurrency=partner_max_concurrency)
+                                       max_concurrency=partner_max_concurrency, reply_format=partner_reply_format)
         turns = 0
         for vid in self.variants:
             spec = self._ta.envs.registration.ENV_REGISTRY[vid + "-raw"]
@@ -215,12 +213,16 @@ class TextArenaEnv:
             self._live.popitem(last=False)
 
     @staticmethod
-    def _render(messages, viewer: int) -> str:
+    def _render(messages, viewer: int, own: bool = False) -> str:
+        """Messages as `viewer` sees them; its own moves are left out (the agent's are in the conversation
+        already) unless `own` (an LLM opponent's transcript: "[You] ...")."""
         lines = []
         for from_id, text, kind in messages:
             kind_name = getattr(kind, "name", str(kind))
             if kind_name == "PLAYER_ACTION":
                 if from_id == viewer:
+                    if own:
+                        lines.append(f"[You] {text}")
                     continue
                 lines.append(f"[Opponent] {text}")
             elif kind_name == "PROMPT":
@@ -355,7 +357,7 @@ class TextArenaEnv:
         for _i, ep, env, _view in movers:
             s = ep.state
             opp = 1 - s["agent_id"]
-            s["opponent_view"] = (s.get("opponent_view", "") + "\n" + self._render(self._drain(env, opp), opp)).strip()
+            s["opponent_view"] = (s.get("opponent_view", "") + "\n" + self._render(self._drain(env, opp), opp, own=True)).strip()
             requests.append(s["opponent_view"])
         return self.partner.moves(requests)
 
@@ -397,6 +399,11 @@ class TextArenaEnv:
 
     # -- the built-in policy's language ---------------------------------------------
 
+    def attach_policy(self, generate) -> None:
+        """Self-play (opponent=self): the trainer's text generator writes the opponent's moves."""
+        if self.opponent == "self":
+            self.partner.attach(generate)
+
     def action_vocabulary(self) -> list[str]:
         words: list[str] = []
         for fam in sorted({VARIANT_GAME[v] for v in self.variants}):
@@ -406,10 +413,10 @@ class TextArenaEnv:
     def vocabulary(self) -> list[str]:
         if self._vocab is None:
             words = set(self.system_prompt.split()) | set(self.action_vocabulary())
-            for split in ("train", "eval"):
+            for split in ("train", "eval"):  # each game's opening text (no opponent is asked for a move)
                 for task in self.tasks(split):
-                    episode = self.reset(task, 0)
-                    words |= set(episode.observation.lower().split())
+                    env = self._make(task.data["game_id"], task.data["game_seed"])
+                    words |= set(self._render(self._drain(env, task.data["agent_id"]), -1).lower().split())
             words |= set("[game] [opponent] player made the following offer to offered items: requested rejected "
                          "trade accepted from no new attempted an invalid move. reason: now guess which of two facts "
                          "are correct by returning '[fact 1]' or '[fact 2]'. that works for me. [accept] [deny] "
