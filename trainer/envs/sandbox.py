@@ -29,14 +29,15 @@ network, PID and mount namespaces (`unshare --net --pid --fork --kill-child --mo
 - Network: the new network namespace has only a loopback interface, which is down: connecting to any
   address (the host's loopback servers included) and DNS fail. This is the one isolation the
   sandbox promises without exceptions.
-- As root (the usual case in a container): the tool also runs under a fresh unprivileged uid/gid
-  picked at random per sandbox (no supplementary groups). It can write only its working folder
-  (chowned to that uid) and the places any user may write (world-writable folders such as /tmp,
-  /var/tmp, /dev/shm) - NOT root-owned paths, so it cannot change the project, the run folder or the
-  user's files. It can READ whatever is world-readable (the system, world-readable files); it cannot
-  read the parent's environment through /proc (its own /proc shows only its namespace) nor files of
-  mode 0600/0700. RLIMIT_NPROC counts that uid's processes, so a fork bomb stops at `Limits.processes`.
-  Leftover processes of that uid are killed after each call.
+- As root (the usual case in a container): every mount point but /proc and /sys is remounted
+  read-only inside the tool's mount namespace, except the working folder (bind-mounted on itself),
+  and the tool runs under a fresh unprivileged uid/gid picked at random per sandbox (no
+  supplementary groups). So it can write ONLY its working folder: not /tmp, /dev/shm, the project,
+  the run folder or the user's files (a set-up that cannot make a mount read-only fails closed, exit
+  111, and "auto" then refuses to start). It can READ whatever is world-readable (the system and
+  world-readable files); it cannot read the parent's environment through /proc (its /proc shows only
+  its own PID namespace) nor files of mode 0600/0700. RLIMIT_NPROC counts that uid's processes, so a
+  fork bomb stops at `Limits.processes`. Leftover processes of that uid are killed after each call.
 - Not root: an unprivileged user namespace maps the user to root inside (`--map-root-user`); the tool
   then has the user's own file permissions (it can write wherever the user can; a documented
   limitation), and RLIMIT_NPROC is not set (it would count all the user's processes). If unprivileged
@@ -147,25 +148,87 @@ class ToolResult:
 _PROBES: dict[str, str | None] = {}
 
 
-def _unshare_prefix(isolation: str, uid: int | None) -> list[str]:
+# PID 1 of the tool's namespaces. With uid > 0 (root mode) it first bind-mounts the working folder on
+# itself (its own mount, left writable), remounts every other mount point but /proc and /sys read-only,
+# and takes the tool's uid/gid (no supplementary groups); it exits 111 when it cannot (fail closed). Then
+# it runs the tool as its child, reaps every orphan, and exits with the tool's status (128 + signal when
+# a signal killed it, which `unshare` alone would not pass on). When it exits the kernel kills whatever
+# is left in the PID namespace.
+_INIT = r"""
+import ctypes, os, sys
+uid, work, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+if uid > 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+    def mount(src, dst, flags):
+        if libc.mount(src, dst, None, flags, None) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), dst)
+    try:
+        mount(work.encode(), work.encode(), MS_BIND)
+        points = []
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                fields = line.split()
+                point = fields[4].encode().decode("unicode_escape").encode("latin-1")
+                points.append((point, fields[5].split(",")))
+        for point, opts in points:
+            if point in (b"/proc", b"/sys", work.encode()) or point.startswith((b"/proc/", b"/sys/")):
+                continue
+            flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+            for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
+                if name in opts:
+                    flags |= bit
+            try:
+                mount(b"none", point, flags)
+            except OSError as exc:
+                if exc.errno != 2:  # only a mount point that vanished meanwhile is skipped
+                    raise
+        os.chdir(work)
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    except OSError as exc:
+        sys.stderr.write("sandbox setup failed: %s\n" % exc)
+        sys.exit(111)
+try:
+    child = os.fork()
+except OSError as exc:
+    sys.stderr.write("sandbox: cannot start the tool: %s\n" % exc)
+    sys.exit(112)
+if child == 0:
+    try:
+        os.execve(argv[0], argv, os.environ)
+    finally:
+        os._exit(127)
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        sys.exit(112)
+    if pid == child:
+        sys.exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status))
+"""
+
+
+def _unshare_prefix(isolation: str, uid: int | None, workdir: str = "/") -> list[str]:
     if isolation != "namespace":
         return []
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
-    argv = [unshare, *_UNSHARE]
+    init = [sys.executable, "-I", "-S", "-c", _INIT]
     if os.geteuid() == 0:
-        argv += ["--setgid", str(uid), "--setuid", str(uid)]
-    else:
-        argv += ["--map-root-user"]
-    return [*argv, "--"]
+        return [unshare, *_UNSHARE, "--", *init, str(uid), workdir]
+    return [unshare, *_UNSHARE, "--map-root-user", "--", *init, "0", workdir]
 
 
 def detect_isolation() -> str | None:
     """"namespace" when a namespace probe runs here, else None (cached per process)."""
     if "namespace" not in _PROBES:
         try:
-            argv = _unshare_prefix("namespace", _UID_RANGE[0]) + ["/bin/sh", "-c", "exit 0"]
-            done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=20, cwd="/")
+            with tempfile.TemporaryDirectory(prefix="rw-sandbox-probe-") as folder:
+                argv = _unshare_prefix("namespace", _UID_RANGE[0], folder) + ["/bin/sh", "-c", "exit 0"]
+                done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=20, cwd="/")
             _PROBES["namespace"] = "namespace" if done.returncode == 0 else None
         except (OSError, subprocess.SubprocessError):
             _PROBES["namespace"] = None
@@ -352,7 +415,7 @@ class Sandbox:
         before = self.snapshot()
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(_unshare_prefix(self.isolation, self.uid) + argv, cwd=self.workdir,
+            proc = subprocess.Popen(_unshare_prefix(self.isolation, self.uid, self.workdir) + argv, cwd=self.workdir,
                                     env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec(),
                                     close_fds=True)
@@ -407,6 +470,9 @@ class Sandbox:
             self._kill_uid()
         code = proc.returncode
         signum = -code if code is not None and code < 0 else (code - 128 if code is not None and code > 128 else None)
+        if error is None and self.isolation == "namespace" and code in (111, 112) and \
+                kept[list(kept)[1]].startswith(b"sandbox"):
+            error = "sandbox_setup"
         if error is None and signum is not None:
             error = {signal.SIGXCPU: "cpu_limit", signal.SIGXFSZ: "file_limit", signal.SIGKILL: "killed"}.get(
                 signum, f"signal {signum}")
