@@ -20,3 +20,7 @@ except ImportError:  # pragma: no cover
     _HAS_CUDA = False
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# One real vLLM OpenAI-compatible server per session for every test that asks for `vllm_server`
+# (tests/vllm_server.py); it starts only when a test uses it.
+from vllm_server import vllm_server  # noqa: E402,F401

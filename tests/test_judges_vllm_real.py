@@ -1,8 +1,8 @@
 """OpenAIJudge against a REAL vLLM OpenAI-compatible server on loopback (issue 13; issue 9's set-up).
 
 The server runs a tiny random model (tests/vllm_judge_model.py: one layer, head_dim 64, a byte-level
-tokenizer built locally; nothing is downloaded) on the CPU, started once for the module with vLLM's
-OpenAI API server entry point and killed at the end. The model's free text is random bytes, so:
+tokenizer built locally; nothing is downloaded) on the CPU: the session's shared `vllm_server` fixture
+(tests/vllm_server.py), started once per pytest session and killed at the end. The model's free text is random bytes, so:
 - with structured outputs (the judge's default, structured_outputs="auto") vLLM constrains every reply
   to the answer's JSON schema, and every rubric gets a PASS / FAIL / NA verdict - not INVALID;
 - with structured_outputs="never" the replies hold no verdict, every judgment is INVALID, and the
@@ -15,16 +15,6 @@ a set-up failure, not a skip.
 
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -33,76 +23,15 @@ from rwcore.judges import OpenAIJudge
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
 
-HERE = Path(__file__).parent
-START_TIMEOUT = 420  # seconds; about a minute on an idle 2-core machine
 RUBRICS = [RubricSpec("cites-order", "The agent cites the order id before refunding."),
            RubricSpec("verifies", "The agent verifies that the refund went through.", scored=True),
            RubricSpec("polite", "The agent stays polite.", applicability="The customer is rude.")]
 
 
-def vllm_python() -> str:
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable
-    candidates = [os.environ.get("RWCORE_VLLM_PYTHON", "")]
-    candidates += sorted(glob.glob(os.path.expanduser("~/.cache/rwcore/venv*-vllm/bin/python")))
-    for candidate in candidates:
-        if candidate and os.path.exists(candidate):
-            return candidate
-    raise AssertionError("vLLM is missing: run the tests after RWCORE_EXTRAS=test,bench,vllm bash scripts/setup.sh "
-                         "(or point RWCORE_VLLM_PYTHON at a Python that has vllm)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("vllm-judge")
-    model = folder / "model"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run([sys.executable, str(HERE / "vllm_judge_model.py"), str(model)], check=True, env=env,
-                   capture_output=True, timeout=300)
-    port = free_port()
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind", NO_PROXY="127.0.0.1,localhost",
-               no_proxy="127.0.0.1,localhost")
-    log = open(folder / "server.log", "w")
-    started = time.monotonic()
-    # cwd outside the repository: its kernels/ folder would shadow the `kernels` package transformers probes
-    process = subprocess.Popen(
-        [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-         "--served-model-name", "judge-tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-         "--max-model-len", "8192", "--enforce-eager", "--seed", "0"],
-        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}/v1"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"the vLLM server exited ({process.returncode}):\n"
-                                     + (folder / "server.log").read_text()[-4000:])
-            try:
-                with opener.open(base_url + "/models", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() - started > START_TIMEOUT:
-                raise AssertionError(f"the vLLM server did not start within {START_TIMEOUT} s:\n"
-                                     + (folder / "server.log").read_text()[-4000:])
-            time.sleep(1.0)
-        print(f"vLLM judge server up after {time.monotonic() - started:.0f} s")
-        yield base_url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-        log.close()
+@pytest.fixture
+def server(vllm_server):
+    """The session's shared real vLLM server (tests/vllm_server.py)."""
+    return vllm_server.base_url
 
 
 def judge(base_url: str, **options) -> OpenAIJudge:

@@ -122,6 +122,9 @@ class Trainer:
         self._seed_everything(cfg.train.seed)
         self.device = self._device()
         self.env = envs.make(cfg.env.name, **dict(cfg.env.options))
+        if cfg.judge.kind == "openai" and callable(getattr(self.env, "configure_llm_defaults", None)):
+            # the judge's server is the default for the environment's LLM roles left unset (e.g. an outcome evaluator)
+            self.env.configure_llm_defaults(cfg.judge.model, cfg.judge.base_url or None, cfg.judge.api_key_env)
         self.train_tasks = {task.task_id: task for task in self.env.tasks("train")}
         self.eval_tasks = self.env.tasks("eval")
         self.policy = self._build_policy()
