@@ -90,7 +90,9 @@ class TextArenaEnv:
         for vid in self.variants:
             spec = self._ta.envs.registration.ENV_REGISTRY[vid + "-raw"]
             total = int(spec.kwargs.get("max_turns") or 10)
-            turns = max(turns, 2 * math.ceil(total / 2))  # every agent turn may be resubmitted once (TextArena)
+            # TextArena checks the turn limit before counting the move, so a game of N turns has N + 1 moves;
+            # every agent move may be resubmitted once after an invalid one
+            turns = max(turns, 2 * math.ceil((total + 1) / 2))
         self.max_turns = turns
         families = sorted({VARIANT_GAME[v] for v in self.variants})
         self.system_prompt = ("you play a two player text game follow its rules and action format exactly "
