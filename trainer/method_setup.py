@@ -61,12 +61,9 @@ def build_judge(cfg, env):
                            structured_outputs=j.structured_outputs)
     from rwcore.judges import RuleJudge
 
-    rules = provided(env, "rules")
-    if not rules:
-        raise ValueError(f"env.name {_env_name(env)} brings no rules (no programmatic rubric library), so "
-                         "judge.kind=rule cannot judge it: set judge.kind=openai with judge.model / judge.base_url "
-                         "(an OpenAI-compatible judge fills in the rubrics, reflector and attributor)")
-    return RuleJudge({rule.spec.rubric_id: rule.check for rule in rules})
+    # an environment without rules gets an empty RuleJudge: fine for outcome-only variants; build_providers
+    # refuses a variant that judges rubrics with it
+    return RuleJudge({rule.spec.rubric_id: rule.check for rule in provided(env, "rules") or []})
 
 
 def _llm_reflector(cfg):
@@ -171,8 +168,14 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
                           f"{needed_by}; set judge.kind=openai (an OpenAI-compatible model fills it in) or use an "
                           "environment that provides it")
 
-    reflector = _llm_reflector(cfg) if llm else provided(env, "reflector")
     rules = {rule.spec.rubric_id: rule for rule in provided(env, "rules") or []}
+    judges_rubrics = variant.arise_rubrics is not None or variant.uses_library or variant.process_reward is not None
+    if not llm and judges_rubrics and not rules:
+        raise ValueError(f"env.name {name} brings no rules (no programmatic rubric library), so judge.kind=rule "
+                         f"cannot judge train.method={cfg.train.method}'s rubrics: set judge.kind=openai with "
+                         "judge.model / judge.base_url (an OpenAI-compatible judge fills in the rubrics, reflector and "
+                         "attributor), or train.method=outcome_only")
+    reflector = _llm_reflector(cfg) if llm else provided(env, "reflector")
     providers = Providers(evaluator=judge)
     if variant.arise_rubrics is not None:
         if reflector is None:
