@@ -268,14 +268,38 @@ def test_rw_train_with_scripted_opponent(tmp_path, method):
         assert {e["rubric_id"] for e in pool} <= {r.spec.rubric_id for r in TextArenaEnv().rules()} and pool
 
 
-def test_rw_train_against_real_vllm(tmp_path, vllm_server):
-    """The LLM opponent, the judge and the reflector are a real vLLM server on loopback (a tiny random model)."""
-    overrides = [*SMALL, "env.options.opponent=llm", f"env.options.partner_model={vllm_server.model}",
-                 f"env.options.partner_base_url={vllm_server.base_url}", "env.options.partner_api_key_env=",
-                 "env.options.partner_max_tokens=24", "env.options.partner_timeout=120",
+NO_KEY = "RWCORE_TEXTARENA_TEST_NO_KEY"  # unset: the loopback server takes no key
+
+
+def test_llm_opponent_is_a_real_vllm_server(vllm_server, monkeypatch):
+    """The deceiver is the served model: its replies come back as moves of the game (free text is valid for a
+    deceiver), all episodes of a turn in one batch."""
+    monkeypatch.delenv(NO_KEY, raising=False)
+    env = TextArenaEnv(games=["TruthAndDeception-v0"], roles=["guesser"], opponent="llm", num_train=3, num_eval=2,
+                       partner_model=vllm_server.model, partner_base_url=vllm_server.base_url,
+                       partner_api_key_env=NO_KEY, partner_max_tokens=300, partner_max_reply_chars=16,
+                       partner_timeout=120)
+    episodes = [env.reset(task, 0) for task in env.tasks("train")]
+    assert all(not e.done and "partner_failure" not in e.state for e in episodes)
+    for e in episodes:
+        opener = e.state["actions"][0]
+        assert opener[0] == 0 and opener[1].strip()  # the deceiver (player 0) spoke first, through the server
+        assert "[Opponent]" in e.observation
+    after = env.step_many(episodes, ["which fact is true?"] * len(episodes))
+    assert all(len(e.state["actions"]) == 3 for e in after if "partner_failure" not in e.state)
+
+
+def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
+    """rw train with the served model as the opponent, the judge and the reflector (a tiny random model)."""
+    monkeypatch.delenv(NO_KEY, raising=False)
+    overrides = [*SMALL, "env.options.games=[TruthAndDeception-v0]", "env.options.roles=[guesser]",
+                 "env.options.opponent=llm", f"env.options.partner_model={vllm_server.model}",
+                 f"env.options.partner_base_url={vllm_server.base_url}", f"env.options.partner_api_key_env={NO_KEY}",
+                 "env.options.partner_max_tokens=300", "env.options.partner_max_reply_chars=16",
+                 "env.options.partner_timeout=120", "env.options.num_eval=2",
                  "judge.kind=openai", f"judge.model={vllm_server.model}", f"judge.base_url={vllm_server.base_url}",
-                 "judge.api_key_env=", "train.method=combined", "rollout.tasks_per_step=2", "train.steps=2",
-                 "train.eval_every=0", "env.options.num_eval=2"]
+                 f"judge.api_key_env={NO_KEY}", "train.method=arise", "rollout.tasks_per_step=2", "train.steps=2",
+                 "train.eval_every=0"]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     trainer.train()
@@ -283,4 +307,5 @@ def test_rw_train_against_real_vllm(tmp_path, vllm_server):
     train = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
     for r in train:
-        assert 0.0 <= r["success_rate"] <= 1.0 and 0 <= r["partner_failures"] <= 4
+        assert 0.0 <= r["success_rate"] <= 1.0 and r["partner_failures"] == 0
+    assert (tmp_path / "run" / "pool_events.json").exists()  # the pool update at step 2 asked the reflector

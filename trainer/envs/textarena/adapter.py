@@ -56,7 +56,8 @@ class TextArenaEnv:
     num_train / num_eval: tasks per split (default 64 / 16); seed: the split seed (default 0).
     partner_model / partner_base_url / partner_api_key_env / partner_timeout / partner_max_tokens /
         partner_temperature / partner_max_concurrency / partner_reply_format ("json": structured
-        {"message", "leave"} replies, the move is "message"; "text": the plain reply): the LLM opponent.
+        {"message", "leave"} replies, the move is "message"; "text": the plain reply) / partner_max_reply_chars
+        (400; keep it below partner_max_tokens' worth of text so a JSON reply is never cut off): the LLM opponent.
     """
 
     name = "textarena"
@@ -65,7 +66,8 @@ class TextArenaEnv:
                  opponent: str = "scripted", num_train: int = 64, num_eval: int = 16, seed: int = 0,
                  partner_model: str = "", partner_base_url: str = "", partner_api_key_env: str = "OPENAI_API_KEY",
                  partner_timeout: float = 60.0, partner_max_tokens: int = 128, partner_temperature: float = 0.7,
-                 partner_max_concurrency: int = 8, partner_reply_format: str = "json") -> None:
+                 partner_max_concurrency: int = 8, partner_reply_format: str = "json",
+                 partner_max_reply_chars: int = 400) -> None:
         self._ta = _import_textarena()
         self.variants = self._variants(games)
         self.roles = self._roles(roles)
@@ -85,7 +87,8 @@ class TextArenaEnv:
             self.partner = LLMOpponent(opponent, model=partner_model, base_url=partner_base_url,
                                        api_key_env=partner_api_key_env, timeout=partner_timeout,
                                        max_tokens=partner_max_tokens, temperature=partner_temperature,
-                                       max_concurrency=partner_max_concurrency, reply_format=partner_reply_format)
+                                       max_concurrency=partner_max_concurrency, reply_format=partner_reply_format,
+                                       max_reply_chars=partner_max_reply_chars)
         turns = 0
         for vid in self.variants:
             spec = self._ta.envs.registration.ENV_REGISTRY[vid + "-raw"]
