@@ -26,7 +26,7 @@ agent_profiles.jsonl         one AgentProfile per line. Required: agent_id (or p
                              gender_pronoun, big_five, mbti, decision_making_style, ... (public_info joins the
                              background).
 env_agent_combo_storages.jsonl  (optional) one pairing per line: env_id, agent_ids (two agent ids). Without it,
-                             every environment is paired with `pairs_per_env` (2) seeded pairs of agents.
+                             every environment is paired with `pairs_per_env` (2) distinct seeded pairs of agents.
 A file or line that is not JSON, or that lacks a required field, is refused at start with an error naming the
 file, the line and the field; an unknown id in a pairing likewise.
 
@@ -182,10 +182,9 @@ def load_profiles(folder: str | Path, pairs_per_env: int = 2, seed: int = 0):
         if len(agents) < 2:
             raise ValueError(f"profile file {str(folder / AGENT_FILE)!r}: at least two agent profiles are needed")
         rng = random.Random(f"sotopia-pairs:{seed}")
-        ids = sorted(agents)
-        for eid in sorted(envs):
-            for _ in range(pairs_per_env):
-                a, b = rng.sample(ids, 2)
+        ordered = [(a, b) for a in sorted(agents) for b in sorted(agents) if a != b]
+        for eid in sorted(envs):  # distinct pairs per environment
+            for a, b in rng.sample(ordered, min(pairs_per_env, len(ordered))):
                 pairings.append((eid, a, b))
     return envs, agents, pairings
 
