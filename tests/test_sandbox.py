@@ -12,7 +12,7 @@ import pytest
 
 from rwcore.trainer.envs.sandbox import Limits, Sandbox, SandboxUnavailable, ToolResult, detect_isolation
 
-LIMITS = Limits(wall_seconds=4.0, cpu_seconds=2, memory_bytes=512 << 20, file_bytes=1 << 20, processes=32,
+LIMITS = Limits(wall_seconds=10.0, cpu_seconds=2, memory_bytes=512 << 20, file_bytes=1 << 20, processes=32,
                 output_bytes=2048, flood_bytes=256 << 10, workspace_bytes=8 << 20)
 
 

@@ -6,7 +6,8 @@ What every call gets
   current directory, HOME and TMPDIR; `Sandbox.close()` deletes it.
 - A clean environment: PATH, HOME, TMPDIR, LANG and LC_ALL only. Nothing of the parent's environment
   (API keys, tokens, proxies) is inherited.
-- Resource limits (`Limits`), set with setrlimit before the tool starts: CPU seconds (RLIMIT_CPU),
+- Resource limits (`Limits`), set with setrlimit by the sandbox's init (or, in the weaker mode, the audit
+  wrapper) just before the tool starts - never in a preexec_fn, so calls may run from several threads: CPU seconds (RLIMIT_CPU),
   address space (RLIMIT_AS), size of any one file (RLIMIT_FSIZE), open files (RLIMIT_NOFILE), processes
   of its user (RLIMIT_NPROC; effective only when the tool runs under its own unprivileged uid, see
   below), and a wall-clock limit enforced by the parent, which then kills the tool.
@@ -156,7 +157,8 @@ _PROBES: dict[str, str | None] = {}
 # is left in the PID namespace.
 _INIT = r"""
 import ctypes, os, sys
-uid, work, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+import resource, signal  # imported as root: the tool's uid may not read this Python's library
+uid, work, limits, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 if uid > 0:
     libc = ctypes.CDLL(None, use_errno=True)
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
@@ -192,12 +194,17 @@ if uid > 0:
         sys.stderr.write("sandbox setup failed: %s\n" % exc)
         sys.exit(111)
 try:
+    for name, value in (pair.split("=") for pair in limits.split(",")):
+        soft = int(value)
+        resource.setrlimit(getattr(resource, name), (soft, soft + 1 if name == "RLIMIT_CPU" else soft))
     child = os.fork()
-except OSError as exc:
+except (OSError, ValueError) as exc:
     sys.stderr.write("sandbox: cannot start the tool: %s\n" % exc)
     sys.exit(112)
 if child == 0:
     try:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # Python ignores these; the tool gets the defaults
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
         os.execve(argv[0], argv, os.environ)
     finally:
         os._exit(127)
@@ -211,14 +218,25 @@ while True:
 """
 
 
-def _unshare_prefix(isolation: str, uid: int | None, workdir: str = "/") -> list[str]:
+def _rlimits(limits: Limits | None, own_uid: bool) -> str:
+    """The resource limits as "RLIMIT_X=n,..." (what the init and the audit wrapper set before the tool runs)."""
+    if limits is None:
+        return "RLIMIT_CORE=0"
+    pairs = {"RLIMIT_CPU": int(max(1, limits.cpu_seconds)), "RLIMIT_AS": int(limits.memory_bytes),
+             "RLIMIT_FSIZE": int(limits.file_bytes), "RLIMIT_NOFILE": int(limits.open_files), "RLIMIT_CORE": 0}
+    if own_uid:  # counts the sandbox uid's processes (root itself is exempt while it is still root)
+        pairs["RLIMIT_NPROC"] = int(limits.processes)
+    return ",".join(f"{k}={v}" for k, v in pairs.items())
+
+
+def _unshare_prefix(isolation: str, uid: int | None, workdir: str = "/", limits: Limits | None = None) -> list[str]:
     if isolation != "namespace":
         return []
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
     init = [sys.executable, "-I", "-S", "-c", _INIT]
     if os.geteuid() == 0:
-        return [unshare, *_UNSHARE, "--", *init, str(uid), workdir]
-    return [unshare, *_UNSHARE, "--map-root-user", "--", *init, "0", workdir]
+        return [unshare, *_UNSHARE, "--", *init, str(uid), workdir, _rlimits(limits, True)]
+    return [unshare, *_UNSHARE, "--map-root-user", "--", *init, "0", workdir, _rlimits(limits, False)]
 
 
 def detect_isolation() -> str | None:
@@ -230,8 +248,10 @@ def detect_isolation() -> str | None:
                 done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=20, cwd="/")
             _PROBES["namespace"] = "namespace" if done.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
+            _PROBES["namespace_error"] = f"exit {done.returncode}: {done.stderr.decode(errors='replace')[-300:]}"
+        except (OSError, subprocess.SubprocessError) as exc:
             _PROBES["namespace"] = None
+            _PROBES["namespace_error"] = str(exc)
     return _PROBES["namespace"]
 
 
@@ -242,6 +262,9 @@ _BLOCKED = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", 
 def _hook(event, args):
     if event.startswith(_BLOCKED):
         raise PermissionError("sandbox: " + event + " is not allowed")
+import resource
+for name, value in (pair.split("=") for pair in sys.argv[2].split(",")):
+    resource.setrlimit(getattr(resource, name), (int(value), int(value) + 1 if name == "RLIMIT_CPU" else int(value)))
 code = sys.argv[1]
 sys.argv = ["<tool>"]
 sys.addaudithook(_hook)
@@ -267,8 +290,9 @@ class Sandbox:
         if isolation in ("auto", "namespace"):
             if detect_isolation() is None:
                 raise SandboxUnavailable(
-                    f"isolation={isolation!r}: no network namespace can be created here (`unshare --net` fails: "
-                    "not root and no unprivileged user namespaces). Tool calls would reach the network. To run "
+                    f"isolation={isolation!r}: no network namespace can be created here (the `unshare --net` probe failed, "
+                    f"{_PROBES.get('namespace_error', '').strip()!r}; it needs root or unprivileged user namespaces). "
+                    "Tool calls would reach the network. To run "
                     "anyway with the weaker audit-hook guard (Python tool only, no shell; see "
                     "rwcore.trainer.envs.sandbox), set isolation='none' (env.options.isolation=none)."
                 )
@@ -315,7 +339,7 @@ class Sandbox:
             for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
                 if not candidate or not os.path.exists(candidate):
                     continue
-                result = self._run([candidate, "-I", "-c", "import json, csv, statistics; print('ok')"], audit=False)
+                result = self._run([candidate, "-I", "-c", "import json, csv, statistics; print('ok')"])
                 if result.ok and result.stdout.strip() == "ok":
                     found = candidate
                     break
@@ -377,7 +401,7 @@ class Sandbox:
         if not isinstance(code, str):
             return ToolResult(False, None, "", "", error="bad_call: code must be a string")
         if self.isolation == "none":
-            return self._run([self.python, "-I", "-c", _AUDIT_WRAPPER, code])
+            return self._run([self.python, "-I", "-c", _AUDIT_WRAPPER, code, _rlimits(self.limits, False)])
         return self._run([self.python, "-I", "-c", code])
 
     def run_shell(self, cmd: str) -> ToolResult:
@@ -391,33 +415,16 @@ class Sandbox:
         return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
                 "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
-    def _preexec(self):
-        limits, own_uid = self.limits, self.own_uid
-
-        def setup() -> None:
-            cpu = int(max(1, limits.cpu_seconds))
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-            resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if own_uid:  # counts the sandbox uid's processes (root itself is exempt while it is still root)
-                resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
-            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
-            signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-
-        return setup
-
-    def _run(self, argv: list[str], audit: bool = True) -> ToolResult:
+    def _run(self, argv: list[str]) -> ToolResult:
         if self._closed:
             return ToolResult(False, None, "", "", error="closed: the sandbox was closed")
         limits = self.limits
         before = self.snapshot()
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(_unshare_prefix(self.isolation, self.uid, self.workdir) + argv, cwd=self.workdir,
+            proc = subprocess.Popen(_unshare_prefix(self.isolation, self.uid, self.workdir, self.limits) + argv, cwd=self.workdir,
                                     env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True, preexec_fn=self._preexec(),
+                                    stderr=subprocess.PIPE, start_new_session=True,
                                     close_fds=True)
         except OSError as exc:
             return ToolResult(False, None, "", "", error=f"start_failed: {exc.strerror or exc}")

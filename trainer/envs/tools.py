@@ -78,6 +78,7 @@ import itertools
 import json
 import random
 import re
+import shlex
 import statistics
 import threading
 from collections.abc import Callable, Sequence
@@ -473,7 +474,7 @@ class ToolsEnv:
             ok = text is not None and text.rstrip("\n") == want
             reason = "notes/summary.txt " + ("matches" if ok else f"is {str(text)[:200]!r}")
         elif kind == "fix_bug":
-            run = box.run_shell("python3 stats.py")
+            run = box.run_shell(f"{shlex.quote(box.python)} stats.py")
             printed = run.stdout.strip() if run.ok else None
             fixed = printed == str(data["expected"])
             ok = fixed and _number_close(answer, data["expected"])
