@@ -261,3 +261,50 @@ def test_unisolated_mode_is_opt_in_and_weaker_but_still_guards_python(monkeypatc
 def test_result_render_is_transcript_text():
     text = ToolResult(False, None, "out", "err", error="timeout", truncated=True, output_bytes=99).render()
     assert text.startswith("no exit code error timeout") and "stdout:\nout" in text and "99 bytes" in text
+
+
+_NON_ROOT_SCRIPT = r"""
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("sandbox_under_test", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules["sandbox_under_test"] = module
+spec.loader.exec_module(module)
+out = {"uid": os.geteuid()}
+with module.Sandbox(module.Limits(wall_seconds=10, cpu_seconds=1)) as box:
+    out["isolation"], out["own_uid"] = box.isolation, box.own_uid
+    out["inside"] = box.run_shell("echo ok > f.txt && cat f.txt").stdout
+    out["tmp"] = box.run_shell("echo x > /tmp/" + sys.argv[2]).stderr
+    out["remount"] = box.run_shell("mount -o remount,rw / ; grep CapEff /proc/self/status").render()
+    out["net"] = box.run_python("import socket\nsocket.create_connection(('127.0.0.1', int(%s)), 2)" % sys.argv[3]).stderr
+    out["env"] = box.run_shell("env").stdout
+    out["cpu"] = box.run_shell("while :; do :; done").error
+print(json.dumps(out))
+"""
+
+
+def test_the_unprivileged_user_namespace_mode_keeps_the_same_file_and_network_guarantees(loopback_server, tmp_path):
+    """Run as an ordinary user (uid 65534 via setpriv when this suite runs as root): the sandbox then uses an
+    unprivileged user namespace, and must still cut the network, keep everything but its folder read-only
+    and leave the tool without capabilities."""
+    import json
+    import subprocess
+    import sys
+
+    from rwcore.trainer.envs import sandbox as module
+
+    port, accepted = loopback_server
+    name = f"rw-nonroot-escape-{os.getpid()}"
+    python = "/usr/bin/python3" if os.geteuid() == 0 else sys.executable
+    prefix = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] if os.geteuid() == 0 else []
+    done = subprocess.run([*prefix, python, "-c", _NON_ROOT_SCRIPT, module.__file__, name, str(port)],
+                          capture_output=True, text=True, timeout=120, cwd="/",
+                          env={"PATH": "/usr/bin:/bin", "SECRET_TOKEN": "s3cr3t-value"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["uid"] != 0 and out["isolation"] == "namespace" and out["own_uid"] is False
+    assert out["inside"] == "ok\n"
+    assert "Read-only file system" in out["tmp"] and not os.path.exists(f"/tmp/{name}")
+    assert "CapEff:\t0000000000000000" in out["remount"]
+    assert "Network is unreachable" in out["net"] and accepted == []
+    assert "s3cr3t" not in out["env"]
+    assert out["cpu"] == "cpu_limit"

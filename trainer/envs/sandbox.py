@@ -30,19 +30,24 @@ network, PID and mount namespaces (`unshare --net --pid --fork --kill-child --mo
 - Network: the new network namespace has only a loopback interface, which is down: connecting to any
   address (the host's loopback servers included) and DNS fail. This is the one isolation the
   sandbox promises without exceptions.
-- As root (the usual case in a container): every mount point but /proc and /sys is remounted
-  read-only inside the tool's mount namespace, except the working folder (bind-mounted on itself),
-  and the tool runs under a fresh unprivileged uid/gid picked at random per sandbox (no
-  supplementary groups). So it can write ONLY its working folder: not /tmp, /dev/shm, the project,
-  the run folder or the user's files (a set-up that cannot make a mount read-only fails closed, exit
-  111, and "auto" then refuses to start). It can READ whatever is world-readable (the system and
-  world-readable files); it cannot read the parent's environment through /proc (its /proc shows only
-  its own PID namespace) nor files of mode 0600/0700. RLIMIT_NPROC counts that uid's processes, so a
-  fork bomb stops at `Limits.processes`. Leftover processes of that uid are killed after each call.
-- Not root: an unprivileged user namespace maps the user to root inside (`--map-root-user`); the tool
-  then has the user's own file permissions (it can write wherever the user can; a documented
-  limitation), and RLIMIT_NPROC is not set (it would count all the user's processes). If unprivileged
-  user namespaces are disabled, "namespace" is unavailable.
+- Files, in both cases below: inside the tool's mount namespace every mount point but /proc and /sys
+  is remounted read-only, except the working folder (bind-mounted on itself). The tool's capability
+  bounding set is emptied and no_new_privs set before it starts, so it has no capabilities (it cannot
+  remount anything writable, even as root of a user namespace) and setuid programs do not raise it.
+  So it can write ONLY its working folder: not /tmp, /dev/shm, the project, the run folder or the
+  user's files. A set-up step that fails makes the call fail closed (exit 111, error "sandbox_setup"),
+  and a failing probe makes "auto" refuse to start. The tool can READ whatever its uid may read (the
+  system, world-readable files); its /proc shows only its own PID namespace, so it cannot read the
+  parent's environment there.
+- As root (the usual case in a container): the tool also runs under a fresh unprivileged uid/gid
+  picked at random per sandbox (no supplementary groups), so it cannot read files of mode 0600/0700
+  either. RLIMIT_NPROC counts that uid's processes, so a fork bomb stops at `Limits.processes`;
+  leftover processes of that uid are killed after each call.
+- Not root: an unprivileged user namespace maps the user to root inside (`--map-root-user`), with no
+  capabilities (above); it reads what the user may read. RLIMIT_NPROC is not set (it would count all
+  the user's processes): a fork bomb is bounded by the wall-clock limit and the system's per-user
+  process limit, and dies with the PID namespace. If unprivileged user namespaces are disabled,
+  "namespace" is unavailable.
 
 "none" (never chosen automatically; the user must opt in with `isolation="none"`, i.e.
 `env.options.isolation=none`): no namespaces, the user's own uid. Only the Python tool is offered; it
@@ -159,9 +164,11 @@ _INIT = r"""
 import ctypes, os, sys
 import resource, signal  # imported as root: the tool's uid may not read this Python's library
 uid, work, limits, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
-if uid > 0:
+if uid != 0:  # > 0: root mode; -1: an unprivileged user namespace (read-only mounts, no uid change)
     libc = ctypes.CDLL(None, use_errno=True)
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+    LOCKED = (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC), ("noatime", 1024),
+              ("nodiratime", 2048), ("relatime", 1 << 21), ("strictatime", 1 << 24))
     def mount(src, dst, flags):
         if libc.mount(src, dst, None, flags, None) != 0:
             err = ctypes.get_errno()
@@ -178,7 +185,7 @@ if uid > 0:
             if point in (b"/proc", b"/sys", work.encode()) or point.startswith((b"/proc/", b"/sys/")):
                 continue
             flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-            for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
+            for name, bit in LOCKED:  # flags a user namespace may not drop are kept
                 if name in opts:
                     flags |= bit
             try:
@@ -187,9 +194,14 @@ if uid > 0:
                 if exc.errno != 2:  # only a mount point that vanished meanwhile is skipped
                     raise
         os.chdir(work)
-        os.setgroups([])
-        os.setgid(uid)
-        os.setuid(uid)
+        for cap in range(64):  # an empty capability bounding set: the tool's exec gets no capabilities,
+            libc.prctl(24, cap, 0, 0, 0)  # not even as root of a user namespace (PR_CAPBSET_DROP)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: no setuid binaries either
+            raise OSError(ctypes.get_errno(), "PR_SET_NO_NEW_PRIVS failed")
+        if uid > 0:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
     except OSError as exc:
         sys.stderr.write("sandbox setup failed: %s\n" % exc)
         sys.exit(111)
@@ -236,7 +248,7 @@ def _unshare_prefix(isolation: str, uid: int | None, workdir: str = "/", limits:
     init = [sys.executable, "-I", "-S", "-c", _INIT]
     if os.geteuid() == 0:
         return [unshare, *_UNSHARE, "--", *init, str(uid), workdir, _rlimits(limits, True)]
-    return [unshare, *_UNSHARE, "--map-root-user", "--", *init, "0", workdir, _rlimits(limits, False)]
+    return [unshare, *_UNSHARE, "--map-root-user", "--", *init, "-1", workdir, _rlimits(limits, False)]
 
 
 def detect_isolation() -> str | None:
