@@ -247,6 +247,9 @@ class JudgeConfig:
     api_key_env: str = _f("OPENAI_API_KEY", "Name of the environment variable holding the API key.")
     max_concurrency: int = _f(8, "OpenAI judge: concurrent requests.", gt=0)
     timeout: float = _f(60.0, "OpenAI judge: request timeout in seconds.", gt=0)
+    max_tokens: int = _f(0, "OpenAI judge and reflector: completion cap per answer (0 = their defaults: 2048 for the "
+                            "judge, 4096 for the reflection model).", ge=0)
+    temperature: float = _f(0.0, "OpenAI judge and reflector: sampling temperature (0 = greedy).", ge=0, le=2)
     cache_dir: str = _f("", "Verdict cache folder (empty = no cache).")
     structured_outputs: Literal["auto", "always", "never"] = _f(
         "auto", "OpenAI judge: send the answer's JSON schema as response_format (vLLM, OpenAI). auto: fall back "

@@ -58,7 +58,8 @@ def build_judge(cfg, env):
 
         return OpenAIJudge(j.model, base_url=j.base_url or None, api_key_env=j.api_key_env,
                            max_concurrency=j.max_concurrency, timeout=j.timeout, cache_dir=j.cache_dir or None,
-                           structured_outputs=j.structured_outputs)
+                           structured_outputs=j.structured_outputs, temperature=j.temperature,
+                           **({"max_tokens": j.max_tokens} if j.max_tokens else {}))
     from rwcore.judges import RuleJudge
 
     # an environment without rules gets an empty RuleJudge: fine for outcome-only variants; build_providers
@@ -71,7 +72,8 @@ def _llm_reflector(cfg):
 
     j = cfg.judge
     return OpenAIReflector(j.model, base_url=j.base_url or None, api_key_env=j.api_key_env,
-                           max_concurrency=j.max_concurrency)
+                           max_concurrency=j.max_concurrency, temperature=j.temperature,
+                           **({"max_tokens": j.max_tokens} if j.max_tokens else {}))
 
 
 def admit_library(env, judge, rule_ids: Sequence[str], reviser=None, max_revisions: int = 1):

@@ -135,7 +135,7 @@ class OpenAIPartner:
         """A server reply as a PartnerReply, or a PartnerFailure saying why it is garbage."""
         if self.reply_format == "json":
             try:
-                answer = json.loads(text)
+                answer = json.loads(text, strict=False)  # control characters inside the string: judged below
             except (ValueError, TypeError) as error:
                 return PartnerFailure(f"garbage reply: not JSON ({error.__class__.__name__}: {str(error)[:80]})")
             if not isinstance(answer, dict) or "message" not in answer:

@@ -31,8 +31,9 @@ Partner (env.options.partner)
 - "llm": a fixed LLM partner (rwcore.trainer.envs.llm_partner.OpenAIPartner) role-playing the partner's
   profile: partner_model, partner_base_url, partner_api_key_env (the NAME of the variable holding the
   key), partner_max_tokens (256), partner_timeout (60 s), partner_max_concurrency (8),
-  partner_reply_format ("json" structured outputs | "text"). All episodes of a turn are answered
-  concurrently.
+  partner_reply_format ("json" structured outputs | "text"), partner_temperature (0.7), partner_max_reply_chars (600; with "json"
+  keep it well inside partner_max_tokens, or long replies are cut off and count as partner failures).
+  All episodes of a turn are answered concurrently.
 - "self": self-play; the policy being trained writes the partner's turns without gradients.
 A partner request that times out or answers garbage ends THAT episode as a partner failure (never
 charged to the agent; see rwcore.trainer.envs.base).
@@ -46,7 +47,7 @@ Reward = goal / 10; success = goal >= 7 (the agent achieved its private goal). A
 to Outcome.details (trajectory.metadata["outcome_details"]).
 - "llm": an LLM outcome evaluator, DISTINCT from the process-reward judge: its own settings
   evaluator_model, evaluator_base_url, evaluator_api_key_env, evaluator_timeout (120 s),
-  evaluator_max_tokens (512); unset ones default to the judge's server (judge.kind=openai). Structured
+  evaluator_max_tokens (512), evaluator_temperature (0); unset ones default to the judge's server (judge.kind=openai). Structured
   outputs (a JSON schema with each dimension's allowed integers and the request's random id); the
   conversation goes to it as delimited untrusted data (rwcore.judges.templates.untrusted_block), so
   nothing the agent or the partner says can change its instructions. A failed or garbage evaluation is
@@ -219,7 +220,7 @@ def _evaluator_schema(request_id: str) -> dict:
     props = {"request_id": {"type": "string", "enum": [request_id]}}
     for name, (low, high, _) in DIMENSIONS.items():
         props[name] = {"type": "integer", "enum": list(range(low, high + 1))}
-    props["reasoning"] = {"type": "string", "maxLength": 400}
+    props["reasoning"] = {"type": "string", "maxLength": 200}
     return {"type": "json_schema", "json_schema": {"name": "sotopia_eval", "strict": True, "schema": {
         "type": "object", "properties": props, "required": list(props), "additionalProperties": False}}}
 
@@ -228,13 +229,15 @@ class LLMEvaluator:
     """The SOTOPIA-EVAL outcome evaluator over an OpenAI-compatible server (see the module docstring)."""
 
     def __init__(self, model: str, base_url: str | None, api_key_env: str | None, timeout: float = 120.0,
-                 max_tokens: int = 512, max_concurrency: int = 8, max_retries: int = 1) -> None:
+                 max_tokens: int = 512, max_concurrency: int = 8, max_retries: int = 1,
+                 temperature: float = 0.0) -> None:
         from rwcore.judges.client import ChatClient, ClientOptions
 
         self.model, self.base_url = model, base_url
         self.client = ChatClient(ClientOptions(model=model, base_url=base_url, api_key_env=api_key_env,
                                                max_concurrency=max_concurrency, timeout=timeout,
-                                               max_retries=max_retries, temperature=0.0, max_tokens=max_tokens))
+                                               max_retries=max_retries, temperature=temperature,
+                                               max_tokens=max_tokens))
 
     def __repr__(self) -> str:
         return f"LLMEvaluator(model={self.model!r}, base_url={self.base_url!r})"
@@ -255,9 +258,9 @@ class LLMEvaluator:
     def parse(text: str, request_id: str) -> dict | str:
         """The seven scores, or why the reply is garbage."""
         try:
-            answer = json.loads(text)
+            answer = json.loads(text, strict=False)
         except (TypeError, ValueError):
-            return "evaluator reply is not JSON"
+            return "evaluator reply is not JSON (cut off by evaluator_max_tokens?)"
         if not isinstance(answer, dict):
             return "evaluator reply is not an object"
         if answer.get("request_id") != request_id:
@@ -313,9 +316,10 @@ class SocialEnv:
     def __init__(self, scenarios: str | None = None, partner: str = "scripted", partner_model: str = "",
                  partner_base_url: str = "", partner_api_key_env: str = "OPENAI_API_KEY",
                  partner_max_tokens: int = 256, partner_timeout: float = 60.0, partner_max_concurrency: int = 8,
-                 partner_reply_format: str = "json", evaluator: str = "auto", evaluator_model: str = "",
+                 partner_reply_format: str = "json", partner_max_reply_chars: int = 600,
+                 partner_temperature: float = 0.7, evaluator: str = "auto", evaluator_model: str = "",
                  evaluator_base_url: str = "", evaluator_api_key_env: str = "", evaluator_timeout: float = 120.0,
-                 evaluator_max_tokens: int = 512, max_turns: int = 6) -> None:
+                 evaluator_max_tokens: int = 512, evaluator_temperature: float = 0.0, max_turns: int = 6) -> None:
         self.scenarios = load_scenarios(scenarios or DEFAULT_SCENARIOS)
         self.by_id = {s["id"]: s for s in self.scenarios}
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -330,11 +334,13 @@ class SocialEnv:
         self.partner = None if partner == "scripted" else make_partner(
             partner, model=partner_model, base_url=partner_base_url, api_key_env=partner_api_key_env or None,
             max_tokens=partner_max_tokens, timeout=partner_timeout, max_concurrency=partner_max_concurrency,
-            reply_format=partner_reply_format) if partner == "llm" else make_partner("self")
+            reply_format=partner_reply_format, max_reply_chars=partner_max_reply_chars,
+            temperature=partner_temperature) if partner == "llm" \
+            else make_partner("self", max_reply_chars=partner_max_reply_chars)
         self._evaluator_kind = evaluator
         self._evaluator_settings = dict(model=evaluator_model, base_url=evaluator_base_url,
                                         api_key_env=evaluator_api_key_env, timeout=evaluator_timeout,
-                                        max_tokens=evaluator_max_tokens)
+                                        max_tokens=evaluator_max_tokens, temperature=evaluator_temperature)
         self.evaluator: LLMEvaluator | None = None
         self._resolve_evaluator()
 
@@ -356,7 +362,8 @@ class SocialEnv:
             return
         if kind in ("llm", "auto") and s["model"]:
             self.evaluator = LLMEvaluator(s["model"], s["base_url"] or None, s["api_key_env"] or None,
-                                          timeout=s["timeout"], max_tokens=s["max_tokens"])
+                                          timeout=s["timeout"], max_tokens=s["max_tokens"],
+                                          temperature=s["temperature"])
         else:
             self.evaluator = None
 
