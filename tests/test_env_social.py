@@ -27,6 +27,16 @@ def metrics(run) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
 
 
+def few_scenarios(tmp_path, *ids: str) -> str:
+    """A few scenarios of the shipped file (default: two training ones and one held-out one)."""
+    ids = ids or ("neg-bike", "per-recycle", "neg-market")
+    data = json.loads(DEFAULT_SCENARIOS.read_text())
+    data["scenarios"] = [s for s in data["scenarios"] if s["id"] in ids]
+    path = tmp_path / f"few{len(ids)}.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
 def test_the_shipped_scenarios_cover_every_task_type_in_disjoint_splits():
     env = SocialEnv()
     train, held_out = env.tasks("train"), env.tasks("eval")
@@ -116,7 +126,8 @@ def test_a_partner_that_times_out_or_answers_garbage_ends_that_episode_uncharged
         overrides = [*SMALL, "train.steps=1", "train.method=combined", "env.options.partner=llm",
                      "env.options.partner_model=partner-test", f"env.options.partner_base_url={server.base_url}",
                      f"env.options.partner_api_key_env={NO_KEY}", "env.options.partner_timeout=1.0",
-                     "env.options.evaluator=heuristic", "rollout.tasks_per_step=20"]  # every train scenario
+                     "env.options.evaluator=heuristic", "rollout.tasks_per_step=4",  # every train scenario:
+                     f"env.options.scenarios={few_scenarios(tmp_path, 'neg-salary', 'neg-bike', 'per-study', 'coo-move', 'inf-vote')}"]
         trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
         trainer.setup()
         seen = []
@@ -141,15 +152,6 @@ def test_a_partner_that_times_out_or_answers_garbage_ends_that_episode_uncharged
             assert (scored.judged.codes[i] == Verdict.INVALID).all()  # no evidence from it
         failures += len(failed)
     assert failures == 4  # Kim's and Alex's 2 episodes each; every other episode ran normally
-
-
-def few_scenarios(tmp_path) -> str:
-    """Two training scenarios and one held-out one from the shipped file (a random model on a CPU is slow)."""
-    data = json.loads(DEFAULT_SCENARIOS.read_text())
-    data["scenarios"] = [s for s in data["scenarios"] if s["id"] in ("neg-bike", "per-recycle", "neg-market")]
-    path = tmp_path / "few.json"
-    path.write_text(json.dumps(data))
-    return str(path)
 
 
 def test_rw_train_on_social_with_a_real_vllm_partner_evaluator_judge_and_reflector(vllm_server, tmp_path):
