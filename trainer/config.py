@@ -88,7 +88,10 @@ class EnvConfig:
     """The training environment (task family, partner, rubric library)."""
 
     name: str = _f("negotiation", "Environment name, looked up in the environment registry.")
-    options: dict = _f({}, "Keyword options passed to the environment factory.")
+    options: dict = _f({}, "Keyword options passed to the environment factory (negotiation: num_train, num_eval, ...; "
+                           "social: scenarios, partner=scripted|llm|self, partner_model, partner_base_url, "
+                           "partner_api_key_env, evaluator=auto|llm|heuristic, evaluator_model, evaluator_base_url, "
+                           "evaluator_api_key_env, max_turns, ...: see the README's Environments section).")
 
 
 @dataclass
