@@ -71,7 +71,8 @@ setup(
         "rwcore.kernels": "kernels",
         "rwcore.trainer": "trainer",
     },
-    package_data={"rwcore.judges": ["prompts/*.md"], "rwcore.trainer": ["configs/*.yaml"]},
+    package_data={"rwcore.judges": ["prompts/*.md"],
+                  "rwcore.trainer": ["configs/*.yaml", "envs/social_scenarios/*.json"]},
     ext_modules=[CMakeExtension("rwcore._evidence")],
     cmdclass={"build_ext": CMakeBuild},
 )
