@@ -298,7 +298,7 @@ def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
                  "env.options.partner_max_tokens=300", "env.options.partner_max_reply_chars=16",
                  "env.options.partner_timeout=120", "env.options.num_eval=2",
                  "judge.kind=openai", f"judge.model={vllm_server.model}", f"judge.base_url={vllm_server.base_url}",
-                 f"judge.api_key_env={NO_KEY}", "train.method=arise", "rollout.tasks_per_step=2", "train.steps=2",
+                 f"judge.api_key_env={NO_KEY}", "judge.max_tokens=600", "train.method=arise", "rollout.tasks_per_step=2", "train.steps=2",
                  "train.eval_every=0"]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()

@@ -197,6 +197,21 @@ def _person(a: dict) -> tuple[str, str]:
     return name, " ".join(background.split())
 
 
+def _lenient_json(parse):
+    """`parse` that also takes a JSON reply with raw control characters inside its strings (guided decoding
+    lets them through; a strict json.loads refuses them): such a reply is re-encoded first. Everything the
+    wrapped parser checks (schema fields, garbage messages) still applies."""
+    def wrapped(text, *args):
+        if isinstance(text, str):
+            try:
+                text = json.dumps(json.loads(text, strict=False))
+            except ValueError:
+                pass  # the wrapped parser reports it
+        return parse(text, *args)
+    wrapped.lenient = True
+    return wrapped
+
+
 class SotopiaEnv(SocialEnv):
     """SOTOPIA profiles (files in sotopia's export format) on the social environment's machinery."""
 
@@ -259,6 +274,14 @@ class SotopiaEnv(SocialEnv):
         self.scenarios = scenarios
         self.by_id = {s["id"]: s for s in scenarios}
         self.profiles = str(folder)
+        if callable(getattr(self.partner, "parse", None)):  # the LLM partner
+            self.partner.parse = _lenient_json(self.partner.parse)
+
+    def _resolve_evaluator(self) -> None:
+        super()._resolve_evaluator()
+        evaluator = getattr(self, "evaluator", None)
+        if evaluator is not None and not getattr(evaluator.parse, "lenient", False):
+            evaluator.parse = _lenient_json(evaluator.parse)
 
     def tasks(self, split: str) -> list[Task]:
         if split not in ("train", "eval"):
