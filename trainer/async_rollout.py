@@ -177,6 +177,13 @@ def _serve(config, threads: int, requests, results) -> None:
             from rwcore.trainer.vllm_rollout import VLLMGenerator
 
             generator = VLLMGenerator.for_config(policy, config, in_process=True)
+        if config.judge.kind == "openai" and callable(getattr(env, "configure_llm_defaults", None)):
+            env.configure_llm_defaults(config.judge.model, config.judge.base_url or None, config.judge.api_key_env)
+        if callable(getattr(env, "attach_policy", None)):  # self-play: this process's (lagged) policy plays the partner
+            from rwcore.trainer.rollout import policy_text_generator
+
+            env.attach_policy(policy_text_generator(policy, generator, config.rollout.temperature,
+                                                    config.rollout.max_new_tokens, config.train.seed))
         ready = False
         while True:
             message = requests.get()
