@@ -234,3 +234,21 @@ def test_attribution_blames_the_partner_for_a_partner_failure_without_asking_the
     assert result.external == ("a",) and not result.accepted and result.unattributed == ()
     assert result.rejection_counts()["cause_partner"] == 2
     assert all("timed out" in r.record.evidence for r in result.rejected)
+
+
+def test_a_partner_failure_is_no_outcome_evidence_for_vade_sampling():
+    from test_method import Reflector
+
+    method = AdaptiveMethod("arise_vade_sampling", {"t0": ["tag"]},
+                            MethodSettings(batch_size=1, group_size=4, length_threshold=0),
+                            Providers(reflector=Reflector([])))
+    trajs = [Trajectory("t0", [Turn("assistant", f"m{j}", True)], outcome, tags=("tag",), trajectory_id=f"s0/t0/{j}",
+                        metadata={"partner_failure": "partner timed out"} if j == 3 else {})
+             for j, outcome in enumerate([1.0, 1.0, 0.0, 0.0])]
+    from rwcore.types import JudgeReport
+
+    scored = method.score(trajs, [JudgeReport(t.trajectory_id, {}) for t in trajs])
+    method.observe(0, ["t0"], trajs, scored.judged)
+    # by hand: the failure takes the mean of the other three (2/3): S = 1 + 1 + 0 + 2/3, F = 0 + 0 + 1 + 1/3
+    # (charged as a 0 it would be S = 2, F = 2)
+    assert np.allclose(method.sampler.task_evidence("t0", 0), (8 / 3, 4 / 3))

@@ -484,6 +484,11 @@ class AdaptiveMethod:
             rows = slice(i * g, (i + 1) * g)
             verdicts = {rid: [Verdict(int(c)) for c in columns.codes[rows, j]] for j, rid in enumerate(sampler_rubrics)}
             outcomes = [min(1.0, max(0.0, float(t.outcome))) for t in trajectories[rows]]
+            failed = [bool(t.metadata.get("partner_failure")) for t in trajectories[rows]]
+            if any(failed):  # a partner failure is no outcome evidence: it takes its group's mean (0.5 if none)
+                kept = [o for o, bad in zip(outcomes, failed) if not bad]
+                fill = float(np.mean(kept)) if kept else 0.5
+                outcomes = [fill if bad else o for o, bad in zip(outcomes, failed)]
             self.sampler.record_group(task_id, verdicts, versions[i], outcomes=outcomes)
         if self.pool is not None:
             self.pool.record_judged(judged, step)
