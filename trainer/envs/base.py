@@ -57,8 +57,8 @@ An episode whose counterpart failed (an LLM partner timed out or answered garbag
 an outcome evaluator that failed returns `Outcome(..., failure=reason)`. The rollout copies it to
 `Trajectory.metadata["partner_failure"]`; `rwcore.AdaptiveMethod.score` then gives the trajectory no
 advantage (0, left out of its group's normalization), no judged evidence (every verdict INVALID, so the
-sampler, the pool and reflection learn nothing from it), and the trainer masks its tokens out of the
-loss. Attribution sees the reason (rwcore.rewardweaver.attribute records a partner failure with cause
+sampler, the pool and reflection learn nothing from it; VADE's outcome evidence gives it its group's
+mean outcome), and the trainer masks its tokens out of the loss. Attribution sees the reason (rwcore.rewardweaver.attribute records a partner failure with cause
 "partner" and the reason as evidence: rejected as cause_partner, the trajectory "external"). The run goes on; `partner_failures` counts them per step in metrics.jsonl.
 
 Users add their own environments by implementing this protocol and registering a factory with
