@@ -238,12 +238,44 @@ def test_llm_opponent_down_is_a_partner_failure():
     assert out.reward == 0.0 and not out.success and out.reason.startswith("partner failure")
 
 
+def test_self_play_opponent_is_the_attached_policy(truth):
+    env = TextArenaEnv(games=["TruthAndDeception-v0"], roles=["guesser"], opponent="self", num_train=2, num_eval=2)
+    task = env.tasks("train")[0]
+    with pytest.raises(RuntimeError, match="needs the policy"):
+        env.reset(task, 0)  # the deceiver opens, and no policy is attached yet
+    seen = []
+
+    def generate(items):
+        seen.extend(items)
+        return ["Fact 2 is the correct one."] * len(items)
+
+    env.attach_policy(generate)
+    episode = env.reset(task, 0)
+    assert episode.state["actions"] == [[0, "Fact 2 is the correct one."]]
+    assert "Deceiver" in seen[0][1] and "Fact 1:" in seen[0][1]  # TextArena's prompt for the deceiver's side
+    episode = env.step(episode, "why?")
+    assert len(seen) == 2 and "[Opponent] why?" in seen[1][1]  # the opponent saw the agent's move
+    assert "[You] Fact 2 is the correct one." in seen[1][1]
+
+
 SMALL = ["env.name=textarena", "env.options.num_train=12", "env.options.num_eval=4",
          "env.options.games=[SimpleNegotiation-v0-short, TruthAndDeception-v0]", "rollout.tasks_per_step=4",
          "rollout.group_size=2", "rollout.max_new_tokens=8", "model.max_length=1024", "train.eval_every=2",
          "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
          "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=4", "rewardweaver.diagnostic_tasks=4",
          "train.steps=2"]
+
+
+def test_rw_train_self_play(tmp_path):
+    """The policy being trained also writes the deceiver's moves (the trainer attaches it)."""
+    overrides = [*SMALL, "env.options.games=[TruthAndDeception-v0]", "env.options.roles=[guesser]",
+                 "env.options.opponent=self", "train.method=outcome_only", "judge.kind=rule", "train.eval_every=0"]
+    trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
+    trainer.setup()
+    trainer.train()
+    trainer.cleanup()
+    train = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [1, 2] and all(r["partner_failures"] == 0 for r in train)
 
 
 def rows(folder: Path) -> list[dict]:

@@ -233,7 +233,7 @@ class SotopiaEnv(SocialEnv):
                                  f"integer, got {value!r}")
         if isinstance(difficulty, bool) or difficulty not in (1, 2, 3):
             raise ValueError(f"env.options.difficulty must be 1, 2 or 3, got {difficulty!r}")
-        folder = Path(profiles) if profiles else DEFAULT_PROFILES
+        folder = Path(profiles).expanduser() if profiles else DEFAULT_PROFILES
         envs, agents, pairings = load_profiles(folder, pairs_per_env, seed)
         env_ids = sorted(envs)
         random.Random(f"sotopia-split:{seed}").shuffle(env_ids)

@@ -49,7 +49,16 @@ class LLMOpponent:
         self.partner.attach(generate)
 
     def moves(self, views: Sequence[str]) -> list:
-        """One move (str) or an OpponentFailure per view (the game so far from the opponent's side)."""
+        """One move (str) or an OpponentFailure per view (the game so far from the opponent's side).
+        Self-play: the policy's text is the move as it is (an empty or malformed one is the game's to judge,
+        as it would be for the agent); only an LLM server's replies can be partner failures."""
+        generate = getattr(self.partner, "generate", "absent")
+        if generate != "absent":  # self-play (PolicyPartner)
+            if generate is None:
+                raise RuntimeError("a self-play opponent needs the policy: the trainer attaches it "
+                                   "(env.attach_policy) before the first rollout")
+            texts = generate([(SYSTEM, view) for view in views])
+            return [" ".join(str(text).split())[: self.partner.max_reply_chars] for text in texts]
         requests = [PartnerRequest(SYSTEM, ({"role": "user", "content": view},)) for view in views]
         out = []
         for reply in self.partner.reply_many(requests):
