@@ -258,6 +258,23 @@ def test_self_play_opponent_is_the_attached_policy(truth):
     assert "[You] Fact 2 is the correct one." in seen[1][1]
 
 
+def test_labelled_cases_admit_the_rules_and_reject_a_collapsed_evaluator():
+    from rwcore.judges import RuleJudge
+    from rwcore.trainer.method_setup import admit_library
+
+    env = TextArenaEnv(num_train=2, num_eval=2)
+    ids = [rule.spec.rubric_id for rule in env.rules()]
+    cases = env.labelled_cases_by_rule(ids)
+    for rid in ids:
+        labels = [c.label.name for c in cases[rid]]
+        assert labels.count("PASS") >= 10 and labels.count("FAIL") >= 10
+        assert len({c.source for c in cases[rid]}) >= 10
+    library = admit_library(env, RuleJudge({r.spec.rubric_id: r.check for r in env.rules()}), ids)
+    assert sorted(library.ids()) == sorted(ids)
+    with pytest.raises(ValueError, match="no capability passed admission"):
+        admit_library(env, RuleJudge({rid: (lambda t: True) for rid in ids}), ids)  # passes everything
+
+
 SMALL = ["env.name=textarena", "env.options.num_train=12", "env.options.num_eval=4",
          "env.options.games=[SimpleNegotiation-v0-short, TruthAndDeception-v0]", "rollout.tasks_per_step=4",
          "rollout.group_size=2", "rollout.max_new_tokens=8", "model.max_length=1024", "train.eval_every=2",

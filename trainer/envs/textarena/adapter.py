@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, partner_failed
 from rwcore.trainer.envs.textarena.games import (GAMES, VARIANT_GAME, agent_made_offer, facts_named, guess_of,
                                                  inventory_value, parse_offer)
-from rwcore.types import RubricSpec, Trajectory
+from rwcore.types import RubricSpec, Trajectory, Turn
 
 INSTALL_HINT = ("env.name=textarena needs the textarena package (tested with 0.7.4): pip install 'rwcore[textarena]' "
                 "(or add textarena to RWCORE_EXTRAS for scripts/setup.sh)")
@@ -458,6 +458,93 @@ class TextArenaEnv:
             ]
         return out
 
+
+    def labelled_cases_by_rule(self, rule_ids: Sequence[str], num_sources: int = 12) -> dict:
+        """RewardWeaver acceptance-test cases for each rule: games played with agent moves chosen so that the
+        rule passes or fails BY CONSTRUCTION (e.g. a guess in the `[Fact N]` format or not; a trade that the
+        game's values make a gain or a loss), against the scripted opponent, one PASS and one FAIL game per
+        source (a game instance of its own seed stream, never a train or eval task)."""
+        if not hasattr(self, "_cases"):
+            self._cases = {}
+        out = {}
+        for rid in rule_ids:
+            if rid not in self._cases:
+                self._cases[rid] = self._make_cases(rid, num_sources)
+            out[rid] = list(self._cases[rid])
+        return out
+
+    def labelled_cases(self, rule_ids: Sequence[str]) -> list:
+        by_rule = self.labelled_cases_by_rule(rule_ids)
+        return [case for rid in rule_ids for case in by_rule[rid]]
+
+    def _make_cases(self, rid: str, num_sources: int) -> list:
+        from rwcore.rewardweaver import LabelledCase
+
+        known = {rule.spec.rubric_id for rule in self.rules()}
+        if rid not in known:
+            raise ValueError(f"env.name 'textarena': no rule {rid!r} (rules: {sorted(known)})")
+        trading = rid in ("ta_offer_made", "ta_profitable_trades")
+        family = "simple_negotiation" if trading else "truth_and_deception"
+        vid = "SimpleNegotiation-v0-short" if trading else "TruthAndDeception-v0"
+        pid = 0 if trading or rid == "ta_deceiver_consistent" else 1
+        rng = random.Random(f"textarena-cases:{rid}")
+        cases, tries = [], 0
+        while len(cases) < 2 * num_sources and tries < 50 * num_sources:
+            tries += 1
+            game_seed = rng.randrange(2**31 - 1)
+            gs = self._make(vid, game_seed).state.game_state
+            plans = self._case_moves(rid, gs)
+            if plans is None:
+                continue
+            role = GAMES[family].roles[pid]
+            task = Task(f"{vid}/{role}/{game_seed}", (family, f"{family}/{role}"),
+                        {"game_id": vid, "family": family, "agent_id": pid, "role": role, "game_seed": game_seed})
+            for label, moves in plans:
+                episode = self.reset(task, 0)
+                turns = [Turn("system", self.system_prompt), Turn("partner", episode.observation)]
+                for move in moves:
+                    if episode.done:
+                        break
+                    episode = self.step(episode, move)
+                    turns.append(Turn("assistant", move, generated=True))
+                    if not episode.done:
+                        turns.append(Turn("partner", episode.observation))
+                traj = Trajectory(task_id=task.task_id, turns=turns, outcome=self.outcome(episode).reward,
+                                  tags=task.tags, trajectory_id=f"case/{rid}/{game_seed}/{label}",
+                                  metadata={"env_state": episode.state, "task": task.data, "task_id": task.task_id,
+                                            "seed": 0, "labelled_rule": rid})
+                cases.append(LabelledCase(traj, label, f"{vid}:{game_seed}"))
+        return cases
+
+    @staticmethod
+    def _case_moves(rid: str, gs: dict):
+        """[(label, agent moves)] for one game instance, or None when it has no clear case."""
+        deny = ["[Deny]"] * 6
+        if rid == "ta_valid_moves":
+            return [(True, ["which one?", "why?", "[Fact 1]"]), (False, ["which one?", "why?", "no idea", "none"])]
+        if rid == "ta_guess_format":
+            return [(True, ["hello", "hello", "[Fact 2]"]), (False, ["hello", "hello", "fact two", "fact two"])]
+        if rid == "ta_deceiver_consistent":
+            wrong = 1 if not gs["fact1"]["is_correct"] else 2
+            return [(True, [f"Fact {wrong} is the true one."] * 3), (False, [f"Fact {3 - wrong} is the true one."] * 3)]
+        if rid == "ta_offer_made":
+            return [(True, ["[Offer: 1 Wheat -> 1 Wood]"] + deny), (False, deny)]
+        values, stock = gs["player_values"], gs["player_resources"]
+        gain = lossy = None
+        for a in ("Wheat", "Wood", "Sheep", "Brick", "Ore"):
+            for b in ("Wheat", "Wood", "Sheep", "Brick", "Ore"):
+                for na in (1, 2, 3):
+                    for nb in (1, 2, 3):
+                        if a == b or stock[1][b] < nb or na * values[1][a] - nb * values[1][b] <= 0:
+                            continue  # the opponent would not take it
+                        mine = nb * values[0][b] - na * values[0][a]
+                        if mine > 0 and gain is None:
+                            gain = f"[Offer: {na} {a} -> {nb} {b}]"
+                        if mine < 0 and lossy is None:
+                            lossy = f"[Offer: {na} {a} -> {nb} {b}]"
+        if gain is None or lossy is None:
+            return None
+        return [(True, [gain] + deny), (False, [lossy] + deny)]
 
     def reflector(self):
         """Arise reflection without an LLM: the rules above with fixed skill texts (judge.kind=rule)."""
