@@ -72,7 +72,7 @@ setup(
         "rwcore.trainer": "trainer",
     },
     package_data={"rwcore.judges": ["prompts/*.md"],
-                  "rwcore.trainer": ["configs/*.yaml", "envs/social_scenarios/*.json"]},
+                  "rwcore.trainer": ["configs/*.yaml", "envs/social_scenarios/*.json", "envs/sotopia/profiles/*.jsonl"]},
     ext_modules=[CMakeExtension("rwcore._evidence")],
     cmdclass={"build_ext": CMakeBuild},
 )
