@@ -756,10 +756,11 @@ class Trainer:
         self.engine.barrier()  # no rank starts before rank 0 has truncated the logs
 
     def cleanup(self) -> None:
-        """Releases the engines (DeepSpeed's buffers and hooks, vLLM's temporary model folder)."""
+        """Releases the engines (DeepSpeed's buffers and hooks, vLLM's temporary model folder) and the
+        environment's resources when it has a `close` (the tools sandboxes of interrupted episodes)."""
         for engine in (getattr(self, "rollouts_ahead", None), getattr(self, "generator", None),
-                       getattr(self, "engine", None)):
-            if engine is not None:
+                       getattr(self, "engine", None), getattr(self, "env", None)):
+            if engine is not None and callable(getattr(engine, "close", None)):
                 engine.close()
         if getattr(self, "_threads_before", None):
             torch.set_num_threads(self._threads_before)
