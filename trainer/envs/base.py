@@ -129,6 +129,38 @@ class Rule:
     check: Callable[[Trajectory], object]
 
 
+
+@dataclass(frozen=True)
+class RuleDef:
+    """A programmatic rubric written over an environment's episode state (the dict its `episode_state`
+    rebuilds from a trajectory); `check(state)` -> (True / False / None for n/a, evidence quote)."""
+
+    rule_id: str
+    criterion: str
+    applicability: str
+    category: str      # Arise capability category -> RubricSpec.capability
+    family: str        # RewardWeaver family -> Rule.family
+    check: Callable[[dict], tuple]
+
+
+def rule_spec(rule: RuleDef) -> RubricSpec:
+    """The rubric a RuleDef checks, as the judge and the methods see it."""
+    return RubricSpec(rubric_id=rule.rule_id, criterion=rule.criterion, applicability=rule.applicability,
+                      capability=rule.category, scored=False)
+
+
+def rules_from(defs: Sequence[RuleDef], episode_state: Callable[[Trajectory], dict]) -> list[Rule]:
+    """`defs` as Rules whose checks read a trajectory through `episode_state` (a RuleJudge returns the verdict)."""
+    def wrap(rule: RuleDef) -> Callable[[Trajectory], object]:
+        def check(trajectory: Trajectory):
+            return rule.check(episode_state(trajectory))[0]
+
+        check.__name__ = f"check_{rule.rule_id}"
+        check.__doc__ = rule.criterion
+        return check
+
+    return [Rule(spec=rule_spec(r), family=r.family, check=wrap(r)) for r in defs]
+
 @runtime_checkable
 class Environment(Protocol):
     """The simulator part every environment has (the providers are optional; see the module docstring)."""

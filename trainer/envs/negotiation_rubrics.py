@@ -23,9 +23,8 @@ from __future__ import annotations
 import functools
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from rwcore.trainer.envs.base import Rule, Task
+from rwcore.trainer.envs.base import Rule, RuleDef, Task, rule_spec, rules_from
 from rwcore.trainer.envs.negotiation import (
     ACTION_PHRASES,
     is_offer,
@@ -204,16 +203,6 @@ def _clear_actions(s):
     return True, events[-1]["text"]
 
 
-@dataclass(frozen=True)
-class RuleDef:
-    rule_id: str
-    criterion: str
-    applicability: str
-    category: str      # Arise capability category -> RubricSpec.capability
-    family: str        # RewardWeaver family -> Rule.family
-    check: Callable[[dict], tuple]
-
-
 RULE_DEFS: tuple[RuleDef, ...] = (
     RuleDef("asks_budget_first", "the seller asks the buyer's budget before it commits (its first offer, or ending "
             "the negotiation)", "the seller made an offer or ended, with a buyer who neither haggles nor asked for a "
@@ -280,27 +269,13 @@ SKILLS: dict[str, tuple[str, ...]] = {
 }
 
 
-def rule_spec(rule: RuleDef) -> RubricSpec:
-    return RubricSpec(rubric_id=rule.rule_id, criterion=rule.criterion, applicability=rule.applicability,
-                      capability=rule.category, scored=False)
-
-
-def _wrap(rule: RuleDef) -> Callable[[Trajectory], object]:
-    def check(trajectory: Trajectory):
-        return rule.check(episode_state(trajectory))[0]
-
-    check.__name__ = f"check_{rule.rule_id}"
-    check.__doc__ = rule.criterion
-    return check
-
-
 def explain(rule_id: str, trajectory: Trajectory) -> tuple[bool | None, str]:
     """(verdict as True/False/None, evidence quote) of one rule on one trajectory."""
     return RULES_BY_ID[rule_id].check(episode_state(trajectory))
 
 
 def make_rules(env: NegotiationEnv | None = None) -> list[Rule]:
-    return [Rule(spec=rule_spec(r), family=r.family, check=_wrap(r)) for r in RULE_DEFS]
+    return rules_from(RULE_DEFS, episode_state)
 
 
 def rule_judge_rules(env: NegotiationEnv | None = None) -> dict:

@@ -32,10 +32,9 @@ tests the rule against an independent statement of what it should say.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from rwcore.trainer.envs.base import Rule
+from rwcore.trainer.envs.base import Rule, RuleDef, rule_spec, rules_from
 from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
 
@@ -166,16 +165,6 @@ def _efficient_calls(s: dict):
     return True, f"{len(calls)} calls"
 
 
-@dataclass(frozen=True)
-class RuleDef:
-    rule_id: str
-    criterion: str
-    applicability: str
-    category: str
-    family: str
-    check: Callable[[dict], tuple]
-
-
 RULE_DEFS: tuple[RuleDef, ...] = (
     RuleDef("inspects_input", "before changing any file or answering, the agent looks at an input (a shell cat, head, "
             "ls, grep... of the input file or folder)", "the task has input files and the agent acted",
@@ -217,22 +206,8 @@ SKILLS: dict[str, tuple[str, ...]] = {
 }
 
 
-def rule_spec(rule: RuleDef) -> RubricSpec:
-    return RubricSpec(rubric_id=rule.rule_id, criterion=rule.criterion, applicability=rule.applicability,
-                      capability=rule.category, scored=False)
-
-
-def _wrap(rule: RuleDef) -> Callable[[Trajectory], object]:
-    def check(trajectory: Trajectory):
-        return rule.check(episode_state(trajectory))[0]
-
-    check.__name__ = f"check_{rule.rule_id}"
-    check.__doc__ = rule.criterion
-    return check
-
-
 def make_rules() -> list[Rule]:
-    return [Rule(spec=rule_spec(r), family=r.family, check=_wrap(r)) for r in RULE_DEFS]
+    return rules_from(RULE_DEFS, episode_state)
 
 
 def explain(rule_id: str, trajectory: Trajectory) -> tuple[bool | None, str]:
