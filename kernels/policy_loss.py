@@ -22,9 +22,10 @@ import torch
 
 from rwcore.kernels import _checks
 from rwcore.kernels._backend import resolve_backend, tl, triton
+from rwcore.kernels._launch import INTERPRETER_LOSS, loss_launch
 
 LOG_RATIO_BOUND = 20.0  # e^20 ~ 5e8: far beyond any ratio_high, still finite in fp32
-BLOCK_TOKENS = 1024
+BLOCK_TOKENS = INTERPRETER_LOSS.block  # tokens per program; `_launch.loss_launch` picks it per device
 STAT_NAMES = ("kept_fraction", "filtered_low_fraction", "filtered_high_fraction", "dual_clipped_fraction", "mean_ratio")
 # Per-block partial sums the kernel writes: loss, model tokens, kept, low, high, dual-clipped, ratio.
 _NUM_PARTIALS = 7
@@ -83,14 +84,15 @@ def _launch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high
     batch, seq_len = logp.shape
     num_tokens = batch * seq_len
     grad = torch.empty(batch, seq_len, dtype=torch.float32, device=logp.device)
-    blocks = max(1, triton.cdiv(num_tokens, BLOCK_TOKENS))
+    config = loss_launch(logp.device)
+    blocks = max(1, triton.cdiv(num_tokens, config.block))
     partials = torch.zeros(blocks, _NUM_PARTIALS, dtype=torch.float32, device=logp.device)
     if num_tokens:
         _policy_loss_fwd_kernel[(blocks,)](
             logp, behavior, advantages, mask, denominator, grad, partials,
             num_tokens, seq_len, advantages.stride(0), advantages.stride(1),
             ratio_low, ratio_high, clip_c, LOG_RATIO_BOUND,
-            BLOCK=BLOCK_TOKENS, num_warps=4,
+            BLOCK=config.block, num_warps=config.num_warps,
         )
     return grad, partials.sum(0)
 

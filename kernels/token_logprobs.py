@@ -16,9 +16,12 @@ import torch
 
 from rwcore.kernels import _checks
 from rwcore.kernels._backend import resolve_backend, tl, triton
+from rwcore.kernels._launch import INTERPRETER_ROW, row_launch
 
-BLOCK_V = 4096  # vocabulary tile; fixed so no shape ever triggers a recompile
-NUM_WARPS = 8
+# Vocabulary tile and warps under the interpreter; on a GPU `_launch.row_config` picks them per
+# architecture from a bounded set (at most four compiles per variant, whatever the shapes).
+BLOCK_V = INTERPRETER_ROW.block
+NUM_WARPS = INTERPRETER_ROW.num_warps
 TORCH_CHUNK_ELEMENTS = 1 << 22  # fp32 logits per chunk on the PyTorch path (16 MiB)
 
 
@@ -106,10 +109,11 @@ def _launch_forward(logits, labels, inv_temperature, ignore_index, with_entropy)
     lse = torch.empty_like(logp)
     entropy = torch.empty_like(logp) if with_entropy else lse  # placeholder pointer when unused
     if rows:
+        config = row_launch(logits.device, vocab)
         _token_logprobs_fwd_kernel[(rows,)](
             logits, labels, logp, lse, entropy,
             logits.stride(0), vocab, inv_temperature, ignore_index,
-            WITH_ENTROPY=with_entropy, BLOCK=BLOCK_V, num_warps=NUM_WARPS,
+            WITH_ENTROPY=with_entropy, BLOCK=config.block, num_warps=config.num_warps,
         )
     return logp, lse, entropy if with_entropy else None
 
@@ -118,11 +122,12 @@ def _launch_backward(logits, labels, lse, entropy, grad_logp, grad_entropy, inv_
     rows, vocab = logits.shape
     with_entropy = grad_entropy is not None
     if rows:
+        config = row_launch(logits.device, vocab)
         _token_logprobs_bwd_kernel[(rows,)](
             logits, labels, lse, entropy if with_entropy else lse, grad_logp,
             grad_entropy if with_entropy else grad_logp, out,
             logits.stride(0), out.stride(0), vocab, inv_temperature, ignore_index,
-            WITH_ENTROPY=with_entropy, BLOCK=BLOCK_V, num_warps=NUM_WARPS,
+            WITH_ENTROPY=with_entropy, BLOCK=config.block, num_warps=config.num_warps,
         )
     return out
 
