@@ -1,0 +1,92 @@
+"""rwcore inside verl: the filtered dual-clip loss, Arise's advantages, the capability sampler, the method.
+
+With rwcore installed, verl loads it by itself: rwcore declares the entry point `verl.plugins: rwcore`
+(verl's plugin discovery, run by `import verl` in every process: trainer, task runner and workers),
+whose `plugin.load()` registers
+
+    actor_rollout_ref.actor.policy_loss.loss_mode=rwcore_filtered_dual_clip   (policy loss)
+    algorithm.adv_estimator=rwcore_arise                                     (advantage estimator)
+    trainer.v1.trainer_mode=rwcore_sync                                      (V1 trainer: verdicts + sampler)
+
+docs/integrations.md has the exact, tested configuration. One module per job:
+
+- `loss`: `compute_policy_loss_rwcore`, verl's `PolicyLossFn` `(old_log_prob, log_prob, advantages,
+  response_mask, loss_agg_mode, config, rollout_is_weights) -> (loss, metrics)`, delegating to
+  `rwcore.kernels.filtered_dual_clip_loss`; `loss_params_from_config` reads (and validates) the clip keys.
+- `verdicts`: rubric verdicts as a reward function returns them in its extra info -> Verdict codes.
+- `advantage`: `compute_arise_advantage`, an advantage estimator with the signature of verl's estimators;
+  `apply_arise_advantage(data, config)` on a `DataProto`; `verdicts_in_scope` hands it the verdicts
+  where verl's `compute_advantage` passes no `non_tensor_batch` (the V1 trainer).
+- `registration`: `register()` (verl's `register_policy_loss` / `register_adv_est`) and, for the legacy
+  trainer, `install_advantage_forwarding()`.
+- `sampler`: `RwcoreCurriculumSampler`, a torchdata-stateful sampler wrapping `rwcore.CapabilitySampler`.
+- `trainer_v1`: `trainer_class()`, verl 0.9's V1 `PPOTrainerSync` subclass registered as "rwcore_sync":
+  it gives the estimator the verdicts, puts the curriculum sampler in verl's loader and feeds it.
+- `method`: `AdaptiveMethodEstimator`, verl's estimator + sampler driven by one `rwcore.AdaptiveMethod`.
+- `plugin`: what the `verl.plugins` entry point loads.
+
+Importing this package never imports verl; `register()` and the V1 trainer do (ImportError saying
+`pip install verl` without it). When verl is already imported, importing this package registers the
+loss and estimator itself (for `external_lib` / `VERL_USE_EXTERNAL_MODULES`; RWCORE_VERL_AUTOREGISTER=0
+turns that off).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+from .advantage import _AriseSettings, _arise_settings, apply_arise_advantage, compute_arise_advantage  # noqa: F401
+from .config import (  # noqa: F401
+    ADV_ESTIMATOR_NAME,
+    LOSS_AGG_MODES,
+    OUTCOME_KEY,
+    POLICY_LOSS_NAME,
+    TAGS_KEY,
+    TASK_ID_KEY,
+    TESTED_VERL_VERSIONS,
+    UID_KEY,
+    VERDICTS_KEY,
+)
+from .loss import LossParams, aggregation, compute_policy_loss_rwcore, loss_params_from_config
+from .registration import _forwarding, install_advantage_forwarding, register  # noqa: F401
+from .verdicts import _group_ids, _verdict_matrix, verdict_table, verdicts_from_batch  # noqa: F401
+
+__all__ = [
+    "ADV_ESTIMATOR_NAME",
+    "LOSS_AGG_MODES",
+    "POLICY_LOSS_NAME",
+    "LossParams",
+    "RwcoreCurriculumSampler",
+    "aggregation",
+    "apply_arise_advantage",
+    "compute_arise_advantage",
+    "compute_policy_loss_rwcore",
+    "install_advantage_forwarding",
+    "loss_params_from_config",
+    "register",
+    "verdict_table",
+    "verdicts_from_batch",
+]
+
+
+def __getattr__(name: str):
+    if name == "RwcoreCurriculumSampler":
+        from .sampler import sampler_class
+
+        cls = sampler_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# verl's Ray workers and its trainer process import modules named in the config (external_lib,
+# VERL_USE_EXTERNAL_MODULES) but call nothing: register when verl is already there. Never imports
+# verl by itself.
+if "verl" in sys.modules and os.environ.get("RWCORE_VERL_AUTOREGISTER", "1") != "0":
+    try:
+        register(forward_non_tensor_batch="verl.trainer.ppo.ray_trainer" in sys.modules)
+    except Exception as _error:  # pragma: no cover - needs verl
+        warnings.warn(f"rwcore.integrations.verl: automatic registration with verl failed ({_error!r}); "
+                      "call rwcore.integrations.verl.register()", stacklevel=2)

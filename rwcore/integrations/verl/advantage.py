@@ -1,0 +1,166 @@
+"""Arise's advantages as a verl advantage estimator ("rwcore_arise")."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Mapping
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from rwcore.advantages import compute_advantages, length_regularize
+
+from .config import UID_KEY, VERDICTS_KEY, _get, _plain
+from .verdicts import _group_ids, _verdict_matrix, verdicts_from_batch
+
+# The verdicts of the batch being estimated, for trainers whose compute_advantage passes the estimator
+# no non_tensor_batch (verl 0.9's V1 trainer passes only uid): set by `verdicts_in_scope`.
+_SCOPED_NON_TENSOR: contextvars.ContextVar[Optional[Mapping]] = contextvars.ContextVar("rwcore_verl_non_tensor",
+                                                                                       default=None)
+
+
+@contextlib.contextmanager
+def verdicts_in_scope(non_tensor_batch: Mapping):
+    """Within the block, `compute_arise_advantage` called without `non_tensor_batch` reads this one.
+
+    `non_tensor_batch` maps keys to one entry per response, in the row order of the batch verl's
+    `compute_advantage` will hand the estimator (the V1 trainer fetches both by the same keys).
+    """
+    token = _SCOPED_NON_TENSOR.set(non_tensor_batch)
+    try:
+        yield
+    finally:
+        _SCOPED_NON_TENSOR.reset(token)
+
+
+class _AriseSettings(NamedTuple):
+    lam: float
+    ddof: int
+    eps: float | None
+    verdicts_key: str | None
+    rubric_order: list | None
+    length_regularize: bool
+    length_alpha: float
+    length_threshold: float
+
+
+def _arise_settings(config) -> _AriseSettings:
+    section = _plain(_get(config, "rwcore", None)) or {}
+    if not isinstance(section, Mapping):
+        raise ValueError(f"algorithm.rwcore must be a mapping, got {type(section).__name__}")
+    known = set(_AriseSettings._fields)
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ValueError(f"algorithm.rwcore has unknown keys {unknown}; valid: {sorted(known)}")
+    verdicts_key = section.get("verdicts_key", VERDICTS_KEY)
+    order = section.get("rubric_order")
+    return _AriseSettings(
+        lam=float(section.get("lam", 0.3)),
+        ddof=int(section.get("ddof", 1)),
+        eps=None if section.get("eps") is None else float(section["eps"]),
+        verdicts_key=None if verdicts_key in (None, "", "none", "null") else str(verdicts_key),
+        rubric_order=None if order is None else list(order),
+        length_regularize=bool(section.get("length_regularize", False)),
+        length_alpha=float(section.get("length_alpha", 0.5)),
+        length_threshold=float(section.get("length_threshold", 16384)),
+    )
+
+
+def compute_arise_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-9,
+    norm_adv_by_std_in_grpo: bool = True,
+    config=None,
+    non_tensor_batch: Optional[dict] = None,
+    batch: Optional[dict] = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Arise's task + rubric advantages (eq. 15-17) as a verl advantage estimator ("rwcore_arise").
+
+    The signature of verl's `compute_gdpo_outcome_advantage` (verl/trainer/ppo/core_algos.py,
+    0.7.1-0.9.1); `**kwargs` absorbs what verl's `compute_advantage` passes to other estimators
+    (reward_baselines, ...). Returns (advantages, returns), both
+    `rwcore.compute_advantages(R, V, groups)[:, None] * response_mask`, like verl's GRPO, where
+
+        R = token_level_rewards.sum(-1)                  (length-regularized when enabled, Arise B.4)
+        groups = index (verl's uid per prompt, numbered by first appearance)
+        V = the verdicts in non_tensor_batch (`verdicts_from_batch`: [verdicts_key] or [verdicts_key/<rubric>])
+            as [N, R]: 1.0 pass, 0.0 fail, invalid or missing (INVALID never pays), NaN for n/a
+
+    Settings come from `config.rwcore` (verl passes `config=algorithm`; add them with
+    `+algorithm.rwcore.lam=0.3` etc.): lam (0.3), ddof (1, sample std like verl's torch.std), eps
+    (default: `epsilon`, 1e-9), verdicts_key ("rwcore_verdicts"; null for task advantages only),
+    rubric_order (column order for sequence-valued verdicts), length_regularize (false),
+    length_alpha (0.5), length_threshold (16384).
+
+    verl's `compute_advantage` passes `non_tensor_batch` only to "gdpo"; `register()` installs a
+    forwarder for "rwcore_arise" (or call `apply_arise_advantage` yourself). Without it this raises
+    ValueError rather than silently dropping the rubric term.
+    """
+    settings = _arise_settings(config)
+    if not norm_adv_by_std_in_grpo:
+        raise ValueError("rwcore_arise always normalizes by the group standard deviation (Arise eq. 15); "
+                         "norm_adv_by_std_in_grpo=False is not supported")
+    n = token_level_rewards.shape[0]
+    groups = _group_ids(index, n)
+    with torch.no_grad():
+        scores = token_level_rewards.detach().sum(dim=-1)
+        if settings.verdicts_key is None:
+            matrix = np.zeros((n, 0))
+        else:
+            if non_tensor_batch is None:
+                non_tensor_batch = _SCOPED_NON_TENSOR.get()
+            if non_tensor_batch is None:
+                raise ValueError(
+                    "rwcore_arise got no non_tensor_batch: verl's compute_advantage forwards it only to 'gdpo'. "
+                    "On verl 0.9's V1 trainer set trainer.v1.trainer_mode=rwcore_sync; on the legacy trainer call "
+                    "rwcore.integrations.verl.register() in the trainer process (it installs a forwarder); or "
+                    "set algorithm.rwcore.verdicts_key=null for task advantages only")
+            found = verdicts_from_batch(non_tensor_batch, n, settings.verdicts_key, settings.rubric_order)
+            if found is None:
+                raise ValueError(
+                    f"non_tensor_batch has no {settings.verdicts_key!r} (nor '{settings.verdicts_key}/<rubric id>' "
+                    "keys): return the verdicts from the reward function's extra info, or set "
+                    f"algorithm.rwcore.verdicts_key (null: task advantages only); keys present: "
+                    f"{sorted(map(str, non_tensor_batch))}")
+            matrix = _verdict_matrix(found[1])
+        if settings.length_regularize:
+            lengths = (response_mask != 0).sum(dim=-1)
+            scores = length_regularize(scores, lengths, groups, alpha=settings.length_alpha,
+                                       threshold=settings.length_threshold)
+        eps = epsilon if settings.eps is None else settings.eps
+        per_response = compute_advantages(scores, matrix, groups, lam=settings.lam, eps=eps, ddof=settings.ddof)
+        advantages = per_response.unsqueeze(-1) * response_mask
+    return advantages, advantages
+
+
+def _compute_response_mask(data) -> torch.Tensor:
+    """verl's compute_response_mask: the attention mask over the response positions."""
+    responses = data.batch["responses"]
+    return data.batch["attention_mask"][:, -responses.size(1):]
+
+
+def apply_arise_advantage(data, config=None):
+    """`compute_arise_advantage` on a verl `DataProto` (any object with `.batch` and `.non_tensor_batch`).
+
+    Writes data.batch["advantages"] and data.batch["returns"] (and "response_mask" when missing,
+    as verl's compute_advantage does) and returns `data`.
+    """
+    if "response_mask" not in data.batch.keys():
+        data.batch["response_mask"] = _compute_response_mask(data)
+    non_tensor = data.non_tensor_batch
+    advantages, returns = compute_arise_advantage(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=non_tensor.get(UID_KEY),
+        config=config,
+        non_tensor_batch=non_tensor,
+        batch=data.batch,
+    )
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data

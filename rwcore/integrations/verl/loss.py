@@ -1,0 +1,188 @@
+"""The filtered dual-clip loss as a verl `PolicyLossFn` ("rwcore_filtered_dual_clip")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rwcore.kernels import filtered_dual_clip_loss
+
+from .config import LOSS_AGG_MODES, _get, _plain
+
+# verl's seq-mean-token-mean divides each sequence's token sum by (count + 1e-8).
+_SEQ_MEAN_EPS = 1e-8
+_LOG_RATIO_CLAMP = 20.0  # verl's clamp of log_prob - old_log_prob (ours is the same: LOG_RATIO_BOUND)
+
+
+class LossParams(NamedTuple):
+    """rwcore loss settings derived from a verl actor config."""
+
+    ratio_low: float
+    ratio_high: float
+    clip_c: float
+
+
+def loss_params_from_config(config) -> LossParams:
+    """verl's actor clip settings -> (ratio_low, ratio_high, clip_c) of the filtered dual-clip loss.
+
+    ratio_low = max(0, 1 - clip_ratio_low), ratio_high = 1 + clip_ratio_high, clip_c = clip_ratio_c,
+    with verl's rules: clip_ratio_low / clip_ratio_high default to clip_ratio (0.2), clip_ratio_c to
+    3.0. verl *clips* the ratio to [1 - clip_ratio_low, 1 + clip_ratio_high]; rwcore *drops* tokens
+    whose ratio leaves (ratio_low, ratio_high). Arise's (0.5, 5.0) filter is clip_ratio_low=0.5,
+    clip_ratio_high=4.0.
+    """
+    clip_ratio = _get(config, "clip_ratio", 0.2)
+    low = _get(config, "clip_ratio_low", clip_ratio)
+    high = _get(config, "clip_ratio_high", clip_ratio)
+    clip_c = _get(config, "clip_ratio_c", 3.0)
+    try:
+        low, high, clip_c = float(low), float(high), float(clip_c)
+    except (TypeError, ValueError):
+        raise ValueError(f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r}, "
+                         f"clip_ratio_c={clip_c!r} must be numbers") from None
+    ratio_low, ratio_high = max(0.0, 1.0 - low), 1.0 + high
+    if not (math.isfinite(low) and math.isfinite(high) and ratio_low < ratio_high):
+        raise ValueError(f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r} give the empty "
+                         f"ratio filter ({ratio_low}, {ratio_high})")
+    if not (clip_c > 1.0 and math.isfinite(clip_c)):
+        raise ValueError(f"verl actor config: clip_ratio_c must be a finite number > 1 (dual clip), got {clip_c!r}")
+    return LossParams(ratio_low, ratio_high, clip_c)
+
+
+def _global_batch_info(config) -> dict:
+    """verl's `config.global_batch_info` (dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)."""
+    info = _plain(_get(config, "global_batch_info", None)) or {}
+    out = {
+        "dp_size": info.get("dp_size", 1) if isinstance(info, Mapping) else 1,
+        "batch_num_tokens": info.get("batch_num_tokens") if isinstance(info, Mapping) else None,
+        "global_batch_size": info.get("global_batch_size") if isinstance(info, Mapping) else None,
+        "loss_scale_factor": info.get("loss_scale_factor") if isinstance(info, Mapping) else None,
+    }
+    if out["loss_scale_factor"] is None:
+        out["loss_scale_factor"] = _get(config, "loss_scale_factor", None)
+    if out["dp_size"] is None:
+        out["dp_size"] = 1
+    return out
+
+
+def _scalar(value, device) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(device=device, dtype=torch.float32).reshape(())
+    return torch.tensor(float(value), dtype=torch.float32, device=device)
+
+
+def aggregation(response_mask: torch.Tensor, loss_agg_mode: str, dp_size=1, batch_num_tokens=None,
+                global_batch_size=None, loss_scale_factor=None):
+    """verl's `agg_loss` as (per-sequence advantage scale [B] or None, denominator D, 0-dim tensor).
+
+    rwcore's loss is sum(kept token terms) / D, and each token term min(-w A, c |A|) is positively
+    homogeneous in A, so verl's per-sequence weights fold into the advantages:
+
+        token-mean               D = batch_num_tokens / dp_size  (default: this call's response tokens)
+        token-sum                D = 1 / dp_size
+        seq-mean-token-sum       D = global_batch_size / dp_size (default: non-empty sequences here)
+        seq-mean-token-mean      as seq-mean-token-sum, advantages of sequence b times 1 / (n_b + 1e-8)
+        seq-mean-token-sum-norm  as seq-mean-token-sum, D times loss_scale_factor (default: T)
+
+    exactly as verl 0.7.1-0.9.1 aggregate (including their ValueError when a global count is missing
+    with dp_size > 1).
+    """
+    if isinstance(dp_size, bool) or not isinstance(dp_size, (int, np.integer)) or dp_size < 1:
+        raise ValueError(f"global_batch_info['dp_size'] must be a positive int, got {dp_size!r}")
+    device = response_mask.device
+    mask = response_mask != 0
+    if loss_agg_mode == "token-mean":
+        if batch_num_tokens is None:
+            if dp_size > 1:
+                raise ValueError("(global) batch_num_tokens is required when dp_size > 1")
+            batch_num_tokens = mask.sum()
+        return None, _scalar(batch_num_tokens, device) / dp_size
+    if loss_agg_mode == "token-sum":
+        return None, torch.tensor(1.0 / dp_size, dtype=torch.float32, device=device)
+    if loss_agg_mode in ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+        counts = mask.sum(dim=-1)
+        if global_batch_size is None:
+            if dp_size > 1:
+                raise ValueError("global_batch_size is required when dp_size > 1")
+            global_batch_size = (counts > 0).sum()
+        denominator = _scalar(global_batch_size, device) / dp_size
+        scale = None
+        if loss_agg_mode == "seq-mean-token-mean":
+            scale = 1.0 / (counts.to(torch.float32) + _SEQ_MEAN_EPS)
+        elif loss_agg_mode == "seq-mean-token-sum-norm":
+            factor = response_mask.shape[-1] if loss_scale_factor is None else loss_scale_factor
+            denominator = denominator * _scalar(factor, device)
+        return scale, denominator
+    raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}; verl's modes are {list(LOSS_AGG_MODES)}")
+
+
+def compute_policy_loss_rwcore(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config=None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Arise's filtered dual-clip loss as a verl policy loss (registered as "rwcore_filtered_dual_clip").
+
+    Same signature, argument meaning and return convention as verl's `compute_policy_loss_vanilla`
+    (verl/trainer/ppo/core_algos.py, verl 0.7.1-0.9.1); verl calls it with keywords.
+
+    Semantics, with w = exp(clamp(log_prob - old_log_prob, -20, 20)) as in verl:
+        rwcore: keep = response_mask & (1 - clip_ratio_low < w < 1 + clip_ratio_high)
+                loss = agg(keep * min(-w A, clip_ratio_c |A|))
+        verl vanilla: loss = agg(where(A < 0, min(max(-w A, -clip(w) A), clip_ratio_c |A|), max(-w A, -clip(w) A)))
+    Inside the bounds the two are equal (the PPO clip is inactive there and both dual-clip negative
+    advantages at clip_ratio_c |A|). Outside them verl clips the ratio -- the token keeps a constant,
+    gradient-free contribution on one side and full gradient on the other -- while rwcore drops the
+    token from the numerator (no loss, no gradient); it still counts in the denominator. Use wide
+    bounds (Arise: clip_ratio_low=0.5, clip_ratio_high=4.0, i.e. the filter (0.5, 5.0)).
+
+    Args:
+        old_log_prob, log_prob, advantages, response_mask: [B, T] as verl passes them.
+        loss_agg_mode: verl's aggregation; every mode of `LOSS_AGG_MODES` is reproduced exactly,
+            with `config.global_batch_info` (dp_size, batch_num_tokens, global_batch_size,
+            loss_scale_factor) as verl's `agg_loss` uses it -- see `aggregation`.
+        config: verl's ActorConfig (or a DictConfig / dict / object with the same fields):
+            clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, global_batch_info.
+            None uses verl's defaults (0.2, 0.2, 3.0: the filter (0.8, 1.2)).
+        rollout_is_weights: optional [B, T] non-negative rollout-correction weights; like verl, they
+            multiply the per-token losses (folded into the advantages).
+
+    Returns:
+        (loss, metrics): metrics holds verl's keys -- "actor/pg_clipfrac" (here: the fraction of
+        response tokens filtered out), "actor/ppo_kl" (masked mean of -log ratio, as verl),
+        "actor/pg_clipfrac_lower" (fraction dual-clipped, verl's meaning) -- and rwcore's statistics
+        under "actor/rwcore/<name>", all Python floats.
+    """
+    params = loss_params_from_config(config)
+    scale, denominator = aggregation(response_mask, loss_agg_mode, **_global_batch_info(config))
+    adv = advantages
+    if adv.dim() == 1:
+        adv = adv.unsqueeze(-1).expand(log_prob.shape)
+    if scale is not None:
+        adv = adv.to(torch.float32) * scale.unsqueeze(-1)
+    if rollout_is_weights is not None:
+        if bool((rollout_is_weights < 0).any()):
+            raise ValueError("rollout_is_weights must be non-negative")
+        adv = adv.to(torch.float32) * rollout_is_weights.detach().to(torch.float32)
+    loss, stats = filtered_dual_clip_loss(
+        log_prob, old_log_prob, adv.detach(), response_mask, params.ratio_low, params.ratio_high, params.clip_c,
+        num_model_tokens=denominator,
+    )
+    with torch.no_grad():
+        mask = (response_mask != 0).to(torch.float32)
+        log_ratio = (log_prob.detach().float() - old_log_prob.float()).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        ppo_kl = (torch.where(mask.bool(), -log_ratio, 0.0) * mask).sum() / (mask.sum() + 1e-8)
+        values = torch.stack([
+            stats["filtered_low_fraction"] + stats["filtered_high_fraction"], ppo_kl,
+            stats["dual_clipped_fraction"], *stats.values(),
+        ]).tolist()  # one host sync for all metrics
+    names = ["actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", *(f"actor/rwcore/{k}" for k in stats)]
+    return loss, dict(zip(names, values))
