@@ -503,15 +503,15 @@ def _bench_candidates() -> list[Path]:
     return [Path(__file__).resolve().parents[1] / "bench", Path.cwd() / "bench"]
 
 
-def _load_bench_runner() -> Any:
-    """bench/run_all.py of a source checkout, imported as a module."""
+def _load_bench_runner(filename: str = "run_all.py") -> Any:
+    """bench/run_all.py (or another script of bench/) of a source checkout, imported as a module."""
     import importlib.util
 
     candidates = _bench_candidates()
     for folder in candidates:
-        script = folder / "run_all.py"
+        script = folder / filename
         if script.is_file():
-            spec = importlib.util.spec_from_file_location("rwcore_bench_run_all", script)
+            spec = importlib.util.spec_from_file_location(f"rwcore_bench_{script.stem}", script)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             return module
@@ -537,6 +537,7 @@ class BenchCommand(Command):
   rw bench --quick                              # small sizes, under two minutes on 2 cores
   rw bench --only advantages sampler --out /tmp/bench
   rw bench                                      # full sizes into bench/results/latest/
+  rw bench --gpu-static                         # no GPU needed: registers, spills, occupancy, roofline
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -546,8 +547,19 @@ class BenchCommand(Command):
         parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
                             help="run only these benchmarks: sampler, kernels, advantages, training_step, kernels_cuda, "
                                  "async, trl_step, scoring_memory")
+        parser.add_argument("--gpu-static", action="store_true",
+                            help="instead: compile every Triton kernel for sm_80 and sm_90 and write the resource "
+                                 "table (registers, spills, shared memory, occupancy) and the roofline model to "
+                                 "bench/results/gpu-static.md and roofline.md, or into --out (bench/gpu_static.py)")
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.gpu_static:
+            if args.quick or args.only:
+                raise CommandError("--gpu-static takes no --quick or --only (it compiles every kernel variant)")
+            out = [] if args.out is None else ["--out-dir", str(args.out)]
+            if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+                raise CommandError(f"--out: {str(args.out)!r} exists and is not a folder")
+            return _load_bench_runner("gpu_static.py").main(out)
         runner = _load_bench_runner()
         argv = ["--quick"] if args.quick else []
         if args.out is not None:
