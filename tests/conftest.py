@@ -9,6 +9,16 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+# Under pytest-xdist (`-n auto`, how .ci/run runs the suite) every worker gets an equal share of the cores:
+# two processes that each use torch's default thread count slow each other by an order of magnitude on a
+# small machine. The share is set before torch is imported, so it holds for this process and the
+# subprocesses the tests start (rw train, rw ablate, engine workers), unless a test sets its own.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if _WORKERS > 1:
+    _SHARE = str(max(1, (os.cpu_count() or 1) // _WORKERS))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_name, _SHARE)
+
 # The Triton kernels run on CPU tensors in Triton's interpreter. The flag is
 # read when a kernel is defined, so it must be set before rwcore.kernels is
 # imported; on a machine with a GPU the kernels compile for real instead.
@@ -24,3 +34,14 @@ if not _HAS_CUDA:
 # One real vLLM OpenAI-compatible server per session for every test that asks for `vllm_server`
 # (tests/vllm_server.py); it starts only when a test uses it.
 from vllm_server import vllm_server  # noqa: E402,F401
+
+
+def pytest_collection_modifyitems(config, items):
+    """Scheduling groups for `--dist loadgroup`: a test file's tests stay in one worker (its module-level
+    caches and fixtures are built once), and every test that uses the real vLLM server shares one group,
+    so one worker starts the one server of the session."""
+    import pytest
+
+    for item in items:
+        group = "vllm-server" if "vllm_server" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
