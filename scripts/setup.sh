@@ -12,16 +12,21 @@
 #                         With vllm and no .venv yet, the environment is created once per machine in
 #                         RWCORE_CACHE (default ~/.cache/rwcore) and .venv links to it, so only the first
 #                         run pays the multi-GB install.
+#                         Add `upstream` for verl and OpenRLHF (scripts/upstream-requirements.txt, installed
+#                         with --no-deps: the integration tests call rwcore through their real modules).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python="${PYTHON:-python3}"
 extras="${RWCORE_EXTRAS:-test,bench}"
 want_vllm=0
+want_upstream=0
 pip_extras=""
 IFS=',' read -ra _extras <<< "$extras"
 for extra in "${_extras[@]}"; do
-  if [ "$extra" = "vllm" ]; then want_vllm=1; else pip_extras="${pip_extras:+$pip_extras,}$extra"; fi
+  if [ "$extra" = "vllm" ]; then want_vllm=1
+  elif [ "$extra" = "upstream" ]; then want_upstream=1
+  else pip_extras="${pip_extras:+$pip_extras,}$extra"; fi
 done
 
 venv="${RWCORE_VENV:-.venv}"
@@ -73,6 +78,10 @@ fi
 
 echo "[setup] building and installing rwcore (C++ extension via CMake)"
 "${pip[@]}" -e ".${pip_extras:+[$pip_extras]}"
+if [ "$want_upstream" = 1 ]; then
+  echo "[setup] installing verl and OpenRLHF without their CUDA dependencies (scripts/upstream-requirements.txt)"
+  "${pip[@]}" --no-deps -r scripts/upstream-requirements.txt
+fi
 "$venv/bin/python" -c "import rwcore, rwcore._evidence; print('[setup] rwcore', rwcore.__version__, 'ready in $venv')"
 if [ "$want_vllm" = 1 ]; then
   "$venv/bin/python" -c "import vllm; print('[setup] vllm', vllm.__version__)"

@@ -112,21 +112,24 @@ def compute_arise_advantage(
         if settings.verdicts_key is None:
             matrix = np.zeros((n, 0))
         else:
-            if non_tensor_batch is None:
-                non_tensor_batch = _SCOPED_NON_TENSOR.get()
-            if non_tensor_batch is None:
+            scoped = _SCOPED_NON_TENSOR.get()
+            if non_tensor_batch is None and scoped is None:
                 raise ValueError(
                     "rwcore_arise got no non_tensor_batch: verl's compute_advantage forwards it only to 'gdpo'. "
                     "On verl 0.9's V1 trainer set trainer.v1.trainer_mode=rwcore_sync; on the legacy trainer call "
                     "rwcore.integrations.verl.register() in the trainer process (it installs a forwarder); or "
                     "set algorithm.rwcore.verdicts_key=null for task advantages only")
-            found = verdicts_from_batch(non_tensor_batch, n, settings.verdicts_key, settings.rubric_order)
+            found = None
+            if non_tensor_batch is not None:
+                found = verdicts_from_batch(non_tensor_batch, n, settings.verdicts_key, settings.rubric_order)
+            if found is None and scoped is not None:  # V1: the batch carries only uid, the trainer fetched the rest
+                found = verdicts_from_batch(scoped, n, settings.verdicts_key, settings.rubric_order)
             if found is None:
+                present = sorted(map(str, non_tensor_batch if non_tensor_batch is not None else scoped))
                 raise ValueError(
                     f"non_tensor_batch has no {settings.verdicts_key!r} (nor '{settings.verdicts_key}/<rubric id>' "
                     "keys): return the verdicts from the reward function's extra info, or set "
-                    f"algorithm.rwcore.verdicts_key (null: task advantages only); keys present: "
-                    f"{sorted(map(str, non_tensor_batch))}")
+                    f"algorithm.rwcore.verdicts_key (null: task advantages only); keys present: {present}")
             matrix = _verdict_matrix(found[1])
         if settings.length_regularize:
             lengths = (response_mask != 0).sum(dim=-1)
