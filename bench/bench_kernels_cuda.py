@@ -11,6 +11,13 @@ Each operation is measured against the resource that bounds it:
 - filtered_dual_clip_loss (forward + backward, fp32 log-probs) is memory bound: the least it can
   move is 13 bytes per token (read log-prob, behavior log-prob and the int8 mask, write d loss / d
   log-prob), so its figure is the achieved bandwidth; PyTorch eager is the peer.
+Peers (each optional: one that is not installed, or needs CUDA in a --device cpu dry run, is recorded as
+skipped with the reason): Liger-Kernel's chunked LigerFusedLinearGRPOLoss and torch.compile of the eager
+code for the fused loss; on materialized bf16 logits, rwcore's token_logprobs + filtered_dual_clip_loss
+against Liger's Triton `triton_grpo_loss`, flash-attn's Triton cross-entropy (the same streaming
+softmax, without the policy loss) and torch.compile of the eager code, as achieved GB/s (6 bytes per
+logit: read forward, read backward, write the gradient); and the row kernels at every launch
+configuration `_launch` can pick on this GPU, so the per-architecture heuristic is checked.
 Peaks: the vendor's dense bf16 FLOP rate and memory bandwidth where the device is in SPEC_PEAKS
 (or bandwidth from the device properties), and always a measured reference in the same run (a large
 cuBLAS bf16 GEMM and a device-to-device copy), so every fraction is also given against what this
@@ -44,6 +51,9 @@ SPEC_PEAKS = (
 )
 FUSED_SIZES = ((8192, 3584, 151_936), (32_768, 3584, 151_936))  # (tokens N, hidden H, vocab V)
 FUSED_QUICK = ((4096, 2048, 32_768),)
+LOGITS_SIZES = ((8192, 151_936),)  # (tokens N, vocab V) of the materialized-logits peers
+LOGITS_QUICK = ((4096, 32_768),)
+SEQ_LEN = 4096  # tokens per sequence where a peer wants [B, T, ...]
 LOSS_TOKENS = (16_777_216,)  # B * T with T = 4096
 LOSS_QUICK = (4_194_304,)
 
@@ -127,19 +137,196 @@ def bench_fused(torch, device, tokens: int, hidden_size: int, vocab: int, repeat
         term = torch.where(keep, torch.minimum(-ratio * advantages, 3.0 * advantages.abs()), 0.0)
         (term.sum() / mask.sum()).backward()
 
+    def eager_loss(hh, ww):
+        logp = torch.log_softmax((hh @ ww.t()).float(), dim=-1).gather(1, labels.unsqueeze(1)).squeeze(1)
+        ratio = torch.exp((logp - behavior).clamp(-20, 20))
+        keep = mask & (ratio > 0.5) & (ratio < 5.0)
+        term = torch.where(keep, torch.minimum(-ratio * advantages, 3.0 * advantages.abs()), 0.0)
+        return term.sum() / mask.sum()
+
+    def compile_peer():
+        if device.type != "cuda":
+            raise PeerSkipped("torch.compile is measured on CUDA only (compiling takes minutes on a CPU)")
+        compiled = torch.compile(eager_loss)
+
+        def step():
+            h.grad = w.grad = None
+            compiled(h, w).backward()
+        return step
+
+    def liger_peer():
+        if device.type != "cuda":
+            raise PeerSkipped("measured on CUDA only (bench_kernels.py runs it on the CPU)")
+        try:
+            from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
+        except ImportError as error:
+            raise PeerSkipped(f"liger-kernel is not installed ({error})") from None
+        if tokens % SEQ_LEN:
+            raise PeerSkipped(f"N must be a multiple of the sequence length {SEQ_LEN}")
+        batch = tokens // SEQ_LEN
+        loss_fn = LigerFusedLinearGRPOLoss(beta=0.0, use_ref_model=False, epsilon_low=0.5, epsilon_high=4.0,
+                                           delta=3.0, loss_type="dapo", compiled=True)
+        shaped = lambda t: t.view(batch, SEQ_LEN, *t.shape[1:])  # noqa: E731
+        per_sequence = advantages.view(batch, SEQ_LEN)[:, 0].contiguous()
+
+        def step():
+            h.grad = w.grad = None
+            loss = loss_fn(shaped(h), w, shaped(labels), shaped(mask).float(), per_sequence,
+                           old_per_token_logps=shaped(behavior))[0]
+            loss.backward()
+        return step
+
     flops = 6.0 * tokens * hidden_size * vocab
     row = {"tokens": tokens, "hidden": hidden_size, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."),
            "flops": flops}
-    for name, step in (("rwcore", rwcore_step), ("eager", eager_step)):
-        try:
-            seconds = timed(torch, device, step, repeats)
-            row[name] = {"seconds": seconds, "flop_rate": flops / seconds, "peak_mib": peak_memory(torch, device, step)}
-        except torch.cuda.OutOfMemoryError:  # eager's materialized logits at large N on a smaller device
-            h.grad = w.grad = None
-            torch.cuda.empty_cache()
-            row[name] = {"oom": True}
-            print(f"  {name}: out of memory", flush=True)
+    peers = (("rwcore", lambda: rwcore_step), ("eager", lambda: eager_step), ("liger_chunked", liger_peer),
+             ("compile", compile_peer))
+    for name, build in peers:
+        row[name] = measure(torch, device, build, repeats, lambda seconds: {"flop_rate": flops / seconds},
+                            reset=lambda: setattr(h, "grad", None) or setattr(w, "grad", None), label=name)
     return row
+
+
+class PeerSkipped(Exception):
+    """A peer that cannot run here (not installed, or CUDA only in a CPU dry run); the reason is recorded."""
+
+
+def measure(torch, device, build, repeats: int, rates, reset=lambda: None, label: str = "") -> dict:
+    """{seconds, peak_mib, rates...} of the step `build()` returns, or {skipped | oom | error: reason}."""
+    try:
+        step = build()
+        seconds = timed(torch, device, step, repeats)
+        return {"seconds": seconds, **rates(seconds), "peak_mib": peak_memory(torch, device, step)}
+    except PeerSkipped as reason:
+        print(f"  {label}: skipped: {reason}", flush=True)
+        return {"skipped": str(reason)}
+    except torch.cuda.OutOfMemoryError:  # materialized logits at large N on a smaller device
+        reset()
+        torch.cuda.empty_cache()
+        print(f"  {label}: out of memory", flush=True)
+        return {"oom": True}
+    except Exception as error:  # a peer's own failure is recorded; the table goes on
+        reset()
+        print(f"  {label}: error: {type(error).__name__}: {error}", flush=True)
+        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
+def bench_logits(torch, device, tokens: int, vocab: int, repeats: int) -> dict:
+    """Forward + backward from materialized logits [N, V] to the policy loss (or, for flash-attn, the
+    cross-entropy): the streaming-softmax kernels as a memory-bound workload, in achieved GB/s."""
+    from rwcore.kernels import filtered_dual_clip_loss, token_logprobs
+
+    cuda = device.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    gen = torch.Generator(device=device).manual_seed(0)
+    # One extra row: Liger's triton_grpo_loss takes logits for L + 1 positions and drops the last.
+    base = (torch.randn(tokens + 1, vocab, device=device, generator=gen) * 2).to(dtype)
+    labels = torch.randint(0, vocab, (tokens,), device=device, generator=gen)
+    mask = torch.rand(tokens, device=device, generator=gen) < 0.9
+    behavior = -math.log(vocab) + 0.3 * torch.randn(tokens, device=device, generator=gen)
+    advantages = torch.randn(1, device=device, generator=gen)
+    logits = base[:tokens].clone().requires_grad_()
+    element = torch.finfo(dtype).bits // 8
+    moved = 3.0 * element * tokens * vocab  # read forward, read backward, write the gradient
+
+    def rwcore_step():
+        logits.grad = None
+        logp = token_logprobs(logits, labels, validate=False)
+        loss, _ = filtered_dual_clip_loss(logp.unsqueeze(0), behavior.unsqueeze(0), advantages, mask.unsqueeze(0),
+                                          validate=False)
+        loss.backward()
+
+    def eager_loss(z):
+        logp = torch.log_softmax(z.float(), dim=-1).gather(1, labels.unsqueeze(1)).squeeze(1)
+        ratio = torch.exp((logp - behavior).clamp(-20, 20))
+        keep = mask & (ratio > 0.5) & (ratio < 5.0)
+        term = torch.where(keep, torch.minimum(-ratio * advantages, 3.0 * advantages.abs()), 0.0)
+        return term.sum() / mask.sum()
+
+    def eager_peer():
+        def step():
+            logits.grad = None
+            eager_loss(logits).backward()
+        return step
+
+    def compile_peer():
+        if not cuda:
+            raise PeerSkipped("torch.compile is measured on CUDA only")
+        compiled = torch.compile(eager_loss)
+
+        def step():
+            logits.grad = None
+            compiled(logits).backward()
+        return step
+
+    def liger_triton_peer():
+        if not cuda:
+            raise PeerSkipped("Triton kernels need CUDA")
+        try:
+            from liger_kernel.transformers.grpo_loss import triton_grpo_loss
+        except ImportError as error:
+            raise PeerSkipped(f"liger-kernel is not installed ({error})") from None
+        full = base.clone().unsqueeze(0).requires_grad_()
+
+        def step():
+            full.grad = None
+            loss, _ = triton_grpo_loss(full, behavior.unsqueeze(0), None, labels.unsqueeze(0), advantages,
+                                       mask.unsqueeze(0).float(), temperature=1.0, beta=0.0, eps_low=0.5, eps_high=4.0,
+                                       inplace=False, loss_type="dapo", reduce=True, delta=3.0)
+            loss.backward()
+        return step
+
+    def flash_attn_peer():
+        if not cuda:
+            raise PeerSkipped("Triton kernels need CUDA")
+        try:
+            from flash_attn.ops.triton.cross_entropy import cross_entropy_loss
+        except ImportError as error:
+            raise PeerSkipped(f"flash-attn is not installed ({error})") from None
+
+        def step():
+            logits.grad = None
+            losses, _ = cross_entropy_loss(logits, labels)
+            losses.sum().backward()
+        return step
+
+    row = {"tokens": tokens, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."), "bytes": moved}
+    peers = (("rwcore", lambda: rwcore_step), ("eager", eager_peer), ("liger_triton", liger_triton_peer),
+             ("flash_attn_ce", flash_attn_peer), ("compile", compile_peer))
+    for name, build in peers:
+        row[name] = measure(torch, device, build, repeats, lambda seconds: {"bandwidth": moved / seconds},
+                            reset=lambda: setattr(logits, "grad", None), label=name)
+    return row
+
+
+def bench_launch_configs(torch, device, tokens: int, vocab: int, repeats: int) -> dict:
+    """token_logprobs forward + backward at every configuration `_launch.row_configs` has for this GPU."""
+    from rwcore.kernels import _launch, token_logprobs
+    from rwcore.kernels import token_logprobs as module
+
+    arch = _launch.device_arch(device)
+    if arch is None:
+        return {"skipped": "launch configurations are a GPU choice (the interpreter has one)"}
+    chosen = _launch.row_config(arch, vocab)
+    gen = torch.Generator(device=device).manual_seed(0)
+    logits = (torch.randn(tokens, vocab, device=device, generator=gen) * 2).to(torch.bfloat16).requires_grad_()
+    labels = torch.randint(0, vocab, (tokens,), device=device, generator=gen)
+    moved = 3.0 * 2 * tokens * vocab
+    rows = []
+    original = module.row_launch
+    try:
+        for config in _launch.row_configs(arch):
+            module.row_launch = lambda device, vocab, config=config: config
+
+            def step():
+                logits.grad = None
+                token_logprobs(logits, labels, validate=False).sum().backward()
+            result = measure(torch, device, lambda: step, repeats, lambda seconds: {"bandwidth": moved / seconds},
+                             label=config.label())
+            rows.append({"block": config.block, "num_warps": config.num_warps, "chosen": config == chosen, **result})
+    finally:
+        module.row_launch = original
+    return {"arch": arch, "tokens": tokens, "vocab": vocab, "rows": rows}
 
 
 def bench_loss(torch, device, tokens: int, repeats: int) -> dict:
@@ -179,6 +366,23 @@ def _fraction(value, peak) -> str:
     return f"{value / peak:.2f}" if peak else "n/a"
 
 
+def _failure(result: dict) -> str:
+    if result.get("skipped"):
+        return f"skipped: {result['skipped']}"
+    if result.get("oom"):
+        return "out of memory"
+    return f"error: {result.get('error', 'not run')}"
+
+
+def _peer_cells(result: dict, ours: dict, rate_key: str, unit: float, peak) -> str:
+    if "seconds" not in result:
+        return f"{_failure(result)} | | | | "
+    mem = "n/a" if result.get("peak_mib") is None else f"{result['peak_mib']:.0f} MiB"
+    ratio = f"{ours['seconds'] / result['seconds']:.2f}" if "seconds" in ours else ""
+    return (f"{result['seconds'] * 1e3:.2f} ms | {result[rate_key] / unit:.0f} | {_fraction(result[rate_key], peak)} "
+            f"| {mem} | {ratio}")
+
+
 def render(report: dict) -> str:
     m, peaks, measured = report["machine"], report["spec_peaks"], report["measured_peaks"]
     spec_flops, spec_bw = peaks.get("flops"), peaks.get("bandwidth")
@@ -216,6 +420,33 @@ def render(report: dict) -> str:
             f"| {_fraction(r['flop_rate'], measured['gemm_flops'])} | {e_rate} "
             f"| {mem(r['peak_mib'])} | {e_mem} | {ratio} |"
         )
+    lines += ["", "fused_linear_policy_loss against the other fused peers (same inputs)", "",
+              "| N x H x V | peer | time | TFLOP/s | of spec peak | peak mem | time rwcore/peer |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for row in report["fused"]:
+        for peer in ("liger_chunked", "compile"):
+            lines.append(f"| {row['tokens']} x {row['hidden']} x {row['vocab']} | {peer} | "
+                         + _peer_cells(row.get(peer, {}), row["rwcore"], "flop_rate", 1e12, spec_flops) + " |")
+    lines += ["", "From materialized logits to the loss, forward + backward (memory bound: 6 bytes per bf16 logit)", "",
+              "| N x V | peer | time | GB/s | of spec peak | peak mem | time rwcore/peer |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for row in report.get("logits", []):
+        for peer in ("rwcore", "eager", "liger_triton", "flash_attn_ce", "compile"):
+            lines.append(f"| {row['tokens']} x {row['vocab']} ({row['dtype']}) | {peer} | "
+                         + _peer_cells(row.get(peer, {}), row["rwcore"], "bandwidth", 1e9, spec_bw) + " |")
+    sweep = report.get("launch_configs", {})
+    if sweep.get("skipped"):
+        lines += ["", f"token_logprobs launch configurations: skipped: {sweep['skipped']}"]
+    if sweep.get("rows"):
+        lines += ["", f"token_logprobs forward + backward at every launch configuration of sm_{sweep['arch']} "
+                      f"(N = {sweep['tokens']}, V = {sweep['vocab']}, bf16; * = the heuristic's choice)", "",
+                  "| BLOCK | warps | time | GB/s | of spec peak |", "|---:|---:|---:|---:|---:|"]
+        for r in sweep["rows"]:
+            if "seconds" not in r:
+                lines.append(f"| {r['block']} | {r['num_warps']} | {_failure(r)} | | |")
+                continue
+            lines.append(f"| {r['block']}{' *' if r['chosen'] else ''} | {r['num_warps']} | {r['seconds'] * 1e3:.2f} ms "
+                         f"| {r['bandwidth'] / 1e9:.0f} | {_fraction(r['bandwidth'], spec_bw)} |")
     lines += [
         "",
         "filtered_dual_clip_loss, forward + backward (memory bound: 13 bytes per token at least)",
@@ -238,6 +469,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--size", action="append", nargs=3, type=int, metavar=("N", "H", "V"),
                         help="fused loss: tokens, hidden size, vocabulary (repeatable)")
     parser.add_argument("--loss-tokens", action="append", type=int, metavar="T", help="dual-clip loss tokens (repeatable)")
+    parser.add_argument("--logits", action="append", nargs=2, type=int, metavar=("N", "V"),
+                        help="materialized-logits peers: tokens, vocabulary (repeatable)")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="one small size of each")
     parser.add_argument("--out", type=Path, help="write JSON here and Markdown beside it (.md)")
@@ -266,6 +499,15 @@ def main(argv=None) -> dict:
     for tokens in loss_tokens:
         print(f"filtered_dual_clip_loss tokens={tokens} ...", flush=True)
         loss.append(bench_loss(torch, device, tokens, args.repeats))
+    logits_sizes = [tuple(s) for s in args.logits] if args.logits else list(LOGITS_QUICK if args.quick else LOGITS_SIZES)
+    logits = []
+    for tokens, vocab in logits_sizes:
+        print(f"materialized logits N={tokens} V={vocab} ...", flush=True)
+        logits.append(bench_logits(torch, device, tokens, vocab, args.repeats))
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print("token_logprobs launch configurations ...", flush=True)
+    launch_configs = bench_launch_configs(torch, device, *logits_sizes[0], args.repeats)
     versions = {"torch": torch.__version__}
     try:
         import triton
@@ -274,7 +516,7 @@ def main(argv=None) -> dict:
     except ImportError:
         pass
     report = {"machine": machine(**versions), "spec_peaks": peaks, "measured_peaks": measured, "fused": fused,
-              "loss": loss}
+              "loss": loss, "logits": logits, "launch_configs": launch_configs}
     publish(report, render(report), args.out)
     return report
 
