@@ -78,6 +78,18 @@ fi
 
 echo "[setup] building and installing rwcore (C++ extension via CMake)"
 "${pip[@]}" -e ".${pip_extras:+[$pip_extras]}"
+case ",$pip_extras," in
+  *,test,*|*,dev,*)
+    # The lowest TRL release of the tested range, for tests/test_integration_trl_range.py: installed once per
+    # machine beside the environment (keyed by version), put on PYTHONPATH only by that test.
+    trl_low="$("$venv/bin/python" -c "from rwcore.integrations.versions import TESTED; print(TESTED['trl'][1])")"
+    trl_dir="${RWCORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rwcore}/trl-$trl_low"
+    if [ ! -f "$trl_dir/trl/__init__.py" ]; then
+      echo "[setup] installing trl==$trl_low (the low end of the tested range) into $trl_dir"
+      "${pip[@]}" --no-deps --target "$trl_dir.partial" "trl==$trl_low" && rm -rf "$trl_dir" && mv "$trl_dir.partial" "$trl_dir"
+    fi
+    ;;
+esac
 if [ "$want_upstream" = 1 ]; then
   echo "[setup] installing verl and OpenRLHF without their CUDA dependencies (scripts/upstream-requirements.txt)"
   "${pip[@]}" --no-deps -r scripts/upstream-requirements.txt

@@ -135,7 +135,7 @@ class LossProbe(RWGRPOTrainer):
         mask = inputs["completion_mask"]
         with torch.no_grad():
             length = inputs["completion_ids"].size(1)
-            logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, attention, length)
+            logps = self._get_per_token_logps_and_entropies(model, ids, attention, length)[0]  # 2 or 3 values by release
         old = inputs.get("old_per_token_logps")
         behavior = logps if old is None else old
         # The denominator D: model tokens of the whole generation batch (one process here), which TRL

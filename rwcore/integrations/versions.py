@@ -14,7 +14,7 @@ from packaging.version import InvalidVersion, Version
 
 # trainer -> (specifier, lowest tested release, highest tested release)
 TESTED = {
-    "trl": (">=1.1,<1.17", "1.1.0", "1.16.0"),
+    "trl": (">=1.0,<1.17", "1.0.0", "1.16.0"),
     "verl": (">=0.9.1,<0.10", "0.9.1", "0.9.1"),
     "openrlhf": (">=0.11.2,<0.12", "0.11.2", "0.11.2"),
 }

@@ -144,6 +144,29 @@ class RWGRPOMixin:
             repeat_count=self.num_iterations * self.args.steps_per_generation,
         )
 
+    # The multimodal inputs some TRL release passes to _get_per_token_logps_and_entropies (the set grew
+    # and was renamed across 1.x: pixel_position_ids became image_position_ids, spatial_shapes and
+    # num_tiles were added); each release gets the ones its signature names.
+    _RW_MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                        "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
+                        "pixel_position_ids")
+
+    def _rw_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, inputs):
+        """TRL's per-token log-probs and entropies (+ MoE aux loss where the release computes it): 3 values."""
+        import inspect
+
+        accepted = inspect.signature(self._get_per_token_logps_and_entropies).parameters
+        kwargs = {name: inputs.get(name) for name in self._RW_MODEL_INPUTS if name in accepted}
+        aux_enabled = getattr(self, "aux_loss_enabled", False)
+        if "compute_aux_loss" in accepted:
+            kwargs["compute_aux_loss"] = aux_enabled
+        out = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                      compute_entropy=True, **kwargs)
+        if isinstance(out, tuple) and len(out) == 3:
+            return out
+        per_token_logps, entropies = out
+        return per_token_logps, entropies, None
+
     def _rw_denominator(self, inputs, mode: str):
         """TRL's "dapo" normalizer: model tokens of the generation batch per process and accumulation window."""
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
@@ -166,21 +189,8 @@ class RWGRPOMixin:
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        per_token_logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep,
-            compute_entropy=True,
-            compute_aux_loss=self.aux_loss_enabled,
-            pixel_values=inputs.get("pixel_values"),
-            image_grid_thw=inputs.get("image_grid_thw"),
-            num_images=inputs.get("num_images"),
-            pixel_attention_mask=inputs.get("pixel_attention_mask"),
-            spatial_shapes=inputs.get("spatial_shapes"),
-            num_tiles=inputs.get("num_tiles"),
-            image_sizes=inputs.get("image_sizes"),
-            token_type_ids=inputs.get("token_type_ids"),
-            mm_token_type_ids=inputs.get("mm_token_type_ids"),
-            image_position_ids=inputs.get("image_position_ids"),
-        )
+        per_token_logps, entropies, aux_loss = self._rw_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, inputs)
         # On-policy steps carry no old_per_token_logps (TRL skips them): the behavior policy is the
         # current one, ratio 1, as in TRL.
         old_per_token_logps = inputs.get("old_per_token_logps")
@@ -202,7 +212,7 @@ class RWGRPOMixin:
             if self.args.use_bias_correction_kl:
                 per_token_kl = per_token_kl * torch.exp(per_token_logps - behavior)
             loss = loss + self.beta * (per_token_kl * mask).sum() / denominator
-        if self.aux_loss_enabled:
+        if getattr(self, "aux_loss_enabled", False) and aux_loss is not None:
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
             loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
             self._metrics[mode]["aux_loss"].append(self.accelerator.gather_for_metrics(aux_loss).mean().item())

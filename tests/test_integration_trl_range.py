@@ -1,0 +1,67 @@
+"""The TRL integration at both ends of its declared range, and the warning outside it.
+
+The high end is the TRL in the environment (tests/test_integration_trl.py runs there). The low end
+is installed by scripts/setup.sh into ~/.cache/rwcore/trl-<version> (RWCORE_CACHE), and the TRL
+integration tests run again in a subprocess with it first on PYTHONPATH.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from rwcore.integrations import versions
+
+SPECIFIER, LOW, HIGH = versions.TESTED["trl"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _low_dir() -> Path:
+    cache = os.environ.get("RWCORE_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                           os.path.expanduser("~/.cache"), "rwcore")
+    return Path(cache) / f"trl-{LOW}"
+
+
+def test_declared_range_is_the_tested_one():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^integrations = \["trl' + re.escape(SPECIFIER) + r'"\]$', pyproject, re.M), SPECIFIER
+    import trl
+
+    assert trl.__version__ == HIGH  # the environment holds the high end
+
+
+def test_integration_tests_pass_on_the_lowest_declared_trl():
+    target = _low_dir()
+    assert (target / "trl" / "__init__.py").is_file(), (
+        f"trl=={LOW} is not installed in {target}: run scripts/setup.sh with RWCORE_EXTRAS including test")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    version = subprocess.run([sys.executable, "-c", "import trl; print(trl.__version__)"], env=env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert version.stdout.strip() == LOW, version.stderr[-2000:]
+    # every test of the TRL integration but the one that checks the import without TRL (version-free)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                             "tests/test_integration_trl.py", "-k", "not imported_lazily"],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert re.search(r"\b8 passed\b", result.stdout), result.stdout[-2000:]
+    assert "is tested with trl" not in result.stdout  # inside the range: no version warning
+
+
+def test_outside_the_range_warns_once_naming_it(monkeypatch):
+    monkeypatch.setattr(versions, "_warned", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert versions.check_version("trl", LOW) and versions.check_version("trl", HIGH)  # silent inside
+    with pytest.warns(UserWarning, match=re.escape(f"trl{SPECIFIER}")) as record:
+        assert not versions.check_version("trl", "0.29.1")
+    assert f"releases {LOW} to {HIGH}" in str(record[0].message) and "0.29.1" in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not versions.check_version("trl", "2.0.0")  # once per process
+    monkeypatch.setattr(versions, "_warned", set())
+    with pytest.warns(UserWarning, match="untested"):
+        assert not versions.check_version("trl", "not-a-version")
