@@ -5,7 +5,7 @@
 
 Run by bench/gpu_check.sh. Production shapes: token_logprobs on bf16 logits [8,192 x 151,936] with
 entropies and both gradients; filtered_dual_clip_loss on 4,096 x 4,096 tokens; fused_linear_policy_loss
-on bf16 hidden [8,192 x 3,584] and head [151,936 x 3,584]. Tolerances are the test suite's: fp32 math
+on hidden [8,192 x 3,584] and head [151,936 x 3,584] in bf16 and fp32. Tolerances are the test suite's: fp32 math
 from the same low-precision inputs must match float64 to 1e-5 relative (at the row's logit scale);
 a bf16 output (the logits' gradient, the fused gradients) must be within 2x the error of eager PyTorch
 in bf16 plus one bf16 rounding unit. The float64 references are evaluated in row chunks on the same
@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-PRODUCTION = {"rows": 8192, "vocab": 151_936, "hidden": 3584, "loss_batch": 4096, "loss_seq": 4096}
-TINY = {"rows": 96, "vocab": 1000, "hidden": 32, "loss_batch": 4, "loss_seq": 300}
-REFERENCE_ROWS = 1024  # float64 reference rows per chunk (151,936 x 1,024 x 8 bytes = 1.2 GB)
+PRODUCTION = {"rows": 8192, "vocab": 151_936, "hidden": 3584, "loss_batch": 4096, "loss_seq": 4096,
+              "reference_rows": 1024}
+TINY = {"rows": 96, "vocab": 1000, "hidden": 32, "loss_batch": 4, "loss_seq": 300, "reference_rows": 64}
+# The float64 references run in chunks of shape["reference_rows"] rows (151,936 x 1,024 x 8 bytes = 1.2 GB);
+# the tiny shapes use two chunks too, so the dry run covers the chunking.
 
 
 def check_token_logprobs(torch, device, shape, dtype) -> dict:
@@ -45,8 +47,8 @@ def check_token_logprobs(torch, device, shape, dtype) -> dict:
     grad_entropy = torch.randn(rows, device=device, generator=gen)
     logp, entropy = token_logprobs(logits, labels, return_entropy=True, backend="triton")
     torch.autograd.backward([logp, entropy], [grad_logp, grad_entropy])
-    for start in range(0, rows, REFERENCE_ROWS):
-        part = slice(start, min(rows, start + REFERENCE_ROWS))
+    for start in range(0, rows, shape["reference_rows"]):
+        part = slice(start, min(rows, start + shape["reference_rows"]))
         z = logits.detach()[part]
         ref_logp, ref_entropy = ref_token_logprobs(z, labels[part])
         scale = row_scale(z, 1.0)
@@ -100,8 +102,19 @@ def check_fused_linear(torch, device, shape, dtype) -> dict:
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
     loss, stats = fused_linear_policy_loss(h, w, labels, behavior, advantages, mask, backend="triton")
     loss.backward()
-    ref, (ref_dh, ref_dw, _) = ref_fused_linear_policy_loss(hidden.double(), weight.double(), labels, behavior.double(),
-                                                           advantages.double(), mask)
+    # The float64 reference in row chunks (the whole [N, V] in float64 with its temporaries would need ~60 GB):
+    # the denominator is the whole batch's model-token count, the loss and d weight add up over chunks.
+    total = int(mask.sum())
+    weight64, ref_loss, ref_dh, ref_dw = weight.double(), 0.0, [], torch.zeros_like(weight, dtype=torch.float64)
+    for start in range(0, rows, shape["reference_rows"]):
+        part = slice(start, min(rows, start + shape["reference_rows"]))
+        chunk, (dh, dw, _) = ref_fused_linear_policy_loss(hidden[part].double(), weight64, labels[part],
+                                                         behavior[part].double(), advantages[part].double(), mask[part],
+                                                         num_model_tokens=total)
+        ref_loss += chunk["loss"]
+        ref_dh.append(dh)
+        ref_dw += dw
+    ref, ref_dh = {"loss": ref_loss}, torch.cat(ref_dh)
     if dtype == torch.float32:
         assert_close64(loss, torch.tensor(ref["loss"], dtype=torch.float64), "loss", rtol=1e-4, atol_rel=1e-6)
         assert_close64(h.grad, ref_dh, "d hidden", rtol=1e-3, atol_rel=1e-5)
@@ -135,6 +148,7 @@ def main(argv=None) -> int:
         ("token_logprobs fp32", lambda: check_token_logprobs(torch, device, shape, torch.float32)),
         ("filtered_dual_clip_loss fp32", lambda: check_dual_clip(torch, device, shape)),
         ("fused_linear_policy_loss bf16", lambda: check_fused_linear(torch, device, shape, torch.bfloat16)),
+        ("fused_linear_policy_loss fp32", lambda: check_fused_linear(torch, device, shape, torch.float32)),
     ]
     results, failed = [], 0
     for name, run in checks:

@@ -33,7 +33,7 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
     assert "rollout.engine=hf" in status["train"][1]  # the dry run says what it replaced
 
     kernel_check = json.loads((out / "kernel-check.json").read_text())
-    assert kernel_check["failed"] == 0 and len(kernel_check["checks"]) == 4
+    assert kernel_check["failed"] == 0 and len(kernel_check["checks"]) == 5
     assert all(c["status"] == "passed" for c in kernel_check["checks"])
 
     bench = json.loads((out / "kernels-cuda.json").read_text())
