@@ -27,6 +27,7 @@ device actually reaches. Times are medians of CUDA-synchronized repeats after a 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -37,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _report import machine, publish  # noqa: E402
+
+from rwcore._io import atomic_write_bytes  # noqa: E402
 
 NO_GPU = "GPU benchmarks need a GPU: torch.cuda.is_available() is False on this machine; skipped"
 # (substring of torch.cuda.get_device_name(), dense bf16 FLOP/s, memory bytes/s), vendor datasheets.
@@ -405,12 +408,12 @@ def render(report: dict) -> str:
     mem = lambda v: "n/a" if v is None else f"{v:.0f} MiB"  # noqa: E731
     for row in report["fused"]:
         r, e = row["rwcore"], row["eager"]
-        if r.get("oom"):
-            lines.append(f"| {row['tokens']} x {row['hidden']} x {row['vocab']} ({row['dtype']}) | out of memory "
+        if "seconds" not in r:
+            lines.append(f"| {row['tokens']} x {row['hidden']} x {row['vocab']} ({row['dtype']}) | {_failure(r)} "
                          "| | | | | | | | |")
             continue
-        if e.get("oom"):
-            e_time, e_rate, e_mem, ratio = "out of memory", "", "", ""
+        if "seconds" not in e:
+            e_time, e_rate, e_mem, ratio = _failure(e), "", "", ""
         else:
             e_time, e_rate = f"{e['seconds'] * 1e3:.1f} ms", f"{e['flop_rate'] / 1e12:.0f}"
             e_mem, ratio = mem(e["peak_mib"]), f"{r['seconds'] / e['seconds']:.2f}"
@@ -490,24 +493,6 @@ def main(argv=None) -> dict:
         peaks = {"name": f"{device.type} (dry run)", "flops": None, "bandwidth": None, "memory_gib": 0.0}
     print(f"reference peaks on {peaks['name']} ...", flush=True)
     measured = measured_peaks(torch, device, args.quick)
-    fused, loss = [], []
-    for size in sizes:
-        print(f"fused_linear_policy_loss N={size[0]} H={size[1]} V={size[2]} ...", flush=True)
-        fused.append(bench_fused(torch, device, *size, args.repeats))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    for tokens in loss_tokens:
-        print(f"filtered_dual_clip_loss tokens={tokens} ...", flush=True)
-        loss.append(bench_loss(torch, device, tokens, args.repeats))
-    logits_sizes = [tuple(s) for s in args.logits] if args.logits else list(LOGITS_QUICK if args.quick else LOGITS_SIZES)
-    logits = []
-    for tokens, vocab in logits_sizes:
-        print(f"materialized logits N={tokens} V={vocab} ...", flush=True)
-        logits.append(bench_logits(torch, device, tokens, vocab, args.repeats))
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    print("token_logprobs launch configurations ...", flush=True)
-    launch_configs = bench_launch_configs(torch, device, *logits_sizes[0], args.repeats)
     versions = {"torch": torch.__version__}
     try:
         import triton
@@ -515,8 +500,36 @@ def main(argv=None) -> dict:
         versions["triton"] = triton.__version__
     except ImportError:
         pass
+    fused, loss, logits = [], [], []
     report = {"machine": machine(**versions), "spec_peaks": peaks, "measured_peaks": measured, "fused": fused,
-              "loss": loss, "logits": logits, "launch_configs": launch_configs}
+              "loss": loss, "logits": logits, "launch_configs": {}, "partial": True}
+
+    def checkpoint():
+        """The report so far, so a run cut short by a time limit (bench/gpu_check.sh) keeps what it measured."""
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(args.out, json.dumps(report, indent=2).encode())
+
+    for size in sizes:
+        print(f"fused_linear_policy_loss N={size[0]} H={size[1]} V={size[2]} ...", flush=True)
+        fused.append(bench_fused(torch, device, *size, args.repeats))
+        checkpoint()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for tokens in loss_tokens:
+        print(f"filtered_dual_clip_loss tokens={tokens} ...", flush=True)
+        loss.append(bench_loss(torch, device, tokens, args.repeats))
+    checkpoint()
+    logits_sizes = [tuple(s) for s in args.logits] if args.logits else list(LOGITS_QUICK if args.quick else LOGITS_SIZES)
+    for tokens, vocab in logits_sizes:
+        print(f"materialized logits N={tokens} V={vocab} ...", flush=True)
+        logits.append(bench_logits(torch, device, tokens, vocab, args.repeats))
+        checkpoint()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print("token_logprobs launch configurations ...", flush=True)
+    report["launch_configs"] = bench_launch_configs(torch, device, *logits_sizes[0], args.repeats)
+    del report["partial"]
     publish(report, render(report), args.out)
     return report
 

@@ -123,7 +123,7 @@ if [ "$dry" = 1 ]; then
     --logits 128 1000 --repeats 1 --out "$out/kernels-cuda.json"
 else
   step kernels 90 "$python" bench/gpu_kernel_check.py --out "$out/kernel-check.json"
-  step benchmark 120 "$python" bench/bench_kernels_cuda.py --repeats 5 --out "$out/kernels-cuda.json"
+  step benchmark 150 "$python" bench/bench_kernels_cuda.py --repeats 3 --out "$out/kernels-cuda.json"
 fi
 
 # ---------------------------------------------------------------- train

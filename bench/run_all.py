@@ -157,7 +157,7 @@ def headlines(name: str, report: dict) -> list[tuple[str, str]]:
         spec = report["spec_peaks"]
         measured = report["measured_peaks"]
         for row in report["fused"]:
-            if row["rwcore"].get("oom"):
+            if "flop_rate" not in row["rwcore"]:  # out of memory, or an error recorded in the report
                 continue
             rate = row["rwcore"]["flop_rate"]
             spec_part = f"{rate / spec['flops']:.2f} of spec" if spec.get("flops") else "spec n/a"
