@@ -186,12 +186,13 @@ def variants(archs=ARCHS, full: bool = True) -> list[Variant]:
 
 
 def _jit_function(kernel):
-    """A JITFunction for the real compiler, also when the module was imported under TRITON_INTERPRET=1."""
+    """The kernel as a JITFunction: one defined for the interpreter cannot go through the compiler."""
     from triton.runtime.jit import JITFunction
 
-    if isinstance(kernel, JITFunction):
-        return kernel
-    return JITFunction(kernel.fn, **{k: v for k, v in kernel.kwargs.items() if v is not None})
+    if not isinstance(kernel, JITFunction):
+        raise AotCompileError(f"{getattr(kernel, '__name__', kernel)!r} was defined under TRITON_INTERPRET=1; "
+                              "compile_kernels compiles such kernels in a child process without it")
+    return kernel
 
 
 _PTXAS_PATTERNS = {
