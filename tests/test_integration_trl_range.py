@@ -42,12 +42,13 @@ def test_integration_tests_pass_on_the_lowest_declared_trl():
     version = subprocess.run([sys.executable, "-c", "import trl; print(trl.__version__)"], env=env, cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
     assert version.stdout.strip() == LOW, version.stderr[-2000:]
-    # every test of the TRL integration but the one that checks the import without TRL (version-free)
+    # every test of the TRL integration (pieces and the method driver) but the one that checks the import
+    # without TRL (version-free)
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/test_integration_trl.py", "-k", "not imported_lazily"],
+                             "tests/test_integration_trl.py", "tests/test_integration_trl_method.py", "-k", "not imported_lazily"],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert re.search(r"\b8 passed\b", result.stdout), result.stdout[-2000:]
+    assert re.search(r"\b11 passed\b", result.stdout), result.stdout[-2000:]
     assert "is tested with trl" not in result.stdout  # inside the range: no version warning
 
 

@@ -15,7 +15,18 @@ def build(name: str) -> type:
     """`RWGRPOTrainer` or `RubricFeedbackCallback`, built once (imports TRL and transformers)."""
     if name not in _BUILT:
         trl, transformers = _require_trl()
-        if name == "RWGRPOTrainer":
+        if name == "AdaptiveGRPOTrainer":
+            from .method import AdaptiveGRPOMixin
+
+            bases = (AdaptiveGRPOMixin, trl.GRPOTrainer)
+            doc = ("`trl.GRPOTrainer` driven by a `rwcore.AdaptiveMethod` (sampler, rewards, advantages, pool and "
+                   "skills, RewardWeaver's active set); see rwcore.integrations.trl.method.")
+        elif name == "AdaptiveMethodCallback":
+            from .method import _AdaptiveMethodCallbackLogic
+
+            bases = (_AdaptiveMethodCallbackLogic, transformers.TrainerCallback)
+            doc = "`transformers.TrainerCallback` that runs `AdaptiveMethod.adapt` after each optimizer step."
+        elif name == "RWGRPOTrainer":
             bases = (RWGRPOMixin, trl.GRPOTrainer)
             doc = ("`trl.GRPOTrainer` with rwcore's filtered dual-clip loss, optional adaptive task sampler "
                    "and rubric feedback; see `RWGRPOMixin` for the extra arguments.")
