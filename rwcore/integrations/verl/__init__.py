@@ -22,7 +22,8 @@ docs/integrations.md has the exact, tested configuration. One module per job:
 - `sampler`: `RwcoreCurriculumSampler`, a torchdata-stateful sampler wrapping `rwcore.CapabilitySampler`.
 - `trainer_v1`: `trainer_class()`, verl 0.9's V1 `PPOTrainerSync` subclass registered as "rwcore_sync":
   it gives the estimator the verdicts, puts the curriculum sampler in verl's loader and feeds it.
-- `method`: `AdaptiveMethodEstimator`, verl's estimator + sampler driven by one `rwcore.AdaptiveMethod`.
+- `method`: `AdaptiveMethodDriver`, verl's estimator ("rwcore_method") + loader sampler driven by one
+  `rwcore.AdaptiveMethod`.
 - `plugin`: what the `verl.plugins` entry point loads.
 
 Importing this package never imports verl; `register()` and the V1 trainer do (ImportError saying
@@ -55,6 +56,7 @@ from .verdicts import _group_ids, _verdict_matrix, verdict_table, verdicts_from_
 
 __all__ = [
     "ADV_ESTIMATOR_NAME",
+    "AdaptiveMethodDriver",
     "LOSS_AGG_MODES",
     "POLICY_LOSS_NAME",
     "LossParams",
@@ -72,6 +74,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
+    if name == "AdaptiveMethodDriver":
+        from .method import AdaptiveMethodDriver
+
+        return AdaptiveMethodDriver
     if name == "RwcoreCurriculumSampler":
         from .sampler import sampler_class
 

@@ -17,11 +17,22 @@ def _estimator_name(adv_estimator) -> Any:
 
 
 def _forwarding(original):
-    """verl's compute_advantage, with "rwcore_arise" routed to apply_arise_advantage."""
+    """verl's compute_advantage, with "rwcore_arise" routed to apply_arise_advantage and "rwcore_method" to the
+    registered AdaptiveMethodDriver, both with the batch's non_tensor_batch."""
     signature = inspect.signature(original)
 
     @functools.wraps(original)
     def compute_advantage(data, adv_estimator, *args, **kwargs):
+        from .method import METHOD_ESTIMATOR_NAME, compute_method_advantage
+
+        if _estimator_name(adv_estimator) == METHOD_ESTIMATOR_NAME:
+            if "response_mask" not in data.batch.keys():
+                data.batch["response_mask"] = data.batch["attention_mask"][:, -data.batch["responses"].size(1):]
+            advantages, returns = compute_method_advantage(
+                data.batch["token_level_rewards"], data.batch["response_mask"], index=data.non_tensor_batch.get("uid"),
+                non_tensor_batch=data.non_tensor_batch)
+            data.batch["advantages"], data.batch["returns"] = advantages, returns
+            return data
         if _estimator_name(adv_estimator) != ADV_ESTIMATOR_NAME:
             return original(data, adv_estimator, *args, **kwargs)
         bound = signature.bind(data, adv_estimator, *args, **kwargs)

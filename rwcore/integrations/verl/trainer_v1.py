@@ -173,8 +173,12 @@ def trainer_class() -> type:
             return fields
 
         def _compute_advantage(self, batch, metrics):
+            from .method import _DRIVER, METHOD_ESTIMATOR_NAME
+
             estimator = getattr(self.config.algorithm.adv_estimator, "value", self.config.algorithm.adv_estimator)
             fields = self._rwcore_fields() if estimator == ADV_ESTIMATOR_NAME else []
+            if estimator == METHOD_ESTIMATOR_NAME and _DRIVER:
+                fields = [_DRIVER[0].verdicts_key, _DRIVER[0].task_id_key]
             if not fields:
                 return super()._compute_advantage(batch, metrics)
             fetched = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
