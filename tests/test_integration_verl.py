@@ -397,8 +397,8 @@ from rwcore.integrations.verl import compute_arise_advantage, compute_policy_los
 assert ca.get_policy_loss_fn("rwcore_filtered_dual_clip") is compute_policy_loss_rwcore
 assert ca.get_adv_estimator_fn("rwcore_arise") is compute_arise_advantage
 assert "verl.trainer.ppo.v1" not in sys.modules     # the heavy V1 trainer is not imported by the plugin
-from verl.trainer.ppo.v1 import get_trainer_cls     # what verl's TaskRunnerV1.run does
-print(get_trainer_cls("rwcore_sync").__mro__[1].__name__)
+hooks = [f for f in sys.meta_path if type(f).__name__ == "_RegisterAfterImport"]
+print(len(hooks))                                   # ... it registers "rwcore_sync" when that module loads
 '''
 
 
@@ -406,7 +406,9 @@ def test_import_verl_loads_rwcore_as_a_verl_plugin():
     result = subprocess.run([sys.executable, "-W", "ignore", "-c", PLUGIN_SCRIPT], capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "PPOTrainerSync"
+    assert result.stdout.strip().splitlines()[-1] == "1"
+    # In this process verl was imported the same way (top of this file), and importing verl.trainer.ppo.v1
+    # (v1_utils) ran the hook: test_v1_trainer_mode_is_registered_with_verls_trainer_registry checks it.
 
 
 # =============================================================================================
@@ -654,3 +656,73 @@ def test_documented_configuration_composes_with_verls_config_and_passes_the_star
         # the 0.7-era sampler override no longer exists in verl 0.9.1's config
         with pytest.raises(Exception, match="sampler"):
             compose("ppo_trainer", overrides=["data.sampler.class_path=pkg://rwcore.integrations.verl"])
+
+
+# =============================================================================================
+# rwcore_sync's _compute_advantage: verl's REAL V1 _compute_advantage, TransferQueue replaced by an
+# in-memory key-value store (TransferQueue needs its Ray controller and storage actors). The store keeps,
+# per sample key, the fields verl writes (response_mask / rm_scores as 1-D tensors, read back as jagged
+# nested tensors; uid and the reward extra info as Python values) and returns only fields it has.
+# =============================================================================================
+
+
+class KVStore:
+    def __init__(self):
+        self.rows = {}
+
+    def kv_batch_put(self, keys, partition_id=None, fields=None, tags=None):
+        from transfer_queue import KVBatchMeta
+
+        for i, key in enumerate(keys):
+            for name in fields.keys():
+                self.rows.setdefault(key, {})[name] = fields[name][i]
+        return KVBatchMeta(keys=list(keys), tags=[{} for _ in keys], partition_id=partition_id)
+
+    def kv_batch_get(self, keys, partition_id=None, select_fields=None):
+        out = {}
+        for name in select_fields:
+            if all(name in self.rows[key] for key in keys):
+                values = [self.rows[key][name] for key in keys]
+                out[name] = (torch.nested.as_nested_tensor(values, layout=torch.jagged)
+                             if isinstance(values[0], torch.Tensor) else values)
+        return tu.get_tensordict(out)
+
+
+def test_rwcore_sync_hands_the_verdicts_to_the_estimator_and_feeds_the_sampler(monkeypatch):
+    import transfer_queue
+    from transfer_queue import KVBatchMeta
+
+    from rwcore.integrations.verl.trainer_v1 import trainer_class
+
+    store = KVStore()
+    monkeypatch.setattr(transfer_queue, "kv_batch_put", store.kv_batch_put)
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", store.kv_batch_get)
+    cls = trainer_class()
+    trainer = cls.__new__(cls)  # the hooks only; __init__ would start Ray workers
+    trainer.config = OmegaConf.create({
+        "algorithm": {"adv_estimator": rv.ADV_ESTIMATOR_NAME, "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0,
+                      "norm_adv_by_std_in_grpo": True, "rwcore": {"lam": 0.4}},
+        "actor_rollout_ref": {"rollout": {"n": 3}}})
+    dataset = FakeRLHFDataset(8)
+    trainer.rwcore_sampler = rv.RwcoreCurriculumSampler(dataset, _data_config(batch_size=4, group_size=3))
+    rewards_tok, mask, index, rows = _estimator_case(5, groups=4, n=3, T=6)
+    mask[:, 0] = True
+    mask = torch.cumprod(mask.long(), dim=1).bool()  # TransferQueue stores responses unpadded: prefix masks
+    rewards_tok = rewards_tok * mask
+    task_of = {uid: dataset.ids[i] for i, uid in enumerate(dict.fromkeys(index))}
+    keys = [f"{uid}_0_{i}" for i, uid in enumerate(index)]
+    for i, key in enumerate(keys):
+        n = int(mask[i].sum())
+        store.rows[key] = {"uid": index[i], "response_mask": torch.ones(n, dtype=torch.long),
+                           "rm_scores": rewards_tok[i, :n].clone(), "rwcore_verdicts": rows[i],
+                           "rwcore_task_id": task_of[index[i]]}
+    metrics = {}
+    trainer._compute_advantage(KVBatchMeta(keys=keys, tags=[{} for _ in keys], partition_id="train"), metrics)
+    expected = _reference(rewards_tok, mask, index, rows, 0.4)
+    for i, key in enumerate(keys):
+        n = int(mask[i].sum())
+        torch.testing.assert_close(store.rows[key]["advantages"], expected[i, :n], rtol=1e-6, atol=1e-6)
+    assert trainer.rwcore_sampler.policy_version == 1  # fed once, all four groups
+    assert metrics["rwcore/sampler/groups"] == 4 and metrics["rwcore/sampler/skipped_groups"] == 0
+    attempts = sum(trainer.rwcore_sampler.sampler.task_state(t)["attempts"] for t in task_of.values())
+    assert attempts == 4

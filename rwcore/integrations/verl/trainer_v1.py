@@ -135,7 +135,10 @@ def trainer_class() -> type:
     if _CLASS:
         return _CLASS[0]
     v1 = _require("verl.trainer.ppo.v1")
+    if _CLASS:  # importing verl.trainer.ppo.v1 just ran rwcore's plugin hook, which built it
+        return _CLASS[0]
     import transfer_queue as tq
+    from verl.trainer.ppo.v1 import trainer_base
 
     from .sampler import sampler_class
 
@@ -191,12 +194,10 @@ def trainer_class() -> type:
             return batch
 
     RwcorePPOTrainer.__module__ = __name__
-    existing = v1.TRAINER_REGISTRY.get(TRAINER_MODE) if hasattr(v1, "TRAINER_REGISTRY") else None
-    if existing is None:
+    RwcorePPOTrainer.__qualname__ = "RwcorePPOTrainer"
+    if TRAINER_MODE not in trainer_base.TRAINER_REGISTRY:
         v1.register_trainer(TRAINER_MODE)(RwcorePPOTrainer)
-    else:
-        import verl.trainer.ppo.v1.trainer_base as base
-
-        base.TRAINER_REGISTRY[TRAINER_MODE] = RwcorePPOTrainer  # a reload of this module: replace ours
+    else:  # a reload of this module: replace ours
+        trainer_base.TRAINER_REGISTRY[TRAINER_MODE] = RwcorePPOTrainer
     _CLASS.append(RwcorePPOTrainer)
     return RwcorePPOTrainer
