@@ -80,7 +80,7 @@ echo "[setup] building and installing rwcore (C++ extension via CMake)"
 "${pip[@]}" -e ".${pip_extras:+[$pip_extras]}"
 case ",$pip_extras," in
   *,test,*|*,dev,*)
-    # The lowest TRL release of the tested range, for tests/test_integration_trl_range.py: installed once per
+    # The lowest TRL release of the tested range, for tests/test_integration_versions.py: installed once per
     # machine beside the environment (keyed by version), put on PYTHONPATH only by that test.
     trl_low="$("$venv/bin/python" -c "from rwcore.integrations.versions import TESTED; print(TESTED['trl'][1])")"
     trl_dir="${RWCORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rwcore}/trl-$trl_low"

@@ -1,7 +1,7 @@
 """The trainer releases each integration is tested with, and the one warning a process gets outside them.
 
 The ranges here are the ones `pyproject.toml` declares (extra `integrations`) and CI tests at both ends
-(tests/test_integration_trl_range.py runs the TRL tests on the lowest release too); a release outside
+(tests/test_integration_versions.py runs the TRL tests on the lowest release too); a release outside
 them may work, but nothing here has checked it.
 """
 

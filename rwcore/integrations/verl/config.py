@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 POLICY_LOSS_NAME = "rwcore_filtered_dual_clip"
 ADV_ESTIMATOR_NAME = "rwcore_arise"
-TESTED_VERL_VERSIONS = ("0.7.1", "0.9.1")
+TESTED_VERL_VERSIONS = ("0.9.1",)  # run through its real modules (tests); versions.TESTED holds the range
 
 # verl's agg_loss modes (verl/trainer/ppo/core_algos.py; ActorConfig.__post_init__ lists the same).
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -41,10 +41,15 @@ def _plain(value):
 
 
 def _require(module_name: str):
+    """verl's `module_name`, or ImportError saying `pip install verl`; warns once outside the tested range."""
+    from rwcore.integrations.versions import TESTED, check_version
+
     try:
-        return importlib.import_module(module_name)
+        module = importlib.import_module(module_name)
     except ImportError as error:
         raise ImportError(
-            f"rwcore.integrations.verl needs verl for this: pip install verl (read against verl "
-            f"{' and '.join(TESTED_VERL_VERSIONS)}). Import of {module_name} failed: {error}"
+            f"rwcore.integrations.verl needs verl for this: pip install verl (tested: verl{TESTED['verl'][0]}). "
+            f"Import of {module_name} failed: {error}"
         ) from error
+    check_version("verl", getattr(sys.modules.get("verl"), "__version__", "unknown"))
+    return module

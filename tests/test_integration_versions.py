@@ -1,4 +1,4 @@
-"""The TRL integration at both ends of its declared range, and the warning outside it.
+"""The integrations at both ends of their declared ranges (TRL: both ends run; verl: its one release), and the warning outside them.
 
 The high end is the TRL in the environment (tests/test_integration_trl.py runs there). The low end
 is installed by scripts/setup.sh into ~/.cache/rwcore/trl-<version> (RWCORE_CACHE), and the TRL
@@ -66,3 +66,17 @@ def test_outside_the_range_warns_once_naming_it(monkeypatch):
     monkeypatch.setattr(versions, "_warned", set())
     with pytest.warns(UserWarning, match="untested"):
         assert not versions.check_version("trl", "not-a-version")
+
+
+def test_verl_outside_its_tested_range_warns_once(monkeypatch):
+    import verl
+
+    import rwcore.integrations.verl as rv
+
+    monkeypatch.setattr(versions, "_warned", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rv.register(forward_non_tensor_batch=False)  # verl 0.9.1: inside the range, silent
+    monkeypatch.setattr(verl, "__version__", "0.8.0")
+    with pytest.warns(UserWarning, match=re.escape("verl>=0.9.1,<0.10")):
+        rv.register(forward_non_tensor_batch=False)
