@@ -71,7 +71,7 @@ def register(*, forward_non_tensor_batch: bool = True) -> None:
     module's functions, e.g. after a reload, replaces them). With `forward_non_tensor_batch` it also
     calls `install_advantage_forwarding()` (that imports verl's trainer module). Call it in every
     process that looks them up: the trainer process (estimator) and the actor workers (loss) --
-    importing this module there through verl's `external_lib` / `data.sampler.class_path` does it.
+    verl's plugin discovery (the `verl.plugins` entry point) does it in every process that imports verl.
 
     Raises:
         ImportError: verl is not installed (the message says `pip install verl`).

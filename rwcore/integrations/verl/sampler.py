@@ -253,14 +253,13 @@ def _load_rubrics(path) -> dict:
 
 _SAMPLER_DOC = """Arise's capability sampler as a verl curriculum sampler (an `AbstractCurriculumSampler` when verl has it).
 
-    data.sampler.class_path=pkg://rwcore.integrations.verl
-    data.sampler.class_name=RwcoreCurriculumSampler
-    +data.sampler.group_size=${actor_rollout_ref.rollout.n}
-    +data.sampler.rubrics={cites-order-id: Verification, no-duplicate-calls: Efficiency}
+    # verl 0.9 (V1 trainer): trainer mode rwcore_sync builds it from data.rwcore_sampler (docs/integrations.md)
+    trainer.v1.trainer_mode=rwcore_sync
+    +data.rwcore_sampler.rubrics={cites-order-id: Verification, no-duplicate-calls: Efficiency}
     data.dataloader_num_workers=0
 
-    verl builds it as `cls(data_source=dataset, data_config=config.data)`; the rwcore settings live in
-    `data.sampler`: group_size (required), batch_size (default data.gen_batch_size or
+    It is built as `cls(data_source=dataset, data_config)` (verl <= 0.7 did that itself through
+    data.sampler.class_path / class_name); the rwcore settings live in `data_config["sampler"]`: group_size (required), batch_size (default data.gen_batch_size or
     data.train_batch_size, which it must equal), rubrics (rubric id -> capability) or rubrics_file,
     num_batches per pass (default len(dataset) // batch_size), seed (default data.seed, else 0),
     rho_min, quota_fraction, gamma_obs, gamma_unobs, capabilities, and the key names task_id_key
