@@ -465,6 +465,15 @@ def test_trainer_refuses_mismatched_sampler_and_unsupported_features(model_dir, 
     with pytest.raises(ValueError, match="clip_c"):
         RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path), train_dataset=dataset,
                       processing_class=tokenizer, clip_c=1.0)
+    # an adaptive sampler that would never get feedback is refused at start, naming what to pass
+    plain_reward = [lambda prompts, completions, **kwargs: [0.0] * len(completions)]
+    with pytest.raises(ValueError, match="rubric_reward_funcs"):
+        RWGRPOTrainer(model=model_dir, reward_funcs=plain_reward, args=grpo_config(tmp_path), train_dataset=dataset,
+                      processing_class=tokenizer, task_sampler=CapabilitySampler(tasks, batch_size=2, group_size=2))
+    uniform = RWGRPOTrainer(model=model_dir, reward_funcs=plain_reward, args=grpo_config(tmp_path),
+                            train_dataset=dataset, processing_class=tokenizer,
+                            task_sampler=UniformSampler(tasks, batch_size=2, group_size=2))
+    assert uniform.rw_batch_sampler is not None and uniform.rw_feedback_callback is None  # needs none
     # rw_loss=False keeps TRL's loss (and its loss-type settings)
     kept = RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path, top_entropy_quantile=0.5),
                          train_dataset=dataset, processing_class=tokenizer, rw_loss=False)

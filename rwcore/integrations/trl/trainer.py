@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import warnings
 
 from .rewards import RubricRecorder
 from .sampler import GroupRepeatSampler
@@ -58,10 +57,13 @@ class RWGRPOMixin:
         if task_sampler is not None:
             self.rw_batch_sampler = self._rw_build_batch_sampler()
             if self.rw_recorder is None:
-                warnings.warn(
-                    "RWGRPOTrainer got a task_sampler but no rubric reward functions (rubric_reward_funcs) or "
-                    "rubric_recorder: the sampler will get no feedback", stacklevel=2,
-                )
+                from rwcore.baselines import UniformSampler
+
+                if not isinstance(task_sampler, UniformSampler):  # an adaptive sampler without feedback: refuse
+                    raise ValueError(
+                        f"task_sampler={type(task_sampler).__name__} adapts to feedback, but reward_funcs hold no "
+                        "rubric reward functions (rubric_reward_funcs) and no rubric_recorder= was given: it would "
+                        "never get any. Pass one of them, or a UniformSampler")
             else:
                 from .classes import build
 
