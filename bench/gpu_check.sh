@@ -9,7 +9,7 @@
 # Results: DIR (default bench/results/gpu-check, or /tmp/gpu-check when $OUT is set). When $OUT is set (the
 # device tool's folder of files that come back: at most 8 files) the export step also writes
 # $OUT/gpu-check/{summary.md, steps.tsv, kernel-check.json, kernels-cuda.json, results.tar.gz} (the tarball:
-# the whole folder without model weights and checkpoints).
+# the folder less weights, checkpoints and any file over 2 MiB).
 # Steps (each bounded by its own timeout and by what is left of the budget; one that fails is recorded and
 # the others still run; the exit code is 1 when any step failed):
 #   environment   nvidia-smi, the Python used, CPUs                                -> environment.txt
@@ -45,8 +45,12 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_check.sh: unknown argument $1 (use --dry-run, --out DIR)" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$out/logs"
+mkdir -p "$out"
 out="$(cd "$out" && pwd)"
+# What an earlier run left would be read as this run's: its outputs go first (only these names).
+rm -rf "$out/logs" "$out/train" "$out/train-vllm" "$out/model"
+rm -f "$out"/{summary.md,steps.tsv,environment.txt,versions.txt,kernel-check.json,kernels-cuda.json,kernels-cuda.md}
+mkdir -p "$out/logs"
 budget="${GPU_CHECK_BUDGET:-$([ $dry = 1 ] && echo 600 || echo 450)}"
 start=$(date +%s)
 : > "$out/steps.tsv"
@@ -137,13 +141,17 @@ else
   skip flash_attn "not installed, and no package index is used (GPU_CHECK_NETWORK=1 tries PyPI); its cross-entropy peer is skipped"
 fi
 "$python" - > "$out/versions.txt" 2>&1 <<'EOF'
-import importlib, platform
+import importlib, importlib.metadata, platform
 print("python", platform.python_version())
 for name in ("torch", "triton", "vllm", "transformers", "tokenizers", "liger_kernel", "flash_attn", "openai",
              "pydantic", "typing_extensions", "setuptools", "rwcore"):
     try:
         module = importlib.import_module(name)
-        print(name, getattr(module, "__version__", "?"), getattr(module, "__file__", ""))
+        try:
+            version = getattr(module, "__version__", None) or importlib.metadata.version(name.replace("_", "-"))
+        except importlib.metadata.PackageNotFoundError:
+            version = "?"
+        print(name, version, getattr(module, "__file__", ""))
     except Exception as error:  # noqa: BLE001 - report whatever is missing
         print(name, "missing:", type(error).__name__, str(error)[:120])
 import torch
@@ -211,14 +219,18 @@ if [ -n "${OUT:-}" ]; then
   mkdir -p "$export_dir"
   write_summary > "$out/summary.md"  # a first copy, so the tarball has one too
   t0=$(date +%s)
-  tar -czf "$export_dir/results.tar.gz" -C "$(dirname "$out")" \
-      --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' --exclude='*.pth' --exclude='checkpoints' \
-      "$(basename "$out")" 2>"$out/logs/export.log"
+  # Files under 2 MiB only: the logs, reports, metrics and configs, not the model's weights or checkpoints.
+  rm -f "$export_dir"/{summary.md,steps.tsv,kernel-check.json,kernels-cuda.json,results.tar.gz}
+  (cd "$(dirname "$out")" && find "$(basename "$out")" -type f -size -2097152c ! -path '*/checkpoints/*' \
+     ! -name '*.safetensors' ! -name '*.bin' ! -name '*.pt' ! -name '*.pth' -print0 |
+     tar --null -czf "$export_dir/results.tar.gz" -T -) 2>"$out/logs/export.log"
+  left_out=$(find "$out" -type f \( -size +2097151c -o -path '*/checkpoints/*' -o -name '*.safetensors' -o -name '*.bin' \
+                -o -name '*.pt' -o -name '*.pth' \) | wc -l)
   if [ "$(stat -c %s "$export_dir/results.tar.gz")" -gt $(( 15 * 1048576 )) ]; then  # the tool returns files up to 16 MiB
-    tar -czf "$export_dir/results.tar.gz" -C "$(dirname "$out")" "$(basename "$out")/logs" "$(basename "$out")/steps.tsv"
-    record export ok $(( $(date +%s) - t0 )) "$export_dir (results.tar.gz: logs only, the whole folder was over 15 MiB)"
+    (cd "$(dirname "$out")" && tar -czf "$export_dir/results.tar.gz" "$(basename "$out")/logs" "$(basename "$out")/steps.tsv")
+    record export ok $(( $(date +%s) - t0 )) "$export_dir (results.tar.gz: logs only, the files under 2 MiB came to over 15 MiB)"
   else
-    record export ok $(( $(date +%s) - t0 )) "$export_dir (results.tar.gz: $out without weights and checkpoints)"
+    record export ok $(( $(date +%s) - t0 )) "$export_dir (results.tar.gz: $out, less weights, checkpoints and files over 2 MiB: $left_out left out)"
   fi
 fi
 write_summary > "$out/summary.md"
