@@ -30,7 +30,8 @@
 #   summary       summary.md: each step's status, time and log, the kernel checks, the GPU table, versions
 # Environment: RWCORE_PYTHON (default: .venv/bin/python, else python3 - on a device run the first of them
 # whose torch sees a GPU), GPU_CHECK_BUDGET (seconds; default 450 on a device, 600 in the dry run),
-# GPU_CHECK_SITE (folder for the carried wheels, default /tmp/rwcore-site).
+# GPU_CHECK_SITE (folder for the carried wheels, default /tmp/rwcore-site), GPU_CHECK_COMMIT (the commit the
+# copied tree is, for environment.txt where there is no .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
@@ -107,7 +108,8 @@ step() {  # name timeout command...; stdout and stderr to logs/name.log
 # ---------------------------------------------------------------- environment
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"; echo "mode: $([ $dry = 1 ] && echo dry-run || echo device)"
-  echo "git: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  # The device gets a copy of the files without .git: the call passes the commit as GPU_CHECK_COMMIT.
+  echo "git: ${GPU_CHECK_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
   echo "python: $python"
   if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1; else echo "nvidia-smi: not found"; fi
   nproc 2>/dev/null | sed 's/^/cpus: /'
