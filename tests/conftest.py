@@ -36,12 +36,35 @@ if not _HAS_CUDA:
 from vllm_server import vllm_server  # noqa: E402,F401
 
 
-def pytest_collection_modifyitems(config, items):
-    """Scheduling groups for `--dist loadgroup`: a test file's tests stay in one worker (its module-level
-    caches and fixtures are built once), and every test that uses the real vLLM server shares one group,
-    so one worker starts the one server of the session."""
-    import pytest
+import pytest  # noqa: E402
 
-    for item in items:
-        group = "vllm-server" if "vllm_server" in getattr(item, "fixturenames", ()) else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+_SERVER_SCOPE = "vllm-server"
+_uses_server: dict[str, bool] = {}
+
+
+def _scope(nodeid: str) -> str:
+    """A test's scheduling unit under `-n auto --dist loadfile`: its file, except that every file with a test
+    asking for the real vLLM server (`vllm_server`) is one unit, so a single worker starts the session's one
+    server. The files are read rather than the tests' fixtures: the controller process collects nothing."""
+    path = nodeid.split("::", 1)[0]
+    if path not in _uses_server:
+        try:
+            with open(os.path.join(os.path.dirname(_HERE), path), encoding="utf-8") as source:
+                _uses_server[path] = "vllm_server" in source.read() and not path.endswith("conftest.py")
+        except OSError:
+            _uses_server[path] = False
+    return _SERVER_SCOPE if _uses_server[path] else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` with the vLLM-server files as one unit (see _scope). pytest-xdist's own
+    `--dist loadgroup` cannot carry groups on pytest 9, whose node ids are read-only."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return _FileScheduling(config, log)
