@@ -13,7 +13,8 @@
 #                         RWCORE_CACHE (default ~/.cache/rwcore) and .venv links to it, so only the first
 #                         run pays the multi-GB install.
 #                         Add `upstream` for verl and OpenRLHF (scripts/upstream-requirements.txt, installed
-#                         with --no-deps: the integration tests call rwcore through their real modules).
+#                         with --no-deps: the integration tests call rwcore through their real modules), and
+#                         the lowest tested verl into RWCORE_CACHE/verl-<version> (once per machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -93,6 +94,14 @@ esac
 if [ "$want_upstream" = 1 ]; then
   echo "[setup] installing verl and OpenRLHF without their CUDA dependencies (scripts/upstream-requirements.txt)"
   "${pip[@]}" --no-deps -r scripts/upstream-requirements.txt
+  # The lowest verl release of the tested range (0.8.0, which imports with the dependencies above), for
+  # tests/test_integration_versions.py: installed once per machine beside the environment, keyed by version.
+  verl_low="$("$venv/bin/python" -c "from rwcore.integrations.versions import TESTED; print(TESTED['verl'][1])")"
+  verl_dir="${RWCORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rwcore}/verl-$verl_low"
+  if [ ! -f "$verl_dir/verl/__init__.py" ]; then
+    echo "[setup] installing verl==$verl_low (the low end of the tested range) into $verl_dir"
+    "${pip[@]}" --no-deps --target "$verl_dir.partial" "verl==$verl_low" && rm -rf "$verl_dir" && mv "$verl_dir.partial" "$verl_dir"
+  fi
 fi
 "$venv/bin/python" -c "import rwcore, rwcore._evidence; print('[setup] rwcore', rwcore.__version__, 'ready in $venv')"
 if [ "$want_vllm" = 1 ]; then

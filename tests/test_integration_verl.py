@@ -16,8 +16,12 @@ The reference for the advantages is `rwcore.compute_advantages` on hand-decoded 
 must be exactly it, broadcast over the response mask); the reference for the loss is verl's vanilla.
 """
 
+import importlib.util
+import inspect
 import math
+import os
 import pickle
+import re
 import subprocess
 import sys
 import uuid
@@ -32,10 +36,9 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 try:
-    import verl  # noqa: F401  (loads rwcore's verl.plugins entry point)
+    import verl  # noqa: F401  (verl >= 0.9 loads rwcore's verl.plugins entry point here)
     import verl.trainer.ppo.core_algos as core_algos
     import verl.trainer.ppo.ray_trainer as ray_trainer
-    import verl.trainer.ppo.v1.utils as v1_utils
     from tensordict import TensorDict
     from verl import DataProto
     from verl.trainer.config import AlgoConfig
@@ -55,7 +58,30 @@ from rwcore.integrations.verl.trainer_v1 import check_v1_config
 
 from _util import normalize
 
-assert verl.__version__ == "0.9.1", verl.__version__
+# The environment's verl is 0.9.1; tests/test_integration_versions.py runs the tests that exist on the low
+# end of the range (verl 0.8.0: no V1 trainer, no plugin discovery) again with RWCORE_EXPECT_VERL=0.8.0.
+assert verl.__version__ == os.environ.get("RWCORE_EXPECT_VERL", "0.9.1"), verl.__version__
+HAS_V1 = importlib.util.find_spec("verl.trainer.ppo.v1") is not None
+if HAS_V1:
+    import verl.trainer.ppo.v1.utils as v1_utils
+if "rwcore.integrations.verl.plugin" not in sys.modules:
+    # verl 0.8 loads no verl.plugins entry points: the explicit call docs/integrations.md gives for it
+    assert not HAS_V1, "verl >= 0.9 should have loaded rwcore's verl.plugins entry point"
+    rv.register()
+
+
+
+def _verl_aggregates(mode):
+    try:
+        core_algos.agg_loss(torch.ones(1, 2), torch.ones(1, 2), mode)
+    except ValueError:  # "Invalid loss_agg_mode" (verl 0.8 has no token-sum; its ActorConfig refuses it too)
+        return False
+    return True
+
+
+# the modes of rwcore's aggregation that this verl has (all of them on 0.9.1, checked by the assert)
+VERL_AGG_MODES = [mode for mode in rv.LOSS_AGG_MODES if _verl_aggregates(mode)]
+assert VERL_AGG_MODES == (list(rv.LOSS_AGG_MODES) if HAS_V1 else [m for m in rv.LOSS_AGG_MODES if m != "token-sum"])
 
 
 # =============================================================================================
@@ -135,7 +161,7 @@ GLOBAL_INFOS = [
 ]
 
 
-@pytest.mark.parametrize("mode", rv.LOSS_AGG_MODES)
+@pytest.mark.parametrize("mode", VERL_AGG_MODES)
 @pytest.mark.parametrize("info", range(len(GLOBAL_INFOS)))
 @pytest.mark.parametrize("with_weights", [False, True])
 def test_ppo_loss_with_rwcore_equals_ppo_loss_with_vanilla_inside_the_bounds(mode, info, with_weights):
@@ -161,7 +187,7 @@ def test_outside_the_bounds_rwcore_filters_where_verl_clips():
     ratio = torch.exp(log_prob - old)
     inside = ((ratio > 0.8) & (ratio < 1.28)).float()
     assert 0 < inside[mask].mean() < 1
-    for mode in rv.LOSS_AGG_MODES:
+    for mode in VERL_AGG_MODES:
         ours, metrics, ours_grad = through_ppo_loss(rv.POLICY_LOSS_NAME, old, log_prob, advantages, mask, mode, clip)
         ref, _, ref_grad = through_ppo_loss("vanilla", old, log_prob, advantages, mask, mode, clip, weights=inside)
         plain, _, _ = through_ppo_loss("vanilla", old, log_prob, advantages, mask, mode, clip)
@@ -726,3 +752,79 @@ def test_rwcore_sync_hands_the_verdicts_to_the_estimator_and_feeds_the_sampler(m
     assert metrics["rwcore/sampler/groups"] == 4 and metrics["rwcore/sampler/skipped_groups"] == 0
     attempts = sum(trainer.rwcore_sampler.sampler.task_state(t)["attempts"] for t in task_of.values())
     assert attempts == 4
+
+
+def test_rwcore_sync_refused_where_verl_has_no_trainer_registry(monkeypatch):
+    from rwcore.integrations.verl import trainer_v1
+
+    if HAS_V1:  # verl 0.9: hide its V1 package (on verl 0.8.0, run by test_integration_versions.py, it is absent)
+        monkeypatch.setattr(trainer_v1, "_CLASS", [])
+        real = importlib.util.find_spec
+        monkeypatch.setattr(trainer_v1.importlib.util, "find_spec",
+                            lambda name, *args: None if name == "verl.trainer.ppo.v1" else real(name, *args))
+    with pytest.raises(RuntimeError, match=r"trainer\.v1\.trainer_mode=rwcore_sync needs .*verl >= 0\.9.*legacy"):
+        trainer_v1.trainer_class()
+
+
+def test_legacy_task_runner_hands_verl_the_curriculum_sampler_and_feeds_it(monkeypatch):
+    # verl 0.8's trainer (and 0.9's legacy one): no plugins, no trainer registry. RwcoreTaskRunner.run relies
+    # on what verl's own TaskRunner.run does -- build the sampler with the module's create_rl_sampler and hand
+    # it to RayPPOTrainer -- checked in verl's source here.
+    from rwcore.integrations.verl import legacy
+
+    module = legacy.legacy_module()
+    base = getattr(module.TaskRunner, "__ray_actor_class__", module.TaskRunner)
+    source = inspect.getsource(base.run)
+    assert "create_rl_sampler(config.data, train_dataset)" in source and "train_sampler=train_sampler" in source
+    cls = legacy.task_runner_class()
+    assert issubclass(cls, base) and legacy.RwcoreTaskRunner is cls  # Ray finds it by reference
+    original = module.create_rl_sampler
+    dataset = FakeRLHFDataset(12)
+    steps = []
+
+    def verls_run(self, config):
+        # verl's run needs Ray and GPUs: in its place the two calls its run and RayPPOTrainer.fit make
+        sampler = module.create_rl_sampler(config.data, dataset)
+        loader = iter(_loader(sampler, dataset, 4))
+        for step in range(2):
+            indices = next(loader)
+            batch = _verl_batch(dataset, indices, 3, step)
+            n = len(batch.non_tensor_batch["uid"])
+            g = torch.Generator().manual_seed(step)
+            rewards_tok = torch.zeros(n, 5)
+            rewards_tok[:, -1] = torch.randint(0, 2, (n,), generator=g).float()
+            mask = torch.ones(n, 5, dtype=torch.bool)
+            data = ray_trainer.compute_advantage(_data_proto(rewards_tok, mask, batch.non_tensor_batch["uid"],
+                                                             batch.non_tensor_batch),
+                                                 config.algorithm.adv_estimator, num_repeat=3, config=config.algorithm)
+            rows = list(batch.non_tensor_batch["rwcore_verdicts"])
+            torch.testing.assert_close(data.batch["advantages"],
+                                       _reference(rewards_tok, mask, batch.non_tensor_batch["uid"], rows, 0.3),
+                                       rtol=1e-6, atol=1e-6)
+            steps.append((list(indices), sampler.policy_version, dict(sampler.last_update)))
+        return sampler
+
+    monkeypatch.setattr(base, "run", verls_run)
+    config = OmegaConf.create({
+        "actor_rollout_ref": {"actor": {"clip_ratio_low": 0.5, "clip_ratio_high": 4.0, "clip_ratio_c": 3.0,
+                                        "policy_loss": {"loss_mode": rv.POLICY_LOSS_NAME}}, "rollout": {"n": 3}},
+        "algorithm": {"adv_estimator": rv.ADV_ESTIMATOR_NAME},
+        "data": {"train_batch_size": 4, "gen_batch_size": None, "dataloader_num_workers": 0, "seed": None,
+                 "rwcore_sampler": {"rubrics": dict(CAPABILITY), "seed": 11}}})
+    sampler = cls().run(config)
+    assert isinstance(sampler, rv.RwcoreCurriculumSampler) and sampler.sampler.rubrics == CAPABILITY
+    assert sampler.sampler.group_size == 3  # data.rwcore_sampler.group_size defaults to rollout.n
+    # fed once per step, by the forwarded compute_advantage, with every uid group of the step
+    assert [(version, update) for _, version, update in steps] == [(1, {"groups": 4, "skipped_groups": 0}),
+                                                                     (2, {"groups": 4, "skipped_groups": 0})]
+    assert sum(sampler.sampler.task_state(t)["attempts"] for t in dataset.ids) == 8
+    assert all(len(set(indices)) == 4 for indices, _, _ in steps)
+    assert module.create_rl_sampler is original and not legacy._FED  # nothing left behind
+    # bad settings are refused at start, naming the key, before verl builds anything
+    steps.clear()
+    for key, value, named in (("dataloader_num_workers", 2, "data.dataloader_num_workers=0"),
+                              ("rwcore_sampler", {"group_size": 4}, "actor_rollout_ref.rollout.n")):
+        bad = OmegaConf.merge(config, OmegaConf.create({"data": {key: value}}))
+        with pytest.raises(ValueError, match=re.escape(named)):
+            cls().run(bad)
+    assert not steps and module.create_rl_sampler is original

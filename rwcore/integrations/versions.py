@@ -1,7 +1,7 @@
 """The trainer releases each integration is tested with, and the one warning a process gets outside them.
 
 The ranges here are the ones `pyproject.toml` declares (extra `integrations`) and CI tests at both ends
-(tests/test_integration_versions.py runs the TRL tests on the lowest release too); a release outside
+(tests/test_integration_versions.py runs the TRL and verl tests on the lowest release too); a release outside
 them may work, but nothing here has checked it.
 """
 
@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 # trainer -> (specifier, lowest tested release, highest tested release)
 TESTED = {
     "trl": (">=1.0,<1.17", "1.0.0", "1.16.0"),
-    "verl": (">=0.9.1,<0.10", "0.9.1", "0.9.1"),
+    "verl": (">=0.8.0,<0.10", "0.8.0", "0.9.1"),
     "openrlhf": (">=0.11.2,<0.12", "0.11.2", "0.11.2"),
 }
 

@@ -8,7 +8,11 @@ whose `plugin.load()` registers
     algorithm.adv_estimator=rwcore_arise                                     (advantage estimator)
     trainer.v1.trainer_mode=rwcore_sync                                      (V1 trainer: verdicts + sampler)
 
-docs/integrations.md has the exact, tested configuration. One module per job:
+verl 0.8 loads no plugins and has no V1 trainer (verl>=0.8.0,<0.10 is tested): there the trainer is
+`python -m rwcore.integrations.verl.legacy` (verl's legacy trainer with `RwcoreTaskRunner`, which calls
+`register()` in the task runner) and the workers register through
+`actor_rollout_ref.model.external_lib=rwcore.integrations.verl`; `rwcore_sync` is refused naming
+trainer.v1.trainer_mode. docs/integrations.md has the exact, tested configuration. One module per job:
 
 - `loss`: `compute_policy_loss_rwcore`, verl's `PolicyLossFn` `(old_log_prob, log_prob, advantages,
   response_mask, loss_agg_mode, config, rollout_is_weights) -> (loss, metrics)`, delegating to
@@ -22,6 +26,9 @@ docs/integrations.md has the exact, tested configuration. One module per job:
 - `sampler`: `RwcoreCurriculumSampler`, a torchdata-stateful sampler wrapping `rwcore.CapabilitySampler`.
 - `trainer_v1`: `trainer_class()`, verl 0.9's V1 `PPOTrainerSync` subclass registered as "rwcore_sync":
   it gives the estimator the verdicts, puts the curriculum sampler in verl's loader and feeds it.
+- `legacy`: `task_runner_class()`, verl's legacy `TaskRunner` (verl 0.8's trainer, 0.9's
+  `trainer.use_v1=false`) that registers rwcore, builds the curriculum sampler from `data.rwcore_sampler`
+  through verl's `create_rl_sampler` call and feeds it after each `rwcore_arise` step; `main()`.
 - `method`: `AdaptiveMethodDriver`, verl's estimator ("rwcore_method") + loader sampler driven by one
   `rwcore.AdaptiveMethod`.
 - `plugin`: what the `verl.plugins` entry point loads.

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 POLICY_LOSS_NAME = "rwcore_filtered_dual_clip"
 ADV_ESTIMATOR_NAME = "rwcore_arise"
-TESTED_VERL_VERSIONS = ("0.9.1",)  # run through its real modules (tests); versions.TESTED holds the range
+TESTED_VERL_VERSIONS = ("0.8.0", "0.9.1")  # run through its real modules (tests); versions.TESTED holds the range
 
 # verl's agg_loss modes (verl/trainer/ppo/core_algos.py; ActorConfig.__post_init__ lists the same).
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")

@@ -35,8 +35,12 @@ def _forwarding(original):
             return data
         if _estimator_name(adv_estimator) != ADV_ESTIMATOR_NAME:
             return original(data, adv_estimator, *args, **kwargs)
+        from .legacy import feed_after_advantages
+
         bound = signature.bind(data, adv_estimator, *args, **kwargs)
-        return apply_arise_advantage(data, config=bound.arguments.get("config"))
+        data = apply_arise_advantage(data, config=bound.arguments.get("config"))
+        feed_after_advantages(data)  # the curriculum sampler of RwcoreTaskRunner, if it installed one
+        return data
 
     compute_advantage.__rwcore_forwarding__ = True
     return compute_advantage

@@ -24,6 +24,7 @@ Configuration (docs/integrations.md):
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping
 from typing import Any
 
@@ -134,6 +135,13 @@ def trainer_class() -> type:
     """verl's `PPOTrainerSync` subclass with the rwcore hooks, registered as trainer_mode "rwcore_sync" (once)."""
     if _CLASS:
         return _CLASS[0]
+    verl = _require("verl")
+    if importlib.util.find_spec("verl.trainer.ppo.v1") is None:  # verl 0.8: no V1 trainer, no trainer registry
+        raise RuntimeError(
+            f"trainer.v1.trainer_mode=rwcore_sync needs verl's V1 trainer registry (verl.trainer.ppo.v1, verl >= 0.9), "
+            f"which verl {getattr(verl, '__version__', '?')} lacks. On this release run the legacy trainer "
+            "(python -m verl.trainer.main_ppo) with rwcore.integrations.verl.register() in its task runner "
+            "(docs/integrations.md, 'verl 0.8.0')")
     v1 = _require("verl.trainer.ppo.v1")
     if _CLASS:  # importing verl.trainer.ppo.v1 just ran rwcore's plugin hook, which built it
         return _CLASS[0]
