@@ -1,5 +1,6 @@
 """rwcore.integrations.verl called through verl 0.9.1's REAL modules (installed with --no-deps; see
-scripts/upstream-requirements.txt, `RWCORE_EXTRAS=...,upstream bash scripts/setup.sh`).
+scripts/upstream-requirements.txt, `RWCORE_EXTRAS=...,upstream bash scripts/setup.sh`); the tests that
+need no V1 trainer or plugin discovery also run on verl 0.8.0 (tests/test_integration_versions.py).
 
 - the policy loss runs through verl's `ppo_loss` (verl/workers/utils/losses.py: the actor's loss with
   `get_policy_loss_fn(loss_mode)` and `no_padding_2_padding`), side by side with verl's `vanilla`, on
@@ -649,12 +650,11 @@ def test_sampler_resumes_exactly_through_torchdatas_stateful_dataloader():
 # =============================================================================================
 
 
-def _documented_overrides():
-    import re
+def _documented_overrides(heading="### Configuration (verl 0.9.1, V1 trainer, Hydra overrides)"):
     from pathlib import Path
 
     text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text()
-    block = text.split("### Configuration (verl 0.9.1, V1 trainer, Hydra overrides)", 1)[1].split("```bash", 1)[1]
+    block = text.split(heading, 1)[1].split("```bash", 1)[1]
     block = block.split("```", 1)[0]
     overrides = []
     for line in block.splitlines():
@@ -828,3 +828,27 @@ def test_legacy_task_runner_hands_verl_the_curriculum_sampler_and_feeds_it(monke
         with pytest.raises(ValueError, match=re.escape(named)):
             cls().run(bad)
     assert not steps and module.create_rl_sampler is original
+
+
+def test_documented_legacy_configuration_composes_with_verls_config_and_passes_the_start_checks():
+    # docs/integrations.md's verl 0.8.0 block (python -m rwcore.integrations.verl.legacy), composed with the
+    # legacy trainer's Hydra config of this verl (0.8.0 in test_integration_versions.py; 0.9.1 here, with
+    # trainer.use_v1=false, the legacy trainer's switch there)
+    from hydra import compose, initialize_config_dir
+
+    from rwcore.integrations.verl import legacy
+
+    overrides = _documented_overrides("### verl 0.8.0 (and 0.9's legacy trainer)")
+    assert "actor_rollout_ref.model.external_lib=rwcore.integrations.verl" in overrides and len(overrides) >= 10
+    import verl.trainer.main_ppo as main_ppo
+
+    config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")  # what legacy.main() composes
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        extra = ["trainer.use_v1=false"] if HAS_V1 else []
+        cfg = compose("ppo_trainer", overrides=overrides + extra + ["actor_rollout_ref.rollout.n=4"])
+    assert "v1" not in cfg.trainer or cfg.trainer.use_v1 is False
+    assert importlib.import_module(cfg.actor_rollout_ref.model.external_lib) is rv
+    settings = check_v1_config(cfg)
+    assert settings["group_size"] == 4 and settings["rubrics"]["no-duplicate-calls"] == "Efficiency"
+    assert rv.loss_params_from_config(cfg.actor_rollout_ref.actor) == (0.5, 5.0, 3.0)
+    assert legacy.legacy_module().__name__ == ("verl.trainer.main_ppo_v0" if HAS_V1 else "verl.trainer.main_ppo")
