@@ -116,4 +116,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m` runs this file as __main__: use the package's module, whose RwcoreTaskRunner and sampler
+    # slot (_FED) are the ones Ray pickles by reference and the forwarder feeds.
+    from rwcore.integrations.verl.legacy import main as _package_main
+
+    _package_main()

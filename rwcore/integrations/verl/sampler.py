@@ -257,6 +257,7 @@ _SAMPLER_DOC = """Arise's capability sampler as a verl curriculum sampler (an `A
     trainer.v1.trainer_mode=rwcore_sync
     +data.rwcore_sampler.rubrics={cites-order-id: Verification, no-duplicate-calls: Efficiency}
     data.dataloader_num_workers=0
+    # verl 0.8 (and 0.9's legacy trainer): python -m rwcore.integrations.verl.legacy, same data.rwcore_sampler
 
     It is built as `cls(data_source=dataset, data_config)` (verl <= 0.7 did that itself through
     data.sampler.class_path / class_name); the rwcore settings live in `data_config["sampler"]`: group_size (required), batch_size (default data.gen_batch_size or
