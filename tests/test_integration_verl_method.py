@@ -1,6 +1,7 @@
 """verl's estimator + loader sampler driven by rwcore.AdaptiveMethod (rwcore.integrations.verl.method),
 through verl 0.9.1's real compute_advantage paths (legacy with the forwarder, V1's
-compute_advantage_for_multi_trajectories with the trainer's scope) and torchdata's StatefulDataLoader.
+compute_advantage_for_multi_trajectories with the trainer's scope) and torchdata's StatefulDataLoader;
+on verl 0.8.0 (tests/test_integration_versions.py) through its legacy compute_advantage only.
 
 The reference is a FRESH AdaptiveMethod (same variant, settings, providers) replayed on the same raw
 responses with the method's own loop: sample, score, observe, adapt.
@@ -18,7 +19,6 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import verl.trainer.ppo.ray_trainer as ray_trainer
-import verl.trainer.ppo.v1.utils as v1_utils
 from omegaconf import OmegaConf
 from verl import DataProto
 
@@ -27,6 +27,11 @@ from rwcore.integrations.verl.advantage import verdicts_in_scope
 from rwcore.integrations.verl.method import METHOD_ESTIMATOR_NAME, AdaptiveMethodDriver
 from rwcore.types import JudgeReport, RubricJudgment, Trajectory
 from rwcore.verdict import Verdict
+
+# verl 0.8.0 (run by tests/test_integration_versions.py) has only the legacy compute_advantage
+HAS_V1 = importlib.util.find_spec("verl.trainer.ppo.v1") is not None
+if HAS_V1:
+    import verl.trainer.ppo.v1.utils as v1_utils
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "trl_adaptive_method.py"
 _spec = importlib.util.spec_from_file_location("trl_adaptive_method", EXAMPLE)
@@ -107,7 +112,7 @@ def test_verl_driven_by_adaptive_method_equals_the_methods_own():
         task_ids = [ROWS[i]["rwcore_task_id"] for i in next(it)]
         assert task_ids == reference.sample(step)  # the loader's batch is the method's draw
         rows = _responses(task_ids, step, driver.rubrics_to_judge(task_ids))
-        if step % 2 == 0:  # the legacy trainer's compute_advantage (forwarder installed)
+        if step % 2 == 0 or not HAS_V1:  # the legacy trainer's compute_advantage (forwarder installed)
             data, _ = _data(rows)
             data = ray_trainer.compute_advantage(data, METHOD_ESTIMATOR_NAME, num_repeat=G, config=config)
         else:  # the V1 trainer's: only uid in the batch, the rest fetched into the scope by rwcore_sync

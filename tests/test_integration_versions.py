@@ -85,7 +85,8 @@ def test_verl_outside_its_tested_range_warns_once(monkeypatch):
 
 # verl 0.8.0 has neither the V1 trainer (verl.trainer.ppo.v1, trainer mode rwcore_sync) nor plugin discovery:
 # these tests of tests/test_integration_verl.py need them (the rest -- the loss through ppo_loss, the
-# estimator through the legacy compute_advantage, registration, the sampler, the legacy task runner -- run)
+# estimator through the legacy compute_advantage, registration, the sampler, the legacy task runner, and
+# tests/test_integration_verl_method.py's AdaptiveMethodDriver through the legacy path -- run)
 VERL_09_ONLY = ["v1", "plugin", "documented_configuration", "rwcore_sync_hands"]
 
 
@@ -99,8 +100,8 @@ def test_verl_integration_tests_pass_on_the_lowest_declared_verl():
     selection = " and ".join(f"not {name}" for name in VERL_09_ONLY)
     # the module asserts verl.__version__ == RWCORE_EXPECT_VERL, so the low end is what runs
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/test_integration_verl.py", "-k", selection],
+                             "tests/test_integration_verl.py", "tests/test_integration_verl_method.py", "-k", selection],
                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert re.search(r"\b41 passed, 6 deselected\b", result.stdout), result.stdout[-2000:]
+    assert re.search(r"\b44 passed, 6 deselected\b", result.stdout), result.stdout[-2000:]
     assert "is tested with verl" not in result.stdout  # inside the range: no version warning
