@@ -84,47 +84,46 @@ def _ptr(name_types: dict) -> dict:
     return {name: f"*{dtype}" for name, dtype in name_types.items()}
 
 
-def _token_fwd_variants(fn_name: str, arch: int, full: bool):
-    """token_logprobs forward: logits in any float dtype (fp32 in the fused-linear path), labels int64 / int32."""
+def _row_choices(arch: int, full: bool):
+    """(with_entropy, launch config, production default) for the row kernels on `arch`: every tile in the full
+    grid; in the subset both entropy variants at the production tile (V = 151,936) and the entropy one at the
+    smallest tile."""
     configs = _launch.row_configs(arch)
     default = _launch.row_config(arch, 151_936)
+    for with_entropy in (False, True):
+        for config in configs:
+            if not full and (config not in (configs[0], configs[-1]) or (config != default and not with_entropy)):
+                continue
+            yield with_entropy, config, default
+
+
+def _token_fwd_variants(fn_name: str, arch: int, full: bool):
+    """token_logprobs forward: logits in any float dtype (fp32 in the fused-linear path), labels int64 / int32."""
     for logits in FLOAT_TYPES:
         for labels in (("i64", "i32") if full else ("i64",)):
-            for with_entropy in (False, True):
-                for config in configs:
-                    if not full and config not in (configs[0], configs[-1]):
-                        continue
-                    if not full and config != default and not with_entropy:
-                        continue  # the subset: both entropy variants at the default tile, the larger one at the smallest
-                    signature = {**_ptr({"logits_ptr": logits, "labels_ptr": labels, "logp_ptr": "fp32",
-                                         "lse_ptr": "fp32", "entropy_ptr": "fp32"}),
-                                 "stride_row": "i32", "vocab_size": "i32", "inv_temperature": "fp32",
-                                 "ignore_index": "i32", "WITH_ENTROPY": "constexpr", "BLOCK": "constexpr"}
-                    yield Variant(fn_name, arch, signature, {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
-                                  config.num_warps, is_default=config == default and labels == "i64")
+            for with_entropy, config, default in _row_choices(arch, full):
+                signature = {**_ptr({"logits_ptr": logits, "labels_ptr": labels, "logp_ptr": "fp32",
+                                     "lse_ptr": "fp32", "entropy_ptr": "fp32"}),
+                             "stride_row": "i32", "vocab_size": "i32", "inv_temperature": "fp32",
+                             "ignore_index": "i32", "WITH_ENTROPY": "constexpr", "BLOCK": "constexpr"}
+                yield Variant(fn_name, arch, signature, {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
+                              config.num_warps, is_default=config == default and labels == "i64")
 
 
 def _token_bwd_variants(fn_name: str, arch: int, full: bool):
     """token_logprobs backward: gradient in the logits' dtype, or bf16 / fp16 from fp32 logits (fused-linear, CUDA)."""
-    configs = _launch.row_configs(arch)
-    default = _launch.row_config(arch, 151_936)
     pairs = [(t, t) for t in FLOAT_TYPES] + [("fp32", "bf16"), ("fp32", "fp16")]
     for logits, grad in pairs:
         for labels in (("i64", "i32") if full else ("i64",)):
-            for with_entropy in (False, True):
-                for config in configs:
-                    if not full and config not in (configs[0], configs[-1]):
-                        continue
-                    if not full and config != default and not with_entropy:
-                        continue
-                    signature = {**_ptr({"logits_ptr": logits, "labels_ptr": labels, "lse_ptr": "fp32",
-                                         "entropy_ptr": "fp32", "grad_logp_ptr": "fp32", "grad_entropy_ptr": "fp32",
-                                         "grad_logits_ptr": grad}),
-                                 "stride_row": "i32", "grad_stride_row": "i32", "vocab_size": "i32",
-                                 "inv_temperature": "fp32", "ignore_index": "i32",
-                                 "WITH_ENTROPY": "constexpr", "BLOCK": "constexpr"}
-                    yield Variant(fn_name, arch, signature, {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
-                                  config.num_warps, is_default=config == default and labels == "i64")
+            for with_entropy, config, default in _row_choices(arch, full):
+                signature = {**_ptr({"logits_ptr": logits, "labels_ptr": labels, "lse_ptr": "fp32",
+                                     "entropy_ptr": "fp32", "grad_logp_ptr": "fp32", "grad_entropy_ptr": "fp32",
+                                     "grad_logits_ptr": grad}),
+                             "stride_row": "i32", "grad_stride_row": "i32", "vocab_size": "i32",
+                             "inv_temperature": "fp32", "ignore_index": "i32",
+                             "WITH_ENTROPY": "constexpr", "BLOCK": "constexpr"}
+                yield Variant(fn_name, arch, signature, {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
+                              config.num_warps, is_default=config == default and labels == "i64")
 
 
 def _loss_variants(fn_name: str, arch: int, full: bool):
