@@ -101,7 +101,7 @@ def _loader(driver):
 
 
 def test_verl_driven_by_adaptive_method_equals_the_methods_own():
-    driver = AdaptiveMethodDriver(example.make_method(example.make_rows()))
+    driver = AdaptiveMethodDriver(example.make_method(example.make_rows()), keep_steps=2)
     driver.register()
     rv.install_advantage_forwarding()
     reference = example.make_method(example.make_rows())
@@ -127,6 +127,7 @@ def test_verl_driven_by_adaptive_method_equals_the_methods_own():
                                    torch.tensor(expected, dtype=torch.float32).unsqueeze(-1) * mask, rtol=0, atol=0)
         rubric_term_seen |= bool(scored.advantage_rubrics)
     assert rubric_term_seen  # the pool (proposed after step 0) entered the advantages
+    assert [record["step"] for record in driver.scored] == [1, 2]  # only the last keep_steps=2 steps are held
     assert {r["rubric_id"] for r in driver.method.pool_rubrics()} == {"short", "says-refund"}
     assert driver.method.state_dict()["sampler"] == reference.state_dict()["sampler"]
 
@@ -173,3 +174,5 @@ def test_bad_batches_and_setups_are_refused():
                                  index=data.non_tensor_batch["uid"], non_tensor_batch={"uid": data.non_tensor_batch["uid"]})
     with pytest.raises(ValueError, match="no dataset row"):
         driver.sampler(ROWS[:3])
+    with pytest.raises(ValueError, match="keep_steps"):
+        AdaptiveMethodDriver(example.make_method(example.make_rows()), keep_steps=0)

@@ -28,7 +28,10 @@ processes): `world_size > 1` is refused at start, as are a generation batch that
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+
+from rwcore.validation import check_int
 
 from .trainer import RWGRPOMixin
 
@@ -40,7 +43,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
 
     def __init__(self, *args, method, judge, outcome_fn: Callable | None = None, diagnose: Callable | None = None,
                  base_system_prompt: str = "", task_id_column: str = "task_id", tags_column: str | None = "tags",
-                 **kwargs) -> None:
+                 keep_rounds: int = 16, **kwargs) -> None:
         from rwcore.method import AdaptiveMethod
 
         if not isinstance(method, AdaptiveMethod):
@@ -59,7 +62,10 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         self.rw_diagnose = diagnose
         self.rw_base_system_prompt = base_system_prompt
         self.rw_tags_column = tags_column
-        self.rw_scored: list[dict] = []  # one record per generation round: task ids, trajectories, Scored
+        # the last `keep_rounds` generation rounds (task ids, trajectories, reports, Scored), for inspection;
+        # bounded, since each holds a whole round's trajectories
+        self.rw_scored: deque[dict] = deque(maxlen=check_int(keep_rounds, "keep_rounds", low=1))
+        self._rw_rounds = 0
         self._rw_pending = None
 
         def rwcore_method(prompts, completions, completion_ids=None, **columns):
@@ -155,7 +161,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         trajectories = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions)):
             trajectory = trajectory_from_trl(prompt, completion, ids[i], tags=tags[i] if tags is not None else (),
-                                             trajectory_id=f"s{step}-r{len(self.rw_scored)}-{i}",
+                                             trajectory_id=f"s{step}-r{self._rw_rounds}-{i}",
                                              group_id=f"s{step}-g{i // g}", policy_version=step)
             if self.rw_outcome_fn is not None:
                 trajectory.outcome = float(self.rw_outcome_fn(trajectory))
@@ -170,6 +176,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         record = {"step": step, "task_ids": task_ids, "trajectories": trajectories, "reports": reports,
                   "scored": scored}
         self.rw_scored.append(record)
+        self._rw_rounds += 1
         self._rw_pending = record
         return [float(r) for r in scored.rewards]
 

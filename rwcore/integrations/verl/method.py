@@ -27,11 +27,14 @@ checkpoint holds the whole method (pool, sampler evidence, RewardWeaver state).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Optional
 
 import numpy as np
 import torch
+
+from rwcore.validation import check_int
 
 from .advantage import _SCOPED_NON_TENSOR
 from .config import TAGS_KEY, TASK_ID_KEY, VERDICTS_KEY
@@ -47,7 +50,7 @@ class AdaptiveMethodDriver:
     """An `AdaptiveMethod` behind verl's estimator registry and data loader (see the module docstring)."""
 
     def __init__(self, method, *, diagnose: Callable | None = None, task_id_key: str = TASK_ID_KEY,
-                 verdicts_key: str = VERDICTS_KEY, text_key: str = TEXT_KEY) -> None:
+                 verdicts_key: str = VERDICTS_KEY, text_key: str = TEXT_KEY, keep_steps: int = 16) -> None:
         from rwcore.method import AdaptiveMethod
 
         if not isinstance(method, AdaptiveMethod):
@@ -59,7 +62,9 @@ class AdaptiveMethodDriver:
         self.diagnose = diagnose
         self.task_id_key, self.verdicts_key, self.text_key = task_id_key, verdicts_key, text_key
         self.step = 0
-        self.scored: list[dict] = []  # per step: task ids, trajectories, reports, Scored (for inspection)
+        # the last `keep_steps` steps (task ids, trajectories, reports, Scored), for inspection; bounded, since
+        # each holds a whole batch's trajectories
+        self.scored: deque[dict] = deque(maxlen=check_int(keep_steps, "keep_steps", low=1))
 
     # -- verl wiring -------------------------------------------------------------------------
 
