@@ -106,7 +106,8 @@ def grpo_args(workdir: str, steps: int, **overrides):
 
 
 def main(workdir: str, steps: int = 3, trainer_class=None):
-    """Trains `steps` steps; returns the trainer (its `rw_scored` holds each round's trajectories and Scored)."""
+    """Trains `steps` steps; returns the trainer (its `rw_scored` holds the last `keep_rounds` (16) rounds'
+    trajectories and Scored)."""
     from datasets import Dataset
 
     from rwcore.integrations.trl import AdaptiveGRPOTrainer
