@@ -128,12 +128,12 @@ class HFGenerator:
         from transformers import LogitsProcessorList
 
         policy, codec = self.policy, self.policy.codec
-        input_ids, attention = pad_left(prompts, codec.pad_id, policy.device)
+        input_ids, attention, cache = self._inputs(prompts)
         # custom processors run after suppression and before generate's temperature warper (and there is
         # no top-k / top-p here), so the recorder applies the temperature itself
         recorder = None if greedy else _SampledLogProbs(temperature)
         output = policy.model.generate(
-            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens, past_key_values=cache,
             do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
             eos_token_id=codec.end_id, pad_token_id=codec.pad_id, suppress_tokens=policy.suppressed(),
             logits_processor=LogitsProcessorList([recorder]) if recorder is not None else None,
@@ -144,6 +144,33 @@ class HFGenerator:
             for completion, row in zip(completions, recorder.finish(new).tolist()):
                 completion.logprobs = row
         return completions
+
+    def _inputs(self, prompts: Sequence[list[int]]):
+        """(input_ids [B, W], attention_mask [B, W], prefix cache or None) for generate.
+
+        Plain: left-padded. With a common prefix of P tokens (Policy.prefix_length: the system prompt, and
+        Arise's skills), the prefix is encoded once and its cache repeated for the B rows, the padding sits
+        between the prefix and each row's own tokens, and generate encodes only those: positions come from
+        the attention mask, so every token keeps the position it has in the unpadded prompt."""
+        policy, codec = self.policy, self.policy.codec
+        shortest = min(len(p) for p in prompts)
+        common = torch.tensor([list(p[:shortest]) for p in prompts], dtype=torch.long)
+        prefix = policy.prefix_length(common) if shortest > 0 else 0
+        if prefix == 0:
+            return (*pad_left(prompts, codec.pad_id, policy.device), None)
+        width = max(len(p) for p in prompts) - prefix
+        input_ids = torch.full((len(prompts), prefix + width), codec.pad_id, dtype=torch.long)
+        attention = torch.zeros_like(input_ids)
+        input_ids[:, :prefix] = common[0, :prefix]
+        attention[:, :prefix] = 1
+        for row, prompt in enumerate(prompts):
+            own = len(prompt) - prefix
+            input_ids[row, prefix + width - own:] = torch.tensor(prompt[prefix:], dtype=torch.long)
+            attention[row, prefix + width - own:] = 1
+        input_ids, attention = input_ids.to(policy.device), attention.to(policy.device)
+        cache = policy.model.model(input_ids=input_ids[:1, :prefix], use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(prompts))
+        return input_ids, attention, cache
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
