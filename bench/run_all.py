@@ -16,6 +16,8 @@ Benchmarks, in order (each is also a script of its own in bench/):
 - async:         `rw train` throughput with rollout.max_lag 1 vs 0 (bench_async.py)
 - trl_step:      one GRPO step, rwcore's trainer vs TRL's GRPOTrainer at equal work (bench_trl_step.py)
 - scoring_memory: behavior-scoring peak memory, fused-linear vs materialized logits (bench_scoring_memory.py)
+- shared_prefix: `rw train` step time with model.shared_prefix on vs off, with and without Arise's skills
+                 (bench_shared_prefix.py)
 
 The report goes to OUT/report.json (every benchmark's full report and the machine) and
 OUT/report.md (a summary of the headline ratios, then every benchmark's table); OUT defaults to
@@ -52,6 +54,7 @@ BENCHMARKS = {
     "async": ("bench_async", "rw train throughput, rollout.max_lag 1 vs 0"),
     "trl_step": ("bench_trl_step", "one GRPO step, rwcore vs TRL GRPOTrainer at equal work"),
     "scoring_memory": ("bench_scoring_memory", "behavior-scoring peak memory, fused vs materialized"),
+    "shared_prefix": ("bench_shared_prefix", "rw train step time, model.shared_prefix on vs off"),
 }
 NAMES = tuple(BENCHMARKS)
 DEFAULT_OUT = BENCH / "results" / "latest"
@@ -175,6 +178,9 @@ def headlines(name: str, report: dict) -> list[tuple[str, str]]:
     elif name == "scoring_memory":
         for row in report["rows"]:
             rows.append((f"behavior-scoring peak, fused / materialized, V={row['vocab']:,}", f"{row['ratio']:.3f}"))
+    elif name == "shared_prefix":
+        for row in report["rows"]:
+            rows.append((f"rw train step time, {row['method']}, shared_prefix off / on", f"{row['speedup']:.2f}x"))
     return rows
 
 
