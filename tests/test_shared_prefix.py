@@ -1,4 +1,4 @@
-"""model.shared_prefix: a batch's common prompt is encoded once and its keys and values repeated.
+"""model.shared_prefix: prompts the rows share are encoded once and their keys and values gathered for the rows.
 
 The reference is the same model's plain forward (model.shared_prefix=off): every row encodes its whole
 sequence, right-padded for the update and left-padded for HF generate. The shared path must give the same
@@ -50,12 +50,43 @@ def _batch(prefix_len: int, lengths, seed: int = 0):
     return rows, ids, mask
 
 
+def _grouped(common: int, groups, seed: int = 0):
+    """Right-padded ids [B, L] and mask: every row starts with the same `common` tokens, then each group
+    (own prefix length, [tail lengths]) adds its own prefix and each row a random tail. The rows of the
+    groups are interleaved (row i is in group i mod len(groups), in turn) so that groups are not contiguous."""
+    g = torch.Generator().manual_seed(seed)
+    draw = lambda n: torch.randint(4, VOCAB, (n,), generator=g).tolist()  # noqa: E731
+    start = draw(common)
+    members = []
+    for own, tails in groups:
+        prefix = start + draw(own)
+        members.append([prefix + [5 + i] + draw(n) for i, n in enumerate(tails)])  # rows differ right after
+    rows = [row for chunk in zip(*members) for row in chunk]
+    width = max(map(len, rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = torch.tensor(row)
+        mask[i, :len(row)] = 1
+    return rows, ids, mask
+
+
+def _partition(plan, batch):
+    return sorted(sorted(i for i in range(batch) if int(plan.rows[i]) == d) for d in range(plan.count))
+
+
 @pytest.mark.parametrize("name,model", list(_models()), ids=lambda v: v if isinstance(v, str) else "")
-def test_hidden_states_and_gradients_match_the_plain_forward(name, model):
+@pytest.mark.parametrize("layout", ["batch", "groups"])
+def test_hidden_states_and_gradients_match_the_plain_forward(name, model, layout):
     model.train()
-    _, ids, mask = _batch(23, [1, 9, 17, 4, 30])
+    if layout == "batch":
+        _, ids, mask = _batch(23, [1, 9, 17, 4, 30])
+        expected = 23
+    else:  # 3 groups of 3 rows, 2 tokens in common and 12 per group: P = 14 shared by D = 3
+        _, ids, mask = _grouped(2, [(12, [0, 6, 3]), (12, [9, 1, 4]), (12, [2, 2, 11])])
+        expected = 14
     shared, plain = _policy(model, True), _policy(model, False)
-    assert shared.prefix_length(ids, mask) == 23
+    assert shared.prefix_length(ids, mask) == expected
     assert plain.prefix_length(ids, mask) == 0
     weights = torch.randn(*ids.shape, model.config.hidden_size, generator=torch.Generator().manual_seed(3))
     results = []
@@ -98,6 +129,34 @@ def test_prefix_length_falls_back_where_sharing_does_not_hold():
     assert Policy(sliding, policy.codec, torch.device("cpu")).prefix_length(ids, mask) == 0
 
 
+def test_prefix_plan_by_hand():
+    """The length maximizes the positions saved, P (B - D(P)); the partition is the rows' groups."""
+    torch.manual_seed(0)
+    policy = _policy(build_model(VOCAB, 32, 1, 4, 48, 256, 0, True))
+    # 10 common tokens, 4 groups of 2 rows adding 4 tokens each: batch-wide 10 x 7 = 70 beats 14 x 4 = 56
+    _, ids, mask = _grouped(10, [(4, [3, 5])] * 4)
+    plan = policy.prefix_plan(ids, mask)
+    assert plan.length == 10 and plan.count == 1 and plan.rows.tolist() == [0] * 8
+    # 2 groups of 4 rows: 14 x (8 - 2) = 84 beats 70; rows 0, 2, 4, 6 are the first group's
+    _, ids, mask = _grouped(10, [(4, [3, 5, 2, 6])] * 2)
+    plan = policy.prefix_plan(ids, mask)
+    assert plan.length == 14 and plan.count == 2
+    assert _partition(plan, 8) == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert all(int(plan.rows[int(first)]) == d for d, first in enumerate(plan.firsts))
+    assert (ids[plan.firsts[plan.rows], :14] == ids[:, :14]).all()
+    # no common start, 2 groups of 3 sharing 9 tokens: 9 x 4 = 36 < the 8 x 5 = 40 a batch-wide prefix of
+    # MIN_SHARED_PREFIX would save; with 10 tokens per group, 10 x 4 = 40 is enough
+    _, ids, mask = _grouped(0, [(MIN_SHARED_PREFIX + 1, [2, 3, 4])] * 2)
+    assert policy.prefix_plan(ids, mask) is None
+    _, ids, mask = _grouped(0, [(MIN_SHARED_PREFIX + 2, [2, 3, 4])] * 2)
+    plan = policy.prefix_plan(ids, mask)
+    assert plan.length == MIN_SHARED_PREFIX + 2 and _partition(plan, 6) == [[0, 2, 4], [1, 3, 5]]
+    # identical prompts (a group's first turn) share all but the last token
+    ids = torch.tensor([[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]] * 3 + [[9] * 11] * 3)
+    plan = policy.prefix_plan(ids)
+    assert plan.length == 10 and _partition(plan, 6) == [[0, 1, 2], [3, 4, 5]]
+
+
 def test_common_prefix_length_by_hand():
     assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
     assert common_prefix_length([[5, 1], [6, 1]]) == 0
@@ -105,11 +164,18 @@ def test_common_prefix_length_by_hand():
     assert common_prefix_length([]) == 0
 
 
-@pytest.mark.parametrize("max_new_tokens,greedy", [(1, False), (4, False), (4, True)])
-def test_generation_samples_the_same_tokens_with_the_same_log_probs(max_new_tokens, greedy):
+@pytest.mark.parametrize("max_new_tokens,greedy,layout", [(1, False, "batch"), (4, False, "batch"), (4, True, "batch"),
+                                                         (4, False, "groups"), (4, True, "groups")])
+def test_generation_samples_the_same_tokens_with_the_same_log_probs(max_new_tokens, greedy, layout):
     torch.manual_seed(0)
     model = build_model(VOCAB, 32, 2, 4, 48, 256, 0, True).eval()
-    prompts, _, _ = _batch(25, [1, 6, 13, 2, 9, 20, 7], seed=5)
+    if layout == "batch":
+        prompts, _, _ = _batch(25, [1, 6, 13, 2, 9, 20, 7], seed=5)
+    else:  # 2 groups of 4 whose prompts are identical within the group (the first turn) and 2 of 3 that differ
+        prompts, _, _ = _grouped(3, [(14, [0] * 4), (14, [0] * 4)], seed=5)
+        prompts = [row[:-1] for row in prompts]  # drop the per-row marker: identical within each group
+        prompts += _grouped(3, [(14, [1, 5, 9]), (14, [2, 0, 6])], seed=6)[0]
+        assert _policy(model).prefix_length(torch.tensor([p[:17] for p in prompts])) == 16
     runs = []
     for shared in (True, False):
         policy = _policy(model, shared)

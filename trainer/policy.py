@@ -36,6 +36,7 @@ class WordCodec:
         self.tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
                                                  bos_token="<bos>", eos_token="<end>")
         self.vocab = vocab
+        self.words = [None if token in SPECIAL_TOKENS else token for token in vocab]  # id -> word (None: special)
         self.pad_id = vocab["<pad>"]
         self.end_id = vocab["<end>"]
         self.bos_id = vocab["<bos>"]
@@ -56,8 +57,9 @@ class WordCodec:
         return [self.vocab[ROLE_TOKENS[role]], *self._words(text), self.vocab["<assistant>"]]
 
     def decode(self, ids: Sequence[int]) -> str:
-        inverse = self.tokenizer.convert_ids_to_tokens(list(ids))
-        return " ".join(t for t in inverse if t not in SPECIAL_TOKENS)
+        """The words of `ids`, special tokens left out (ids outside the vocabulary are an IndexError)."""
+        words = self.words
+        return " ".join(w for w in (words[i] for i in ids) if w is not None)
 
 
 def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
@@ -87,7 +89,7 @@ class Policy:
     device: torch.device
     version: int = 0
     allowed: torch.Tensor | None = None  # [K] token ids agent messages may use; None = the whole vocabulary
-    shared_prefix: bool = True  # model.shared_prefix: encode a batch's common prefix once (see hidden_states)
+    shared_prefix: bool = True  # model.shared_prefix: encode prompts the rows share once (see hidden_states)
 
     def restrict(self, token_ids: Sequence[int]) -> None:
         """Agent messages use only `token_ids`: sampling suppresses the rest, and scoring and the loss
@@ -113,40 +115,71 @@ class Policy:
         """[B, L, H] final (normed) hidden states, the input of the LM head, of right-padded input_ids [B, L]
         (long) with attention_mask [B, L] (1 = token, 0 = padding).
 
-        Every rollout of a step starts with the same system prompt (and, under Arise, the same skills), so
-        with model.shared_prefix on the rows' common prefix of P tokens is encoded once (batch 1) and its keys
-        and values are repeated for the B suffixes: the same function, differentiable through the prefix
-        (its gradient is the sum over rows), at about (P + B (L - P)) / (B L) of the cost. Results agree with
-        the full forward to float rounding (about 1e-6 in float32)."""
-        prefix = self.prefix_length(input_ids, attention_mask)
-        if prefix == 0:
+        Rows share prompts: every rollout of a step starts with the same system prompt (and, under Arise, the
+        same skills), and the G rollouts of a group with the same task. With model.shared_prefix on, the rows'
+        first P tokens (`prefix_plan`: one prefix for the batch, or one per group of rows) are encoded once per
+        distinct prefix (D rows) and their keys and values gathered for the B rows: the same function,
+        differentiable through the prefixes (each prefix's gradient is the sum over its rows), at about
+        (D P + B (L - P)) / (B L) of the cost. Results agree with the full forward to float rounding (about
+        1e-6 in float32)."""
+        plan = self.prefix_plan(input_ids, attention_mask)
+        if plan is None:
             return self.model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         batch, length = input_ids.shape
-        head = self.model.model(input_ids=input_ids[:1, :prefix], use_cache=True)
+        head = self.model.model(input_ids=input_ids[plan.firsts, :plan.length], use_cache=True)
         cache = head.past_key_values
-        cache.batch_repeat_interleave(batch)
-        positions = torch.arange(prefix, length, device=input_ids.device)
-        tail = self.model.model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask,
+        plan.spread_cache(cache)
+        positions = torch.arange(plan.length, length, device=input_ids.device)
+        tail = self.model.model(input_ids=input_ids[:, plan.length:], attention_mask=attention_mask,
                                 past_key_values=cache, position_ids=positions[None].expand(batch, -1),
                                 cache_position=positions, use_cache=True).last_hidden_state
-        return torch.cat([head.last_hidden_state.expand(batch, -1, -1), tail], dim=1)
+        return torch.cat([plan.spread(head.last_hidden_state, view=True), tail], dim=1)
+
+    def prefix_plan(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> PrefixPlan | None:
+        """Which prefix `hidden_states` and HF generation encode once, for input_ids [B, L] (right-padded with
+        attention_mask, or unpadded lists' common width without): the length P, shared by every row, whose
+        distinct P-token starts are encoded once each. P maximizes the token positions saved, P (B - D(P)) for
+        D(P) distinct starts — the whole batch's common prefix (D = 1), or a longer one shared within groups
+        (a task's G rollouts) — and must save at least as much as a batch-wide prefix of MIN_SHARED_PREFIX
+        tokens would. None takes the plain path: model.shared_prefix off, a single row, nothing worth sharing,
+        left padding, gradient checkpointing, or a model whose cache is not HF's plain DynamicCache. At least
+        one token of every row stays outside the prefix."""
+        batch = input_ids.shape[0]
+        if not self.shared_prefix or batch < 2 or not supports_shared_prefix(self.model):
+            return None
+        limit = input_ids.shape[1]
+        if attention_mask is not None:  # the rows' real tokens must start at 0 and cover the prefix
+            padded = attention_mask == 0
+            limit = int(torch.where(padded.any(dim=1), padded.int().argmax(dim=1), limit).min())
+        limit -= 1
+        if limit < MIN_SHARED_PREFIX:
+            return None
+        rows = input_ids[:, :limit].tolist()
+        order = sorted(range(batch), key=rows.__getitem__)
+        ranked = torch.tensor([rows[i] for i in order], dtype=torch.long)
+        # agree[k]: length of the common start of the k-th and (k+1)-th rows in sorted order
+        differs = ranked[1:] != ranked[:-1]
+        agree = torch.where(differs.any(dim=1), differs.int().argmax(dim=1), limit)
+        lengths = torch.arange(1, limit + 1)
+        distinct = 1 + (agree[None, :] < lengths[:, None]).sum(dim=1)  # D(P) for P = 1 .. limit
+        saved = lengths * (batch - distinct)
+        saved[:MIN_SHARED_PREFIX - 1] = 0
+        best = int(torch.argmax(saved.flip(0)))  # the longest P among equal savings
+        length = limit - best
+        if int(saved[length - 1]) < MIN_SHARED_PREFIX * (batch - 1):
+            return None
+        starts = torch.cat([torch.ones(1, dtype=torch.long), (agree < length).long()])  # sorted row opens a prefix
+        sorted_group = torch.cumsum(starts, 0) - 1
+        group = torch.empty(batch, dtype=torch.long)
+        group[torch.tensor(order)] = sorted_group
+        firsts = torch.tensor(order)[starts.bool()]
+        device = input_ids.device
+        return PrefixPlan(length, group.to(device), firsts.to(device))
 
     def prefix_length(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> int:
-        """Length P of the common prefix `hidden_states` and HF generation encode once for input_ids [B, L]
-        (right-padded, or unpadded lists' common start), or 0 to take the plain path: model.shared_prefix off,
-        a single row, a prefix under MIN_SHARED_PREFIX tokens, gradient checkpointing, or a model whose cache
-        is not HF's plain DynamicCache. At least one token of every row stays outside the prefix."""
-        if not self.shared_prefix or input_ids.shape[0] < 2 or not supports_shared_prefix(self.model):
-            return 0
-        lengths = attention_mask.sum(dim=1) if attention_mask is not None else \
-            torch.full((input_ids.shape[0],), input_ids.shape[1], device=input_ids.device)
-        limit = int(lengths.min()) - 1
-        same = (input_ids[:, :max(limit, 0)] == input_ids[:1, :max(limit, 0)]).all(dim=0)
-        if attention_mask is not None:
-            same &= (attention_mask[:, :max(limit, 0)] != 0).all(dim=0)
-        differs = torch.nonzero(~same)
-        prefix = int(differs[0]) if len(differs) else max(limit, 0)
-        return prefix if prefix >= MIN_SHARED_PREFIX else 0
+        """P of `prefix_plan`, or 0 for the plain path."""
+        plan = self.prefix_plan(input_ids, attention_mask)
+        return 0 if plan is None else plan.length
 
     @property
     def head(self) -> torch.nn.Linear:
@@ -154,6 +187,46 @@ class Policy:
 
 
 MIN_SHARED_PREFIX = 8  # tokens; below this one more forward pass costs more than the prefix saves
+
+
+@dataclass(frozen=True)
+class PrefixPlan:
+    """A shared prefix of a batch of B rows: its `length` P, `rows` [B] (long, the index of each row's prefix
+    among the D distinct ones) and `firsts` [D] (long, a row that holds each prefix, in prefix order)."""
+
+    length: int
+    rows: torch.Tensor
+    firsts: torch.Tensor
+
+    @property
+    def count(self) -> int:
+        return int(self.firsts.numel())
+
+    @property
+    def repeats(self) -> int | None:
+        """R when the rows are the D prefixes' runs of R rows each, in prefix order (a step's G rollouts of
+        each task, or one prefix for the whole batch); None otherwise."""
+        batch, count = self.rows.numel(), self.count
+        if batch % count:
+            return None
+        expected = torch.arange(count, device=self.rows.device).repeat_interleave(batch // count)
+        return batch // count if torch.equal(self.rows, expected) else None
+
+    def spread(self, per_prefix: torch.Tensor, view: bool = False) -> torch.Tensor:
+        """[D, ...] -> [B, ...]: each row gets its prefix's entry. Runs of equal rows repeat (whose backward
+        is a reshaped sum), a single prefix as a broadcast view with `view`; any other order gathers with
+        index_select (backward: index_add)."""
+        repeats = self.repeats
+        if view and self.count == 1:
+            return per_prefix.expand(repeats, *per_prefix.shape[1:])
+        if repeats is not None:
+            return per_prefix.repeat_interleave(repeats, dim=0) if repeats > 1 else per_prefix
+        return per_prefix.index_select(0, self.rows)
+
+    def spread_cache(self, cache) -> None:
+        """Spreads an HF DynamicCache of the D prefixes to the B rows in place (as `spread`)."""
+        for layer in cache.layers:
+            layer.keys, layer.values = self.spread(layer.keys), self.spread(layer.values)
 
 
 def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:

@@ -48,21 +48,18 @@ class Rollout:
 
 
 def pad_left(sequences: Sequence[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [B, W], mask [B, W]) long, left-padded to the longest sequence (one tensor built from lists:
+    per-row tensors cost more than the model's forward on small batches)."""
     width = max(len(s) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-        mask[row, width - len(seq):] = 1
+    ids = torch.tensor([[pad_id] * (width - len(s)) + list(s) for s in sequences], dtype=torch.long)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
     return ids.to(device), mask.to(device)
 
 
 def pad_right(sequences: Sequence[list], pad, dtype, device) -> torch.Tensor:
+    """[B, W] of `dtype`, right-padded with `pad` to the longest sequence."""
     width = max(len(s) for s in sequences)
-    out = torch.full((len(sequences), width), pad, dtype=dtype)
-    for row, seq in enumerate(sequences):
-        out[row, :len(seq)] = torch.tensor(seq, dtype=dtype)
-    return out.to(device)
+    return torch.tensor([list(s) + [pad] * (width - len(s)) for s in sequences], dtype=dtype).to(device)
 
 
 @dataclass
@@ -148,28 +145,27 @@ class HFGenerator:
     def _inputs(self, prompts: Sequence[list[int]]):
         """(input_ids [B, W], attention_mask [B, W], prefix cache or None) for generate.
 
-        Plain: left-padded. With a common prefix of P tokens (Policy.prefix_length: the system prompt, and
-        Arise's skills), the prefix is encoded once and its cache repeated for the B rows, the padding sits
-        between the prefix and each row's own tokens, and generate encodes only those: positions come from
-        the attention mask, so every token keeps the position it has in the unpadded prompt."""
+        Plain: left-padded. With a shared prefix of P tokens (Policy.prefix_plan: the system prompt and
+        Arise's skills for the whole batch, or a group's whole prompt so far), each distinct prefix is encoded
+        once and its cache gathered for its rows, the padding sits between the prefix and each row's own
+        tokens, and generate encodes only those: positions come from the attention mask, so every token
+        keeps the position it has in the unpadded prompt."""
         policy, codec = self.policy, self.policy.codec
         shortest = min(len(p) for p in prompts)
         common = torch.tensor([list(p[:shortest]) for p in prompts], dtype=torch.long)
-        prefix = policy.prefix_length(common) if shortest > 0 else 0
-        if prefix == 0:
+        plan = policy.prefix_plan(common) if shortest > 0 else None
+        if plan is None:
             return (*pad_left(prompts, codec.pad_id, policy.device), None)
+        prefix = plan.length
         width = max(len(p) for p in prompts) - prefix
-        input_ids = torch.full((len(prompts), prefix + width), codec.pad_id, dtype=torch.long)
-        attention = torch.zeros_like(input_ids)
-        input_ids[:, :prefix] = common[0, :prefix]
-        attention[:, :prefix] = 1
-        for row, prompt in enumerate(prompts):
-            own = len(prompt) - prefix
-            input_ids[row, prefix + width - own:] = torch.tensor(prompt[prefix:], dtype=torch.long)
-            attention[row, prefix + width - own:] = 1
+        pad = codec.pad_id
+        input_ids = torch.tensor([list(p[:prefix]) + [pad] * (width + prefix - len(p)) + list(p[prefix:])
+                                  for p in prompts], dtype=torch.long)
+        attention = torch.tensor([[1] * prefix + [0] * (width + prefix - len(p)) + [1] * (len(p) - prefix)
+                                  for p in prompts], dtype=torch.long)
         input_ids, attention = input_ids.to(policy.device), attention.to(policy.device)
-        cache = policy.model.model(input_ids=input_ids[:1, :prefix], use_cache=True).past_key_values
-        cache.batch_repeat_interleave(len(prompts))
+        cache = policy.model.model(input_ids=input_ids[plan.firsts, :prefix], use_cache=True).past_key_values
+        plan.spread_cache(cache)
         return input_ids, attention, cache
 
 
@@ -234,9 +230,11 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
         model.train()
     rollouts = []
     outcomes = outcome_all(env, episodes)  # one call: an LLM outcome evaluator judges them concurrently
+    group_counts: dict[str, int] = {}
     for (task, seed, group_id), episode, outcome, seq, gen, logp, episode_turns in zip(
             jobs, episodes, outcomes, ids, generated, behavior, turns):
-        index = sum(1 for r in rollouts if r.trajectory.group_id == group_id)
+        index = group_counts.get(group_id, 0)  # this rollout's place in its group
+        group_counts[group_id] = index + 1
         trajectory = Trajectory(
             task_id=task.task_id, turns=episode_turns, outcome=float(outcome.reward), tags=tuple(task.tags),
             group_id=group_id, policy_version=policy.version, generated_length=int(sum(gen)),
