@@ -76,7 +76,7 @@ def _partition(plan, batch):
 
 
 @pytest.mark.parametrize("name,model", list(_models()), ids=lambda v: v if isinstance(v, str) else "")
-@pytest.mark.parametrize("layout", ["batch", "groups"])
+@pytest.mark.parametrize("layout", ["batch", "interleaved groups", "runs of groups"])
 def test_hidden_states_and_gradients_match_the_plain_forward(name, model, layout):
     model.train()
     if layout == "batch":
@@ -85,8 +85,13 @@ def test_hidden_states_and_gradients_match_the_plain_forward(name, model, layout
     else:  # 3 groups of 3 rows, 2 tokens in common and 12 per group: P = 14 shared by D = 3
         _, ids, mask = _grouped(2, [(12, [0, 6, 3]), (12, [9, 1, 4]), (12, [2, 2, 11])])
         expected = 14
+        if layout == "runs of groups":
+            order = [0, 3, 6, 1, 4, 7, 2, 5, 8]
+            ids, mask = ids[order], mask[order]
     shared, plain = _policy(model, True), _policy(model, False)
     assert shared.prefix_length(ids, mask) == expected
+    plan = shared.prefix_plan(ids, mask)
+    assert plan.repeats == {"batch": 5, "interleaved groups": None, "runs of groups": 3}[layout]
     assert plain.prefix_length(ids, mask) == 0
     weights = torch.randn(*ids.shape, model.config.hidden_size, generator=torch.Generator().manual_seed(3))
     results = []
@@ -142,8 +147,15 @@ def test_prefix_plan_by_hand():
     plan = policy.prefix_plan(ids, mask)
     assert plan.length == 14 and plan.count == 2
     assert _partition(plan, 8) == [[0, 2, 4, 6], [1, 3, 5, 7]]
-    assert all(int(plan.rows[int(first)]) == d for d, first in enumerate(plan.firsts))
+    # prefixes are numbered by their first row; interleaved rows are gathered, not repeated
+    assert plan.rows.tolist() == [0, 1] * 4 and plan.firsts.tolist() == [0, 1] and plan.repeats is None
     assert (ids[plan.firsts[plan.rows], :14] == ids[:, :14]).all()
+    # the same rows task by task (the trainer's layout): runs of 4, whichever prefix sorts first
+    for order in ([0, 2, 4, 6, 1, 3, 5, 7], [1, 3, 5, 7, 0, 2, 4, 6]):
+        plan = policy.prefix_plan(ids[order], mask[order])
+        assert plan.rows.tolist() == [0] * 4 + [1] * 4 and plan.firsts.tolist() == [0, 4] and plan.repeats == 4
+        spread = plan.spread(torch.tensor([[10.0], [20.0]]))
+        assert spread.squeeze(1).tolist() == [10.0] * 4 + [20.0] * 4
     # no common start, 2 groups of 3 sharing 9 tokens: 9 x 4 = 36 < the 8 x 5 = 40 a batch-wide prefix of
     # MIN_SHARED_PREFIX would save; with 10 tokens per group, 10 x 4 = 40 is enough
     _, ids, mask = _grouped(0, [(MIN_SHARED_PREFIX + 1, [2, 3, 4])] * 2)

@@ -108,10 +108,11 @@ class ModelConfig:
     tie_embeddings: bool = _f(True, "Built-in model: share the input embedding and the LM head (a token the policy "
                                      "reads and the same token it writes start out aligned, which helps copying).")
     max_length: int = _f(256, "Maximum context length in tokens (prompt + generated).", gt=0)
-    shared_prefix: bool = _f(True, "Encode the prompt a batch's rows share (the system prompt, and Arise's skills) "
-                                   "once in the update, behaviour scoring and HF generation, and repeat its "
-                                   "keys and values for the rows (the same function to float rounding; off = "
-                                   "every row encodes its whole sequence).")
+    shared_prefix: bool = _f(True, "Encode the prompts a batch's rows share (the system prompt and Arise's skills, "
+                                   "or a group's whole first prompt) once per distinct prefix in the update, "
+                                   "behaviour scoring and HF generation, and repeat their keys and values for "
+                                   "the rows (the same function to float rounding; off = every row encodes its "
+                                   "whole sequence).")
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "Parameter dtype.")
     device: str = _f("auto", "Device: auto (CUDA when available), cpu, cuda, cuda:N.")
 

@@ -9,6 +9,7 @@ template.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -169,12 +170,16 @@ class Policy:
         if int(saved[length - 1]) < MIN_SHARED_PREFIX * (batch - 1):
             return None
         starts = torch.cat([torch.ones(1, dtype=torch.long), (agree < length).long()])  # sorted row opens a prefix
-        sorted_group = torch.cumsum(starts, 0) - 1
         group = torch.empty(batch, dtype=torch.long)
-        group[torch.tensor(order)] = sorted_group
-        firsts = torch.tensor(order)[starts.bool()]
+        group[torch.tensor(order)] = torch.cumsum(starts, 0) - 1
+        # number the prefixes by their first row, so that a batch laid out task by task is runs of 0, 1, 2, ...
+        count = int(starts.sum())
+        first = torch.full((count,), batch, dtype=torch.long).scatter_reduce_(0, group, torch.arange(batch), "amin")
+        firsts, by_first = torch.sort(first)
+        rank = torch.empty(count, dtype=torch.long)
+        rank[by_first] = torch.arange(count)
         device = input_ids.device
-        return PrefixPlan(length, group.to(device), firsts.to(device))
+        return PrefixPlan(length, rank[group].to(device), firsts.to(device))
 
     def prefix_length(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> int:
         """P of `prefix_plan`, or 0 for the plain path."""
@@ -202,7 +207,7 @@ class PrefixPlan:
     def count(self) -> int:
         return int(self.firsts.numel())
 
-    @property
+    @functools.cached_property
     def repeats(self) -> int | None:
         """R when the rows are the D prefixes' runs of R rows each, in prefix order (a step's G rollouts of
         each task, or one prefix for the whole batch); None otherwise."""
