@@ -163,6 +163,10 @@ def test_prefix_plan_by_hand():
     _, ids, mask = _grouped(0, [(MIN_SHARED_PREFIX + 2, [2, 3, 4])] * 2)
     plan = policy.prefix_plan(ids, mask)
     assert plan.length == MIN_SHARED_PREFIX + 2 and _partition(plan, 6) == [[0, 2, 4], [1, 3, 5]]
+    # a tie, 8 common tokens x (4 - 1) = 24 = 12 x (4 - 2) with 2 groups of 2 adding 4 each: the longer wins
+    _, ids, mask = _grouped(8, [(4, [1, 2])] * 2)
+    plan = policy.prefix_plan(ids, mask)
+    assert plan.length == 12 and plan.count == 2
     # identical prompts (a group's first turn) share all but the last token
     ids = torch.tensor([[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]] * 3 + [[9] * 11] * 3)
     plan = policy.prefix_plan(ids)
