@@ -15,6 +15,10 @@ Public surface of this package:
 - `length_regularize`, `compute_advantages`: Arise's advantages (eq. 15-17), vectorized over groups.
 """
 
+from rwcore._checkout import move_root_last as _move_root_last
+
+_move_root_last()  # run from a checkout, its kernels/ and trainer/ folders must not hide installed packages
+
 # Every public name is imported on first use (PEP 562), so `import rwcore.kernels` loads neither
 # the C++ extension nor the algorithms, and `import rwcore` does not pay for importing torch.
 _LAZY = {
