@@ -173,7 +173,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--prompts", type=int, default=16, help="B: prompts per step")
     parser.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
     parser.add_argument("--tokens", type=int, default=16, help="T: tokens per completion")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=12, help="steps per trainer; the median is over all but the first")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
