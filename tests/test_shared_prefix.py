@@ -36,18 +36,23 @@ def _models():
                                                     num_key_value_heads=2, max_position_embeddings=256))
 
 
-def _batch(prefix_len: int, lengths, seed: int = 0):
-    """Right-padded ids [B, L] and mask whose rows share their first `prefix_len` tokens."""
-    g = torch.Generator().manual_seed(seed)
-    prefix = torch.randint(4, VOCAB, (prefix_len,), generator=g).tolist()
-    rows = [prefix + torch.randint(4, VOCAB, (n,), generator=g).tolist() for n in lengths]
+def _padded(rows):
+    """(ids [B, L], mask [B, L]) long, rows right-padded with 0."""
     width = max(map(len, rows))
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, row in enumerate(rows):
         ids[i, :len(row)] = torch.tensor(row)
         mask[i, :len(row)] = 1
-    return rows, ids, mask
+    return ids, mask
+
+
+def _batch(prefix_len: int, lengths, seed: int = 0):
+    """Right-padded ids [B, L] and mask whose rows share their first `prefix_len` tokens."""
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(4, VOCAB, (prefix_len,), generator=g).tolist()
+    rows = [prefix + torch.randint(4, VOCAB, (n,), generator=g).tolist() for n in lengths]
+    return (rows, *_padded(rows))
 
 
 def _grouped(common: int, groups, seed: int = 0):
@@ -62,13 +67,7 @@ def _grouped(common: int, groups, seed: int = 0):
         prefix = start + draw(own)
         members.append([prefix + [5 + i] + draw(n) for i, n in enumerate(tails)])  # rows differ right after
     rows = [row for chunk in zip(*members) for row in chunk]
-    width = max(map(len, rows))
-    ids = torch.zeros(len(rows), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row)
-        mask[i, :len(row)] = 1
-    return rows, ids, mask
+    return (rows, *_padded(rows))
 
 
 def _partition(plan, batch):

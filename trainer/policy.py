@@ -224,8 +224,8 @@ class PrefixPlan:
         repeats = self.repeats
         if view and self.count == 1:
             return per_prefix.expand(repeats, *per_prefix.shape[1:])
-        if repeats is not None:
-            return per_prefix.repeat_interleave(repeats, dim=0) if repeats > 1 else per_prefix
+        if repeats is not None:  # R > 1: a plan shares each prefix between rows
+            return per_prefix.repeat_interleave(repeats, dim=0)
         return per_prefix.index_select(0, self.rows)
 
     def spread_cache(self, cache) -> None:
