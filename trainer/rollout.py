@@ -87,18 +87,31 @@ class Generator(Protocol):
 
 
 class _SampledLogProbs:
-    """A `generate` logits processor that records the log-prob of each sampled token under the
-    distribution it was drawn from: log_softmax(scores / T) over the scores generate samples from
-    (token suppression applied; no top-k / top-p here). It holds one step's [B, V] log-probs at a time
-    (a step's token is read from input_ids at the next call, the last one from the final sequences),
-    never the [B, new tokens, V] that `output_scores` would keep."""
+    """The one `generate` logits processor: it suppresses the tokens generation must never produce, then
+    records the log-prob of each sampled token under the distribution it was drawn from: log_softmax(scores / T)
+    over the scores generate samples from (no top-k / top-p here). It holds one step's [B, V] log-probs at a
+    time (a step's token is read from input_ids at the next call, the last one from the final sequences),
+    never the [B, new tokens, V] that `output_scores` would keep.
 
-    def __init__(self, temperature: float) -> None:
-        self.temperature = float(temperature)
+    Suppression gives the same scores as generate's own `suppress_tokens` processor (-inf at those ids, the
+    rest untouched), which ran just before this one; doing both here spares generate's processor list one
+    `inspect.signature` per processor per token. `temperature=None` (greedy) suppresses without recording."""
+
+    def __init__(self, temperature: float | None, suppressed: Sequence[int] | None = None) -> None:
+        self.temperature = None if temperature is None else float(temperature)
+        self.suppressed = list(suppressed) if suppressed else []
+        self.mask: torch.Tensor | None = None  # [V] bool, built at the first call from the scores' width
         self.previous: torch.Tensor | None = None
         self.columns: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.suppressed:
+            if self.mask is None:
+                self.mask = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+                self.mask[torch.tensor(self.suppressed, dtype=torch.long, device=scores.device)] = True
+            scores = scores.masked_fill(self.mask, -float("inf"))
+        if self.temperature is None:
+            return scores
         if self.previous is not None:
             self.columns.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
         self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
@@ -114,33 +127,102 @@ class _SampledLogProbs:
 
 
 class HFGenerator:
-    """`model.generate` on the policy's own model, left-padded; each sampled token's log-prob under the
-    distribution generate drew it from (temperature and token suppression applied)."""
+    """Sampling with the policy's own HF model, left-padded; each sampled token's log-prob under the
+    distribution it was drawn from (temperature and token suppression applied).
+
+    A decoder-only model with full attention and HF's plain DynamicCache (`supports_shared_prefix`: the
+    built-in model and the usual HF causal LMs) is decoded by `_decode`, a loop over the model's forward
+    that makes the calls and random draws `model.generate` makes — the same tokens and log-probs from the same
+    torch seed (tests/test_decode.py checks it against generate) — without generate's per-call set-up and its
+    per-token logits-processor and stopping-criteria machinery (about a tenth of a tiny model's rollout time
+    on a CPU). Any other model goes through `model.generate`."""
 
     def __init__(self, policy) -> None:
         self.policy = policy
 
     @torch.no_grad()
     def __call__(self, prompts, seeds, temperature, max_new_tokens, greedy):
+        policy, codec = self.policy, self.policy.codec
+        input_ids, attention, cache = self._inputs(prompts)
+        if own_decoding(policy.model):
+            new, logprobs = self._decode(input_ids, attention, cache, temperature, max_new_tokens, greedy)
+        else:
+            new, logprobs = self._generate(input_ids, attention, cache, temperature, max_new_tokens, greedy)
+        completions = [Completion(row) for row in new.tolist()]
+        if logprobs is not None:
+            for completion, row in zip(completions, logprobs.tolist()):
+                completion.logprobs = row
+        return completions
+
+    def _generate(self, input_ids, attention, cache, temperature, max_new_tokens, greedy):
+        """(new tokens [B, N] long, their log-probs [B, N] fp32 or None when greedy) from `model.generate`."""
         from transformers import LogitsProcessorList
 
         policy, codec = self.policy, self.policy.codec
-        input_ids, attention, cache = self._inputs(prompts)
-        # custom processors run after suppression and before generate's temperature warper (and there is
-        # no top-k / top-p here), so the recorder applies the temperature itself
-        recorder = None if greedy else _SampledLogProbs(temperature)
+        # custom processors run before generate's temperature warper (and there is no top-k / top-p here),
+        # so the recorder applies the temperature itself
+        recorder = _SampledLogProbs(None if greedy else temperature, policy.suppressed())
         output = policy.model.generate(
             input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens, past_key_values=cache,
             do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
-            eos_token_id=codec.end_id, pad_token_id=codec.pad_id, suppress_tokens=policy.suppressed(),
-            logits_processor=LogitsProcessorList([recorder]) if recorder is not None else None,
+            eos_token_id=codec.end_id, pad_token_id=codec.pad_id, logits_processor=LogitsProcessorList([recorder]),
         )
         new = output[:, input_ids.shape[1]:]
-        completions = [Completion(row) for row in new.tolist()]
-        if recorder is not None:
-            for completion, row in zip(completions, recorder.finish(new).tolist()):
-                completion.logprobs = row
-        return completions
+        return new, None if greedy else recorder.finish(new)
+
+    def _decode(self, input_ids, attention, cache, temperature, max_new_tokens, greedy):
+        """(new tokens [B, N] long, their log-probs [B, N] fp32 or None when greedy), N <= max_new_tokens, as
+        `model.generate` makes them (transformers 5.x `_sample`): positions from the attention mask (cumsum - 1,
+        padding at 0), the prompt after the cache in one forward and then one token per forward, logits of the
+        last position only (`logits_to_keep=1`) in fp32, suppressed ids at -inf, scores / T when T != 1, softmax
+        and one `torch.multinomial` draw per row per step from torch's global generator (argmax when greedy),
+        a finished row's later tokens set to the pad id, and a stop once every row has ended or at N tokens.
+        The log-prob of a sampled token is log_softmax(scores / T) at it (`_SampledLogProbs`' figure). The
+        caller holds torch.no_grad."""
+        from transformers import DynamicCache
+
+        policy, codec = self.policy, self.policy.codec
+        model = policy.model
+        batch = input_ids.shape[0]
+        if cache is None:
+            cache = DynamicCache(config=model.config)
+        past = cache.get_seq_length()
+        positions = (attention.long().cumsum(-1) - 1).masked_fill(attention == 0, 0)
+        step_ids, step_positions = input_ids[:, past:], positions[:, past:]
+        suppressed = policy.suppressed()
+        blocked = None
+        unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
+        tokens, logprobs = [], []
+        for _ in range(max_new_tokens):
+            output = model(input_ids=step_ids, attention_mask=attention, position_ids=step_positions,
+                           past_key_values=cache, use_cache=True, logits_to_keep=1, return_dict=True)
+            scores = output.logits[:, -1].to(copy=True, dtype=torch.float32)
+            del output
+            if suppressed:
+                if blocked is None:  # [V] bool over the logits' width, as generate's suppress_tokens processor
+                    blocked = torch.zeros(scores.shape[-1], dtype=torch.bool, device=scores.device)
+                    blocked[torch.tensor(suppressed, dtype=torch.long, device=scores.device)] = True
+                scores = scores.masked_fill(blocked, -float("inf"))
+            if greedy:
+                chosen = torch.argmax(scores, dim=-1)
+            else:
+                logp = torch.log_softmax(scores / temperature, dim=-1)
+                if temperature != 1.0:  # generate's temperature warper runs only then
+                    scores = scores / temperature
+                chosen = torch.multinomial(torch.nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            chosen = chosen * unfinished + codec.pad_id * (1 - unfinished)
+            tokens.append(chosen)
+            if not greedy:  # (a finished row's figure is its pad's, as the recorder's; the caller drops it)
+                logprobs.append(logp.gather(-1, chosen[:, None]).squeeze(-1))
+            unfinished = unfinished & (chosen != codec.end_id).long()
+            if not bool(unfinished.any()):
+                break
+            attention = torch.cat([attention, attention.new_ones((batch, 1))], dim=-1)
+            step_ids, step_positions = chosen[:, None], step_positions[:, -1:] + 1
+        if not tokens:
+            empty = input_ids.new_zeros((batch, 0))
+            return empty, None if greedy else empty.float()
+        return torch.stack(tokens, dim=1), None if greedy else torch.stack(logprobs, dim=1)
 
     def _inputs(self, prompts: Sequence[list[int]]):
         """(input_ids [B, W], attention_mask [B, W], prefix cache or None) for generate.
@@ -167,6 +249,19 @@ class HFGenerator:
         cache = policy.model.model(input_ids=input_ids[plan.firsts, :prefix], use_cache=True).past_key_values
         plan.spread_cache(cache)
         return input_ids, attention, cache
+
+
+def own_decoding(model: torch.nn.Module) -> bool:
+    """Whether HFGenerator decodes `model` with its own loop (`HFGenerator._decode`) rather than
+    `model.generate`: a decoder-only causal LM whose forward takes `logits_to_keep` and whose cache is HF's
+    plain DynamicCache over full attention in every layer (`supports_shared_prefix`)."""
+    import inspect
+
+    from rwcore.trainer.policy import supports_shared_prefix
+
+    config = getattr(model, "config", None)
+    return (config is not None and not getattr(config, "is_encoder_decoder", False)
+            and "logits_to_keep" in inspect.signature(model.forward).parameters and supports_shared_prefix(model))
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
