@@ -15,7 +15,7 @@ from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2Fo
 
 from rwcore.trainer.envs.negotiation import NegotiationEnv
 from rwcore.trainer.policy import Policy, WordCodec, build_model
-from rwcore.trainer.rollout import HFGenerator, own_decoding
+from rwcore.trainer.rollout import HFGenerator, own_decoding, reserve_room
 
 VOCAB = 40
 BUDGET = 12
@@ -121,3 +121,27 @@ def test_which_models_the_own_loop_decodes():
                                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                                sliding_window=4))
     assert not own_decoding(mistral)
+
+
+def test_reserved_cache_layers_hold_what_concatenation_holds():
+    """reserve_room: writes in place within the room, concatenates past it; always DynamicLayer's values."""
+    from transformers import DynamicCache
+
+    model = _model("built-in llama")
+    cache = DynamicCache(config=model.config)
+    g = torch.Generator().manual_seed(0)
+    states = [(torch.randn(3, 4, n, 8, generator=g), torch.randn(3, 4, n, 8, generator=g)) for n in (5, 1, 1, 1)]
+    cache.layers[0].update(*states[0])  # a prefix already held (the shared-prefix cache)
+    reserve_room(cache, 2)
+    layer = cache.layers[0]
+    keys, values = states[0]
+    for step, (k, v) in enumerate(states[1:]):
+        got_keys, got_values = layer.update(k, v)
+        keys, values = torch.cat([keys, k], dim=-2), torch.cat([values, v], dim=-2)
+        assert torch.equal(got_keys, keys) and torch.equal(got_values, values)
+        assert layer.get_seq_length() == keys.shape[-2]
+        within_room = step < 2
+        assert (got_keys.data_ptr() == layer.buffers[0].data_ptr()) == within_room
+    fresh = cache.layers[1]  # a layer with nothing yet takes its first states whole, then has room after them
+    got_keys, _ = fresh.update(*states[0])
+    assert torch.equal(got_keys, states[0][0]) and fresh.buffers[0].shape[-2] == 5 + 2

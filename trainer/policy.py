@@ -59,8 +59,7 @@ class WordCodec:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The words of `ids`, special tokens left out (ids outside the vocabulary are an IndexError)."""
-        words = self.words
-        return " ".join(w for w in (words[i] for i in ids) if w is not None)
+        return " ".join([w for w in map(self.words.__getitem__, ids) if w is not None])
 
 
 def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
