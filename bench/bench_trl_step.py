@@ -8,13 +8,20 @@ Equal work: the same tiny Llama (the embedded default's shape: hidden 64, 2 laye
 128, the same random weights loaded by both), the same word-level tokenizer built here, the same
 prompts (B per step, one token sequence each), G completions per prompt of exactly T tokens (the
 special tokens, end included, are suppressed in both, so neither stops early; both runs check it),
-the same reward function, AdamW at the same learning rate, one optimizer step per batch, no KL term.
-TRL's side is `GRPOTrainer.train()` (HF generate, its reward and advantage code, its loss); rwcore's
-side is the code `rw train` runs for a step — `run_episodes` (HF generate, behavior log-probs from
-the engine) on a one-turn environment, group advantages, `Trainer._update_policy` (the fused
-filtered dual-clip loss) — synchronous (max_lag 0), as TRL's step is. Step times are medians over
-the steps after the first (warm-up); the ratio is TRL / rwcore from this one run, one thread each,
-one after the other.
+the same reward function, AdamW at the same learning rate, one optimizer step per batch, and the same
+loss terms: no KL term and no entropy bonus (TRL's GRPO loss has neither, so rwcore's
+`loss.entropy_coef`, 0.01 by default, is 0 here; TRL still computes each token's entropy in its
+forward, for its logs). rwcore's step with the default entropy bonus is timed beside them and reported
+for reference, not as equal work.
+
+TRL's side is `GRPOTrainer.train()` (HF generate, its reward and advantage code, its loss). rwcore's
+side is the code `rw train` runs for a step: `run_episodes` on a one-turn environment (HFGenerator's
+decode loop over the same HF model, which samples exactly as HF generate does; behavior log-probs from
+the engine), group advantages, and `Trainer._update_policy` (the fused filtered dual-clip loss),
+synchronous (max_lag 0) as TRL's step is. Step times are medians over the steps after the first
+(warm-up); the ratio is TRL / rwcore from this one run, one thread each. The trainers take turns step
+by step (a TRL callback runs an rwcore step after each of TRL's, outside TRL's clock), so a slow spell
+of a shared machine falls on both rather than on whichever ran second.
 """
 
 from __future__ import annotations
@@ -30,7 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _report import machine, publish  # noqa: E402
+from rwcore.trainer.config import LossConfig  # noqa: E402
 from rwcore.trainer.policy import SPECIAL_TOKENS  # noqa: E402
+
+DEFAULT_ENTROPY_COEF = LossConfig().entropy_coef
 
 WORDS = [f"w{i}" for i in range(40)]
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
@@ -67,7 +77,9 @@ def prompts(count: int) -> list[str]:
     return [f"please write {' '.join(WORDS[(i * 3 + k) % len(WORDS)] for k in range(6))}" for i in range(count)]
 
 
-def time_rwcore(folder: Path, args) -> list[float]:
+def rwcore_stepper(folder: Path, args, entropy_coef: float = 0.0):
+    """rwcore's trainer for the bench; returns step(k) -> seconds, which runs training step k (k = 0, 1, ...)
+    with its own seed, leaving torch's global generator as it found it (TRL's sampling draws from it)."""
     import numpy as np
     import torch
 
@@ -97,7 +109,7 @@ def time_rwcore(folder: Path, args) -> list[float]:
     model, codec = build(folder, args.seed)
     config = load_config(None, [f"optim.lr={args.lr}", f"rollout.group_size={args.group_size}",
                                 f"rollout.tasks_per_step={args.prompts}", f"rollout.max_new_tokens={args.tokens}",
-                                "rollout.action_words=off"])
+                                "rollout.action_words=off", f"loss.entropy_coef={entropy_coef}"])
     trainer = Trainer(config, folder / "rw", quiet=True)
     trainer.config = config
     trainer.device = torch.device("cpu")
@@ -109,25 +121,29 @@ def time_rwcore(folder: Path, args) -> list[float]:
     trainer.rank, trainer.world_size = 0, 1
     env = OneTurn()
     texts = prompts(args.prompts)
-    times = []
-    for step in range(args.steps):
-        started = time.perf_counter()
-        torch.manual_seed(args.seed + step)
-        jobs = [(Task(f"t{i}", ("x",), {"prompt": texts[i]}), step * 1000 + i * 31 + j, f"s{step}/t{i}")
-                for i in range(args.prompts) for j in range(args.group_size)]
-        rollouts = run_episodes(env, trainer.policy, jobs, "", 1.0, args.tokens)
-        rewards = np.array([r.trajectory.outcome for r in rollouts], dtype=np.float64)
-        groups = np.repeat(np.arange(args.prompts), args.group_size)
-        advantages = compute_advantages(rewards, np.zeros((len(rewards), 0)), groups)  # outcome-only, as TRL's
-        trainer.engine.set_lr(args.lr)
-        trainer._update_policy(rollouts, advantages)
-        trainer.policy.version += 1
-        times.append(time.perf_counter() - started)
+
+    def step(index: int) -> float:
+        with torch.random.fork_rng(devices=[]):
+            started = time.perf_counter()
+            torch.manual_seed(args.seed + index)
+            jobs = [(Task(f"t{i}", ("x",), {"prompt": texts[i]}), index * 1000 + i * 31 + j, f"s{index}/t{i}")
+                    for i in range(args.prompts) for j in range(args.group_size)]
+            rollouts = run_episodes(env, trainer.policy, jobs, "", 1.0, args.tokens)
+            rewards = np.array([r.trajectory.outcome for r in rollouts], dtype=np.float64)
+            groups = np.repeat(np.arange(args.prompts), args.group_size)
+            advantages = compute_advantages(rewards, np.zeros((len(rewards), 0)), groups)  # outcome-only, as TRL's
+            trainer.engine.set_lr(args.lr)
+            trainer._update_policy(rollouts, advantages)
+            trainer.policy.version += 1
+            seconds = time.perf_counter() - started
         assert all(r.trajectory.generated_length == args.tokens for r in rollouts)  # equal work
-    return times
+        return seconds
+
+    return step
 
 
-def time_trl(folder: Path, args) -> list[float]:
+def time_trl(folder: Path, args, between) -> list[float]:
+    """Seconds of each of TRL's training steps; `between()` runs after each (outside TRL's clock)."""
     from datasets import Dataset
     from transformers import PreTrainedTokenizerFast, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -149,6 +165,7 @@ def time_trl(folder: Path, args) -> list[float]:
 
         def on_step_end(self, *a, **k):
             self.marks[-1] = time.perf_counter() - self.marks[-1]
+            between()
 
     clock = Clock()
     config = GRPOConfig(
@@ -173,7 +190,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--prompts", type=int, default=16, help="B: prompts per step")
     parser.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
     parser.add_argument("--tokens", type=int, default=16, help="T: tokens per completion")
-    parser.add_argument("--steps", type=int, default=12, help="steps per trainer; the median is over all but the first")
+    parser.add_argument("--steps", type=int, default=30, help="steps per trainer, taken in turns; the medians are over "
+                        "all but the first")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
@@ -181,33 +199,48 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.quick:
         args.prompts, args.group_size, args.tokens, args.steps = 4, 4, 8, 3
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2 (the first is warm-up); got {args.steps}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     import trl
 
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            rw = time_rwcore(Path(tmp) / "a", args)
-            theirs = time_trl(Path(tmp) / "b", args)
+            equal = rwcore_stepper(Path(tmp) / "a", args)
+            # for reference, not equal work: rw train's default loss adds an entropy bonus TRL's lacks
+            with_bonus = rwcore_stepper(Path(tmp) / "c", args, DEFAULT_ENTROPY_COEF)
+            rw, bonus = [], []
+
+            def between():  # one rwcore step of each kind after each TRL step: a slow spell hits all three
+                rw.append(equal(len(rw)))
+                bonus.append(with_bonus(len(bonus)))
+
+            theirs = time_trl(Path(tmp) / "b", args, between)
     finally:
         torch.set_num_threads(threads)  # run_all runs the next benchmark in this process
-    rw_median, trl_median = statistics.median(rw[1:]), statistics.median(theirs[1:])
+    rw_median, trl_median, bonus_median = (statistics.median(times[1:]) for times in (rw, theirs, bonus))
     report = {"machine": machine(torch=torch.__version__, trl=trl.__version__),
               "config": {k: getattr(args, k) for k in ("prompts", "group_size", "tokens", "steps", "lr")},
               "rwcore_step_s": rw, "trl_step_s": theirs, "rwcore_median_s": rw_median, "trl_median_s": trl_median,
-              "speedup": trl_median / rw_median}
+              "speedup": trl_median / rw_median,
+              # each TRL step over the rwcore step right after it, the median (a second figure of the same run)
+              "paired_speedup": statistics.median(b / a for a, b in zip(rw[1:], theirs[1:])),
+              "entropy_bonus": {"entropy_coef": DEFAULT_ENTROPY_COEF, "step_s": bonus, "median_s": bonus_median,
+                                "speedup": trl_median / bonus_median}}
     publish(report, render(report), args.out)
     return report
 
 
 def render(report: dict) -> str:
-    m, c = report["machine"], report["config"]
+    m, c, bonus = report["machine"], report["config"], report["entropy_bonus"]
     return "\n".join([
         "# One GRPO step: rwcore's trainer vs TRL's GRPOTrainer at equal work",
         "",
         f"Machine: {m.get('cpu', '?')}, {m['cpus']} logical CPUs, torch {m.get('torch', '?')}, TRL {m.get('trl', '?')}, "
         f"one thread. {c['prompts']} prompts x {c['group_size']} completions x {c['tokens']} tokens per step, the "
-        f"embedded default's model shape, {c['steps']} steps each (medians over steps 2..{c['steps']}).",
+        f"embedded default's model shape, the same GRPO loss terms (no KL term, no entropy bonus). {c['steps']} steps "
+        f"each, taken in turns (a TRL step, then an rwcore step); medians over steps 2..{c['steps']}.",
         "",
         "| trainer | median step | steps |",
         "|---|---:|---:|",
@@ -215,7 +248,12 @@ def render(report: dict) -> str:
         f"| {', '.join(f'{t:.3f}' for t in report['rwcore_step_s'])} |",
         f"| TRL `GRPOTrainer` | {report['trl_median_s']:.3f} s | {', '.join(f'{t:.3f}' for t in report['trl_step_s'])} |",
         "",
-        f"TRL / rwcore step time: **{report['speedup']:.2f}x**.",
+        f"TRL / rwcore step time: **{report['speedup']:.2f}x** (the median of each TRL step over the rwcore step after "
+        f"it: {report['paired_speedup']:.2f}x).",
+        "",
+        f"Not equal work, for reference: rwcore with `rw train`'s default entropy bonus (`loss.entropy_coef="
+        f"{bonus['entropy_coef']}`, a loss term with its own backward that TRL's step does not have), in the same "
+        f"turns: {bonus['median_s']:.3f} s, TRL / rwcore **{bonus['speedup']:.2f}x**.",
     ]) + "\n"
 
 

@@ -89,5 +89,8 @@ def test_scoring_memory_bench_compares_the_same_log_probs(tmp_path):
 def test_trl_step_bench_runs_both_trainers_at_equal_work():
     # inside, rwcore's rollouts are checked to generate exactly --tokens tokens each, as TRL's must
     report = _bench_module("bench_trl_step").main(["--quick"])
-    assert len(report["rwcore_step_s"]) == len(report["trl_step_s"]) == 3
+    # the steps are taken in turns: one rwcore step of each kind after each TRL step
+    assert len(report["rwcore_step_s"]) == len(report["trl_step_s"]) == len(report["entropy_bonus"]["step_s"]) == 3
     assert report["speedup"] > 0 and report["config"]["tokens"] == 8
+    assert report["speedup"] == report["trl_median_s"] / report["rwcore_median_s"]
+    assert report["entropy_bonus"]["entropy_coef"] == 0.01  # rw train's default, measured for reference
