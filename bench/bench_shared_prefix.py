@@ -7,14 +7,15 @@
 Every rollout of a step starts with the same system prompt; under Arise its active skills follow,
 which makes that shared prefix about 5x longer than the base prompt. With model.shared_prefix on,
 the update, behaviour scoring and HF generation encode it once per batch instead of once per row.
-Each configuration runs twice as separate `rw train` processes, one after the other, each with the
-whole machine, on the same seed: `outcome_only` (the base prompt only) and `arise` (skills enter the
-prompt at the second pool evolution; the bench sets pool.delta_pool=5 so that comes early). The figure is
-the mean `time/step` from the step after the first one with skills (for outcome_only, over the same
-steps), off / on, from this one run. The two
-runs compute the same function to float rounding; the report gives the largest difference between
-their per-step losses over the first steps, before sampling from nearly equal probabilities could
-ever pick a different token.
+Each configuration runs as separate `rw train` processes, each with the whole machine, on the same
+seed: `outcome_only` (the base prompt only) and `arise` (skills enter the prompt at the second pool
+evolution; the bench sets pool.delta_pool=5 so that comes early). On and off take turns, --repeats
+times each (on, off, on, off, ...), so that a slow spell of a shared machine does not fall on one side
+only. A run's figure is its mean `time/step` from the step after the first one with skills (for
+outcome_only, over the same steps); the ratio is the median over repeats off / the median on, from
+this one run. The two settings compute the same function to float rounding; the report gives the
+largest difference between their per-step losses over the first steps, before sampling from nearly
+equal probabilities could ever pick a different token.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,34 +68,42 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="16 steps per run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each setting, on and off taking turns")
+    parser.add_argument("--quick", action="store_true", help="16 steps per run, one run of each")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    steps = 16 if args.quick else args.steps
+    steps, repeats = (16, 1) if args.quick else (args.steps, args.repeats)
     if steps < 3 * DELTA_POOL:
         parser.error(f"--steps must be at least {3 * DELTA_POOL}: skills enter Arise's prompt at the second pool "
                      "evolution")
+    if repeats < 1:
+        parser.error(f"--repeats must be at least 1; got {repeats}")
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
         for method in METHODS:
-            for shared in (True, False):
-                runs[method, shared] = run(method, shared, steps, args.seed, Path(tmp))
+            for turn in range(repeats):
+                for shared in (True, False):
+                    runs.setdefault((method, shared), []).append(
+                        run(method, shared, steps, args.seed, Path(tmp) / str(turn)))
     # time the steps from the first one with skills in the (shared) Arise prompt, for every run alike
-    with_skills = [i + 1 for i, n in enumerate(runs["arise", True]["active_skills"]) if n > 0]
+    with_skills = [i + 1 for i, n in enumerate(runs["arise", True][0]["active_skills"]) if n > 0]
     if not with_skills:
         raise RuntimeError("no Arise step had active skills; raise --steps")
     first = with_skills[0] + 1
     rows = []
     for method in METHODS:
-        on, off = _timed(runs[method, True], first), _timed(runs[method, False], first)
+        on = [_timed(r, first) for r in runs[method, True]]
+        off = [_timed(r, first) for r in runs[method, False]]
+        on_s, off_s = (statistics.median(r["step_s"] for r in side) for side in (on, off))
         compared = min(5, steps)
-        rows.append({"method": method, "on": on, "off": off, "speedup": off["step_s"] / on["step_s"],
-                     "active_skills_max": max(on["active_skills"]),
+        rows.append({"method": method, "on": on, "off": off, "on_s": on_s, "off_s": off_s, "speedup": off_s / on_s,
+                     "active_skills_max": max(on[0]["active_skills"]),
                      "loss_max_diff_first_steps": max(abs(a - b) for a, b in
-                                                       zip(on["losses"][:compared], off["losses"][:compared])),
+                                                       zip(on[0]["losses"][:compared], off[0]["losses"][:compared])),
                      "compared_steps": compared})
     report = {"machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
-              "config": {"steps": steps, "seed": args.seed, "delta_pool": DELTA_POOL, "timed_from_step": first},
+              "config": {"steps": steps, "seed": args.seed, "delta_pool": DELTA_POOL, "timed_from_step": first,
+                         "repeats": repeats},
               "rows": rows}
     publish(report, render(report), args.out)
     return report
@@ -105,16 +115,18 @@ def render(report: dict) -> str:
         "# `rw train` step time, model.shared_prefix on vs off",
         "",
         f"Machine: {m.get('cpu', '?')}, {m['cpus']} logical CPUs, torch {m.get('torch', '?')}. The embedded default, "
-        f"{c['steps']} steps, seed {c['seed']}, pool.delta_pool={c['delta_pool']}, each run alone on the machine; "
-        f"step time is the mean `time/step` from step {c['timed_from_step']} on (Arise's skills are in its "
-        "training prompt from there).",
+        f"{c['steps']} steps, seed {c['seed']}, pool.delta_pool={c['delta_pool']}, each run alone on the machine, "
+        f"{c.get('repeats', 1)} runs of each setting, on and off taking turns; a run's step time is its mean "
+        f"`time/step` from step {c['timed_from_step']} on (Arise's skills are in its training prompt from there), and "
+        "the table gives the median over runs (each run's in brackets).",
         "",
         "| train.method | active skills (max) | step time, off | step time, on | off / on | largest loss difference, first steps |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for row in report["rows"]:
-        lines.append(f"| {row['method']} | {row['active_skills_max']} | {row['off']['step_s']:.3f} s "
-                     f"| {row['on']['step_s']:.3f} s | **{row['speedup']:.2f}x** "
+        each = {side: ", ".join(f"{r['step_s']:.3f}" for r in row[side]) for side in ("off", "on")}
+        lines.append(f"| {row['method']} | {row['active_skills_max']} | {row['off_s']:.3f} s ({each['off']}) "
+                     f"| {row['on_s']:.3f} s ({each['on']}) | **{row['speedup']:.2f}x** "
                      f"| {row['loss_max_diff_first_steps']:.1e} (steps 1-{row['compared_steps']}) |")
     return "\n".join(lines) + "\n"
 
