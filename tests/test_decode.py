@@ -145,3 +145,25 @@ def test_reserved_cache_layers_hold_what_concatenation_holds():
     fresh = cache.layers[1]  # a layer with nothing yet takes its first states whole, then has room after them
     got_keys, _ = fresh.update(*states[0])
     assert torch.equal(got_keys, states[0][0]) and fresh.buffers[0].shape[-2] == 5 + 2
+
+
+def test_a_checkpoint_generation_setting_the_loop_lacks_goes_through_generate():
+    """A checkpoint's generation_config may add processors (Qwen2.5-Instruct ships repetition_penalty 1.05):
+    generate applies them, so such a model is decoded by generate, and HFGenerator's sample is generate's."""
+    model = _model("built-in llama")
+    model.generation_config.repetition_penalty = 1.3
+    assert not own_decoding(model)
+    policy = _policy(model, True)
+    policy.codec.end_id = 0
+    prompts = _prompts()
+    torch.manual_seed(3)
+    completions = HFGenerator(policy)(prompts, [0] * len(prompts), 1.0, BUDGET, False)
+    penalized, logprobs, _ = _run(policy, prompts, False, 1.0, False)
+    assert [c.tokens for c in completions] == penalized.tolist()
+    assert [c.logprobs for c in completions] == logprobs.tolist()
+    plain, _, _ = _run(policy, prompts, True, 1.0, False)  # the loop, which has no penalty, samples otherwise
+    assert not torch.equal(plain, penalized)
+    # settings the loop does itself, or that HFGenerator overrides, keep it
+    model.generation_config.repetition_penalty = 1.0
+    model.generation_config.temperature, model.generation_config.top_k, model.generation_config.top_p = 0.6, 20, 0.95
+    assert own_decoding(model)

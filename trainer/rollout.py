@@ -307,17 +307,42 @@ def reserve_room(cache, room: int) -> None:
                              layer.values if layer.is_initialized else None) for layer in cache.layers]
 
 
+# generation_config entries `_decode` accounts for: token ids and sampling settings HFGenerator passes to
+# generate itself, and flags that change no logits. Any other entry a checkpoint sets (a repetition penalty,
+# min_p, a cache implementation, forced tokens, ...) would make generate sample differently.
+_DECODED_GENERATION_KEYS = frozenset({
+    "bos_token_id", "eos_token_id", "pad_token_id", "do_sample", "temperature", "top_k", "top_p", "max_length",
+    "max_new_tokens", "use_cache", "output_attentions", "output_hidden_states", "output_scores", "output_logits",
+    "return_dict_in_generate", "transformers_version", "_from_model_config",
+})
+# values at which other entries change nothing (checkpoints often spell them out)
+_NEUTRAL_GENERATION_VALUES = {
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0,
+    "min_new_tokens": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "length_penalty": 1.0,
+    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "diversity_penalty": 0.0,
+    "renormalize_logits": False, "remove_invalid_values": False, "early_stopping": False,
+}
+
+
 def own_decoding(model: torch.nn.Module) -> bool:
     """Whether HFGenerator decodes `model` with its own loop (`HFGenerator._decode`) rather than
-    `model.generate`: a decoder-only causal LM whose forward takes `logits_to_keep` and whose cache is HF's
-    plain DynamicCache over full attention in every layer (`supports_shared_prefix`)."""
+    `model.generate`: a decoder-only causal LM whose forward takes `logits_to_keep`, whose cache is HF's
+    plain DynamicCache over full attention in every layer (`supports_shared_prefix`), and whose
+    generation_config sets nothing `_decode` does not do (`_DECODED_GENERATION_KEYS`, or a neutral value)."""
     import inspect
 
     from rwcore.trainer.policy import supports_shared_prefix
 
     config = getattr(model, "config", None)
-    return (config is not None and not getattr(config, "is_encoder_decoder", False)
-            and "logits_to_keep" in inspect.signature(model.forward).parameters and supports_shared_prefix(model))
+    if config is None or getattr(config, "is_encoder_decoder", False) or not supports_shared_prefix(model):
+        return False
+    if "logits_to_keep" not in inspect.signature(model.forward).parameters:
+        return False
+    generation = getattr(model, "generation_config", None)
+    if generation is None:
+        return True
+    return all(key in _DECODED_GENERATION_KEYS or value is None or _NEUTRAL_GENERATION_VALUES.get(key, object()) == value
+               for key, value in generation.to_diff_dict().items())
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
