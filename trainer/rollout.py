@@ -341,8 +341,18 @@ def own_decoding(model: torch.nn.Module) -> bool:
     generation = getattr(model, "generation_config", None)
     if generation is None:
         return True
-    return all(key in _DECODED_GENERATION_KEYS or value is None or _NEUTRAL_GENERATION_VALUES.get(key, object()) == value
-               for key, value in generation.to_diff_dict().items())
+    default, unset = _default_generation_settings(), object()
+    return all(key in _DECODED_GENERATION_KEYS or value is None or key.startswith("_")
+               or default.get(key, unset) == value or _NEUTRAL_GENERATION_VALUES.get(key, unset) == value
+               for key, value in vars(generation).items())
+
+
+@functools.cache
+def _default_generation_settings() -> dict:
+    """A default GenerationConfig's attributes (what a checkpoint's generation_config is compared with)."""
+    from transformers import GenerationConfig
+
+    return dict(vars(GenerationConfig()))
 
 
 def turn_seed(episode_seed: int, turn: int) -> int:
