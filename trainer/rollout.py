@@ -78,8 +78,8 @@ class Generator(Protocol):
     """Samples one agent message per prompt.
 
     prompts: token-id lists (the conversations so far); seeds: one int per
-    prompt (engines with per-request generators use it, HF generate draws from
-    torch's global generator instead). Returns one `Completion` per prompt:
+    prompt (engines with per-request generators use it; HFGenerator draws from
+    torch's global generator instead, as HF generate does). Returns one `Completion` per prompt:
     its tokens end with the codec's end id when the policy chose to stop,
     otherwise they are exactly `max_new_tokens` ids.
     """

@@ -221,8 +221,8 @@ class Trainer:
         return torch.device(wanted)
 
     def _build_generator(self):
-        """None for HF generate on the training model; a vLLM engine for rollout.engine=vllm (with
-        rollout.max_lag > 0 the rollout process builds its own, and evaluation uses HF generate)."""
+        """None for HFGenerator on the training model; a vLLM engine for rollout.engine=vllm (with
+        rollout.max_lag > 0 the rollout process builds its own, and evaluation uses HFGenerator)."""
         cfg = self.config
         if cfg.rollout.engine != "vllm":
             return None
