@@ -11,13 +11,17 @@ from rwcore._io import atomic_write_bytes
 
 
 def machine(**extra) -> dict:
-    """CPU model, core count, OS and Python, plus `extra` (library versions and the like)."""
-    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
-    try:
-        info["cpu"] = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                           if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    """CPU model, the vector ISA torch's CPU kernels dispatch to, core count, OS and Python, plus `extra`
+    (library versions and the like)."""
+    import torch
+
+    from rwcore.trainer.ablate import cpu_model
+
+    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    model = cpu_model()
+    if model is not None:
+        info["cpu"] = model
     info.update(extra)
     return info
 

@@ -202,6 +202,20 @@ def test_compare_plots_every_run_and_prints_their_figures(tmp_path, capsys):
     assert "b: held-out success 0.000 -> 0.600 (best 0.600, step 20)" in printed
 
 
+def test_compare_draws_many_runs_each_in_a_style_of_its_own(tmp_path, monkeypatch):
+    """Matplotlib's colour cycle has ten colours: the 11th run must not look like the 1st."""
+    from rwcore.trainer import report
+
+    drawn = {}
+    monkeypatch.setattr(report, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
+    runs = [write_run(tmp_path / f"r{i}", [(0, 0.0), (10, i / 20)]) for i in range(12)]
+    ablate.plot_compare(runs, tmp_path / "many.png")
+    lines = drawn["fig"].axes[0].get_lines()
+    assert len(lines) == 12
+    styles = {(line.get_color(), line.get_linestyle()) for line in lines}
+    assert len(styles) == 12
+
+
 def test_compare_bad_input(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -240,6 +254,28 @@ def test_a_real_table_with_real_rw_train_processes(tmp_path):
     again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert again.returncode == 0 and "run rewardweaver-s0" not in again.stderr
     assert json.loads((out / "ablation.json").read_text())["rows"] == summary["rows"]
+
+
+def test_the_machine_note_names_the_cpu_and_the_isa_torchs_kernels_use(tmp_path):
+    """Runs from one seed are chaotic in float rounding, which torch's CPU dispatch (AVX2 vs AVX512) changes:
+    the table must say which the machine used. A table written before these were recorded still renders."""
+    import torch
+
+    note = ablate.machine_note(2)
+    assert note["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert note["cpu_capability"] in ("DEFAULT", "VSX", "ZVECTOR", "AVX2", "AVX512", "SVE256")
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():  # Linux: the first "model name" line, as lscpu prints it
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                 if line.startswith("model name")]
+        assert note["cpu"] == (names[0] if names else None)
+    summary = {"paper": "rewardweaver", "seeds": [0], "baseline": "rw_outcome_grpo", "baseline_final_mean": 0.5,
+               "rows": [], "machine": {**note, "cpu": "Some CPU", "cpu_capability": "AVX512"}}
+    text = ablate.render_markdown(summary)
+    assert f"Machine: {note['processor']} (Some CPU, torch kernels AVX512), {note['cpu_count']} cores" in text
+    older = {key: value for key, value in summary["machine"].items() if key not in ("cpu", "cpu_capability")}
+    assert f"Machine: {note['processor']}, {note['cpu_count']} cores" in ablate.render_markdown(
+        {**summary, "machine": older})
 
 
 def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):

@@ -446,12 +446,32 @@ def summarize(plan: AblationPlan) -> dict:
             "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo (None where there is none, e.g. macOS)."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return None
+
+
 def machine_note(jobs: int) -> dict:
+    """The machine a table ran on. `cpu_capability` is the vector ISA torch's CPU kernels dispatch to
+    (DEFAULT / AVX2 / AVX512): it changes float rounding, and these runs are chaotic in the last bit of a
+    float, so two machines differing there give different curves from the same seed."""
     import torch
 
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
             "jobs": jobs, "threads_per_run": max(1, (os.cpu_count() or 1) // jobs)}
+
+
+def _cpu_text(machine: dict) -> str:
+    """' (AMD EPYC, torch kernels AVX512)'; empty for tables written before these were recorded."""
+    parts = [part for part in (machine.get("cpu"), machine.get("cpu_capability") and
+                               f"torch kernels {machine['cpu_capability']}") if part]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -467,7 +487,7 @@ def render_markdown(summary: dict) -> str:
              f"{summary['baseline']}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
              f"the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
              f"{_fmt(summary.get('wall_seconds'), 0)} s (every call into this folder together).", "",
-             f"Machine: {m['processor']}, {m['cpu_count']} cores, {m['platform']}, Python {m['python']}, torch "
+             f"Machine: {m['processor']}{_cpu_text(m)}, {m['cpu_count']} cores, {m['platform']}, Python {m['python']}, torch "
              f"{m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.", "",
              "| variant | paper row | final | best | steps to baseline | per-seed final |",
              "|---|---|---|---|---|---|"]
@@ -541,10 +561,12 @@ def plot_compare(run_dirs: Sequence[str | os.PathLike], path: str | os.PathLike)
     ax = fig.add_subplot()
     summaries = []
     names = _short_names([d for d, _ in curves])
-    for (run_dir, curve), name in zip(curves, names):
+    for index, ((run_dir, curve), name) in enumerate(zip(curves, names)):
         steps = np.array([c[0] for c in curve])
         values = np.array([c[1] for c in curve])
-        line, = ax.plot(steps, values, marker="o", markersize=3, linewidth=1.6,
+        # ten colours, then the same ten dashed (and so on), so that no two of many runs look alike
+        line, = ax.plot(steps, values, marker="o", markersize=3, linewidth=1.6, color=f"C{index % 10}",
+                        linestyle=("-", "--", ":", "-.")[index // 10 % 4],
                         label=f"{name} ({values[0]:.2f} → {values[-1]:.2f})")
         if all(c[2] is not None for c in curve):
             se = np.array([c[2] for c in curve])
