@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rwcore.trainer import cli
 from rwcore.trainer.cli import main
@@ -30,3 +31,14 @@ def test_rw_bench_without_a_source_checkout_says_so(tmp_path, monkeypatch, capsy
     assert main(["bench", "--quick"]) == 2
     err = capsys.readouterr().err
     assert "source checkout" in err and str(tmp_path / "bench") in err
+
+
+def test_every_benchmark_script_has_its_section_in_the_bench_readme():
+    """bench/README.md is where a benchmark's command, method and latest figures live; an edit once dropped
+    two sections without anyone noticing."""
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    readme = (bench / "README.md").read_text()
+    scripts = sorted(path.name for path in bench.glob("bench_*.py"))
+    assert len(scripts) >= 9
+    missing = [name for name in scripts if f"## `{name}`" not in readme]
+    assert not missing, f"bench/README.md has no section for {missing}"
