@@ -10,6 +10,7 @@ template.
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -127,12 +128,12 @@ class Policy:
             return self.model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         batch, length = input_ids.shape
         head = self.model.model(input_ids=input_ids[plan.firsts, :plan.length], use_cache=True)
-        cache = head.past_key_values
+        cache = output_cache(head)
         plan.spread_cache(cache)
         positions = torch.arange(plan.length, length, device=input_ids.device)
         tail = self.model.model(input_ids=input_ids[:, plan.length:], attention_mask=attention_mask,
-                                past_key_values=cache, position_ids=positions[None].expand(batch, -1),
-                                cache_position=positions, use_cache=True).last_hidden_state
+                                position_ids=positions[None].expand(batch, -1), cache_position=positions,
+                                use_cache=True, **{cache_keyword(self.model.model): cache}).last_hidden_state
         return torch.cat([plan.spread(head.last_hidden_state, view=True), tail], dim=1)
 
     def prefix_plan(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> PrefixPlan | None:
@@ -245,13 +246,39 @@ def common_prefix_length(sequences: Sequence[Sequence[int]]) -> int:
     return count
 
 
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The keyword an HF model's forward and `generate` take the KV cache by: `cache` from transformers 5.25
+    on (where `past_key_values` is deprecated, to be removed from forward in 5.40), `past_key_values`
+    before."""
+    return _cache_keyword(type(model))
+
+
+@functools.cache
+def _cache_keyword(model_type: type) -> str:  # per class: the decode loop asks at every token
+    return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
+
+
+def output_cache(output):
+    """The KV cache an HF model output carries: `.cache` from transformers 5.25 on, `.past_key_values` before
+    (in 5.25 the old name is an alias that logs a deprecation warning)."""
+    cache = getattr(output, "cache", None)
+    return output.past_key_values if cache is None else cache
+
+
+def is_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether an HF model trains with activation (gradient) checkpointing; transformers 5.25 renamed
+    `is_gradient_checkpointing` to `is_activation_checkpointing`."""
+    flag = getattr(model, "is_activation_checkpointing", None)
+    return bool(getattr(model, "is_gradient_checkpointing", False) if flag is None else flag)
+
+
 def supports_shared_prefix(model: torch.nn.Module) -> bool:
     """Whether `model` can take a repeated prefix cache: an HF causal LM (a `.model` backbone) with full
     attention in every layer, whose DynamicCache then holds whole keys and values per layer (a sliding
     window or hybrid layers would not), and that is not gradient checkpointing (which turns the cache off
     while training)."""
     config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "model") or getattr(model, "is_gradient_checkpointing", False):
+    if config is None or not hasattr(model, "model") or is_checkpointing(model):
         return False
     if getattr(config, "sliding_window", None):
         return False

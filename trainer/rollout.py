@@ -26,6 +26,7 @@ import torch
 
 from rwcore.kernels import fused_linear_logprobs
 from rwcore.trainer.envs.base import Environment, Episode, Outcome, Task, failure_of, outcome_all, step_all
+from rwcore.trainer.policy import cache_keyword, output_cache, supports_shared_prefix
 from rwcore.types import Trajectory, Turn
 
 
@@ -166,8 +167,8 @@ class HFGenerator:
         # so the recorder applies the temperature itself
         recorder = _SampledLogProbs(None if greedy else temperature, policy.suppressed())
         output = policy.model.generate(
-            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens, past_key_values=cache,
-            do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
+            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
+            **{cache_keyword(policy.model): cache}, do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
             eos_token_id=codec.end_id, pad_token_id=codec.pad_id, logits_processor=LogitsProcessorList([recorder]),
         )
         new = output[:, input_ids.shape[1]:]
@@ -197,9 +198,10 @@ class HFGenerator:
         blocked = None
         unfinished = torch.ones(batch, dtype=torch.long, device=input_ids.device)
         tokens, logprobs = [], []
+        cache_argument = {cache_keyword(model): cache}
         for _ in range(max_new_tokens):
             output = model(input_ids=step_ids, attention_mask=attention, position_ids=step_positions,
-                           past_key_values=cache, use_cache=True, logits_to_keep=1, return_dict=True)
+                           use_cache=True, logits_to_keep=1, return_dict=True, **cache_argument)
             scores = output.logits[:, -1].to(copy=True, dtype=torch.float32)
             del output
             if suppressed:
@@ -250,7 +252,7 @@ class HFGenerator:
         attention = torch.tensor([[1] * prefix + [0] * (width + prefix - len(p)) + [1] * (len(p) - prefix)
                                   for p in prompts], dtype=torch.long)
         input_ids, attention = input_ids.to(policy.device), attention.to(policy.device)
-        cache = policy.model.model(input_ids=input_ids[plan.firsts, :prefix], use_cache=True).past_key_values
+        cache = output_cache(policy.model.model(input_ids=input_ids[plan.firsts, :prefix], use_cache=True))
         plan.spread_cache(cache)
         return input_ids, attention, cache
 
@@ -330,8 +332,6 @@ def own_decoding(model: torch.nn.Module) -> bool:
     plain DynamicCache over full attention in every layer (`supports_shared_prefix`), and whose
     generation_config sets nothing `_decode` does not do (`_DECODED_GENERATION_KEYS`, or a neutral value)."""
     import inspect
-
-    from rwcore.trainer.policy import supports_shared_prefix
 
     config = getattr(model, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False) or not supports_shared_prefix(model):
