@@ -487,8 +487,9 @@ def render_markdown(summary: dict) -> str:
              f"{summary['baseline']}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
              f"the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
              f"{_fmt(summary.get('wall_seconds'), 0)} s (every call into this folder together).", "",
-             f"Machine: {m['processor']}{_cpu_text(m)}, {m['cpu_count']} cores, {m['platform']}, Python {m['python']}, torch "
-             f"{m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.", "",
+             f"Machine: {m['processor']}{_cpu_text(m)}, {m['cpu_count']} cores, {m['platform']}, Python "
+             f"{m['python']}, torch {m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.",
+             "",
              "| variant | paper row | final | best | steps to baseline | per-seed final |",
              "|---|---|---|---|---|---|"]
     failures = []

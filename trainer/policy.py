@@ -254,7 +254,7 @@ def cache_keyword(model: torch.nn.Module) -> str:
 
 
 @functools.cache
-def _cache_keyword(model_type: type) -> str:  # per class: the decode loop asks at every token
+def _cache_keyword(model_type: type) -> str:  # per class: the rollout asks at every turn
     return "cache" if "cache" in inspect.signature(model_type.forward).parameters else "past_key_values"
 
 

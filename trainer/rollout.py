@@ -168,7 +168,8 @@ class HFGenerator:
         recorder = _SampledLogProbs(None if greedy else temperature, policy.suppressed())
         output = policy.model.generate(
             input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-            **{cache_keyword(policy.model): cache}, do_sample=not greedy, temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
+            **{cache_keyword(policy.model): cache}, do_sample=not greedy,
+            temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
             eos_token_id=codec.end_id, pad_token_id=codec.pad_id, logits_processor=LogitsProcessorList([recorder]),
         )
         new = output[:, input_ids.shape[1]:]
