@@ -12,7 +12,6 @@ import warnings
 
 import torch
 import transformers
-from transformers import LlamaForCausalLM
 
 from rwcore.trainer.policy import (Policy, WordCodec, build_model, cache_keyword, is_checkpointing, output_cache,
                                    supports_shared_prefix)
@@ -21,16 +20,20 @@ from rwcore.trainer.rollout import HFGenerator, own_decoding
 WORDS = [f"w{i}" for i in range(40)]
 
 
-def _installed_names():
-    forward = inspect.signature(LlamaForCausalLM.forward).parameters
-    return "cache" if "cache" in forward else "past_key_values"
-
-
 def test_cache_keyword_is_the_one_the_installed_forward_and_backbone_take():
+    """Passed by the chosen keyword, a DynamicCache is filled by the real model and backbone (a keyword the
+    forward does not know would raise or be swallowed by **kwargs, leaving the cache empty)."""
+    from transformers import DynamicCache
+
     model = build_model(len(WORDS) + 9, 32, 1, 4, 48, 64, 0, True)
-    expected = _installed_names()
-    assert cache_keyword(model) == expected and cache_keyword(model.model) == expected
-    assert expected in inspect.signature(type(model.model).forward).parameters
+    ids = torch.arange(5)[None]
+    for module in (model, model.model):
+        keyword = cache_keyword(module)
+        assert keyword in inspect.signature(type(module).forward).parameters
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            output = module(input_ids=ids, use_cache=True, **{keyword: cache})
+        assert cache.get_seq_length() == 5 and output_cache(output) is cache
 
 
 def test_cache_keyword_and_output_cache_on_either_convention():
