@@ -37,7 +37,7 @@ def test_defaults():
     assert cfg.sampler.kind == "uniform" and cfg.sampler.gamma_unobs == 0.999
     assert cfg.pool.skills is None and cfg.pool.max_pool == 64  # no pool: the key stays unset
     assert cfg.rewardweaver.adaptation_interval == 30 and cfg.rewardweaver.budget == 6
-    assert cfg.rewardweaver.process_normalization == "active_set"
+    assert cfg.rewardweaver.process_normalization == "active_set" and cfg.rewardweaver.rank_by == "rate"
     assert cfg.judge.kind == "rule" and cfg.judge.api_key_env == "OPENAI_API_KEY"
     assert cfg.train.method == "rewardweaver" and cfg.train.steps == 500 and cfg.train.eval_every == 50 and cfg.train.engine == "torch"
 

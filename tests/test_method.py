@@ -3,6 +3,8 @@ an independent reference, Arise's empty start and windowed evidence, candidate r
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from advantage_reference import ref_compute_advantages, ref_length_regularize
@@ -86,6 +88,12 @@ def test_a_variant_refuses_missing_providers_naming_them():
     with pytest.raises(ValueError, match="providers.frozen_rubrics"):
         AdaptiveMethod("arise_frozen_rubrics", {"t": ["x"]}, providers=Providers(reflector=Reflector()))
     AdaptiveMethod("outcome_only", {"t": ["x"]}, MethodSettings(batch_size=1))  # needs nothing
+
+
+@pytest.mark.parametrize("field, value", [("rank_by", "count"), ("process_normalization", "sum")])
+def test_settings_refuse_unknown_choices_naming_them(field, value):
+    with pytest.raises(ValueError, match=f"{field} must be one of"):
+        MethodSettings(**{field: value})
 
 
 # ---------------------------------------------------------------- fakes
@@ -396,6 +404,33 @@ def test_state_round_trip_and_a_resume_refuses_another_variant():
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="method setting 'delta_pool'"):
         arise_method(reflector=Reflector(), delta_pool=5).load_state_dict(state)
+
+
+def test_a_state_from_before_rank_by_resumes_where_ranking_cannot_differ():
+    # an Arise state without the setting: attribution never ran, so it loads under any ranking
+    method = arise_method(reflector=Reflector(), delta_pool=2)
+    run_step(method, 0, verdict_of=lambda rid, t: F)
+    state = copy.deepcopy(method.state_dict())
+    del state["settings"]["rank_by"]
+    twin = arise_method(reflector=Reflector(), delta_pool=2)
+    twin.load_state_dict(state)
+    assert twin.sample(3) == method.sample(3)
+    # a RewardWeaver state without it ranked by support: refused under "rate", with the way to resume it
+    library = build_library(ids=("c1", "c2"))
+
+    def weaver(rank_by):
+        return AdaptiveMethod("rewardweaver", {"t0": ["tag"]}, MethodSettings(batch_size=1, group_size=1,
+                              success_sample=0, rank_by=rank_by), Providers(library=library,
+                                                                            attributor=ScriptedAttributor()))
+
+    old = copy.deepcopy(weaver("support").state_dict())
+    del old["settings"]["rank_by"]
+    del old["weaver"]["config"]["rank_by"]
+    with pytest.raises(ValueError, match="'rank_by': the state has 'support', this method 'rate'.*rank_by: support"):
+        weaver("rate").load_state_dict(old)
+    resumed = weaver("support")
+    resumed.load_state_dict(old)
+    assert resumed.settings.rank_by == "support"
 
 
 def test_a_failing_attributor_keeps_the_active_set_and_training_goes_on(caplog):

@@ -129,6 +129,50 @@ def test_aggregation_support_threshold_frequency_confidence_examples():
         aggregate(result, min_support=0)
 
 
+def test_rate_ranking_counts_candidates_and_leaves_out_external_blame():
+    # "wide" is retrieved for all six trajectories and blamed on four: rate 4/6. "narrow" is retrieved for
+    # t1-t4 only; t4's record for it blames the partner, so 3 trajectories could blame it, and all 3 do: rate 1.
+    library = build_library(("wide", "narrow"))
+    cohort = [
+        traj("t1", attribution=[deficit("wide"), deficit("narrow")]),
+        traj("t2", attribution=[deficit("wide", deficit=False), deficit("narrow")]),
+        traj("t3", attribution=[deficit("wide"), deficit("narrow")]),
+        traj("t4", attribution=[deficit("wide"), deficit("narrow", cause="partner")]),
+        traj("t5", attribution=[deficit("wide")]),
+        traj("t6", attribution=[deficit("wide", confidence=0.2)]),
+    ]
+    narrow_on = {"t1", "t2", "t3", "t4"}
+
+    def retrieve(trajectory, candidates):
+        return ["wide", "narrow"] if trajectory.trajectory_id in narrow_on else ["wide"]
+
+    result = attribute(cohort, library, ScriptedAttributor(), retrieve=retrieve)
+    by_rate = aggregate(result, min_support=3)
+    assert by_rate.rank_by == "rate" and by_rate.ranking() == ("narrow", "wide")
+    narrow, wide = by_rate.modes
+    assert (narrow.support, narrow.candidates, narrow.rate) == (3, 3, 1.0)
+    assert (wide.support, wide.candidates) == (4, 6) and wide.rate == pytest.approx(4 / 6)
+    assert narrow.summary()["rate"] == 1.0 and wide.summary()["candidates"] == 6
+    # by support, the broad capability comes first (4 trajectories against 3)
+    assert aggregate(result, min_support=3, rank_by="support").ranking() == ("wide", "narrow")
+    # recurrence still gates: at k = 4 the complete but rarer failure mode is not recurrent
+    assert aggregate(result, min_support=4).ranking() == ("wide",)
+    with pytest.raises(ValueError, match="rank_by"):
+        aggregate(result, rank_by="frequency")
+
+
+def test_rate_ties_break_by_support():
+    library = build_library(("a", "b"))
+    cohort = [traj("t1", attribution=[deficit("a")]), traj("t2", attribution=[deficit("a"), deficit("b")]),
+              traj("t3", attribution=[deficit("a"), deficit("b")]), traj("t4", attribution=[deficit("a")])]
+
+    def retrieve(trajectory, candidates):
+        return ["a", "b"] if trajectory.trajectory_id in ("t2", "t3") else ["a"]
+
+    agg = aggregate(attribute(cohort, library, ScriptedAttributor(), retrieve=retrieve), min_support=2)
+    assert [(m.capability_id, m.support, m.rate) for m in agg.modes] == [("a", 4, 1.0), ("b", 2, 1.0)]
+
+
 def test_ranking_ties_break_by_confidence_then_id():
     library = build_library(("a", "b", "c"))
     cohort = [traj(f"t{j}", attribution=[deficit("a", confidence=0.7), deficit("b", confidence=0.9),

@@ -25,8 +25,10 @@ def mode(cid, support, cohort=20, conf=0.8):
 
 
 def failures(*pairs, cohort=20):
+    """Modes ranked by support (aggregate's rank_by="support")."""
     modes = sorted((mode(c, s, cohort) for c, s in pairs), key=lambda m: (-m.support, -m.mean_confidence, m.capability_id))
-    return AggregatedFailures(tuple(m for m in modes if m.recurrent), tuple(m for m in modes if not m.recurrent), cohort, 3)
+    return AggregatedFailures(tuple(m for m in modes if m.recurrent), tuple(m for m in modes if not m.recurrent), cohort, 3,
+                              rank_by="support")
 
 
 def test_attribution_takes_top_budget_recurrent_modes():
@@ -37,6 +39,15 @@ def test_attribution_takes_top_budget_recurrent_modes():
     assert select("attribution", SelectionInput(IDS, budget=2, failures=g)).active == ("c2", "c7")
     # c8 has support 2 < 3: never selected even with room in the budget.
     assert "c8" not in select("attribution", SelectionInput(IDS, budget=10, failures=g)).active
+
+
+def test_attribution_by_rate_scores_and_names_the_rate():
+    # support 12 of 40 candidates (0.3) against support 4 of 4 (1.0): the rate ranking puts c2 first
+    modes = (FailureMode("c2", 4, 0.1, 0.9, (), (), True, candidates=4, rate=1.0),
+             FailureMode("c1", 12, 0.3, 0.9, (), (), True, candidates=40, rate=0.3))
+    sel = select("attribution", SelectionInput(IDS, budget=1, failures=AggregatedFailures(modes, (), 40, 3)))
+    assert sel.active == ("c2",) and sel.scores == {"c2": 1.0, "c1": 0.3}
+    assert "ranked by deficit rate" in sel.reason and "c2 (1)" in sel.reason
 
 
 def test_empty_evidence_keeps_previous_or_empties():

@@ -45,7 +45,8 @@ def test_outer_loop_update_and_history():
     assert first.low_outcome == tuple(f"a-f{j}" for j in range(7))
     rec = weaver.history.current
     assert rec.start_step == 0 and rec.end_step is None and rec.strategy == "attribution"
-    assert "c1 (3)" in rec.reason and [m["capability_id"] for m in rec.failure_modes] == ["c1", "c2", "c4"]
+    # no reports: every capability is every trajectory's candidate, so c1's rate is its 3 of 7
+    assert "c1 (0.429)" in rec.reason and [m["capability_id"] for m in rec.failure_modes] == ["c1", "c2", "c4"]
     assert rec.active_hashes == {cid: library[cid].content_hash for cid in ("c1", "c2", "c4")}
     assert rec.diagnosis["failure_rates"]["c1"] == pytest.approx(3 / 7) and rec.diagnosis["low_outcome"] == 7
     assert [r.rubric_id for r in weaver.active_rubrics()] == ["c1", "c2", "c4"]
@@ -218,6 +219,18 @@ def test_load_state_checks_hashes_and_config():
     assert normalize(target.state_dict()) == before
     with pytest.raises(ValueError, match="'budget' is 6 but this weaver has 5"):
         RewardWeaver(build_library(), ScriptedAttributor(), min_support=3, budget=5).load_state_dict(state)
+    with pytest.raises(ValueError, match="'rank_by' is 'rate' but this weaver has 'support'"):
+        RewardWeaver(build_library(), ScriptedAttributor(), min_support=3, rank_by="support").load_state_dict(state)
+    # a state saved before rank_by existed ranked by support: it resumes on a support weaver only
+    older = json.loads(json.dumps(state))
+    del older["config"]["rank_by"]
+    with pytest.raises(ValueError, match="'rank_by' is 'support' but this weaver has 'rate'"):
+        RewardWeaver(build_library(), ScriptedAttributor(), min_support=3).load_state_dict(older)
+    old_style = RewardWeaver(build_library(), ScriptedAttributor(), min_support=3, rank_by="support")
+    old_style.load_state_dict(older)
+    assert old_style.active == weaver.active
+    with pytest.raises(ValueError, match="rank_by must be one of"):
+        RewardWeaver(build_library(), ScriptedAttributor(), rank_by="count")
     bad_history = json.loads(json.dumps(state))
     bad_history["history"]["stages"][0]["active_hashes"]["c1"] = "0" * 64
     with pytest.raises(ValueError, match="stage 0: capability 'c1'"):

@@ -229,6 +229,10 @@ class RewardWeaverConfig:
     low_outcome: float = _f(0.5, "Outcome reward below which a trajectory is low-outcome.")
     min_confidence: float = _f(0.5, "Minimum attribution confidence.", ge=0, le=1)
     min_support: int = _f(3, "Minimum number of supporting trajectories (k).", ge=1)
+    rank_by: Literal["rate", "support"] = _f(
+        "rate", "How attribution ranks recurrent failure modes for the active set: 'rate' (deficit rate among "
+                "the trajectories a capability was a candidate for, then support) or 'support' (trajectories "
+                "blamed).")
     max_candidates: int = _f(8, "Candidate capabilities retrieved per failed trajectory (from its judged "
                                 "applicable capabilities).", gt=0)
     diagnosis_tasks: int = _f(16, "Tasks of the fresh on-policy diagnosis batch at each stage boundary "

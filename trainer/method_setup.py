@@ -40,7 +40,7 @@ def method_settings(cfg) -> MethodSettings:
         length_threshold=adv.length_threshold, delta_pool=pool.delta_pool, eta_high=pool.eta_high,
         eta_low=pool.eta_low, max_pool=pool.max_pool, max_new=pool.max_new, max_records=pool.max_records,
         adaptation_interval=rw.adaptation_interval, budget=rw.budget, low_outcome=rw.low_outcome,
-        min_confidence=rw.min_confidence, min_support=rw.min_support, max_candidates=rw.max_candidates,
+        min_confidence=rw.min_confidence, min_support=rw.min_support, rank_by=rw.rank_by, max_candidates=rw.max_candidates,
         diagnosis_tasks=rw.diagnosis_tasks, diagnostic_tasks=rw.diagnostic_tasks, success_sample=rw.success_sample,
         expansion=rw.expansion == "on", max_new_capabilities=rw.max_new, max_revisions=rw.max_revisions,
         process_normalization=rw.process_normalization,

@@ -92,7 +92,8 @@ class MethodSettings:
     Pool (eq. 4-8, B.3): delta_pool [10], eta_high [0.9], eta_low [0.3], max_pool [64],
         max_new [8], max_records (records per generation call) [256].
     RewardWeaver: adaptation_interval [30], budget (B) [6], low_outcome (q_o threshold) [0.5],
-        min_confidence [0.5], min_support [3], max_candidates (retrieval) [8],
+        min_confidence [0.5], min_support [3], rank_by (failure modes by deficit "rate" or by
+        "support"; rwcore.rewardweaver.attribution) ["rate"], max_candidates (retrieval) [8],
         diagnosis_tasks (tasks of the fresh on-policy diagnosis batch, G rollouts each) [16],
         diagnostic_tasks (fixed diagnostic set, appendix G; 0 = none) [16],
         success_sample (success trajectories attributed per stage for appendix E; 0 = none) [32],
@@ -128,6 +129,7 @@ class MethodSettings:
     low_outcome: float = 0.5
     min_confidence: float = 0.5
     min_support: int = 3
+    rank_by: str = "rate"
     max_candidates: int = 8
     diagnosis_tasks: int = 16
     diagnostic_tasks: int = 16
@@ -151,7 +153,11 @@ class MethodSettings:
             raise ValueError(f"eta_low must be below eta_high, got {self.eta_low} and {self.eta_high}")
         if not isinstance(self.expansion, bool):
             raise ValueError(f"expansion must be True or False, got {self.expansion!r}")
+        from rwcore.rewardweaver.attribution import RANK_BY
         from rwcore.rewardweaver.reward import NORMALIZATIONS
+
+        if self.rank_by not in RANK_BY:
+            raise ValueError(f"rank_by must be one of {RANK_BY}, got {self.rank_by!r}")
 
         if self.process_normalization not in NORMALIZATIONS:
             raise ValueError(f"process_normalization must be one of {NORMALIZATIONS}, got {self.process_normalization!r}")
@@ -344,7 +350,7 @@ class AdaptiveMethod:
         return RewardWeaver(
             p.library, p.attributor, strategy=self.variant.process_reward, budget=s.budget,
             low_outcome=s.low_outcome, min_confidence=s.min_confidence, min_support=s.min_support,
-            retrieve="verdicts", max_candidates=s.max_candidates,
+            rank_by=s.rank_by, retrieve="verdicts", max_candidates=s.max_candidates,
             analyze_cohorts=s.success_sample > 0 and p.attributor is not None,
             max_success_attributions=s.success_sample if s.success_sample > 0 else None,
             proposer=p.proposer if expansion else None, evaluator=p.evaluator if expansion else None,
@@ -749,10 +755,15 @@ class AdaptiveMethod:
         if state.get("variant") != self.variant.name:
             raise ValueError(f"train.method: the state was written by variant {state.get('variant')!r}, this method is "
                              f"{self.variant.name!r}; resume with the variant the run started with")
-        saved, mine = state.get("settings") or {}, self.settings.to_dict()
+        saved, mine = dict(state.get("settings") or {}), self.settings.to_dict()
+        if "rank_by" not in saved:  # written before rank_by existed, when attribution ranked by support
+            saved["rank_by"] = "support" if self.variant.uses_library else mine["rank_by"]
         for key in mine:
             if saved.get(key) != mine[key]:
-                raise ValueError(f"method setting {key!r}: the state has {saved.get(key)!r}, this method {mine[key]!r}")
+                hint = ("; a run started before rewardweaver.rank_by existed ranked by support: add `rank_by: support` "
+                        "under `rewardweaver:` in its config.yaml to resume it") if key == "rank_by" else ""
+                raise ValueError(f"method setting {key!r}: the state has {saved.get(key)!r}, this method "
+                                 f"{mine[key]!r}{hint}")
         for name, part in (("pool", self.pool), ("window", self.window), ("weaver", self.weaver)):
             if (state.get(name) is None) != (part is None):
                 raise ValueError(f"state[{name!r}] does not match variant {self.variant.name!r}")

@@ -8,8 +8,22 @@
    confidence c >= min_confidence, caused by the policy. Every rejected record
    keeps its reasons (see REJECTION_REASONS).
 3. `aggregate`: per capability, the number of distinct trajectories with an
-   accepted record (support), its frequency in the cohort, the mean confidence
-   and example evidence; recurrent modes (support >= min_support) form G.
+   accepted record (support), its frequency in the cohort, its deficit rate
+   among the trajectories it was a candidate for, the mean confidence and
+   example evidence; recurrent modes (support >= min_support) form G, ranked by
+   deficit rate (default) or by support.
+
+Why rank by rate: support counts how many trajectories a capability could be
+blamed on, which is bounded by how many trajectories it applies to. On a task
+mix, a capability that only one task type needs and that fails on every one
+of those trajectories (a complete bottleneck of that type) is outnumbered by
+broad capabilities that fail on a fraction of many types, and leaves a budgeted
+active set whenever it is slightly outnumbered - the "less frequent capability
+deficiency [that] may constitute the actual performance bottleneck" of
+RewardWeaver §1. The rate divides support by the trajectories the capability
+was a candidate for (retrieved for attribution, not blamed on the partner or the
+scenario), so it says how completely the capability fails where it matters;
+recurrence (support >= min_support) still keeps isolated low scores out.
 """
 
 from __future__ import annotations
@@ -296,6 +310,9 @@ class FailureMode:
 
     support: distinct trajectories with an accepted record for it.
     frequency: support / cohort size.
+    candidates: diagnosed trajectories it was a candidate for (in C_i), less those whose record for it
+        blamed the partner or the scenario (they say nothing about the policy's capability).
+    rate: support / candidates (0 when it was nobody's candidate), the deficit rate where it applies.
     mean_confidence: mean c over those records.
     trajectory_ids: the supporting trajectories, in cohort order.
     evidence: up to `max_examples` (trajectory id, evidence) examples.
@@ -309,6 +326,8 @@ class FailureMode:
     trajectory_ids: tuple[str, ...]
     evidence: tuple[tuple[str, str], ...]
     recurrent: bool
+    candidates: int = 0
+    rate: float = 0.0
 
     def summary(self) -> dict:
         """The JSON-safe numbers a reward history keeps."""
@@ -316,6 +335,8 @@ class FailureMode:
             "capability_id": self.capability_id,
             "support": self.support,
             "frequency": self.frequency,
+            "candidates": self.candidates,
+            "rate": self.rate,
             "mean_confidence": self.mean_confidence,
         }
 
@@ -324,15 +345,18 @@ class FailureMode:
 class AggregatedFailures:
     """G = Aggregate({a_{i,d}}): recurrent modes ranked, plus the ones below the support threshold.
 
-    modes: recurrent failure modes, ranked by support, then mean confidence, then id.
+    modes: recurrent failure modes, ranked (see `rank_by`).
     below_support: capabilities with accepted records but support < min_support, same order.
     cohort_size: trajectories diagnosed.
+    rank_by: "rate" (deficit rate, then support, then mean confidence, then id) or "support" (support,
+        then mean confidence, then id).
     """
 
     modes: tuple[FailureMode, ...]
     below_support: tuple[FailureMode, ...]
     cohort_size: int
     min_support: int
+    rank_by: str = "rate"
 
     def ranking(self) -> tuple[str, ...]:
         return tuple(mode.capability_id for mode in self.modes)
@@ -348,25 +372,47 @@ class AggregatedFailures:
         return None
 
 
-def _rank_key(mode: FailureMode):
+RANK_BY: tuple[str, ...] = ("rate", "support")
+"""How `aggregate` ranks recurrent failure modes (see the module docstring)."""
+
+
+def _rank_key(mode: FailureMode, rank_by: str):
+    if rank_by == "rate":
+        return (-mode.rate, -mode.support, -mode.mean_confidence, mode.capability_id)
     return (-mode.support, -mode.mean_confidence, mode.capability_id)
 
 
-def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: int = 3) -> AggregatedFailures:
-    """Aggregates accepted records per capability; recurrent when support >= min_support."""
+def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: int = 3,
+              rank_by: str = "rate") -> AggregatedFailures:
+    """Aggregates accepted records per capability; recurrent when support >= min_support.
+
+    rank_by: "rate" [default] ranks the modes by deficit rate among the trajectories each capability was
+        a candidate for, then support; "support" by support alone (the number of trajectories blamed).
+    """
     if not isinstance(result, AttributionResult):
         raise ValueError(f"result must be an AttributionResult, got {type(result).__name__}")
     min_support = check_int(min_support, "min_support", low=1)
     max_examples = check_int(max_examples, "max_examples", low=0)
+    if rank_by not in RANK_BY:
+        raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
     order = {tid: i for i, tid in enumerate(result.diagnosed)}
     per_capability: dict[str, list[AttributionRecord]] = {}
     for record in result.accepted:
         per_capability.setdefault(record.capability_id, []).append(record)
+    # the trajectories each capability could have been blamed on: candidates, less external blame
+    external = {(r.record.trajectory_id, r.record.capability_id) for r in result.rejected
+                if {"cause_partner", "cause_scenario"} & set(r.reasons)}
+    candidates: dict[str, int] = {}
+    for tid in result.diagnosed:
+        for cid in result.candidates.get(tid, ()):
+            if (tid, cid) not in external:
+                candidates[cid] = candidates.get(cid, 0) + 1
     n = result.n_diagnosed
     modes = []
     for cid, records in per_capability.items():
         records = sorted(records, key=lambda r: order.get(r.trajectory_id, len(order)))
         tids = tuple(dict.fromkeys(r.trajectory_id for r in records))
+        eligible = max(candidates.get(cid, 0), len(tids))
         modes.append(FailureMode(
             capability_id=cid,
             support=len(tids),
@@ -375,13 +421,16 @@ def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: 
             trajectory_ids=tids,
             evidence=tuple((r.trajectory_id, r.evidence) for r in records[:max_examples]),
             recurrent=len(tids) >= min_support,
+            candidates=eligible,
+            rate=len(tids) / eligible if eligible else 0.0,
         ))
-    modes.sort(key=_rank_key)
+    modes.sort(key=lambda mode: _rank_key(mode, rank_by))
     return AggregatedFailures(
         modes=tuple(m for m in modes if m.recurrent),
         below_support=tuple(m for m in modes if not m.recurrent),
         cohort_size=n,
         min_support=min_support,
+        rank_by=rank_by,
     )
 
 

@@ -12,8 +12,9 @@ Every strategy is a small class with the same interface:
 
 Strategies (the paper's method, baselines and ablations):
 
-- "attribution" (default): recurrent attributed failure modes ranked by
-  support, then mean confidence, then id; the top `budget`.
+- "attribution" (default): recurrent attributed failure modes in the order
+  `aggregate` ranked them (deficit rate, then support, by default; see
+  `rwcore.rewardweaver.attribution`); the top `budget`.
 - "static_topk": a fixed top-K from an initial ranking (given, or frozen from
   the first call's attribution ranking); the same set at every stage.
 - "random": `budget` capabilities drawn uniformly without replacement from the
@@ -167,10 +168,12 @@ class AttributionSelect(_Stateless):
 
     def select(self, inputs: SelectionInput) -> Selection:
         failures: AggregatedFailures = _need(inputs, "failures", self.name)
-        scores = {m.capability_id: float(m.support) for m in failures.modes}
+        by_rate = failures.rank_by == "rate"
+        scores = {m.capability_id: float(m.rate if by_rate else m.support) for m in failures.modes}
         return _finish(self.name, failures.ranking(), scores, inputs,
                        f"recurrent attributed failure modes (support >= {failures.min_support} "
-                       f"of {failures.cohort_size})", self.keep_previous_when_empty)
+                       f"of {failures.cohort_size}, ranked by {'deficit rate' if by_rate else 'support'})",
+                       self.keep_previous_when_empty)
 
 
 class RandomTrajectoryAttribution(AttributionSelect):

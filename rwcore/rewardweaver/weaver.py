@@ -24,6 +24,7 @@ import numpy as np
 
 from rwcore.rewardweaver._util import check_metrics, make_rng, rng_state
 from rwcore.rewardweaver.attribution import (
+    RANK_BY,
     AggregatedFailures,
     AttributionResult,
     LowOutcomeRule,
@@ -93,6 +94,9 @@ class RewardWeaver:
             (outcome, trajectory) -> bool [0.5].
         min_confidence: attribution records below it are rejected [0.5].
         min_support: a failure mode is recurrent on >= this many distinct trajectories [3].
+        rank_by: how recurrent failure modes are ranked for selection: "rate" (deficit rate among the
+            trajectories a capability was a candidate for, then support) or "support" (trajectories
+            blamed) ["rate"]; see `rwcore.rewardweaver.attribution`.
         retrieve: candidate retrieval per failed trajectory: "verdicts" (default) takes the
             capabilities the judge found applicable to it in the update's reports (FAIL, then
             INVALID, then PASS, library order within each, at most `max_candidates`); "all" gives
@@ -129,6 +133,7 @@ class RewardWeaver:
         low_outcome: LowOutcomeRule = 0.5,
         min_confidence: float = 0.5,
         min_support: int = 3,
+        rank_by: str = "rate",
         retrieve: str | Retriever = "verdicts",
         max_candidates: int = 8,
         analyze_cohorts: bool = False,
@@ -184,6 +189,7 @@ class RewardWeaver:
             "low_outcome": q_o_config,
             "min_confidence": check_unit(min_confidence, "min_confidence"),
             "min_support": min_support,
+            "rank_by": rank_by,
             "max_success_attributions": None if max_success_attributions is None
             else check_int(max_success_attributions, "max_success_attributions", low=0),
             "expansion": proposer is not None,
@@ -197,6 +203,8 @@ class RewardWeaver:
             "normalize": normalize,
             "seed": check_int(seed, "seed", low=0),
         }
+        if rank_by not in RANK_BY:
+            raise ValueError(f"rank_by must be one of {RANK_BY}, got {rank_by!r}")
         if normalize not in NORMALIZATIONS:
             raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
         if not np.isfinite(self._config["empty_value"]):
@@ -394,7 +402,7 @@ class RewardWeaver:
                                                                                        AggregatedFailures]:
         result = attribute(cohort, self._library, self._attributor, retrieve=retrieve,
                            min_confidence=self._config["min_confidence"])
-        return result, aggregate(result, min_support=self._config["min_support"])
+        return result, aggregate(result, min_support=self._config["min_support"], rank_by=self._config["rank_by"])
 
     def _performance(self, trajectories, low, reports, extra) -> dict:
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
@@ -463,6 +471,8 @@ class RewardWeaver:
         config = state.get("config")
         if not isinstance(config, Mapping):
             raise ValueError("state config must be a mapping")
+        # a state saved before rank_by existed ranked by support
+        config = {"rank_by": "support", **config}
         for key in sorted(set(config) | set(self._config)):
             if config.get(key) != self._config.get(key):
                 raise ValueError(
