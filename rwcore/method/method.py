@@ -158,7 +158,6 @@ class MethodSettings:
 
         if self.rank_by not in RANK_BY:
             raise ValueError(f"rank_by must be one of {RANK_BY}, got {self.rank_by!r}")
-
         if self.process_normalization not in NORMALIZATIONS:
             raise ValueError(f"process_normalization must be one of {NORMALIZATIONS}, got {self.process_normalization!r}")
 
