@@ -759,8 +759,9 @@ class AdaptiveMethod:
             saved["rank_by"] = "support" if self.variant.uses_library else mine["rank_by"]
         for key in mine:
             if saved.get(key) != mine[key]:
-                hint = ("; a run started before rewardweaver.rank_by existed ranked by support: add `rank_by: support` "
-                        "under `rewardweaver:` in its config.yaml to resume it") if key == "rank_by" else ""
+                hint = ("; a state saved before rank_by existed ranked by support: resume it with rank_by='support' "
+                        "(rw train: `rank_by: support` under `rewardweaver:` in the run's config.yaml)"
+                        ) if key == "rank_by" else ""
                 raise ValueError(f"method setting {key!r}: the state has {saved.get(key)!r}, this method "
                                  f"{mine[key]!r}{hint}")
         for name, part in (("pool", self.pool), ("window", self.window), ("weaver", self.weaver)):

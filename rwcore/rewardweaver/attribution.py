@@ -312,7 +312,7 @@ class FailureMode:
     frequency: support / cohort size.
     candidates: diagnosed trajectories it was a candidate for (in C_i), less those whose record for it
         blamed the partner or the scenario (they say nothing about the policy's capability).
-    rate: support / candidates (0 when it was nobody's candidate), the deficit rate where it applies.
+    rate: support / candidates, the deficit rate where it applies.
     mean_confidence: mean c over those records.
     trajectory_ids: the supporting trajectories, in cohort order.
     evidence: up to `max_examples` (trajectory id, evidence) examples.
@@ -412,6 +412,8 @@ def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: 
     for cid, records in per_capability.items():
         records = sorted(records, key=lambda r: order.get(r.trajectory_id, len(order)))
         tids = tuple(dict.fromkeys(r.trajectory_id for r in records))
+        # an accepted record names a candidate and blames the policy, so candidates >= support; the max
+        # only guards an AttributionResult assembled by hand
         eligible = max(candidates.get(cid, 0), len(tids))
         modes.append(FailureMode(
             capability_id=cid,
@@ -422,7 +424,7 @@ def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: 
             evidence=tuple((r.trajectory_id, r.evidence) for r in records[:max_examples]),
             recurrent=len(tids) >= min_support,
             candidates=eligible,
-            rate=len(tids) / eligible if eligible else 0.0,
+            rate=len(tids) / eligible,
         ))
     modes.sort(key=lambda mode: _rank_key(mode, rank_by))
     return AggregatedFailures(

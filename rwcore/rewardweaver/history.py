@@ -31,7 +31,8 @@ class StageRecord:
     stage: k (0, 1, ...).
     active: A_k in priority order; active_hashes: capability id -> content hash.
     strategy, reason: what chose A_k and why (e.g. which failure modes).
-    failure_modes: the aggregated modes it was chosen from (id, support, frequency, mean confidence).
+    failure_modes: the aggregated modes it was chosen from (id, support, frequency, candidates, deficit rate,
+        mean confidence; histories written before the rate was recorded lack candidates and rate).
     diagnosis: numbers of the batch it was chosen from (cohort size, attributed
         failure rates F_fail / F_succ per capability, rejection counts, ...).
     admitted: capabilities admitted by controlled expansion at this update.
