@@ -35,6 +35,10 @@ Optional *providers* (a method that is absent, or returns None, means "not provi
     capability_candidates() -> list[RubricSpec]
                                          capability definitions without labelled cases (see below)
     action_vocabulary() -> list[str]     the built-in policy samples only these words
+    guidance_language() -> GuidanceLanguage
+                                         how guidance in the prompt names the agent's situations and moves:
+                                         what the built-in model's reading prior is pretrained on
+                                         (rwcore.trainer.prior; without it model.init resolves to random)
 
 `provided(env, name)` reads a provider (None when absent or when it returns None).
 
@@ -67,6 +71,7 @@ Users add their own environments by implementing this protocol and registering a
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -117,6 +122,43 @@ class Outcome:
     reason: str = ""
     failure: str = ""
     details: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class GuidanceSituation:
+    """A situation the agent can be in, as guidance text names it.
+
+    name: an identifier ("agrees"); phrases: the ways a guidance line names it, in the environment's
+    words ("the buyer agrees"); every phrase names this situation only."""
+
+    name: str
+    phrases: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GuidanceLanguage:
+    """How guidance in the policy's prompt talks about an environment: its situations, its moves, and how
+    an observation shows a situation. The built-in model's reading prior (rwcore.trainer.prior) is pretrained
+    on lines "when <situation phrase> say <move>" over this language with moves drawn at random, so it
+    learns to read guidance, not which move a situation needs.
+
+    situations: disjoint situations (no observation shows two); actions: the move words (what the policy
+    samples, `action_vocabulary()`); observe(name, rng): an observation (the partner's message as the
+    policy sees it) that shows situation `name`, drawn from `rng`, with no task or episode behind it;
+    situation_of(observation): the situation an observation shows (None: none, e.g. the episode is over);
+    skill_texts: the environment's own skill texts (kept out of the corpus, probed on their situations)."""
+
+    situations: tuple[GuidanceSituation, ...]
+    actions: tuple[str, ...]
+    observe: Callable[[str, random.Random], str]
+    situation_of: Callable[[str], str | None]
+    skill_texts: tuple[str, ...] = ()
+
+    def situation(self, name: str) -> GuidanceSituation:
+        for situation in self.situations:
+            if situation.name == name:
+                return situation
+        raise ValueError(f"unknown situation {name!r}; known: {[s.name for s in self.situations]}")
 
 
 @dataclass(frozen=True)

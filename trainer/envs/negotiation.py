@@ -5,7 +5,7 @@ Benchmark (papers/rewardweaver.txt appendix B: elicit the buyer's constraint bef
 standard vs constraint-conflict tasks) and of Arise's sparse-outcome agent tasks (papers/arise.txt
 §1: a success needs a sequence of distinct behaviours, so a random policy almost never succeeds
 and outcome-only GRPO sees mostly all-failure groups). Everything is said in a small word-level
-language so a tiny randomly initialised transformer can learn it with RL on a CPU in minutes.
+language so a tiny transformer can learn it with RL on a CPU in minutes.
 
 Language
 --------
@@ -85,6 +85,15 @@ and `best_fixed_sequence(env)` searches every fixed message sequence (the same m
 the buyer says) for the best held-out success. `python -m rwcore.trainer.envs.negotiation` prints
 all three.
 
+Guidance language
+-----------------
+`guidance_language()` says how guidance in the policy's prompt talks about this environment: thirteen
+situations (`GUIDANCE_SITUATIONS`, one per kind of buyer message an agent turn follows: the buyer wants the
+item, agrees, confirms, says too high, ...), the phrases a guidance line names each by ("the buyer agrees"),
+`observe_situation` (an observation showing one, no episode behind it) and `situation_of` (the situation an
+observation shows). The built-in model's reading prior is pretrained on lines over this language with moves
+drawn at random (rwcore.trainer.prior); the skill texts of negotiation_rubrics use the same phrases.
+
 Trajectory contract (what the rubric checks read)
 --------------------------------------------------
 `build_trajectory` makes the Trajectory the trainer must build the same way:
@@ -104,11 +113,12 @@ import random
 import re
 from collections.abc import Callable, Sequence
 
-from rwcore.trainer.envs.base import Episode, Outcome, Task
+from rwcore.trainer.envs.base import Episode, GuidanceLanguage, GuidanceSituation, Outcome, Task
 from rwcore.types import Trajectory, Turn
 
 __all__ = [
     "ACTION_PHRASES",
+    "GUIDANCE_SITUATIONS",
     "KINDS",
     "KIND_WEIGHTS",
     "PRICES",
@@ -117,11 +127,13 @@ __all__ = [
     "build_trajectory",
     "evaluate_policy",
     "is_offer",
+    "observe_situation",
     "parse_action",
     "parse_observation",
     "random_policy",
     "run_episode",
     "scripted_policy",
+    "situation_of",
 ]
 
 PRICES: tuple[int, ...] = tuple(range(20, 201, 20))
@@ -350,7 +362,8 @@ class NegotiationEnv:
         opening = _OPENINGS.get(d["kind"], "buyer wants item")
         return Episode(task=task, observation=self._observe(state, opening), state=state)
 
-    def _observe(self, state: dict, message: str) -> str:
+    @staticmethod
+    def _observe(state: dict, message: str) -> str:
         head = f"item {state['item']} cost {state['cost']}"
         if state["bundle_cost"] is not None:
             head += f" bundle cost {state['bundle_cost']}"
@@ -512,7 +525,18 @@ class NegotiationEnv:
         for variants in rubrics.SKILLS.values():
             for text in variants:
                 words |= set(text.split())
-        return sorted(words)
+        for situation in GUIDANCE_SITUATIONS:
+            for phrase in situation.phrases:
+                words |= set(phrase.split())
+        return sorted(words | {"when", "if", "after", "say"})  # the guidance lines' connectors
+
+    def guidance_language(self) -> GuidanceLanguage:
+        """How guidance names this environment's situations and moves (the built-in model's reading prior)."""
+        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+
+        return GuidanceLanguage(situations=GUIDANCE_SITUATIONS, actions=tuple(self.action_vocabulary()),
+                                observe=observe_situation, situation_of=situation_of,
+                                skill_texts=tuple(text for variants in rubrics.SKILLS.values() for text in variants))
 
     # -- adaptive-method pieces -----------------------------------------------------
 
@@ -612,6 +636,84 @@ def make_task_data(rng: random.Random, kind: str) -> dict:
     # unwinnable: a hostile buyer leaves when it would agree, a sold-out item cannot be sold
     data["winnable"] = kind not in ("hostile", "sold_out")
     return data
+
+
+# -- guidance language --------------------------------------------------------------------
+# How guidance in the policy's prompt names what the buyer just said (GuidanceLanguage). Each situation is
+# one kind of buyer message an agent turn follows; its phrases are the words a guidance line uses for it.
+# The phrases say what the buyer did, never what the seller should do about it.
+
+GUIDANCE_SITUATIONS: tuple[GuidanceSituation, ...] = (
+    GuidanceSituation("wants_item", ("the buyer wants item",)),
+    GuidanceSituation("wants_bundle", ("the buyer wants bundle",)),
+    GuidanceSituation("haggles", ("the buyer haggles",)),
+    GuidanceSituation("wants_price", ("the buyer wants price",)),
+    GuidanceSituation("secret", ("the buyer says secret",)),
+    GuidanceSituation("budget_above", ("the buyer says budget", "budget is above cost")),
+    GuidanceSituation("budget_below", ("budget is below cost",)),
+    GuidanceSituation("bundle_budgets", ("the buyer says bundle budget",)),
+    GuidanceSituation("likes_bundle", ("the buyer likes bundle",)),
+    GuidanceSituation("likes_bundle_budget", ("the buyer likes bundle budget",)),
+    GuidanceSituation("counter", ("the buyer says too high",)),
+    GuidanceSituation("agrees", ("the buyer agrees",)),
+    GuidanceSituation("confirms", ("the buyer confirms",)),
+)
+# situation -> (task kinds whose buyer can say it, the message; {b}: budget, {bb}: bundle budget, {p}: a price)
+_SITUATION_MESSAGES: dict[str, tuple[tuple[str, ...], str]] = {
+    "wants_item": (("standard", "no_deal", "hostile", "sold_out"), "buyer wants item"),
+    "wants_bundle": (("bundle",), "buyer wants bundle"),
+    "haggles": (("haggler",), "buyer haggles"),
+    "wants_price": (("quote",), "buyer wants price"),
+    "secret": (("haggler", "quote"), "buyer secret"),
+    "budget_above": (("standard", "hostile", "sold_out"), "buyer budget {b}"),
+    "budget_below": (("no_deal",), "buyer budget {b}"),
+    "bundle_budgets": (("bundle",), "buyer budget {b} bundle budget {bb}"),
+    "likes_bundle": (("bundle",), "buyer likes bundle"),
+    "likes_bundle_budget": (("bundle",), "buyer likes bundle budget {bb}"),
+    "counter": (("haggler",), "buyer too high offer {p}"),
+    "agrees": (("standard", "bundle", "haggler", "quote", "sold_out"), "buyer agrees {p}"),
+    "confirms": (("standard", "bundle", "haggler", "quote", "sold_out"), "buyer confirms"),
+}
+# the buyer's message with its numbers and above / below hints left out -> situation
+_MESSAGE_SITUATIONS: dict[str, str] = {
+    "buyer wants item": "wants_item", "buyer wants bundle": "wants_bundle", "buyer haggles": "haggles",
+    "buyer wants price": "wants_price", "buyer secret": "secret", "buyer budget bundle budget": "bundle_budgets",
+    "buyer likes bundle": "likes_bundle", "buyer likes bundle budget": "likes_bundle_budget",
+    "buyer too high offer": "counter", "buyer agrees": "agrees", "buyer agrees bundle": "agrees",
+    "buyer confirms": "confirms",
+}
+
+
+def observe_situation(name: str, rng: random.Random) -> str:
+    """An observation showing situation `name` (GUIDANCE_SITUATIONS): a fresh instance of a task kind
+    whose buyer can say it, with that message - no episode behind it, so nothing about the moves before."""
+    if name not in _SITUATION_MESSAGES:
+        raise ValueError(f"unknown situation {name!r}; known: {sorted(_SITUATION_MESSAGES)}")
+    kinds, template = _SITUATION_MESSAGES[name]
+    data = make_task_data(rng, rng.choice(kinds))
+    bundle = data["bundle_cost"] is not None
+    price = data["bundle_budget"] if bundle else data["budget"]
+    if name == "counter":
+        price = rng.choice((data["budget"], max(PRICES[0], data["budget"] - INSULT_MARGIN)))
+    message = template.format(b=data["budget"], bb=data["bundle_budget"], p=price)
+    if name == "agrees" and bundle:
+        message = f"buyer agrees bundle {price}"
+    state = {"item": data["item"], "cost": data["cost"], "list": data["list"], "bundle_cost": data["bundle_cost"]}
+    return NegotiationEnv._observe(state, message)
+
+
+def situation_of(observation: str) -> str | None:
+    """The GUIDANCE_SITUATIONS name an observation shows (None: the buyer left, the deal is done, time is up)."""
+    words = observation.split()
+    start = next((i + 2 for i, word in enumerate(words) if word == "list" and i + 1 < len(words)
+                  and words[i + 1].isdigit()), None)
+    if start is None:
+        return None
+    message = words[start:]
+    core = " ".join(word for word in message if not word.isdigit() and word not in ("above", "below"))
+    if core == "buyer budget":
+        return "budget_above" if message[-1] == "above" else "budget_below"
+    return _MESSAGE_SITUATIONS.get(core)
 
 
 # -- policies -------------------------------------------------------------------------

@@ -243,29 +243,35 @@ RULE_DEFS: tuple[RuleDef, ...] = (
 )
 RULES_BY_ID: dict[str, RuleDef] = {r.rule_id: r for r in RULE_DEFS}
 
-# Skill texts (in the environment's vocabulary); refine_skill cycles through the variants.
+# Skill texts (in the environment's vocabulary); refine_skill cycles through the variants. Each names the
+# situation of its rule as the guidance language does (negotiation.GUIDANCE_SITUATIONS) and the one move word
+# that rule wants there, so that a policy that reads guidance can act on it; clear_actions concerns every
+# turn and names no single move.
 SKILLS: dict[str, tuple[str, ...]] = {
-    "asks_budget_first": ("ask budget before you offer", "first ask budget then offer", "ask the buyer budget first"),
-    "offers_at_budget": ("offer the buyer budget", "when the buyer says budget offer that budget",
-                         "offer the budget not less"),
-    "proposes_bundle_when_wanted": ("when the buyer wants bundle say bundle", "propose the bundle before a price",
-                                    "a buyer who wants bundle hears bundle first"),
-    "offers_bundle_when_wanted": ("when the buyer likes bundle offer the bundle budget", "offer the bundle budget",
-                                  "a buyer who wants bundle pays the bundle budget"),
-    "opens_at_list_with_haggler": ("when the buyer haggles offer the list price", "open at the list price",
-                                   "a buyer who haggles hears the list price first"),
-    "quotes_list_price": ("when the buyer wants price say list", "a buyer who wants price hears the list price",
-                          "say list when asked for a price"),
-    "confirms_agreement": ("when the buyer agrees say confirm", "confirm the deal when the buyer agrees",
-                           "after agrees say confirm"),
-    "closes_after_confirmation": ("when the buyer confirms say close", "close the deal after the buyer confirms",
-                                  "after confirms say close"),
-    "accepts_counter": ("when the buyer offer is the budget say accept", "accept the buyer offer after too high",
-                        "accept a counter above cost"),
-    "ends_hopeless_negotiation": ("end when budget is below cost", "if budget is below cost say end",
-                                  "end when no deal is possible"),
-    "clear_actions": ("use one clear action each turn", "say one action like ask offer bundle accept or end",
-                      "never ask twice or repeat an offer"),
+    "asks_budget_first": ("when the buyer wants item say ask", "if the buyer wants item say ask first",
+                          "when the buyer wants item ask the budget before you offer"),
+    "offers_at_budget": ("when the buyer says budget say match", "if budget is above cost say match",
+                         "when budget is above cost match the buyer offer"),
+    "proposes_bundle_when_wanted": ("when the buyer wants bundle say bundle",
+                                    "if the buyer says bundle budget say bundle",
+                                    "when the buyer wants bundle say bundle first"),
+    "offers_bundle_when_wanted": ("when the buyer likes bundle budget say match",
+                                  "if the buyer likes bundle budget say match",
+                                  "after the buyer likes bundle budget match that budget"),
+    "opens_at_list_with_haggler": ("when the buyer haggles say list", "if the buyer haggles say list first",
+                                   "when the buyer haggles list the price"),
+    "quotes_list_price": ("when the buyer wants price say list", "if the buyer wants price say list",
+                          "after the buyer wants price list the price"),
+    "confirms_agreement": ("when the buyer agrees say confirm", "after the buyer agrees say confirm",
+                           "if the buyer agrees confirm the deal"),
+    "closes_after_confirmation": ("when the buyer confirms say close", "after the buyer confirms say close",
+                                  "if the buyer confirms close the deal"),
+    "accepts_counter": ("when the buyer says too high say accept", "if the buyer says too high say accept",
+                        "after the buyer says too high accept the offer"),
+    "ends_hopeless_negotiation": ("when budget is below cost say end", "if budget is below cost say end",
+                                  "when budget is below cost end the deal"),
+    "clear_actions": ("use one clear move each turn", "never repeat a move the buyer answered",
+                      "say each move once"),
 }
 
 
