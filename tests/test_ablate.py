@@ -235,7 +235,7 @@ def test_a_real_table_with_real_rw_train_processes(tmp_path):
     """Two variants x one seed, two real `rw train` processes at a time (tiny settings), then a resume that
     starts nothing; the table's numbers are the runs' own final held-out evaluations."""
     out = tmp_path / "abl"
-    small = ["env.options.num_train=24", "env.options.num_eval=6", "rollout.tasks_per_step=2",
+    small = ["model.init=random", "env.options.num_train=24", "env.options.num_eval=6", "rollout.tasks_per_step=2",
              "rollout.group_size=2", "train.eval_every=1", "train.checkpoint_every=1"]
     command = [sys.executable, "-m", "rwcore.trainer", "ablate", "--paper", "rewardweaver", "--variants",
                "rewardweaver,rw_outcome_grpo", "--seeds", "0", "--steps", "2", "--jobs", "2", "--quiet",
@@ -285,7 +285,7 @@ def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
     import time
 
     out = tmp_path / "abl"
-    small = ["env.options.num_train=24", "env.options.num_eval=6", "rollout.tasks_per_step=2",
+    small = ["model.init=random", "env.options.num_train=24", "env.options.num_eval=6", "rollout.tasks_per_step=2",
              "rollout.group_size=2", "train.eval_every=2", "train.checkpoint_every=1"]
     command = [sys.executable, "-m", "rwcore.trainer", "ablate", "--paper", "rewardweaver", "--variants",
                "rw_outcome_grpo", "--seeds", "0", "--steps", "40", "--jobs", "1", "--quiet", "--out", str(out), *small]

@@ -31,6 +31,7 @@ from rwcore.trainer.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [
+    "model.init=random",  # these tests are about the loop, not the reading prior
     "env.options.num_train=40", "env.options.num_eval=4", "rollout.tasks_per_step=4", "rollout.group_size=4",
     "train.eval_every=2", "train.checkpoint_every=1", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
     "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=4", "rewardweaver.diagnostic_tasks=4",

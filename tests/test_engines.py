@@ -31,6 +31,7 @@ from rwcore.trainer.trainer import Trainer
 
 HERE = Path(__file__).parent
 SMALL = [
+    "model.init=random",  # these tests are about the loop, not the reading prior
     "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=5", "rollout.group_size=4",
     "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
     "rewardweaver.min_support=1", "train.steps=4", "optim.minibatches=2", "rewardweaver.diagnosis_tasks=4",

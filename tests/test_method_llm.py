@@ -19,6 +19,7 @@ from rwcore.types import Trajectory, Turn
 
 KEY_ENV = "RWCORE_TEST_LLM_KEY"
 SMALL = [
+    "model.init=random",  # these tests are about the loop, not the reading prior
     "env.options.num_train=24", "env.options.num_eval=4", "rollout.tasks_per_step=3", "rollout.group_size=3",
     "train.eval_every=0", "train.checkpoint_every=0", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
     "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=2", "rewardweaver.diagnostic_tasks=2",

@@ -227,8 +227,8 @@ def test_episodes_and_update_match_with_sharing_off():
 
 
 def test_config_key_reaches_the_policy(tmp_path):
-    overrides = ["train.steps=1", "rollout.tasks_per_step=2", "rollout.group_size=2", "env.options.num_train=6",
-                 "env.options.num_eval=2", "train.eval_every=0", "train.checkpoint_every=0"]
+    overrides = ["model.init=random", "train.steps=1", "rollout.tasks_per_step=2", "rollout.group_size=2",
+                 "env.options.num_train=6", "env.options.num_eval=2", "train.eval_every=0", "train.checkpoint_every=0"]
     on = Trainer(load_config(None, overrides), tmp_path / "on", quiet=True)
     off = Trainer(load_config(None, overrides + ["model.shared_prefix=false"]), tmp_path / "off", quiet=True)
     on.setup()

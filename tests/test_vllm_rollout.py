@@ -17,6 +17,7 @@ from rwcore.trainer.trainer import Trainer
 
 FAKE = Path(__file__).parent / "fake_vllm"
 SMALL = [
+    "model.init=random",  # these tests are about the loop, not the reading prior
     "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=3", "rollout.group_size=4",
     "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
     "rewardweaver.min_support=1", "rollout.engine=vllm", "model.head_dim=64",

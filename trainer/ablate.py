@@ -331,6 +331,21 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
     return summary
 
 
+def prepare_prior(plan: AblationPlan, progress: bool = True) -> Path | None:
+    """Builds (or finds) the reading prior every run of the table starts from (model.init=pretrained), once,
+    before any run starts, so that they do not queue behind one another's build. Returns its cache folder, or
+    None when the runs start from random weights or a named model."""
+    from rwcore.trainer import envs
+    from rwcore.trainer.config import load_config
+    from rwcore.trainer.prior import ensure_prior, resolve_init
+
+    config = load_config(plan.config, [*plan.overrides, f"train.method={plan.variants[0]}"])
+    env = envs.make(config.env.name, **dict(config.env.options))
+    if resolve_init(config, env) != "pretrained":
+        return None
+    return ensure_prior(config, env, progress=progress).folder
+
+
 def _stop_on_sigterm():
     """SIGTERM (a scheduler, `kill`) stops the runs like Ctrl-C does, so none is left running unattended
     (a later resume would start it twice). Returns the previous handler (None off the main thread)."""

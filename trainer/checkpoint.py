@@ -47,7 +47,7 @@ _CHUNK = 1 << 20
 # ".<name>.<8 random characters>.tmp" (tempfile.mkstemp) in the same folder.
 RUN_FILES = ("config.yaml", "method.json", "metrics.jsonl", "sampling.jsonl", "reward_stages.json",
              "reward_history.json", "diagnostics.json", "pool_counts.json", "pool_events.json",
-             "pool_rubrics.json")
+             "pool_rubrics.json", "prior.json")
 CHECKPOINT_FILES = ("latest",)
 _ATOMIC_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 

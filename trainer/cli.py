@@ -1,5 +1,5 @@
-"""The `rw` command line: `rw train`, `rw eval`, `rw report`, `rw analyze`, `rw variants`, `rw ablate`,
-`rw compare`, `rw config` and `rw bench`.
+"""The `rw` command line: `rw train`, `rw pretrain`, `rw probe`, `rw eval`, `rw report`, `rw analyze`,
+`rw variants`, `rw ablate`, `rw compare`, `rw config` and `rw bench`.
 
 Each subcommand is one small class with `name`, `help`, `add_arguments(parser)` and
 `run(args) -> int`; `main(argv=None) -> int` parses and dispatches. Exit codes: 0 success,
@@ -219,6 +219,127 @@ class TrainCommand(Command):
         return 0
 
 
+class PretrainCommand(Command):
+    name = "pretrain"
+    help = "build (or load) the built-in model's reading prior and print the skill-reading probe"
+    description = (
+        "Pretrains the built-in model on the guidance corpus (rwcore.trainer.prior.corpus: guidance lines with moves "
+        "drawn at random, so it learns to read, not the task) and caches it per machine, keyed by the corpus, model "
+        "and prior settings and the code; rw train starts from it by default (model.init=pretrained) and builds it "
+        "on first use. Prints the probe: the hinted move's probability with and without the guidance, on pairings "
+        "the corpus never shows and on the environment's own skill texts. Takes the same --config and overrides "
+        "as rw train (the env, model and prior sections matter)."
+    )
+    epilog = """examples:
+  rw pretrain                                  # the embedded default's prior (built once, then read from the cache)
+  rw pretrain prior.seed=1                     # another prior (its own cache entry)
+  rw pretrain --rebuild                        # build it again even if cached
+  rw pretrain --json                           # the whole report (training curve, probe, machine) as JSON
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--config", metavar="FILE", help="YAML config file or shipped config name")
+        parser.add_argument("--rebuild", action="store_true", help="pretrain again even when a cached prior exists")
+        parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
+        parser.add_argument("--quiet", action="store_true", help="no progress bar")
+        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override, help="config overrides")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rwcore.trainer import envs
+        from rwcore.trainer.prior import ensure_prior
+        from rwcore.trainer.prior.probe import format_probe
+
+        try:
+            config = load_config(_config_file(args.config), args.overrides)
+            if config.model.name:
+                raise ValueError(f"config key 'model.name': rw pretrain builds the built-in model's prior; "
+                                 f"{config.model.name!r} brings its own weights")
+            if config.model.init == "random":
+                raise ValueError("config key 'model.init': random needs no prior (rw pretrain builds the one "
+                                 "model.init=pretrained starts from)")
+            env = envs.make(config.env.name, **dict(config.env.options))
+            config.model.init = "pretrained"
+            prior = ensure_prior(config, env, rebuild=args.rebuild, progress=not args.quiet)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        if args.json:
+            print(json.dumps(_jsonable({"folder": str(prior.folder), **prior.report}), indent=1))
+            return 0
+        last = (prior.report.get("curve") or [{}])[-1]
+        print(f"prior: {prior.folder}")
+        loss, accuracy = last.get("loss", float("nan")), last.get("guided_accuracy", float("nan"))
+        print(f"trained {prior.report.get('seconds')} s on {prior.report.get('threads')} threads; last 100 steps: "
+              f"loss {loss:.3f}, guided accuracy {accuracy:.3f}")
+        print(format_probe(prior.report["probe"]))
+        return 0
+
+
+class ProbeCommand(Command):
+    name = "probe"
+    help = "measure whether a policy reads guidance: the hinted move's probability with and without it"
+    description = (
+        "Runs the skill-reading probe (rwcore.trainer.prior.probe) on a checkpoint of the built-in model (verified "
+        "against its manifest first), or, without one, on the cached reading prior of the config: on situation -> "
+        "move pairings the corpus never shows, and on each of the environment's own skill texts at the situation it "
+        "names in real held-out episodes. Check it before trusting an Arise result: skills only help a policy that "
+        "reads them."
+    )
+    epilog = """examples:
+  rw probe                                     # the embedded default's prior (rw pretrain builds it)
+  rw probe runs/demo                           # the run's latest checkpoint: does the trained policy still read?
+  rw probe runs/demo/checkpoints/step_000200 --json
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT_DIR",
+                            help="a checkpoint folder or a run folder (its latest checkpoint); default: the prior")
+        parser.add_argument("--config", metavar="FILE", help="without CHECKPOINT_DIR: the config whose prior to probe")
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
+                            help="without CHECKPOINT_DIR: config overrides")
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rwcore.trainer.prior.pretrain import corpus_spec, language_of
+        from rwcore.trainer.prior.probe import format_probe, probe
+
+        if args.checkpoint is not None and "=" in args.checkpoint and not Path(args.checkpoint).exists():
+            args.overrides = [_override(args.checkpoint), *args.overrides]  # `rw probe key=value ...`: no checkpoint
+            args.checkpoint = None
+        if args.checkpoint is None:
+            from rwcore.trainer import envs
+            from rwcore.trainer.prior import ensure_prior
+
+            try:
+                config = load_config(_config_file(args.config), args.overrides)
+                if config.model.name or config.model.init == "random":
+                    raise ValueError("without CHECKPOINT_DIR rw probe probes the reading prior: leave model.name "
+                                     "and model.init unset")
+                env = envs.make(config.env.name, **dict(config.env.options))
+                config.model.init = "pretrained"
+                report = ensure_prior(config, env).report["probe"]
+            except ValueError as error:
+                raise CommandError(str(error)) from None
+        else:
+            if args.config or args.overrides:
+                raise CommandError("a checkpoint is probed with its run's config; no --config or overrides")
+            path = Path(args.checkpoint)
+            if not path.exists():
+                raise CommandError(f"CHECKPOINT_DIR {str(path)!r} does not exist")
+            try:
+                trainer = _trainer_class().from_checkpoint(str(path))
+                language = language_of(trainer.env)
+                if language is None or trainer.config.model.name:
+                    config = trainer.config
+                    raise ValueError("the probe needs the built-in model on an environment with a guidance language "
+                                     f"(env.name={config.env.name!r}, model.name={config.model.name!r})")
+                policy = trainer.policy
+                report = probe(policy.model, policy.codec, trainer.env, language, corpus_spec(trainer.config))
+            except (ValueError, FileNotFoundError) as error:
+                raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
+        print(json.dumps(_jsonable(report), indent=1) if args.json else format_probe(report))
+        return 0
+
+
 class EvalCommand(Command):
     name = "eval"
     help = "evaluate a checkpoint on the held-out (or training) split"
@@ -392,7 +513,7 @@ class AblateCommand(Command):
                             help="config overrides applied to every run")
 
     def run(self, args: argparse.Namespace) -> int:
-        from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation, run_ablation
+        from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation, prepare_prior, run_ablation
 
         try:
             seeds = parse_seeds(args.seeds)
@@ -406,6 +527,12 @@ class AblateCommand(Command):
         runs = len(plan.variants) * len(plan.seeds)
         print(f"rw ablate: {plan.paper}, {len(plan.variants)} variants x {len(plan.seeds)} seeds = {runs} runs, "
               f"{plan.jobs} at a time, into {plan.out}", file=sys.stderr)
+        try:
+            prior = prepare_prior(plan, progress=not args.quiet)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        if prior is not None:
+            print(f"rw ablate: every run starts from the reading prior {prior}", file=sys.stderr)
         summary = run_ablation(plan, progress=not args.quiet)
         for name in ("ablation.md", "ablation.json", "ablation.png"):
             print(plan.out / name)
@@ -581,8 +708,9 @@ class BenchCommand(Command):
         return runner.main(argv, command=command)
 
 
-COMMANDS: tuple[type[Command], ...] = (TrainCommand, EvalCommand, ReportCommand, AnalyzeCommand, VariantsCommand,
-                                       AblateCommand, CompareCommand, ConfigCommand, BenchCommand)
+COMMANDS: tuple[type[Command], ...] = (TrainCommand, PretrainCommand, ProbeCommand, EvalCommand, ReportCommand,
+                                       AnalyzeCommand, VariantsCommand, AblateCommand, CompareCommand, ConfigCommand,
+                                       BenchCommand)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
@@ -590,7 +718,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         prog=PROG,
         description="Reinforcement learning of LLM agents with adaptive rewards and task mix "
                     "(RewardWeaver, Arise).",
-        epilog="examples:\n  rw train --out runs/demo\n  rw report runs/demo\n  rw analyze runs/demo\n"
+        epilog="examples:\n  rw train --out runs/demo\n  rw pretrain\n  rw probe runs/demo\n  rw report runs/demo\n"
+               "  rw analyze runs/demo\n"
                "  rw variants\n  rw ablate --paper arise --out runs/ablate-arise\n  rw compare runs/a runs/b\n"
                "  rw eval runs/demo/checkpoints/step_200\n"
                "  rw bench --quick\n"

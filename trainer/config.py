@@ -1,6 +1,6 @@
 """Typed configuration for `rw train`: dataclass sections, YAML files and dotted overrides.
 
-A configuration is a `Config` made of one dataclass per section (`env`, `model`, `rollout`,
+A configuration is a `Config` made of one dataclass per section (`env`, `model`, `prior`, `rollout`,
 `optim`, `loss`, `advantage`, `sampler`, `pool`, `rewardweaver`, `judge`, `train`). Every field
 has a default, so `Config()` is the embedded default run. Values come, in increasing precedence,
 from the defaults, a YAML file nested by section, and `section.key=value` overrides::
@@ -52,6 +52,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "PoolConfig",
+    "PriorConfig",
     "RewardWeaverConfig",
     "RolloutConfig",
     "SamplerConfig",
@@ -99,6 +100,10 @@ class ModelConfig:
     """The policy model. With `name` unset, a tiny transformer is built locally."""
 
     name: str | None = _f(None, "HF model name or local path; null = the built-in tiny transformer.")
+    init: Literal["pretrained", "random"] | None = _f(
+        None, "Built-in model: start RL from the reading prior pretrained on the guidance corpus (cached per machine, "
+              "built on first use: rw pretrain) or from random weights; null = pretrained where the environment has "
+              "a guidance language (negotiation), random otherwise. Not for a named model, which brings its weights.")
     hidden_size: int = _f(64, "Built-in model: hidden size.", gt=0)
     num_layers: int = _f(2, "Built-in model: number of transformer layers.", gt=0)
     num_heads: int = _f(4, "Built-in model: attention heads (must divide hidden_size).", gt=0)
@@ -115,6 +120,21 @@ class ModelConfig:
                                    "whole sequence).")
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "Parameter dtype.")
     device: str = _f("auto", "Device: auto (CUDA when available), cpu, cuda, cuda:N.")
+
+
+@dataclass
+class PriorConfig:
+    """The built-in model's reading prior (model.init=pretrained): pretraining on the guidance corpus."""
+
+    seed: int = _f(0, "Seed of the corpus, the initial weights and the batch order.")
+    steps: int = _f(2000, "Optimizer steps.", gt=0)
+    batch_size: int = _f(64, "Corpus examples per step.", gt=0)
+    lr: float = _f(2e-3, "AdamW learning rate (after warm-up; decays to a tenth over the last 30% of the steps).", gt=0)
+    warmup_steps: int = _f(100, "Linear learning-rate warm-up steps.", ge=0)
+    aux_weight: float = _f(0.5, "Weight of the auxiliary loss that asks, after the first layer, which situation the "
+                                "screen shows (at each agent turn) and which one each guidance line names (at its "
+                                "move word); its head is dropped afterwards (0 = off).", ge=0)
+    cache_dir: str = _f("", "Where priors are cached (empty = $RWCORE_CACHE/priors, default ~/.cache/rwcore/priors).")
 
 
 @dataclass
@@ -296,6 +316,7 @@ class Config:
 
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    prior: PriorConfig = field(default_factory=PriorConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: LossConfig = field(default_factory=LossConfig)
@@ -636,6 +657,11 @@ def _validate(cfg: Config) -> Config:
             "config keys 'rollout.max_lag' and 'rollout.behavior_logprobs': asynchronous rollouts need the "
             "engine's behavior log-probs (the training model no longer holds the version that sampled them); "
             "use rollout.behavior_logprobs=engine"
+        )
+    if cfg.model.name is not None and cfg.model.init is not None:
+        raise ValueError(
+            f"config key 'model.init': {cfg.model.init!r} applies to the built-in model only; model.name="
+            f"{cfg.model.name!r} starts from its own weights (leave model.init unset)"
         )
     if cfg.model.name is None and cfg.model.hidden_size % cfg.model.num_heads:
         raise ValueError(

@@ -1,10 +1,11 @@
 """The policy: a tokenizer, a causal LM, and how conversations become token ids.
 
 The embedded default is a small Llama-architecture transformer built from a
-`transformers` config with random weights, over a word-level tokenizer built
-locally from the environment's vocabulary (nothing is downloaded). A real
-model (`model.name=<HF name or local path>`) brings its own tokenizer and chat
-template.
+`transformers` config, over a word-level tokenizer built locally from the
+environment's vocabulary (nothing is downloaded); it starts from the reading
+prior the project pretrains itself (`rwcore.trainer.prior`, model.init=pretrained)
+or from random weights. A real model (`model.name=<HF name or local path>`)
+brings its own weights, tokenizer and chat template.
 """
 
 from __future__ import annotations
@@ -337,17 +338,21 @@ def load_pretrained(name: str, device: torch.device, dtype: str):
     return model.to(device), TemplateCodec(tokenizer)
 
 
-def build_policy(config, env, device: torch.device) -> Policy:
-    """The run's policy from its `Config`: a pretrained `model.name`, or the built-in model (seeded by
-    train.seed) over the environment's vocabulary, restricted to its action words when
-    rollout.action_words says so. The trainer and the asynchronous rollout worker build it alike."""
+def build_policy(config, env, device: torch.device, weights: dict | None = None) -> Policy:
+    """The run's policy from its `Config`: a pretrained `model.name`, or the built-in model over the
+    environment's vocabulary - with `weights` (a state dict: the reading prior of model.init=pretrained) or
+    random weights seeded by train.seed - restricted to its action words when rollout.action_words says so.
+    The trainer and the asynchronous rollout worker build it alike (the worker gets its weights pushed)."""
     cfg = config.model
     if cfg.name:
         model, codec = load_pretrained(cfg.name, device, cfg.dtype)
     else:
         codec = WordCodec(env.vocabulary())
         model = build_model(len(codec), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size,
-                            cfg.max_length, config.train.seed, cfg.tie_embeddings, cfg.head_dim).to(device)
+                            cfg.max_length, config.train.seed, cfg.tie_embeddings, cfg.head_dim)
+        if weights is not None:
+            model.load_state_dict(weights)
+        model = model.to(device)
     model.train()
     policy = Policy(model, codec, device, shared_prefix=bool(cfg.shared_prefix))
     words = config.rollout.action_words

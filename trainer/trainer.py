@@ -48,6 +48,7 @@ from rwcore.trainer.config import Config, config_to_dict, load_config, save_conf
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
 from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
 from rwcore.trainer.policy import Policy, build_policy
+from rwcore.trainer.prior import ensure_prior, prior_record, resolve_init
 from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
@@ -127,6 +128,10 @@ class Trainer:
             self.env.configure_llm_defaults(cfg.judge.model, cfg.judge.base_url or None, cfg.judge.api_key_env)
         self.train_tasks = {task.task_id: task for task in self.env.tasks("train")}
         self.eval_tasks = self.env.tasks("eval")
+        cfg.model.init = resolve_init(cfg, self.env)  # config.yaml records what the run started from
+        self.prior = None  # the reading prior a fresh run starts from (model.init=pretrained)
+        if cfg.model.init == "pretrained" and self._resume_from is None:
+            self.prior = ensure_prior(cfg, self.env, progress=not self.quiet and os.environ.get("RANK", "0") == "0")
         self.policy = self._build_policy()
         self.engine = self._build_engine()
         self.rank, self.world_size = self.engine.rank, self.engine.world_size
@@ -158,6 +163,8 @@ class Trainer:
                 (self.out / "checkpoints").mkdir(exist_ok=True)
                 save_config(cfg, self.out / "config.yaml")
                 atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
+                if self.prior is not None:
+                    atomic_write_bytes(self.out / "prior.json", json.dumps(prior_record(self.prior), indent=1).encode())
         self.engine.barrier()
         if self._resume_from is not None:
             self._sync_generator()  # the rollout engine starts from the checkpoint's weights
@@ -266,7 +273,8 @@ class Trainer:
         return TorchEngine(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, grad_clip=cfg.optim.grad_clip)
 
     def _build_policy(self) -> Policy:
-        return build_policy(self.config, self.env, self.device)
+        return build_policy(self.config, self.env, self.device,
+                            weights=self.prior.state_dict if self.prior is not None else None)
 
     # ------------------------------------------------------------------ the loop
 
@@ -614,6 +622,13 @@ class Trainer:
     def evaluate_checkpoint(cls, path: str | os.PathLike, split: str = "eval", max_tasks: int | None = None,
                             with_skills: bool = False) -> dict:
         """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest)."""
+        trainer = cls.from_checkpoint(path)
+        return trainer.evaluate(split, max_tasks, with_skills=with_skills)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike) -> "Trainer":
+        """A trainer set up for evaluation with a saved checkpoint's policy and method state (a
+        checkpoints/step_N folder, or a run folder: its latest), after verifying it against its manifest."""
         path = Path(path)
         if (path / "checkpoints" / "latest").exists():
             path = path / "checkpoints" / (path / "checkpoints" / "latest").read_text().strip()
@@ -629,7 +644,7 @@ class Trainer:
         trainer._verified = path
         trainer._evaluation_only = True
         trainer.setup()
-        return trainer.evaluate(split, max_tasks, with_skills=with_skills)
+        return trainer
 
     # ------------------------------------------------------------------ files
 

@@ -1,0 +1,33 @@
+"""The built-in model's reading prior: a small instruction follower built locally.
+
+The papers train instruction-following models that read the skills Arise puts in their prompt. The built-in
+model starts from random weights, so by default (`model.init=pretrained`) it is first pretrained on a
+synthetic corpus that teaches it to follow guidance lines ("when the buyer agrees say confirm") with moves
+drawn at random - reading, not the task (`corpus`); the result is cached per machine (`pretrain`), and
+`probe` measures that it reads. `rw pretrain` builds it and prints the probe; `rw probe` probes any
+checkpoint.
+"""
+
+from __future__ import annotations
+
+from rwcore.trainer.prior.corpus import CorpusSpec, heldout_pairs, parse_guidance
+from rwcore.trainer.prior.pretrain import Prior, cache_folder, ensure_prior, language_of, prior_record, prior_spec
+
+__all__ = ["CorpusSpec", "Prior", "cache_folder", "ensure_prior", "heldout_pairs", "language_of", "parse_guidance",
+           "prior_record", "prior_spec", "resolve_init"]
+
+
+def resolve_init(config, env) -> str | None:
+    """model.init as a run uses it: None for a named model (its own weights), else "pretrained" or "random"
+    (unset: pretrained where the environment has a guidance language). Raises ValueError naming model.init
+    when pretrained is asked for on an environment without one."""
+    if config.model.name:
+        return None
+    wanted = config.model.init
+    has_language = language_of(env) is not None
+    if wanted == "pretrained" and not has_language:
+        raise ValueError(f"config key 'model.init': pretrained needs an environment with a guidance language to "
+                         f"pretrain the reading prior on; env.name={env.name!r} has none (use model.init=random)")
+    if wanted is None:
+        return "pretrained" if has_language else "random"
+    return wanted
