@@ -126,7 +126,7 @@ def test_unknown_key_lists_valid_keys():
 
 
 def test_unknown_section_lists_sections(tmp_path):
-    with pytest.raises(ValueError, match=r"'trian'.*env, model, rollout.*train"):
+    with pytest.raises(ValueError, match=r"'trian'.*env, model, prior, rollout.*train"):
         load_config(None, ["trian.steps=3"])
     with pytest.raises(ValueError, match=r"unknown config key 'optim.learning_rate'.*lr"):
         load_config(write(tmp_path, "optim:\n  learning_rate: 0.1\n"))
