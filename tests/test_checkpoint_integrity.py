@@ -1,4 +1,4 @@
-"""Checkpoints that verify themselves (issue 13, item 3).
+"""Checkpoints that verify themselves.
 
 Each checkpoint folder carries manifest.json (size and sha256 of every file, and a checksum of that
 list); `rw eval` and `rw train --resume` verify it. `--resume` falls back to the newest intact

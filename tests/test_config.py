@@ -30,7 +30,7 @@ def test_defaults():
     assert cfg.model.name is None and cfg.model.hidden_size == 64 and cfg.model.device == "auto"
     assert cfg.rollout.engine == "hf" and cfg.rollout.group_size == 8
     assert cfg.optim.lr == 3e-4 and cfg.loss.clip_c == 3.0 and cfg.advantage.ddof == 1
-    # the embedded default's exploration and action settings (issue 11), shared by every variant
+    # the embedded default's exploration and action settings, shared by every variant
     assert cfg.loss.entropy_coef == 0.01 and cfg.rollout.action_words == "auto" and cfg.rollout.max_new_tokens == 1
     assert cfg.model.tie_embeddings is True
     # rewardweaver trains with uniform task sampling and no skills

@@ -1,4 +1,4 @@
-"""The environment protocol split (issue 14, item 1): an environment that is only a simulator runs `rw train`
+"""The environment protocol split: an environment that is only a simulator runs `rw train`
 with an LLM judge / reflector / attributor filling in everything it does not bring; without them it is
 refused at start naming env.name and what is missing; step_many is called once per turn; an episode that
 its partner ended (a partner failure) is never charged to the agent."""

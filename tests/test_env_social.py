@@ -1,4 +1,4 @@
-"""env.name=social (issue 14, item 2): scenario files, the scripted fallbacks, an LLM partner that fails
+"""env.name=social: scenario files, the scripted fallbacks, an LLM partner that fails
 (partner failures, never charged), and `rw train` with the REAL vLLM server (tests/vllm_server.py) as
 partner, outcome evaluator, judge and reflector."""
 

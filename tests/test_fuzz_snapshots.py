@@ -1,4 +1,4 @@
-"""Time-boxed fuzzing of the evidence-store and sampler snapshot loaders (issue 13, item 5).
+"""Time-boxed fuzzing of the evidence-store and sampler snapshot loaders.
 
 Valid snapshots (several stores and samplers) get seeded random mutations: bit flips, byte
 overwrites, truncation, extension, splicing, chunk insertion and deletion -- each both

@@ -1,4 +1,4 @@
-"""INVALID never pays, and a failing judge or reflector never crashes a run (issue 13).
+"""INVALID never pays, and a failing judge or reflector never crashes a run.
 
 An INVALID judgment (the judge failed, or its answer could not be read) must score no higher than a
 FAIL in every reward - RewardWeaver's process term under both normalizations, Arise's rubric

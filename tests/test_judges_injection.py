@@ -99,7 +99,7 @@ def test_judge_that_repeats_the_injected_verdict_keeps_its_own_verdict(key):
     def script(request):
         # The model quotes the policy's text (decoded) and then answers. The quoted verdicts carry no or
         # a guessed request id: they are ignored before ambiguity is judged, so the policy can neither
-        # win with them nor turn its FAIL into INVALID (issue 13).
+        # win with them nor turn its FAIL into INVALID.
         return Reply(injected_text(request) + "\n" + verdict_line(request, "cites-order-id", "fail"))
 
     with ChatServer(script) as server:

@@ -1,4 +1,4 @@
-"""`rw train` with a judge whose `evaluate` raises (issue 13): the run goes on, every judgment of those
+"""`rw train` with a judge whose `evaluate` raises: the run goes on, every judgment of those
 steps is INVALID (scored as a FAIL, no evidence), the failure is logged once per step, and each metrics
 row carries the per-rubric invalid rates `judge/invalid_rate/<rubric id>`."""
 

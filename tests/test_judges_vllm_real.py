@@ -1,4 +1,4 @@
-"""OpenAIJudge against a REAL vLLM OpenAI-compatible server on loopback (issue 13; issue 9's set-up).
+"""OpenAIJudge against a REAL vLLM OpenAI-compatible server on loopback.
 
 The server runs a tiny random model (tests/vllm_judge_model.py: one layer, head_dim 64, a byte-level
 tokenizer built locally; nothing is downloaded) on the CPU: the session's shared `vllm_server` fixture

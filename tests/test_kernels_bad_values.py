@@ -1,5 +1,5 @@
 """Inputs that used to pass the kernels' validation and then gave NaN, inf, silent zeros
-or a raw RuntimeError (issue 13, item 4): now a ValueError naming the argument.
+or a raw RuntimeError: now a ValueError naming the argument.
 
 - a temperature at which the scaled logits leave the float32 range;
 - a `num_model_tokens` that is NaN, infinite, negative, beyond float32, zero while the

@@ -1,4 +1,4 @@
-"""The C++ core under AddressSanitizer + UndefinedBehaviorSanitizer (issue 13, item 5).
+"""The C++ core under AddressSanitizer + UndefinedBehaviorSanitizer.
 
 csrc/ is built with the project's CMakeLists.txt and
 `-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined`

@@ -1,4 +1,4 @@
-"""Evidence store and sampler faults found by probing (issue 13, item 4).
+"""Evidence store and sampler faults found by probing.
 
 - Finite observations whose sum overflows to inf used to be accepted, and the store's
   snapshot was then unloadable. Now refused, naming the argument, with the store
