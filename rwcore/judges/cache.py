@@ -6,8 +6,11 @@ a whole one. An entry holds only the judgment (or the diagnostics) and the hashe
 it — no prompt text, no server address, no key. Only PASS / FAIL / NA are stored: INVALID is a
 failure of this attempt, and the next evaluation should try again.
 
-A file that cannot be read or does not match its key (e.g. written by another version) counts as
-a miss; it is overwritten by the next result.
+A cache is a cache: an entry that cannot be read, is not a regular file (a FIFO, device, directory
+or symlink is never opened for reading: `O_NOFOLLOW | O_NONBLOCK` and an fstat first), is larger than
+`MAX_ENTRY_BYTES`, does not match its key (e.g. written by another version) or holds a value out of
+range (a score or confidence outside [0, 1] or not finite, an unknown verdict, text that is not text)
+counts as a miss, logged once per entry; it is overwritten by the next result.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
+import stat
 from pathlib import Path
 
 from rwcore._io import atomic_write_bytes
@@ -25,12 +30,35 @@ from rwcore.verdict import Verdict
 logger = logging.getLogger("rwcore.judges")
 
 CACHE_FORMAT = 1
+MAX_ENTRY_BYTES = 1 << 20
+"""An entry is a verdict and a short evidence string; anything larger is not one of ours."""
 
 
 def cache_key(kind: str, **parts: str) -> str:
     """sha256 over `kind` and the named parts (sorted), e.g. model, rubric hash, trajectory hash."""
     payload = json.dumps({"format": CACHE_FORMAT, "kind": kind, **parts}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _unit_or_none(value) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value) and 0.0 <= value <= 1.0)
+
+
+def _judgment_problem(entry: dict) -> str | None:
+    """Why a stored judgment cannot be used as one, or None when it can."""
+    verdict = entry.get("verdict")
+    if verdict not in ("PASS", "FAIL", "NA"):
+        return f"verdict {verdict!r} is not PASS, FAIL or NA"
+    if not _unit_or_none(entry.get("score")):
+        return f"score {entry.get('score')!r} is not a number in [0, 1]"
+    if verdict == "NA" and entry.get("score") is not None:
+        return "an NA verdict with a score"
+    if not _unit_or_none(entry.get("confidence")):
+        return f"confidence {entry.get('confidence')!r} is not a number in [0, 1]"
+    if not isinstance(entry.get("evidence", ""), str):
+        return "evidence is not text"
+    return None
 
 
 class JudgmentCache:
@@ -53,12 +81,33 @@ class JudgmentCache:
     def _read(self, key: str) -> dict | None:
         path = self._path(key)
         try:
-            entry = json.loads(path.read_bytes())
+            # O_NONBLOCK: opening a FIFO for reading must not wait for a writer; O_NOFOLLOW: a symlink is
+            # not followed (ELOOP). What is opened is checked to be a regular file before any read.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             return None
-        except (OSError, ValueError) as error:
-            logger.warning("ignoring unreadable judge cache entry %s: %s", path, error)
+        except OSError as error:
+            logger.warning("judge cache: ignoring entry %s that cannot be opened (%s); a miss", path, error)
             return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                logger.warning("judge cache: ignoring %s, which is not a regular file; a miss", path)
+                return None
+            if info.st_size > MAX_ENTRY_BYTES:
+                logger.warning("judge cache: ignoring %s of %d bytes (at most %d); a miss", path, info.st_size,
+                               MAX_ENTRY_BYTES)
+                return None
+            with os.fdopen(fd, "rb", closefd=True) as handle:
+                fd = -1
+                data = handle.read(MAX_ENTRY_BYTES + 1)
+            entry = json.loads(data)
+        except (OSError, ValueError, RecursionError) as error:
+            logger.warning("judge cache: ignoring unreadable entry %s (%s); a miss", path, error)
+            return None
+        finally:
+            if fd >= 0:
+                os.close(fd)
         if not isinstance(entry, dict) or entry.get("key") != key or entry.get("format") != CACHE_FORMAT:
             return None
         return entry
@@ -78,14 +127,12 @@ class JudgmentCache:
         entry = self._read(key)
         if entry is None or entry.get("kind") != "judgment":
             return None
-        try:
-            verdict = Verdict[entry["verdict"]]
-            if verdict == Verdict.INVALID:
-                return None
-            return RubricJudgment(rubric_id, verdict, score=entry.get("score"),
-                                  confidence=entry.get("confidence"), evidence=entry.get("evidence", ""))
-        except (KeyError, TypeError, ValueError):
+        problem = _judgment_problem(entry)
+        if problem is not None:
+            logger.warning("judge cache: ignoring entry %s (%s); a miss", self._path(key), problem)
             return None
+        return RubricJudgment(rubric_id, Verdict[entry["verdict"]], score=entry.get("score"),
+                              confidence=entry.get("confidence"), evidence=entry.get("evidence", ""))
 
     def put_judgment(self, key: str, judgment: RubricJudgment, **provenance: str) -> None:
         """Stores a PASS / FAIL / NA judgment (INVALID is never stored)."""

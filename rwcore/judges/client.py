@@ -20,6 +20,12 @@ server echoes it back. When the variable is unset or empty:
   OpenAI endpoint, which always needs a key, so the session refuses to start with
   `MissingAPIKeyError` naming the variable — before any request is made.
 `api_key_env=None` always sends the placeholder (explicitly key-less servers).
+
+Response size: every answer is read through `_BoundedTransport`, which stops reading once the body on
+the wire passes `max_response_bytes` or its decoded form (gzip / deflate, decompressed incrementally
+with a bounded output) passes it, and refuses content encodings it did not ask for. A compressed
+bomb therefore costs at most about `max_response_bytes` of memory, and the call fails with a
+`ChatError` saying so - not retried, since the same server would send the same answer.
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ import logging
 import math
 import os
 import random
+import re
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -100,6 +108,8 @@ class ClientOptions:
         are estimated as (prompt characters / 4) + max_tokens (1024 when None) and corrected to the
         server-reported usage afterwards.
     timeout: seconds one attempt may take, end to end. max_retries: retries after the first try.
+    max_response_bytes: the most bytes one answer may have, on the wire and decoded (8 MiB; a chat
+        completion is a few KiB), see the module docstring.
     backoff: (base, cap) seconds; retry k waits min(cap, base * 2**(k-1)) scaled by a random
         factor in [0.5, 1], or the server's Retry-After when longer (at most retry_after_cap).
     temperature: sampling temperature (None leaves it to the server). max_tokens: completion cap.
@@ -121,6 +131,7 @@ class ClientOptions:
     seed: int | None = None
     extra_body: Mapping[str, Any] | None = field(default=None, hash=False)
     retry_after_cap: float = 60.0
+    max_response_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
@@ -154,6 +165,7 @@ class ClientOptions:
         if isinstance(self.retry_after_cap, bool) or not isinstance(self.retry_after_cap, (int, float)) \
                 or not self.retry_after_cap >= 0:
             raise ValueError(f"retry_after_cap must be a number >= 0, got {self.retry_after_cap!r}")
+        _positive(self.max_response_bytes, "max_response_bytes", integer=True)
 
 
 def resolve_api_key(options: ClientOptions) -> str:
@@ -222,6 +234,98 @@ def _reply_parts(response) -> tuple[str, str | None, int | None]:
     return content, getattr(first, "finish_reason", None), total if isinstance(total, int) else None
 
 
+class ResponseTooLarge(Exception):
+    """An answer whose body, on the wire or decoded, passed `max_response_bytes`, or came in an encoding
+    that was not asked for."""
+
+
+_ACCEPTED_ENCODINGS = "gzip, deflate"
+
+
+def _decoder(encoding: str, limit: int):
+    """A function bytes -> bytes that decodes one `Content-Encoding` chain incrementally, never
+    producing more than `limit` bytes in all (ResponseTooLarge beyond)."""
+    codings = [c.strip().lower() for c in encoding.split(",") if c.strip() and c.strip().lower() != "identity"]
+    for coding in codings:
+        if coding not in ("gzip", "x-gzip", "deflate"):
+            raise ResponseTooLarge(f"the server answered in content encoding {coding!r}, which was not asked for "
+                                   f"(Accept-Encoding: {_ACCEPTED_ENCODINGS})")
+    # Applied in reverse order of the header (the last coding was applied last). wbits=47 reads gzip or
+    # zlib; raw deflate is what some servers send for "deflate", tried when the zlib header is absent.
+    stages = [zlib.decompressobj(47) if c != "deflate" else None for c in reversed(codings)]
+    produced = 0
+
+    def feed(chunk: bytes) -> bytes:
+        nonlocal produced
+        for i, stage in enumerate(stages):
+            if stage is None:  # "deflate": zlib-wrapped or raw, decided on the first byte
+                stage = stages[i] = zlib.decompressobj(47 if chunk[:1] == b"\x78" else -15)
+            room = limit - produced + 1
+            out = stage.decompress(chunk, room)
+            if stage.unconsumed_tail:  # more output waiting than the limit leaves room for
+                raise ResponseTooLarge(f"the decoded answer is larger than max_response_bytes={limit}")
+            chunk = out
+        produced += len(chunk)
+        if produced > limit:
+            raise ResponseTooLarge(f"the decoded answer is larger than max_response_bytes={limit}")
+        return chunk
+
+    return feed
+
+
+def _bounded_transport(limit: int):
+    """An httpx async transport that reads each answer itself, bounded on the wire and decoded.
+
+    Wraps the default transport; returns a response whose body is already decoded (no
+    Content-Encoding left for httpx to expand without a bound).
+    """
+    httpx = _openai_httpx()
+
+    class _BoundedTransport(httpx.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner = httpx.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request):
+            return await _read_bounded(self._inner, request, limit)
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return _BoundedTransport()
+
+
+def _openai_httpx():
+    """The HTTP package the installed `openai` is built on (`httpx`, or `httpx2` in newer releases): the
+    transport must use its classes, since the client asserts on them."""
+    import importlib
+
+    import openai
+
+    base = next(c for c in type.mro(openai.DefaultAsyncHttpxClient)[1:] if c.__name__ == "AsyncClient")
+    return importlib.import_module(base.__module__.split(".")[0])
+
+
+async def _read_bounded(inner, request, limit: int):
+    httpx = _openai_httpx()
+    request.headers["Accept-Encoding"] = _ACCEPTED_ENCODINGS
+    response = await inner.handle_async_request(request)
+    try:
+        feed = _decoder(response.headers.get("content-encoding", ""), limit)
+        raw = 0
+        parts: list[bytes] = []
+        async for chunk in response.aiter_raw():
+            raw += len(chunk)
+            if raw > limit:
+                raise ResponseTooLarge(f"the answer is larger than max_response_bytes={limit} on the wire")
+            parts.append(feed(chunk))
+    finally:
+        await response.aclose()
+    headers = [(k, v) for k, v in response.headers.multi_items()
+               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+    return httpx.Response(response.status_code, headers=headers, content=b"".join(parts),
+                          request=request, extensions=response.extensions)
+
+
 class ChatClient:
     """Shared state of one judge or reflector: options, rate limiters, per-loop concurrency limits.
 
@@ -282,12 +386,25 @@ class ChatClient:
         import openai  # imported here so `import rwcore.judges` works without the package
 
         key = resolve_api_key(self.options)
+        transport = _bounded_transport(self.options.max_response_bytes)
         client = openai.AsyncOpenAI(api_key=key, base_url=self.options.base_url, max_retries=0,
-                                    timeout=self.options.timeout + 5.0)
+                                    timeout=self.options.timeout + 5.0,
+                                    http_client=openai.DefaultAsyncHttpxClient(transport=transport))
         try:
             yield ChatSession(self, client, key)
         finally:
             await client.close()
+
+
+# \uXXXX preceded by an even number of backslashes (so the backslash is an escape, not escaped).
+_ASCII_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u00([2-7][0-9a-fA-F])")
+
+
+def _unescape_ascii(match: re.Match) -> str:
+    char = chr(int(match.group(2), 16))
+    if char in '"\\' or char == "\x7f":
+        return match.group(0)
+    return match.group(1) + char
 
 
 class ChatSession:
@@ -310,11 +427,30 @@ class ChatSession:
         """`text` without this session's API key (and cut to 1000 characters): for error messages."""
         return self._scrub(str(text))
 
+    def redact(self, text: str) -> str:
+        """`text` with this session's API key replaced by "***", whole (for what a reply carries)."""
+        return text.replace(self._scrub_key, "***") if self._scrub_key and isinstance(text, str) else text
+
+    def _redact_reply(self, text: str) -> str:
+        # A key echoed inside a JSON string may be spelled with \u escapes that the parsers later decode;
+        # escapes of printable ASCII other than '"' and '\' mean the same character there, so when the key
+        # shows up only with them written out, the text is used in that spelling (and the key redacted).
+        if self._scrub_key and "\\u" in text:
+            plain = _ASCII_ESCAPE.sub(_unescape_ascii, text)
+            if self._scrub_key in plain:
+                text = plain
+        return self.redact(text)
+
     def _classify(self, error: Exception) -> tuple[str, bool, int | None, float | None]:
         """(message, retryable, status, retry_after) for a failed attempt; re-raises unknown errors."""
         import openai
 
         timeout = self._owner.options.timeout
+        # Not retried: the same server would send the same oversized answer again. Depending on the openai
+        # release it arrives as is or as the cause of an APIConnectionError.
+        for cause in (error, error.__cause__):
+            if isinstance(cause, ResponseTooLarge):
+                return str(cause), False, None, None
         if isinstance(error, (asyncio.TimeoutError, TimeoutError, openai.APITimeoutError)):
             return f"timed out after {timeout:g} s", True, None, None
         if isinstance(error, openai.APIStatusError):
@@ -370,7 +506,7 @@ class ChatSession:
                 else:
                     if tokens is not None and total is not None:
                         tokens.settle(total)
-                    return ChatReply(text, attempt, finish_reason, total)
+                    return ChatReply(self._redact_reply(text), attempt, finish_reason, total)
             message = self._scrub(message)
             if not retryable or attempt > options.max_retries:
                 suffix = f" (after {attempt} attempts)" if attempt > 1 else ""

@@ -34,6 +34,7 @@ diagnostics for the same trajectory and the same pool, or () if there are none.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import os
@@ -77,7 +78,7 @@ class OpenAIJudge:
 
     Connection and retry options are those of `rwcore.judges.client.ClientOptions` (model,
     base_url, api_key_env, max_concurrency, requests_per_minute, tokens_per_minute, timeout,
-    max_retries, backoff, temperature, max_tokens, seed, extra_body, retry_after_cap). Also:
+    max_retries, backoff, temperature, max_tokens, seed, extra_body, retry_after_cap, max_response_bytes). Also:
 
     rubrics_per_request: rubrics of one trajectory judged in one request.
     cache_dir: directory of the on-disk cache (None: no cache). Keys cover the model, the rubric's
@@ -115,12 +116,14 @@ class OpenAIJudge:
                  extra_body: Mapping[str, Any] | None = None, retry_after_cap: float = 60.0,
                  pass_threshold: float = 0.5, max_reasks: int = 1, diagnostics: bool = True,
                  require_request_id: bool = True, include_outcome: bool = True,
-                 max_transcript_chars: int | None = None, structured_outputs: str = "auto") -> None:
+                 max_transcript_chars: int | None = None, structured_outputs: str = "auto",
+                 max_response_bytes: int = 8 << 20) -> None:
         self.client = ChatClient(ClientOptions(
             model=model, base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
             requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute, timeout=timeout,
             max_retries=max_retries, backoff=backoff, temperature=temperature, max_tokens=max_tokens,
-            seed=seed, extra_body=extra_body, retry_after_cap=retry_after_cap))
+            seed=seed, extra_body=extra_body, retry_after_cap=retry_after_cap,
+            max_response_bytes=max_response_bytes))
         self.rubrics_per_request = check_count(rubrics_per_request, "rubrics_per_request", low=1)
         self.cache = JudgmentCache(cache_dir) if cache_dir is not None else None
         self.pass_threshold = check_unit(pass_threshold, "pass_threshold")
@@ -308,9 +311,13 @@ class OpenAIJudge:
                 logger.warning("judge %s: %s (trajectory %r)%s", self.model, problem, trajectory.trajectory_id,
                                "; asking again" if round_index < self.max_reasks else "")
                 continue
+            # The client redacted the key from the reply's text; the parsed strings are redacted again in case
+            # the parser decoded an escape that spelled it (nothing a reply carries reaches the cache with it).
             if ask_pool is not None:
-                uncovered = answer.uncovered
+                uncovered = None if answer.uncovered is None else tuple(session.redact(u) for u in answer.uncovered)
             for rubric_id, judgment in answer.judgments.items():
+                judgment = dataclasses.replace(judgment, evidence=session.redact(judgment.evidence),
+                                               error=session.redact(judgment.error))
                 judgments[rubric_id] = judgment
                 del pending[rubric_id]
                 if self.cache is not None:

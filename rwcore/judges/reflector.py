@@ -143,12 +143,13 @@ class OpenAIReflector:
                  capabilities: Sequence[str] = DEFAULT_CAPABILITIES, max_reasks: int = 1,
                  require_request_id: bool = True, max_transcript_chars: int | None = 24000,
                  max_trajectories_per_request: int = 16, candidates_per_request: int = 8,
-                 min_support: int = 2) -> None:
+                 min_support: int = 2, max_response_bytes: int = 8 << 20) -> None:
         self.client = ChatClient(ClientOptions(
             model=model, base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
             requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute, timeout=timeout,
             max_retries=max_retries, backoff=backoff, temperature=temperature, max_tokens=max_tokens,
-            seed=seed, extra_body=extra_body, retry_after_cap=retry_after_cap))
+            seed=seed, extra_body=extra_body, retry_after_cap=retry_after_cap,
+            max_response_bytes=max_response_bytes))
         if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, Sequence) or not capabilities \
                 or not all(isinstance(c, str) and c for c in capabilities) or len(set(capabilities)) != len(capabilities):
             raise ValueError(f"capabilities must be a non-empty sequence of distinct names, got {capabilities!r}")

@@ -1,0 +1,322 @@
+"""What a server's answer can do to the client: compressed bombs, oversized bodies, an echoed API key,
+and a damaged judge cache. Every case runs against a real HTTP server on loopback (or real files)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import resource
+import threading
+import zlib
+
+import pytest
+
+from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
+from judge_server import ChatServer, Reply, all_pass, completion, verdict_line
+from rwcore.judges import OpenAIJudge
+from rwcore.judges.cache import JudgmentCache, cache_key
+from rwcore.judges.client import ChatClient, ChatError, ClientOptions, run_sync
+from rwcore.types import RubricJudgment, RubricSpec, Trajectory, Turn
+from rwcore.verdict import Verdict
+
+KEY_ENV = "RWCORE_TEST_CLIENT_KEY"
+SECRET = "sk-hardening-7Qx2-never-in-a-file"
+RUBRIC = RubricSpec("cites-order-id", "The agent cites the order id before issuing a refund.")
+
+
+@pytest.fixture
+def key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    return SECRET
+
+
+@pytest.fixture
+def serve():
+    servers: list[ChatServer] = []
+
+    def start(script) -> ChatServer:
+        server = ChatServer(script).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def trajectory() -> Trajectory:
+    return Trajectory("t1", [Turn("user", "Refund order 1234."), Turn("assistant", "Refunded 1234.", generated=True)],
+                      1.0, trajectory_id="t1/g/0")
+
+
+def _compressed(payload_head: bytes, padding: int, coding: str) -> bytes:
+    """payload_head + `padding` spaces, compressed in `coding` without building the plain text."""
+    wbits = {"gzip": 31, "deflate": 15, "raw-deflate": -15}[coding]
+    encoder = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    parts = [encoder.compress(payload_head)]
+    block = b" " * (1 << 20)
+    for _ in range(padding >> 20):
+        parts.append(encoder.compress(block))
+    parts.append(encoder.flush())
+    return b"".join(parts)
+
+
+def _complete(server: ChatServer, **options) -> str:
+    client = ChatClient(ClientOptions(model="m", base_url=server.base_url, api_key_env=KEY_ENV, timeout=20.0,
+                                      max_retries=2, backoff=(0.01, 0.02), **options))
+
+    async def go():
+        async with client.session() as session:
+            return (await session.complete([{"role": "user", "content": "hi"}])).text
+
+    return run_sync(go())
+
+
+def _max_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+# ---- compressed and oversized answers -----------------------------------------------------------
+
+@pytest.mark.parametrize("coding,header", [("gzip", "gzip"), ("gzip", "x-gzip"), ("deflate", "deflate"),
+                                           ("raw-deflate", "deflate")])
+def test_a_compressed_bomb_is_refused_without_expanding_it(serve, key, coding, header):
+    # A valid completion followed by 384 MiB of JSON whitespace: about 380 KB compressed. Expanded
+    # whole (as httpx does by default), this process would grow by the decoded size at least.
+    head = json.dumps(completion("fine"))[:-1].encode()  # the object left open: whitespace is still JSON
+    body = _compressed(head, 384 << 20, coding)
+    server = serve(lambda request: Reply(body=body, headers={"content-encoding": header}))
+    before = _max_rss_bytes()
+    with pytest.raises(ChatError) as caught:
+        _complete(server, max_response_bytes=1 << 20)
+    grown = _max_rss_bytes() - before
+    assert "max_response_bytes" in caught.value.message
+    assert caught.value.attempts == 1 and server.count == 1  # the same server would send the same bomb
+    assert grown < 128 << 20, f"peak RSS grew by {grown >> 20} MiB"
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw-deflate"])
+def test_a_compressed_answer_within_the_bound_is_decoded(serve, key, coding):
+    text = "verdict text " * 500
+    plain = json.dumps(completion(text)).encode()
+    wbits = {"gzip": 31, "deflate": 15, "raw-deflate": -15}[coding]
+    encoder = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    body = encoder.compress(plain) + encoder.flush()
+    server = serve(lambda request: Reply(body=body, headers={"content-encoding": coding.replace("raw-", "")}))
+    assert _complete(server, max_response_bytes=len(plain) + 10) == text
+
+
+def test_a_doubly_compressed_answer_is_decoded_within_the_bound(serve, key):
+    plain = json.dumps(completion("twice")).encode()
+    inner = zlib.compressobj(6, zlib.DEFLATED, 31)
+    once = inner.compress(plain) + inner.flush()
+    outer = zlib.compressobj(6, zlib.DEFLATED, 31)
+    twice = outer.compress(once) + outer.flush()
+    server = serve(lambda request: Reply(body=twice, headers={"content-encoding": "gzip, gzip"}))
+    assert _complete(server) == "twice"
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, br"])
+def test_an_encoding_that_was_not_asked_for_is_refused(serve, key, encoding):
+    server = serve(lambda request: Reply(body=b"\x00" * 64, headers={"content-encoding": encoding}))
+    with pytest.raises(ChatError) as caught:
+        _complete(server)
+    assert "not asked for" in caught.value.message and caught.value.attempts == 1
+    request = server.requests[0]
+    assert request.headers["accept-encoding"] == "gzip, deflate"
+
+
+@pytest.mark.parametrize("size", [(1 << 16) + 1, 3 << 20])
+def test_an_answer_larger_than_the_bound_on_the_wire_is_refused(serve, key, size):
+    head = json.dumps(completion("x"))[:-1]
+    body = (head + " " * (size - len(head) - 1) + "}").encode()
+    assert len(body) == size
+    server = serve(lambda request: Reply(body=body))
+    with pytest.raises(ChatError) as caught:
+        _complete(server, max_response_bytes=1 << 16)
+    assert "max_response_bytes" in caught.value.message and caught.value.attempts == 1
+
+
+def test_an_answer_exactly_at_the_bound_is_read(serve, key):
+    head = json.dumps(completion("edge"))[:-1]
+    size = 1 << 16
+    body = (head + " " * (size - len(head) - 1) + "}").encode()
+    server = serve(lambda request: Reply(body=body))
+    assert _complete(server, max_response_bytes=size) == "edge"
+
+
+def test_max_response_bytes_is_checked():
+    for bad in (0, -1, 1.5, True, None, math.inf):
+        with pytest.raises(ValueError, match="max_response_bytes"):
+            ClientOptions(model="m", max_response_bytes=bad)
+
+
+# ---- an API key echoed by the server ------------------------------------------------------------
+
+def _escaped(text: str, every: int) -> str:
+    """`text` with every `every`-th character written as a JSON \\u escape (still the same string)."""
+    return "".join(f"\\u{ord(c):04x}" if i % every == 0 else c for i, c in enumerate(text))
+
+
+@pytest.mark.parametrize("spelling", ["plain", "escaped-all", "escaped-some", "twice", "mixed"])
+def test_an_echoed_key_never_reaches_the_judgment_or_the_cache(serve, key, tmp_path, spelling):
+    spelled = {"plain": key, "escaped-all": _escaped(key, 1), "escaped-some": _escaped(key, 3),
+               "twice": key + " and " + key, "mixed": key + " and " + _escaped(key, 2)}[spelling]
+
+    def script(request):
+        line = verdict_line(request, RUBRIC.rubric_id, "pass")
+        # Written into the JSON text by hand so that the escapes reach the client as escapes.
+        line = line.replace('"evidence": "', f'"evidence": "the header said {spelled}; ', 1)
+        diag = json.dumps({"request_id": request.request_id, "uncovered": ["x"]}).replace(
+            '["x"]', f'["seen {spelled} in turn 1"]')
+        return Reply(line + "\n" + diag)
+
+    server = serve(script)
+    judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
+                        cache_dir=tmp_path / "cache")
+    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    judgment = report.judgments[RUBRIC.rubric_id]
+    assert judgment.verdict == Verdict.PASS
+    assert "the header said ***" in judgment.evidence and key not in judgment.evidence
+    assert report.uncovered and all(key not in note for note in report.uncovered)
+    files = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        assert key.encode() not in data and b"***" in data, path
+
+
+def test_a_reply_without_the_key_is_passed_through_unchanged(serve, key):
+    text = 'quote \\u0041 and "\\\\u0042" and \\u00e9 stay as they were'
+    server = serve(lambda request: Reply(text))
+    assert _complete(server) == text  # no key in it: nothing is rewritten
+
+
+# ---- a damaged cache ----------------------------------------------------------------------------
+
+def _stored(tmp_path, **entry_fields):
+    cache = JudgmentCache(tmp_path)
+    key_ = cache_key("judgment", model="m", rubric="r", trajectory="t")
+    good = RubricJudgment("r", Verdict.PASS, score=0.8, confidence=0.9, evidence="e")
+    cache.put_judgment(key_, good, model="m")
+    path = cache._path(key_)
+    entry = json.loads(path.read_text())
+    entry.update(entry_fields)
+    return cache, key_, path, entry
+
+
+BAD_FIELDS = [
+    {"score": 1.0001}, {"score": -0.25}, {"score": 7}, {"score": "0.5"}, {"score": True},
+    {"confidence": 1.5}, {"confidence": -1e-9}, {"confidence": [0.5]},
+    {"verdict": "MAYBE"}, {"verdict": "INVALID"}, {"verdict": None}, {"verdict": "NA", "score": 0.5},
+    {"evidence": ["quoted"]}, {"evidence": 12},
+]
+
+
+@pytest.mark.parametrize("fields", BAD_FIELDS, ids=[json.dumps(f) for f in BAD_FIELDS])
+def test_an_out_of_range_cache_entry_is_a_logged_miss(tmp_path, caplog, fields):
+    cache, key_, path, entry = _stored(tmp_path, **fields)
+    path.write_text(json.dumps(entry))
+    with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
+        assert cache.get_judgment(key_, "r") is None
+    assert fields.get("verdict") == "INVALID" or any("a miss" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_score_in_the_cache_is_a_miss(tmp_path, number):
+    cache, key_, path, entry = _stored(tmp_path)
+    text = json.dumps(entry).replace('"score": 0.8', f'"score": {number}')
+    assert number in text
+    path.write_text(text)
+    assert cache.get_judgment(key_, "r") is None
+
+
+def test_a_good_entry_is_still_a_hit(tmp_path):
+    cache, key_, path, entry = _stored(tmp_path)
+    judgment = cache.get_judgment(key_, "relabelled")
+    assert judgment == RubricJudgment("relabelled", Verdict.PASS, score=0.8, confidence=0.9, evidence="e")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink-to-fifo", "symlink-to-good", "dev-zero",
+                                  "oversized", "truncated", "deep-json"])
+def test_a_cache_entry_that_is_not_a_small_regular_json_file_is_a_miss_without_hanging(tmp_path, kind):
+    cache, key_, path, entry = _stored(tmp_path)
+    good = path.read_bytes()
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "symlink-to-fifo":
+        os.mkfifo(tmp_path / "pipe")
+        path.symlink_to(tmp_path / "pipe")
+    elif kind == "symlink-to-good":
+        (tmp_path / "elsewhere.json").write_bytes(good)
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "oversized":
+        path.write_bytes(good[:-1] + b" " * (2 << 20) + b"}")
+    elif kind == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif kind == "deep-json":
+        path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(cache.get_judgment(key_, "r")), daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), f"reading a {kind} entry hung"
+    assert result == [None]
+
+
+def test_a_judge_with_damaged_entries_asks_the_server_again_and_the_run_goes_on(serve, key, tmp_path):
+    server = serve(all_pass)
+    judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
+                        cache_dir=tmp_path / "cache")
+    judge.evaluate([trajectory()], [RUBRIC])
+    assert server.count == 1
+    [path] = [p for p in (tmp_path / "cache").rglob("*.json") if "judgment" in p.read_text()]
+    entry = json.loads(path.read_text())
+    path.write_text(json.dumps({**entry, "score": 3.5}))
+    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    assert report.judgments[RUBRIC.rubric_id].verdict == Verdict.PASS and server.count == 2
+    path.unlink()
+    os.mkfifo(path)
+    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    assert report.judgments[RUBRIC.rubric_id].verdict == Verdict.PASS and server.count == 3
+
+
+# ---- a whole `rw train` against a server that answers every request with a bomb ------------------
+
+def test_rw_train_against_a_server_of_compressed_bombs_stays_under_one_gib(serve, key, tmp_path):
+    """Arise on the embedded environment with the judge and the reflection model on a server whose
+    every answer is 512 KB of gzip that expands to 512 MiB: the run finishes (the verdicts INVALID, the
+    reflections skipped), and the process's peak RSS stays under 1 GiB."""
+    import subprocess
+    import sys
+
+    head = json.dumps(completion("fine"))[:-1].encode()
+    bomb = _compressed(head, 512 << 20, "gzip")
+    server = serve(lambda request: Reply(body=bomb, headers={"content-encoding": "gzip"}))
+    run = tmp_path / "run"
+    overrides = ["model.init=random", "env.options.num_train=40", "env.options.num_eval=8",
+                 "rollout.tasks_per_step=4", "rollout.group_size=4", "train.eval_every=0",
+                 "train.checkpoint_every=0", "pool.delta_pool=2", "train.steps=3", "train.method=arise",
+                 "judge.kind=openai", "judge.model=judge-test", f"judge.base_url={server.base_url}",
+                 f"judge.api_key_env={KEY_ENV}"]
+    # The child's peak RSS, read by a parent that has no other children.
+    measure = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+               "print('MAXRSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    done = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "rwcore.trainer", "train", "--quiet",
+                           "--out", str(run), *overrides], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    peak = int(done.stdout.split("MAXRSS")[-1].split()[0]) * 1024
+    print(f"rw train peak RSS against gzip bombs: {peak / 2**20:.0f} MiB; {server.count} requests")
+    assert server.count >= 3
+    assert peak < 1 << 30, f"peak RSS {peak / 2**20:.0f} MiB"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [row for row in rows if row.get("kind") == "train"]
+    assert len(train) == 3 and all(row["invalid_rate"] == 1.0 for row in train if row["judgments"])
