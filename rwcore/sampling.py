@@ -237,13 +237,29 @@ class CapabilitySampler(TaskSamplerBase):
         """
         check_state(state, "CapabilitySampler", _STATE_FORMAT, self._config)
         try:
-            entries = [(rubric_id, capability, int(slot)) for rubric_id, capability, slot in state["rubrics"]]
+            entries = [(rubric_id, capability, slot) for rubric_id, capability, slot in state["rubrics"]]
         except (KeyError, TypeError, ValueError):
             raise ValueError("state_dict['rubrics'] is missing or malformed") from None
+        for rubric_id, capability, slot in entries:
+            try:
+                hash(rubric_id)
+            except TypeError:
+                rubric_id = None
+            if rubric_id is None or not isinstance(capability, str) or isinstance(slot, bool) \
+                    or not isinstance(slot, int) or not 0 <= slot < 2**31:
+                raise ValueError(f"state_dict['rubrics'] holds a malformed entry {[rubric_id, capability, slot]!r:.200} "
+                                 "(want [rubric id, capability, slot 0..2**31-1])")
         pool = check_rubrics({rubric_id: capability for rubric_id, capability, _ in entries}, self._capabilities)
         slots = {rubric_id: slot for rubric_id, _, slot in entries}
         if len(pool) != len(entries) or len(set(slots.values())) != len(slots) or min(slots.values(), default=0) < 0:
             raise ValueError("state_dict['rubrics'] repeats a rubric or a slot")
-        self._core.restore(state["core"], self._slot_table(pool, slots))
+        if not isinstance(state.get("core"), (bytes, bytearray)):
+            raise ValueError("state_dict['core'] is missing or not the store's snapshot bytes")
+        try:
+            self._core.restore(state["core"], self._slot_table(pool, slots))
+        except (KeyError, TypeError, OverflowError, IndexError, AttributeError) as error:
+            # The C++ store checks its snapshot before changing anything; what pybind11 reports as a type
+            # or range error is the same refusal.
+            raise ValueError(f"state_dict['core'] is malformed ({type(error).__name__}: {str(error)[:200]})") from None
         self._rubric_capability = pool
         self._rubric_slot = slots

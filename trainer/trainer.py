@@ -630,8 +630,9 @@ class Trainer:
         """A trainer set up for evaluation with a saved checkpoint's policy and method state (a
         checkpoints/step_N folder, or a run folder: its latest), after verifying it against its manifest."""
         path = Path(path)
-        if (path / "checkpoints" / "latest").exists():
-            path = path / "checkpoints" / (path / "checkpoints" / "latest").read_text().strip()
+        latest = ckpt.latest_checkpoint(path)  # refuses a pointer that leads out of this run folder
+        if latest is not None:
+            path = latest
         elif (path / "checkpoints").is_dir():
             newest = ckpt.step_folders(path / "checkpoints")
             if not newest:

@@ -336,4 +336,25 @@ def make(name: str, **options) -> Environment:
                                  f"({error})") from None
     if name not in _REGISTRY:
         raise ValueError(f"env.name {name!r} is not a registered environment; known: {sorted(_REGISTRY)}")
-    return _REGISTRY[name](**options)
+    factory = _REGISTRY[name]
+    _check_options(name, factory, options)
+    return factory(**options)
+
+
+def _check_options(name: str, factory: Callable[..., Environment], options: dict) -> None:
+    """Refuses an option the factory does not take, naming it and those it does (before anything is built:
+    Python's own TypeError would name neither the config key nor the choices)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return
+    known = [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                         inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    unknown = [key for key in options if key not in known]
+    if unknown:
+        raise ValueError(f"config key 'env.options.{unknown[0]}': env.name {name!r} has no option {unknown[0]!r}; "
+                         f"its options: {', '.join(known) or 'none'}")
