@@ -25,7 +25,18 @@ What every call gets
 Isolation modes (`isolation=`)
 ------------------------------
 "namespace" (what "auto" picks whenever it works): the tool runs under util-linux `unshare` in new
-network, PID and mount namespaces (`unshare --net --pid --fork --kill-child --mount-proc`).
+network, PID, mount, IPC and UTS namespaces (`unshare --net --pid --ipc --uts --fork --kill-child
+--mount-proc`).
+
+- IPC: System V shared memory, message queues and semaphores (and POSIX message queues) live in the
+  call's own IPC namespace and die with it; nothing the tool makes is visible to the host, to another
+  episode or to the next call.
+- Unix sockets: abstract sockets belong to the network namespace (none reachable); path-based ones
+  are files, so /tmp, /var/tmp, /run and /dev/shm are covered by empty, read-only tmpfs mounts (the
+  working folder, usually under /tmp, is bound back in at its own path). A socket the host keeps
+  elsewhere, in a folder the tool's uid may read, stays reachable.
+- Keys: the tool joins a new, empty session keyring, so keys the trainer holds in its session
+  keyring cannot be found or read.
 
 - Network: the new network namespace has only a loopback interface, which is down: connecting to any
   address (the host's loopback servers included) and DNS fail. This is the one isolation the
@@ -58,15 +69,32 @@ Use it only for trusted policies on machines without namespaces.
 "auto": "namespace" if a probe run succeeds, else SandboxUnavailable with an error that names
 `isolation` and says how to opt in to "none". It never falls back silently.
 
-Limits the sandbox does NOT enforce: total disk use is checked only after each call (`workspace_bytes`:
-the result then carries error "workspace_limit" and the environment ends the episode), not during it
-(between `file_bytes` per file and the time limit, a call can write at most a bounded amount);
-world-readable files on the host are readable; CPU time of the tool's descendants is limited per
-process, not in sum (the wall limit bounds the sum).
+Per call, not per process: memory. Besides RLIMIT_AS per process, the parent sums the resident memory
+of the call's whole process tree every 0.1 s and kills the call past `memory_bytes` (error
+"memory_limit"). This is a poll, not a cgroup: between two polls a call can briefly hold more (at most
+what its processes allocate in 0.1 s, each under RLIMIT_AS), and memory that is in no process's
+resident set (page cache) is not counted. No cgroup subtree is used: on the machines this was built on
+(cgroup v1 inside a container) none can be created for an unprivileged child.
+
+Disk: after each call, whatever else stopped it (a timeout included), the working folder is measured
+without recursion and without following links: more than `workspace_files` entries (empty files and
+folders count), a path too long to measure, or more than `workspace_bytes` bytes puts it over a limit
+(`ToolResult.workspace`; the result also says "workspace_limit" when nothing else stopped the call) and
+the environment ends the episode. During a call the folder can grow by at most what `file_bytes` per
+file and the time limit allow.
+
+Ending: every tool process is killed at the end of each call. The tool's `unshare` runs under util-linux
+`setpriv --pdeathsig KILL`, so a trainer killed with -9 takes its tools with it; its working folders
+(named `rw-sandbox-<pid>-...`) are removed by the next process that starts a sandbox (`reap_orphans`).
+Folders are removed with `rm -rf` (no Python recursion, however deep the tree).
+
+Not enforced: world-readable files on the host are readable; CPU time of the tool's descendants is
+limited per process, not in sum (the wall limit bounds the sum).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -83,7 +111,7 @@ from dataclasses import dataclass, field
 __all__ = ["Limits", "Sandbox", "SandboxUnavailable", "ToolResult", "detect_isolation"]
 
 ISOLATIONS = ("auto", "namespace", "none")
-_UNSHARE = ("--net", "--pid", "--fork", "--kill-child", "--mount-proc")
+_UNSHARE = ("--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc")
 _UID_RANGE = (1_000_000, 2_000_000_000)
 
 
@@ -96,7 +124,10 @@ class Limits:
     """Per-call limits. wall_seconds: wall clock (the parent kills the tool); cpu_seconds: RLIMIT_CPU;
     memory_bytes: RLIMIT_AS; file_bytes: RLIMIT_FSIZE; processes: RLIMIT_NPROC (own-uid mode only);
     open_files: RLIMIT_NOFILE; output_bytes: kept per stream; flood_bytes: total output before the tool
-    is killed; workspace_bytes: size of the working folder checked after each call."""
+    is killed; workspace_bytes / workspace_files: size and number of entries (files, folders, links) of
+    the working folder, checked after each call. memory_bytes is also the episode's total: the parent
+    sums the resident memory of every process of the call (its whole process tree) while it runs and
+    kills the call past it (error "memory_limit")."""
 
     wall_seconds: float = 10.0
     cpu_seconds: int = 10
@@ -107,10 +138,11 @@ class Limits:
     output_bytes: int = 4096
     flood_bytes: int = 1 << 20
     workspace_bytes: int = 64 << 20
+    workspace_files: int = 4096
 
     def __post_init__(self) -> None:
         for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "file_bytes", "processes", "open_files",
-                     "output_bytes", "flood_bytes", "workspace_bytes"):
+                     "output_bytes", "flood_bytes", "workspace_bytes", "workspace_files"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"limits.{name} must be a positive number, got {value!r}")
@@ -134,12 +166,15 @@ class ToolResult:
     wall_seconds: float = 0.0
     output_bytes: int = 0
     changed: tuple[str, ...] = field(default=())
+    workspace: str | None = None  # "bytes" / "files": the working folder is over that limit after the call
 
     def render(self, max_chars: int | None = None) -> str:
         """The transcript text of this result."""
         head = f"exit {self.exit_code}" if self.exit_code is not None else "no exit code"
         if self.error:
             head += f" error {self.error}"
+        if self.workspace and self.error != "workspace_limit":
+            head += f" and the folder is over its {self.workspace} limit"
         parts = [head]
         if self.stdout:
             parts.append("stdout:\n" + self.stdout)
@@ -169,12 +204,26 @@ if uid != 0:  # > 0: root mode; -1: an unprivileged user namespace (read-only mo
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
     LOCKED = (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC), ("noatime", 1024),
               ("nodiratime", 2048), ("relatime", 1 << 21), ("strictatime", 1 << 24))
-    def mount(src, dst, flags):
-        if libc.mount(src, dst, None, flags, None) != 0:
+    def mount(src, dst, flags, fstype=None, data=None):
+        if libc.mount(src, dst, fstype, flags, data) != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err), dst)
     try:
-        mount(work.encode(), work.encode(), MS_BIND)
+        # A new, empty session keyring (keyctl KEYCTL_JOIN_SESSION_KEYRING): the parent's keys are not
+        # reachable. ENOSYS / EACCES where keyrings are off: then there is nothing to reach either.
+        keyctl = {"x86_64": 250, "aarch64": 219}.get(os.uname().machine)
+        if keyctl is not None and libc.syscall(keyctl, 1, None) < 0 and ctypes.get_errno() not in (38, 13):
+            raise OSError(ctypes.get_errno(), "cannot join a new session keyring")
+        # Empty tmpfs over the folders where host programs keep Unix sockets (path-based sockets are
+        # not covered by the network namespace); the working folder, often under /tmp, is bound back
+        # in at its own path through a descriptor opened before it was hidden.
+        keep = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+        for hidden in (b"/tmp", b"/var/tmp", b"/run", b"/dev/shm"):
+            if os.path.isdir(hidden) and not os.path.islink(hidden):
+                mount(b"tmpfs", hidden, MS_NOSUID | MS_NODEV, b"tmpfs", b"size=64k,nr_inodes=64,mode=755")
+        os.makedirs(work, exist_ok=True)
+        mount(("/proc/self/fd/%d" % keep).encode(), work.encode(), MS_BIND)
+        os.close(keep)
         points = []
         with open("/proc/self/mountinfo") as handle:
             for line in handle:
@@ -284,6 +333,99 @@ exec(compile(code, "<tool>", "exec"), {"__name__": "__main__"})
 """
 
 
+# The tool's `unshare` gets SIGKILL when the thread that started it dies (the trainer killed with -9
+# included); `--kill-child` passes that on to the namespace's init, whose death kills every process
+# left in the PID namespace. Without util-linux setpriv the reaper below still removes the folders.
+_SETPRIV = shutil.which("setpriv")
+_PDEATHSIG = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of `root` and all its descendants (read from /proc; 0 when it is gone)."""
+    total, stack, seen = 0, [root], set()
+    page = os.sysconf("SC_PAGE_SIZE")
+    while stack and len(seen) < 4096:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/statm") as handle:
+                total += int(handle.read().split()[1]) * page
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as handle:
+                    stack.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def remove_tree(path: str) -> None:
+    """Deletes `path` however deep it is (no recursion in Python; `rm -rf` walks with openat), never
+    following symlinks out of it; an error leaves what could not be removed."""
+    if not os.path.lexists(path):
+        return
+    rm = shutil.which("rm")
+    if rm:
+        subprocess.run([rm, "-rf", "--one-file-system", "--", path], stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if os.path.lexists(path):  # no rm, or it failed: an iterative walk, deepest first
+        stack, order = [path], []
+        while stack:
+            folder = stack.pop()
+            order.append(folder)
+            try:
+                with os.scandir(folder) as listing:
+                    for entry in listing:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+                        else:
+                            with contextlib.suppress(OSError):
+                                os.unlink(entry.path)
+            except OSError:
+                continue
+        for folder in reversed(order):
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+
+
+_REAPED = False
+
+
+def reap_orphans() -> list[str]:
+    """Removes the working folders of sandboxes whose process is gone (a trainer killed with -9 cannot
+    run close()); run once per process, when its first sandbox starts. Returns the removed paths."""
+    global _REAPED
+    if _REAPED:
+        return []
+    _REAPED = True
+    removed = []
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or parts[:2] != ["rw", "sandbox"] or not parts[2].isdigit():
+            continue
+        pid = int(parts[2])
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # its owner still runs
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        full = os.path.join(root, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            remove_tree(full)
+            removed.append(full)
+    return removed
+
+
 class Sandbox:
     """One private working folder and the tools that run in it (see the module docstring).
 
@@ -313,7 +455,8 @@ class Sandbox:
         self.limits = limits
         self.own_uid = isolation == "namespace" and os.geteuid() == 0
         self.uid = random.SystemRandom().randrange(*_UID_RANGE) if self.own_uid else os.geteuid()
-        self.workdir = tempfile.mkdtemp(prefix="rw-sandbox-")
+        reap_orphans()
+        self.workdir = tempfile.mkdtemp(prefix=f"rw-sandbox-{os.getpid()}-")
         if self.own_uid:
             os.chown(self.workdir, self.uid, self.uid)
         os.chmod(self.workdir, 0o700)
@@ -334,7 +477,7 @@ class Sandbox:
             return
         self._closed = True
         self._kill_uid()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        remove_tree(self.workdir)
 
     def __del__(self) -> None:  # best effort; close() is the contract
         try:
@@ -395,17 +538,41 @@ class Sandbox:
 
     def snapshot(self) -> dict[str, tuple[int, int]]:
         """relative path -> (size, mtime_ns) of every regular file in the working folder (symlinks not
-        followed)."""
-        out = {}
-        for dirpath, _dirs, files in os.walk(self.workdir):
-            for name in files:
-                full = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(full)
-                except OSError:
-                    continue
-                out[os.path.relpath(full, self.workdir)] = (st.st_size, st.st_mtime_ns)
+        followed). Iterative (no recursion, whatever the depth) and bounded: it stops after
+        Limits.workspace_files + 1 entries; `self._entries` holds how many it saw and
+        `self._unmeasured` whether a path was too long to measure (both count as over the limits)."""
+        out: dict[str, tuple[int, int]] = {}
+        entries, unmeasured, cap = 0, False, self.limits.workspace_files + 1
+        stack = [self.workdir]
+        while stack and entries < cap:
+            folder = stack.pop()
+            try:
+                with os.scandir(folder) as listing:
+                    for entry in listing:
+                        entries += 1
+                        if entries >= cap:
+                            break
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                stack.append(entry.path)
+                            elif entry.is_file(follow_symlinks=False):
+                                st = entry.stat(follow_symlinks=False)
+                                out[os.path.relpath(entry.path, self.workdir)] = (st.st_size, st.st_mtime_ns)
+                        except OSError:
+                            unmeasured = True
+            except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG or folder == self.workdir:
+                    unmeasured = True
+        self._entries, self._unmeasured = entries, unmeasured
         return out
+
+    def over_limit(self, files: dict[str, tuple[int, int]]) -> str | None:
+        """Which workspace limit the last snapshot (`files`) is over: "files", "bytes" or None."""
+        if self._entries > self.limits.workspace_files or self._unmeasured:
+            return "files"
+        if sum(size for size, _ in files.values()) > self.limits.workspace_bytes:
+            return "bytes"
+        return None
 
     # -- tools ----------------------------------------------------------------------------
 
@@ -434,7 +601,8 @@ class Sandbox:
         before = self.snapshot()
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(_unshare_prefix(self.isolation, self.uid, self.workdir, self.limits) + argv, cwd=self.workdir,
+            proc = subprocess.Popen(_PDEATHSIG + _unshare_prefix(self.isolation, self.uid, self.workdir, self.limits)
+                                    + argv, cwd=self.workdir,
                                     env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True,
                                     close_fds=True)
@@ -455,7 +623,10 @@ class Sandbox:
                 if left <= 0:
                     error = "timeout"
                     break
-                for key, _ in selector.select(timeout=min(left, 0.5)):
+                if _tree_rss(proc.pid) > limits.memory_bytes:
+                    error = "memory_limit"
+                    break
+                for key, _ in selector.select(timeout=min(left, 0.1)):
                     fd = key.fd
                     try:
                         chunk = os.read(fd, 65536)
@@ -498,7 +669,8 @@ class Sandbox:
         exit_code = None if error in ("timeout", "output_limit") else code
         after = self.snapshot()
         changed = tuple(sorted(p for p, meta in after.items() if before.get(p) != meta))
-        if error is None and sum(size for size, _ in after.values()) > limits.workspace_bytes:
+        workspace = self.over_limit(after)  # checked whatever else stopped the call (a timeout too)
+        if error is None and workspace is not None:
             error = "workspace_limit"
         out_fd, err_fd = list(kept)
         stdout = kept[out_fd].decode("utf-8", "replace")
@@ -506,7 +678,7 @@ class Sandbox:
         truncated = total > len(kept[out_fd]) + len(kept[err_fd])
         return ToolResult(ok=error is None and code == 0, exit_code=exit_code, stdout=stdout, stderr=stderr,
                           error=error, truncated=truncated, wall_seconds=time.monotonic() - start,
-                          output_bytes=total, changed=changed)
+                          output_bytes=total, changed=changed, workspace=workspace)
 
     @staticmethod
     def _kill_group(proc: subprocess.Popen) -> None:

@@ -270,6 +270,28 @@ def make_task_data(rng: random.Random, kind: str) -> dict:
 # -- the environment ------------------------------------------------------------------------------
 
 
+def _printable_name(name: str) -> str:
+    """A file name as transcript text: bytes that are not UTF-8 (kept by the OS as lone surrogates, which
+    break a tokenizer) and control characters (a newline would start a fake transcript line) escaped."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _changed_line(names: Sequence[str], budget: int) -> str:
+    """"files changed : a , b ..." within `budget` characters (names escaped; the rest counted)."""
+    if not names:
+        return ""
+    shown, used = [], 0
+    for name in names:
+        text = _printable_name(name)[:200]
+        if used + len(text) + 3 > budget and shown:
+            break
+        shown.append(text)
+        used += len(text) + 3
+    more = f" (and {len(names) - len(shown)} more)" if len(shown) < len(names) else ""
+    return f"\nfiles changed : {' , '.join(shown)}{more}"[: budget + 40]
+
+
 class ToolsEnv:
     """Tool-use tasks in a sandbox (see the module docstring).
 
@@ -400,18 +422,25 @@ class ToolsEnv:
             observation = f"answer received : {argument[:200]}"
             done = True
         else:
-            result = box.run_python(argument) if kind == "python" else box.run_shell(argument)
-            event.update(ok=result.ok, exit=result.exit_code, error=result.error, changed=list(result.changed))
+            try:
+                result = box.run_python(argument) if kind == "python" else box.run_shell(argument)
+            except Exception as exc:  # noqa: BLE001 - whatever the tool did to the host side: not the agent's fault
+                s["events"].append(event)
+                self._close(s)
+                return partner_failed(Episode(episode.task, episode.observation, False, s),
+                                      f"tool sandbox failed: {type(exc).__name__}: {str(exc)[:200]}")
+            event.update(ok=result.ok, exit=result.exit_code, error=result.error,
+                         changed=[_printable_name(name) for name in result.changed[:64]])
             if result.error in ("sandbox_setup", "start_failed"):
                 s["events"].append(event)
                 self._close(s)
                 return partner_failed(Episode(episode.task, episode.observation, False, s),
                                       f"tool sandbox failed: {result.error} {result.stderr[:200]}")
-            text = result.render(self.max_observation_chars)
-            changed = f"\nfiles changed : {' , '.join(result.changed)}" if result.changed else ""
+            changed = _changed_line(result.changed, self.max_observation_chars // 4)
+            text = result.render(max(16, self.max_observation_chars - len(changed)))
             observation = f"tool {kind} result : {text}{changed}"
-            if result.error == "workspace_limit":
-                observation += "\nthe folder is over its size limit : episode over"
+            if result.workspace is not None:  # whatever else stopped the call (a timeout included)
+                observation += f"\nthe folder is over its {result.workspace} limit : episode over"
                 done = True
         s["events"].append(event)
         if not done and s["turns"] >= s["max_turns"]:
