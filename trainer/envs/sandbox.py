@@ -73,8 +73,9 @@ Per call, not per process: memory. Besides RLIMIT_AS per process, the parent sum
 of the call's whole process tree every 0.1 s and kills the call past `memory_bytes` (error
 "memory_limit"). This is a poll, not a cgroup: between two polls a call can briefly hold more (at most
 what its processes allocate in 0.1 s, each under RLIMIT_AS), and memory that is in no process's
-resident set (page cache) is not counted. No cgroup subtree is used: on the machines this was built on
-(cgroup v1 inside a container) none can be created for an unprivileged child.
+resident set (page cache) is not counted. No cgroup is used: where this was built (a container), the
+cgroup v2 hierarchy has no memory controller (only hugetlb); a cgroup v1 memory group could be created
+as root, but the sandbox does not use v1 groups, so the poll is the limit everywhere.
 
 Disk: after each call, whatever else stopped it (a timeout included), the working folder is measured
 without recursion and without following links: more than `workspace_files` entries (empty files and
