@@ -7,8 +7,11 @@ import json
 import logging
 import math
 import os
+import re
 import resource
+import socket
 import threading
+import time
 import zlib
 
 import pytest
@@ -153,6 +156,174 @@ def test_max_response_bytes_is_checked():
             ClientOptions(model="m", max_response_bytes=bad)
 
 
+# ---- chunked transfer, nested codings, many refusals in a row ------------------------------------
+
+class ChunkedServer:
+    """A loopback HTTP/1.1 server that answers every request with a chunked body: `chunks()` gives the
+    chunks, each written and flushed on its own after `pause` seconds (judge_server speaks HTTP/1.0, which
+    has no chunked transfer). Stops writing when the client hangs up; `sent` counts the body bytes."""
+
+    def __init__(self, chunks, headers: dict | None = None, pause: float = 0.0) -> None:
+        self.chunks, self.headers, self.pause, self.sent = chunks, headers or {}, pause, 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += connection.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+            while len(body) < length:
+                body += connection.recv(65536)
+            extra = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
+            try:
+                connection.sendall(("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                    f"transfer-encoding: chunked\r\nconnection: close\r\n{extra}\r\n").encode())
+                for chunk in self.chunks():
+                    if self._stop.is_set():
+                        return
+                    if self.pause:
+                        time.sleep(self.pause)
+                    connection.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.sent += len(chunk)
+                connection.sendall(b"0\r\n\r\n")
+            except OSError:  # the client hung up: what a bounded reader does
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._listener.close()
+
+
+@pytest.fixture
+def chunked():
+    servers: list[ChunkedServer] = []
+
+    def start(chunks, **kwargs) -> ChunkedServer:
+        servers.append(ChunkedServer(chunks, **kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def test_a_chunked_stream_longer_than_the_default_bound_is_cut_off(chunked, key):
+    # A valid completion padded with 64 MiB of whitespace, chunked (no Content-Length to check up front):
+    # read whole, it would parse; the default bound (8 MiB) stops reading early.
+    head = json.dumps(completion("fine"))[:-1].encode()
+
+    def chunks():
+        yield head
+        for _ in range(64 * 16):
+            yield b" " * (64 << 10)
+        yield b"}"
+
+    server = chunked(chunks)
+    with pytest.raises(ChatError) as caught:
+        _complete(server)
+    assert "max_response_bytes" in caught.value.message and "on the wire" in caught.value.message
+    assert caught.value.attempts == 1
+    # What the server got rid of includes what the kernel's socket buffers took (several MiB on loopback).
+    assert server.sent < 32 << 20, f"the server wrote {server.sent >> 20} MiB of 64"
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate"])
+def test_a_chunked_compressed_bomb_is_refused_under_the_default_bound(chunked, key, coding):
+    # 96 MiB of JSON whitespace, compressed to about 100 KB and sent in 4 KiB chunks.
+    body = _compressed(json.dumps(completion("fine"))[:-1].encode(), 96 << 20, coding)
+    server = chunked(lambda: (body[i:i + 4096] for i in range(0, len(body), 4096)),
+                     headers={"content-encoding": coding})
+    with pytest.raises(ChatError) as caught:
+        _complete(server)
+    assert "decoded answer is larger than max_response_bytes=8388608" in caught.value.message
+
+
+def test_a_nested_encoding_is_decoded_when_it_arrives_a_few_bytes_at_a_time(chunked, key):
+    # "deflate, gzip": zlib-wrapped deflate inside gzip. The first few bytes of gzip decode to nothing, so
+    # the inner stage must wait for its own first byte before telling zlib-wrapped from raw deflate.
+    plain = json.dumps(completion("nested")).encode()
+    inner = zlib.compressobj(6, zlib.DEFLATED, 15)
+    once = inner.compress(plain) + inner.flush()
+    outer = zlib.compressobj(6, zlib.DEFLATED, 31)
+    twice = outer.compress(once) + outer.flush()
+    server = chunked(lambda: (twice[i:i + 3] for i in range(0, len(twice), 3)),
+                     headers={"content-encoding": "deflate, gzip"}, pause=0.002)
+    assert _complete(server) == "nested"
+
+
+def test_a_nested_bomb_that_pads_after_the_inner_stream_is_refused(chunked, key):
+    # The inner gzip member holds a whole valid completion; the outer stream goes on with 64 MiB of
+    # zeros after it, about 1 MiB per 1 KiB chunk. Read past the inner end, that padding would be kept
+    # (or decoded) without a bound; it counts against max_response_bytes like any other output.
+    inner = zlib.compressobj(6, zlib.DEFLATED, 31)
+    member = inner.compress(json.dumps(completion("fine")).encode()) + inner.flush()
+    outer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = outer.compress(member) + b"".join(outer.compress(b"\0" * (1 << 20)) for _ in range(64)) + outer.flush()
+    server = chunked(lambda: (body[i:i + 1024] for i in range(0, len(body), 1024)),
+                     headers={"content-encoding": "gzip, gzip"}, pause=0.001)
+    with pytest.raises(ChatError) as caught:
+        _complete(server, max_response_bytes=4 << 20)
+    assert "max_response_bytes" in caught.value.message
+
+
+def test_refused_bombs_do_not_accumulate_in_memory(serve, key):
+    # 24 bombs of 64 MiB, 8 at a time, under the default bound (8 MiB). Whatever a refused answer had
+    # decoded must be freed with it: kept alive (e.g. by a traceback in a reference cycle), 24 of them
+    # would hold ~190 MiB; decoded whole, one alone would take 64 MiB.
+    import asyncio
+    import gc
+    import tracemalloc
+
+    body = _compressed(json.dumps(completion("fine"))[:-1].encode(), 64 << 20, "gzip")
+    server = serve(lambda request: Reply("warm") if request.user == "warm up"
+                   else Reply(body=body, headers={"content-encoding": "gzip"}))
+    client = ChatClient(ClientOptions(model="m", base_url=server.base_url, api_key_env=KEY_ENV, timeout=20.0,
+                                      max_retries=0, max_concurrency=8))
+
+    async def one(session):
+        with pytest.raises(ChatError, match="max_response_bytes"):
+            await session.complete([{"role": "user", "content": "hi"}])
+
+    async def go():
+        async with client.session() as session:
+            # One good answer first, outside the measure: the first request imports and builds the
+            # openai client's response types, which is not what this test is about.
+            assert (await session.complete([{"role": "user", "content": "warm up"}])).text == "warm"
+            gc.collect()
+            gc.disable()  # the cyclic collector would hide what only it frees
+            tracemalloc.start()
+            await asyncio.gather(*(one(session) for _ in range(24)))
+            return tracemalloc.get_traced_memory()
+
+    try:
+        held, peak = run_sync(go())
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert server.count == 25
+    print(f"24 refused answers: {held / 2**20:.1f} MiB still held, peak {peak / 2**20:.1f} MiB")
+    # Measured: 6 MiB held (tracebacks, kept while the collector is off), 15 MiB peak; one refused answer's
+    # decoded part is 8 MiB, so holding 4 of the 24 fails, as does decoding one whole.
+    assert held < 32 << 20, f"{held >> 20} MiB still held after 24 refused answers"
+    assert peak < 32 << 20, f"peak traced memory {peak >> 20} MiB over 24 refused answers"
+
+
 # ---- an API key echoed by the server ------------------------------------------------------------
 
 def _escaped(text: str, every: int) -> str:
@@ -194,6 +365,35 @@ def test_a_reply_without_the_key_is_passed_through_unchanged(serve, key):
     assert _complete(server) == text  # no key in it: nothing is rewritten
 
 
+def test_a_key_with_slashes_echoed_as_json_escapes_is_redacted_from_the_reply_text(serve, monkeypatch):
+    # A base64-like key echoed by an encoder that writes "/" as "\\/" (PHP's json_encode does): the reply
+    # text does not contain the key, but whatever parses it as JSON (the reflector's proposals) would.
+    slashed = "sk-b64/Qx7+tail/9z=="
+    monkeypatch.setenv(KEY_ENV, slashed)
+    spelled = slashed.replace("/", "\\/")
+    server = serve(lambda request: Reply('{"definition": "the agent sends ' + spelled + '", "n": 1}'))
+    text = _complete(server)
+    assert slashed not in json.loads(text)["definition"] and "***" in text
+
+
+def test_a_password_in_base_url_is_redacted_like_the_key(serve, key, tmp_path):
+    password = "pw-Zq81-in-the-url"
+
+    def script(request):
+        line = verdict_line(request, RUBRIC.rubric_id, "pass")
+        return Reply(line.replace('"evidence": "', f'"evidence": "auth was judge:{password}; ', 1))
+
+    server = serve(script)
+    url = server.base_url.replace("http://", f"http://judge:{password}@")
+    judge = OpenAIJudge("judge-test", base_url=url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
+                        diagnostics=False, cache_dir=tmp_path / "cache")
+    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    judgment = report.judgments[RUBRIC.rubric_id]
+    assert judgment.verdict == Verdict.PASS and "auth was judge:***" in judgment.evidence
+    files = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert files and all(password.encode() not in p.read_bytes() for p in files)
+
+
 # ---- a damaged cache ----------------------------------------------------------------------------
 
 def _stored(tmp_path, **entry_fields):
@@ -212,6 +412,7 @@ BAD_FIELDS = [
     {"confidence": 1.5}, {"confidence": -1e-9}, {"confidence": [0.5]},
     {"verdict": "MAYBE"}, {"verdict": "INVALID"}, {"verdict": None}, {"verdict": "NA", "score": 0.5},
     {"evidence": ["quoted"]}, {"evidence": 12},
+    {"key": "0" * 64}, {"format": 0}, {"kind": "diagnostics"},
 ]
 
 
@@ -231,6 +432,44 @@ def test_a_non_finite_score_in_the_cache_is_a_miss(tmp_path, number):
     assert number in text
     path.write_text(text)
     assert cache.get_judgment(key_, "r") is None
+
+
+@pytest.mark.parametrize("uncovered", [None, "one note", [1, 2], ["fine", None], {"a": "b"}])
+def test_a_diagnostics_entry_of_the_wrong_shape_is_a_logged_miss(tmp_path, caplog, uncovered):
+    cache = JudgmentCache(tmp_path)
+    key_ = cache_key("diagnostics", model="m", pool="p", trajectory="t")
+    cache.put_uncovered(key_, ("turn 0: a note",), model="m")
+    assert cache.get_uncovered(key_) == ("turn 0: a note",)
+    path = cache._path(key_)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "uncovered": uncovered}))
+    with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
+        assert cache.get_uncovered(key_) is None
+    assert any("a miss" in r.getMessage() for r in caplog.records)
+
+
+def test_an_entry_written_with_the_key_in_it_is_judged_again_and_replaced(serve, key, tmp_path, caplog):
+    # What a version that did not redact replies left on disk: the key in a cached judgment's evidence and
+    # in cached diagnostics. Served as is, it would carry the key into the run folder.
+    server = serve(all_pass)
+    judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
+                        cache_dir=tmp_path / "cache")
+    judge.evaluate([trajectory()], [RUBRIC])
+    assert server.count == 1
+    for path in (tmp_path / "cache").rglob("*.json"):
+        entry = json.loads(path.read_text())
+        if entry["kind"] == "judgment":
+            entry["evidence"] = f"the server said {key}"
+        else:
+            entry["uncovered"] = [f"turn 0: key {key} seen"]
+        path.write_text(json.dumps(entry))
+    with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
+        [report] = judge.evaluate([trajectory()], [RUBRIC])
+    assert server.count == 2
+    assert key not in report.judgments[RUBRIC.rubric_id].evidence and all(key not in u for u in report.uncovered)
+    assert all(key not in r.getMessage() for r in caplog.records)
+    assert sum("holds a secret" in r.getMessage() for r in caplog.records) == 2
+    for path in (tmp_path / "cache").rglob("*.json"):
+        assert key not in path.read_text(), path
 
 
 def test_a_good_entry_is_still_a_hit(tmp_path):

@@ -109,6 +109,8 @@ class JudgmentCache:
             if fd >= 0:
                 os.close(fd)
         if not isinstance(entry, dict) or entry.get("key") != key or entry.get("format") != CACHE_FORMAT:
+            logger.warning("judge cache: ignoring %s, which is not an entry of format %d for its key; a miss", path,
+                           CACHE_FORMAT)
             return None
         return entry
 
@@ -125,9 +127,9 @@ class JudgmentCache:
     def get_judgment(self, key: str, rubric_id: str) -> RubricJudgment | None:
         """The stored judgment for `key`, relabelled with `rubric_id`; None on a miss."""
         entry = self._read(key)
-        if entry is None or entry.get("kind") != "judgment":
+        if entry is None:
             return None
-        problem = _judgment_problem(entry)
+        problem = "not a judgment" if entry.get("kind") != "judgment" else _judgment_problem(entry)
         if problem is not None:
             logger.warning("judge cache: ignoring entry %s (%s); a miss", self._path(key), problem)
             return None
@@ -148,11 +150,15 @@ class JudgmentCache:
         })
 
     def get_uncovered(self, key: str) -> tuple[str, ...] | None:
+        """The stored uncovered behaviours for `key`; None on a miss."""
         entry = self._read(key)
-        if entry is None or entry.get("kind") != "diagnostics":
+        if entry is None:
             return None
         items = entry.get("uncovered")
-        if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        if entry.get("kind") != "diagnostics" or not isinstance(items, list) \
+                or not all(isinstance(item, str) for item in items):
+            logger.warning("judge cache: ignoring entry %s (not a list of uncovered behaviours); a miss",
+                           self._path(key))
             return None
         return tuple(items)
 

@@ -11,8 +11,9 @@ verdicts or a clear exception, never into a pass or a fail.
 API keys: the key is read from the environment variable named by `api_key_env` each time a
 session starts (once per `evaluate` call), lives only inside that session's `openai` client, and
 is closed with it. No attribute of `ChatClient` (or of the judges holding one) contains it, so
-repr, pickling, logs and caches cannot show it; error messages are scrubbed of it in case a
-server echoes it back. When the variable is unset or empty:
+repr, pickling, logs and caches cannot show it. In case a server echoes it back, error messages and
+the reply text (also where JSON escapes spell it) are redacted of it, and of a password written into
+`base_url`, before a caller sees them. When the variable is unset or empty:
 - with `base_url` given (a self-hosted server such as vLLM, which accepts any key unless started
   with `--api-key`), the placeholder key "EMPTY" is sent; a server that does need a key answers
   401, which is not retried and becomes INVALID with the server's message;
@@ -22,8 +23,9 @@ server echoes it back. When the variable is unset or empty:
 `api_key_env=None` always sends the placeholder (explicitly key-less servers).
 
 Response size: every answer is read through `_BoundedTransport`, which stops reading once the body on
-the wire passes `max_response_bytes` or its decoded form (gzip / deflate, decompressed incrementally
-with a bounded output) passes it, and refuses content encodings it did not ask for. A compressed
+the wire (after chunked transfer decoding) passes `max_response_bytes` or its decoded form (gzip /
+deflate, nested or not, decompressed incrementally in 64 KiB steps) passes it, and refuses content
+encodings it did not ask for (br, zstd, ...). A compressed
 bomb therefore costs at most about `max_response_bytes` of memory, and the call fails with a
 `ChatError` saying so - not retried, since the same server would send the same answer.
 """
@@ -43,7 +45,7 @@ import threading
 import time
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -242,9 +244,14 @@ class ResponseTooLarge(Exception):
 _ACCEPTED_ENCODINGS = "gzip, deflate"
 
 
+_DECODE_STEP = 64 << 10
+"""Bytes one decompression call may produce: the bound is checked every 64 KiB of output, and decoding
+never allocates one buffer of max_response_bytes at once."""
+
+
 def _decoder(encoding: str, limit: int):
-    """A function bytes -> bytes that decodes one `Content-Encoding` chain incrementally, never
-    producing more than `limit` bytes in all (ResponseTooLarge beyond)."""
+    """A function bytes -> list of bytes that decodes one `Content-Encoding` chain incrementally, never
+    producing more than `limit` bytes in all, at any stage (ResponseTooLarge beyond)."""
     codings = [c.strip().lower() for c in encoding.split(",") if c.strip() and c.strip().lower() != "identity"]
     for coding in codings:
         if coding not in ("gzip", "x-gzip", "deflate"):
@@ -252,23 +259,42 @@ def _decoder(encoding: str, limit: int):
                                    f"(Accept-Encoding: {_ACCEPTED_ENCODINGS})")
     # Applied in reverse order of the header (the last coding was applied last). wbits=47 reads gzip or
     # zlib; raw deflate is what some servers send for "deflate", tried when the zlib header is absent.
-    stages = [zlib.decompressobj(47) if c != "deflate" else None for c in reversed(codings)]
-    produced = 0
+    stages: list = [zlib.decompressobj(47) if c != "deflate" else None for c in reversed(codings)]
+    # What each stage has produced: the decoded answer at the last, an inner compressed stream before it.
+    # Each is bounded, so that a nested bomb cannot pile up an inner stream, not even past the inner end.
+    produced = [0] * len(stages)
 
-    def feed(chunk: bytes) -> bytes:
-        nonlocal produced
-        for i, stage in enumerate(stages):
-            if stage is None:  # "deflate": zlib-wrapped or raw, decided on the first byte
-                stage = stages[i] = zlib.decompressobj(47 if chunk[:1] == b"\x78" else -15)
-            room = limit - produced + 1
-            out = stage.decompress(chunk, room)
-            if stage.unconsumed_tail:  # more output waiting than the limit leaves room for
+    def push(index: int, data: bytes, out: list[bytes]) -> None:
+        if index == len(stages):
+            out.append(data)
+            return
+        stage = stages[index]
+        if stage is None:  # "deflate": zlib-wrapped or raw, decided on its first byte
+            if not data:
+                return
+            stage = stages[index] = zlib.decompressobj(47 if data[:1] == b"\x78" else -15)
+        while not stage.eof:
+            piece = stage.decompress(data, _DECODE_STEP)
+            data = stage.unconsumed_tail
+            produced[index] += len(piece)
+            if produced[index] > limit:
                 raise ResponseTooLarge(f"the decoded answer is larger than max_response_bytes={limit}")
-            chunk = out
-        produced += len(chunk)
-        if produced > limit:
-            raise ResponseTooLarge(f"the decoded answer is larger than max_response_bytes={limit}")
-        return chunk
+            if piece:
+                push(index + 1, piece, out)
+            # A full step may leave output pending inside zlib even with no input left: ask again.
+            if not data and len(piece) < _DECODE_STEP:
+                break
+        # Bytes after the end of a stream (trailing data, a second gzip member) are not decoded, as in httpx;
+        # they are not kept either.
+
+    def feed(chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        try:
+            push(0, chunk, out)
+        except BaseException:
+            out.clear()  # not kept alive by the traceback (see _read_bounded)
+            raise
+        return out
 
     return feed
 
@@ -309,15 +335,21 @@ async def _read_bounded(inner, request, limit: int):
     httpx = _openai_httpx()
     request.headers["Accept-Encoding"] = _ACCEPTED_ENCODINGS
     response = await inner.handle_async_request(request)
+    parts: list[bytes] = []
     try:
         feed = _decoder(response.headers.get("content-encoding", ""), limit)
         raw = 0
-        parts: list[bytes] = []
         async for chunk in response.aiter_raw():
             raw += len(chunk)
             if raw > limit:
                 raise ResponseTooLarge(f"the answer is larger than max_response_bytes={limit} on the wire")
-            parts.append(feed(chunk))
+            parts.extend(feed(chunk))
+    except BaseException:
+        # The exception's traceback keeps this frame, and the openai client's handling puts it in a reference
+        # cycle that only the cyclic collector frees - which large byte strings do not prompt: without this,
+        # each refused answer held up to max_response_bytes (32 bombs: +270 MiB peak RSS).
+        parts.clear()
+        raise
     finally:
         await response.aclose()
     headers = [(k, v) for k, v in response.headers.multi_items()
@@ -380,6 +412,17 @@ class ChatClient:
             delay = max(delay, min(retry_after, self.options.retry_after_cap))
         return delay
 
+    def redactor(self) -> Callable[[str], str]:
+        """A function that replaces the secrets a session started now would know (see `ChatSession.redact`)
+        by "***": for text that did not come through a session, such as a cache entry written by a
+        version that did not redact replies. The key lives only in the returned function."""
+        try:
+            key = resolve_api_key(self.options)
+        except MissingAPIKeyError:
+            key = PLACEHOLDER_API_KEY
+        secrets = _secrets(key, self.options.base_url)
+        return lambda text: _redact(text, secrets)
+
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator["ChatSession"]:
         """An open connection pool with the key read from the environment now; closed on exit."""
@@ -396,12 +439,41 @@ class ChatClient:
             await client.close()
 
 
-# \uXXXX preceded by an even number of backslashes (so the backslash is an escape, not escaped).
-_ASCII_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u00([2-7][0-9a-fA-F])")
+# \uXXXX or \/ preceded by an even number of backslashes (so the backslash is an escape, not escaped).
+_ASCII_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\(?:u00([2-7][0-9a-fA-F])|/)")
+
+
+def _url_passwords(base_url: str | None) -> tuple[str, ...]:
+    """The password in base_url's user information, as written and percent-decoded; () when none."""
+    if not base_url:
+        return ()
+    import urllib.parse
+
+    try:
+        password = urllib.parse.urlsplit(base_url).password
+    except ValueError:
+        return ()
+    return (password, urllib.parse.unquote(password)) if password else ()
+
+
+def _secrets(key: str, base_url: str | None) -> tuple[str, ...]:
+    """What a session knows to be secret: the API key, and a password written into base_url (httpx sends
+    it as Basic auth). One shorter than 4 characters is left alone: redacting it would rewrite ordinary
+    words. Longest first, so that a secret containing another is redacted whole."""
+    found = {key, *_url_passwords(base_url)}
+    return tuple(sorted((s for s in found if s != PLACEHOLDER_API_KEY and len(s) >= 4), key=len, reverse=True))
+
+
+def _redact(text, secrets: Sequence[str]):
+    if not isinstance(text, str):
+        return text
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def _unescape_ascii(match: re.Match) -> str:
-    char = chr(int(match.group(2), 16))
+    char = chr(int(match.group(2), 16)) if match.group(2) is not None else "/"
     if char in '"\\' or char == "\x7f":
         return match.group(0)
     return match.group(1) + char
@@ -413,31 +485,31 @@ class ChatSession:
     def __init__(self, owner: ChatClient, client, key: str) -> None:
         self._owner = owner
         self._client = client
-        self._scrub_key = key if key != PLACEHOLDER_API_KEY and len(key) >= 4 else None
+        self._secrets = _secrets(key, owner.options.base_url)
 
     def __repr__(self) -> str:
         return f"ChatSession({self._owner!r})"
 
     def _scrub(self, text: str) -> str:
-        if self._scrub_key:
-            text = text.replace(self._scrub_key, "***")
-        return text[:1000]
+        # Redacted before cutting, so that a secret across the cut is not left half-shown.
+        return self.redact(text)[:1000]
 
     def scrub(self, text: str) -> str:
-        """`text` without this session's API key (and cut to 1000 characters): for error messages."""
+        """`text` without this session's secrets (and cut to 1000 characters): for error messages."""
         return self._scrub(str(text))
 
     def redact(self, text: str) -> str:
-        """`text` with this session's API key replaced by "***", whole (for what a reply carries)."""
-        return text.replace(self._scrub_key, "***") if self._scrub_key and isinstance(text, str) else text
+        """`text` with this session's secrets (API key, base_url password) replaced by "***", whole (for
+        what a reply carries)."""
+        return _redact(text, self._secrets)
 
     def _redact_reply(self, text: str) -> str:
-        # A key echoed inside a JSON string may be spelled with \u escapes that the parsers later decode;
-        # escapes of printable ASCII other than '"' and '\' mean the same character there, so when the key
-        # shows up only with them written out, the text is used in that spelling (and the key redacted).
-        if self._scrub_key and "\\u" in text:
+        # A key echoed inside a JSON string may be spelled with \u or \/ escapes that the parsers later decode;
+        # escapes of printable ASCII other than '"' and '\' mean the same character there, so when a secret
+        # shows up only with them written out, the text is used in that spelling (and the secret redacted).
+        if self._secrets and ("\\u" in text or "\\/" in text):
             plain = _ASCII_ESCAPE.sub(_unescape_ascii, text)
-            if self._scrub_key in plain:
+            if any(secret in plain for secret in self._secrets):
                 text = plain
         return self.redact(text)
 

@@ -210,11 +210,17 @@ class OpenAIJudge:
         uncovered: list[tuple[str, ...]] = [() for _ in trajectories]
         pool_digest = hashlib.sha256("\n".join(sorted(r.content_hash() for r in rubrics)).encode()).hexdigest()
         work: list[tuple[int, list[tuple[RubricSpec, str]], bool, str]] = []
+        # An entry that holds a secret was written before replies were redacted: not served (that would carry
+        # the key into evidence and run folders), so the trajectory is judged again and the entry overwritten.
+        redact = self.client.redactor() if self.cache is not None else None
         for index, trajectory in enumerate(trajectories):
             pending: list[tuple[RubricSpec, str]] = []
             for rubric in rubrics:
                 key = self.judgment_key(rubric, trajectory)
                 hit = self.cache.get_judgment(key, rubric.rubric_id) if self.cache is not None else None
+                if hit is not None and redact(hit.evidence) != hit.evidence:
+                    logger.warning("judge cache: ignoring entry %s, which holds a secret; a miss", key)
+                    hit = None
                 if hit is not None:
                     found[index][rubric.rubric_id] = hit
                 else:
@@ -223,6 +229,9 @@ class OpenAIJudge:
             want_diagnostics = self.diagnostics and bool(rubrics)
             if want_diagnostics and self.cache is not None:
                 cached = self.cache.get_uncovered(diagnostics_key)
+                if cached is not None and any(redact(note) != note for note in cached):
+                    logger.warning("judge cache: ignoring entry %s, which holds a secret; a miss", diagnostics_key)
+                    cached = None
                 if cached is not None:
                     uncovered[index] = cached
                     want_diagnostics = False
