@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rwcore.trainer import cli
@@ -130,6 +130,9 @@ def test_the_ranges_keep_the_values_a_user_needs():
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
+@example("optim.lr", math.inf)  # cases the generator may not draw: finite checks that ranges alone missed
+@example("loss.entropy_coef", -math.inf)
+@example("train.steps", 2**70)
 @given(st.sampled_from(FLOAT_KEYS + ["train.steps", "train.seed", "rollout.group_size"]),
        st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-2**80, max_value=2**80)))
 def test_any_number_either_loads_finite_and_in_range_or_is_refused_naming_the_key(key, value):
