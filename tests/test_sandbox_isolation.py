@@ -189,8 +189,12 @@ def test_file_names_cannot_forge_transcript_lines_or_break_the_tokenizer():
 
 # ---- a killed trainer ----------------------------------------------------------------------------
 
-def test_a_trainer_killed_with_minus_nine_leaves_no_process_and_its_folder_is_reaped():
+def test_a_trainer_killed_with_minus_nine_leaves_no_process_and_its_folder_is_reaped(monkeypatch):
     marker = f"rw-marker-{uuid.uuid4().hex[:8]}"
+    # A temp root of its own: a sandbox started by another test process would otherwise reap the folder
+    # first (that is the behaviour under test, but it would race the assertions below).
+    root = tempfile.mkdtemp(prefix="rw-reap-test-")
+    os.chmod(root, 0o711)  # the tool's own uid must reach its folder inside
     script = textwrap.dedent(f"""
         import sys
         from rwcore.trainer.envs import sandbox as sb
@@ -198,7 +202,8 @@ def test_a_trainer_killed_with_minus_nine_leaves_no_process_and_its_folder_is_re
         print(box.workdir, flush=True)
         box.run_shell("exec -a {marker} sleep 50")
     """)
-    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": root})
     workdir = child.stdout.readline().strip()
     deadline = time.monotonic() + 10
 
@@ -217,9 +222,11 @@ def test_a_trainer_killed_with_minus_nine_leaves_no_process_and_its_folder_is_re
     assert not running(), "the tool outlived the trainer"
     assert os.path.isdir(workdir)  # close() never ran ...
     sb._REAPED = False
+    monkeypatch.setattr(tempfile, "tempdir", root)
     removed = sb.reap_orphans()  # ... so the next sandbox process removes it
     assert workdir in removed and not os.path.exists(workdir)
-    assert tempfile.gettempdir() in workdir
+    assert workdir.startswith(root + os.sep)
+    os.rmdir(root)
 
 
 # ---- a whole run against a scripted adversary ----------------------------------------------------
