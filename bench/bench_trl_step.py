@@ -83,7 +83,7 @@ def rwcore_stepper(folder: Path, args, entropy_coef: float = 0.0):
     import numpy as np
     import torch
 
-    from rwcore.advantages import compute_advantages
+    from rwcore.arise.advantages import compute_advantages
     from rwcore.trainer.config import load_config
     from rwcore.trainer.envs.base import Episode, Outcome, Task
     from rwcore.trainer.policy import Policy

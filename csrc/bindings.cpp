@@ -1,5 +1,5 @@
 // Python bindings for rwcore._evidence. Only PYBIND11_MODULE lives here; the
-// public, validated Python surface is rwcore.evidence and rwcore.sampling.
+// public, validated Python surface is rwcore.arise.evidence and rwcore.arise.sampler.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -2,7 +2,7 @@
 
 Written from papers/arise.txt (section 3.3 "Advantage Estimation", eq. 15-16,
 and appendix B.4 "Length Regularization", eq. 17) and DESIGN.md "Advantages
-(Arise eq. 15-17)" -- not from rwcore/advantages.py.
+(Arise eq. 15-17)" -- not from rwcore/arise/advantages.py.
 
 Everything is computed in float64 with Python loops, one group at a time, so
 that it is easy to check by eye:

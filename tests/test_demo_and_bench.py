@@ -7,7 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from rwcore import demo_sampler
+from rwcore.sampling import demo as demo_sampler
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pool_fakes import FakeReflector, proposal, reports, trajectory
 
-from rwcore.pool import RubricSkillPool
+from rwcore.arise.pool import RubricSkillPool
 from rwcore.types import JudgeReport, RubricJudgment
 from rwcore.verdict import Verdict
 

@@ -5,7 +5,7 @@ import json
 import pytest
 from pool_fakes import FakeReflector, proposal, reports, trajectory
 
-from rwcore.pool import EVENT_KINDS, RubricSkillPool, render_system_prompt
+from rwcore.arise.pool import EVENT_KINDS, RubricSkillPool, render_system_prompt
 
 
 def test_event_history_follows_a_table_8_lifecycle():

@@ -5,7 +5,7 @@ import math
 import pytest
 from pool_fakes import FakeReflector, proposal, reports, trajectory
 
-from rwcore.pool import RubricSkillPool, SkillStatus, transition
+from rwcore.arise.pool import RubricSkillPool, SkillStatus, transition
 from rwcore.types import RubricSpec
 
 HIDDEN, ACTIVE = SkillStatus.HIDDEN, SkillStatus.ACTIVE

@@ -9,7 +9,7 @@ import pytest
 from pool_fakes import FakeReflector, proposal, reports, trajectory
 
 from rwcore import CapabilitySampler
-from rwcore.pool import RubricSkillPool
+from rwcore.arise.pool import RubricSkillPool
 from rwcore.types import RubricSkillProposal, RubricSpec
 
 

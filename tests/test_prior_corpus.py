@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from rwcore.pool.prompt import render_system_prompt
+from rwcore.arise.pool.prompt import render_system_prompt
 from rwcore.trainer.envs.negotiation import (GUIDANCE_SITUATIONS, NegotiationEnv, observe_situation, random_policy,
                                              scripted_policy, situation_of)
 from rwcore.trainer.envs.negotiation_rubrics import RULES_BY_ID, SKILLS

@@ -7,7 +7,7 @@ corpus teaches *reading*, not the task.
 What an example holds
 ---------------------
 - A system prompt: the environment's own base prompt, and in `guided_share` of the examples a skills section
-  rendered exactly as Arise renders active skills (`rwcore.pool.prompt.render_system_prompt`) with 1 to
+  rendered exactly as Arise renders active skills (`rwcore.arise.pool.prompt.render_system_prompt`) with 1 to
   `max_lines` guidance lines. Each line names one situation of the environment's `GuidanceLanguage` (one of
   its phrases, e.g. "the buyer agrees") and one move word, in one of the `TEMPLATES` ("when <situation> say
   <move>", "if <situation> <move> the ...", "after ..."), sometimes with filler words that name neither a
@@ -42,7 +42,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rwcore.pool.prompt import render_system_prompt
+from rwcore.arise.pool.prompt import render_system_prompt
 from rwcore.trainer.envs.base import GuidanceLanguage
 
 __all__ = ["CorpusSpec", "Example", "GUIDANCE_WORDS", "TEMPLATES", "fillers_for", "heldout_pairs",

@@ -79,7 +79,7 @@ def language_of(env):
 
 def _sources() -> str:
     """sha256 over the source of every module whose code changes the prior."""
-    import rwcore.pool.prompt as prompt
+    import rwcore.arise.pool.prompt as prompt
     import rwcore.trainer.policy as policy
 
     here = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rwcore.pool.prompt import render_system_prompt
+from rwcore.arise.pool.prompt import render_system_prompt
 from rwcore.trainer.prior.corpus import (CorpusSpec, encode_conversation, fillers_for, heldout_pairs,
                                          parse_guidance, render_line)
 

@@ -57,7 +57,7 @@ class RWGRPOMixin:
         if task_sampler is not None:
             self.rw_batch_sampler = self._rw_build_batch_sampler()
             if self.rw_recorder is None:
-                from rwcore.baselines import UniformSampler
+                from rwcore.sampling.baselines import UniformSampler
 
                 if not isinstance(task_sampler, UniformSampler):  # an adaptive sampler without feedback: refuse
                     raise ValueError(
@@ -110,7 +110,7 @@ class RWGRPOMixin:
     def _rw_build_batch_sampler(self):
         from datasets import IterableDataset
 
-        from rwcore.data import AdaptiveBatchSampler
+        from rwcore.sampling.batch import AdaptiveBatchSampler
 
         sampler, dataset, column = self.rw_task_sampler, self.train_dataset, self.rw_task_id_column
         if isinstance(dataset, IterableDataset):

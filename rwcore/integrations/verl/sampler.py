@@ -83,8 +83,8 @@ class _CurriculumSamplerImpl:
     """The logic of `RwcoreCurriculumSampler` (see its docstring); the base class is chosen lazily."""
 
     def __init__(self, data_source, data_config=None, *, sampler=None) -> None:
-        from rwcore.data import AdaptiveBatchSampler  # torch.utils.data; imported with the sampler only
-        from rwcore.sampling import CapabilitySampler
+        from rwcore.sampling.batch import AdaptiveBatchSampler  # torch.utils.data; imported with the sampler only
+        from rwcore.arise.sampler import CapabilitySampler
 
         settings = _plain(_get(data_config, "sampler", None)) or {}
         if not isinstance(settings, Mapping):
@@ -205,7 +205,7 @@ class _CurriculumSamplerImpl:
         the current policy version, then advances the version. All groups are checked before any is
         recorded, so a bad batch changes nothing.
         """
-        from rwcore.tasks import parse_group, parse_outcomes
+        from rwcore.sampling.tasks import parse_group, parse_outcomes
 
         groups = self.groups_from_batch(batch)
         known = set(self.sampler.task_ids)

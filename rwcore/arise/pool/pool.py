@@ -1,0 +1,695 @@
+"""Arise's rubric-skill pool: evidence windows, the lifecycle of eq. 4-8, event history and resume.
+
+Use (Algorithm 1; `step` is the 0-based training iteration k):
+
+    pool = RubricSkillPool(reflector)                       # empty, as the paper starts
+    for step in range(num_steps):
+        prompt = pool.system_prompt(base_prompt)             # active skills injected (line 6)
+        ...roll out, judge pool.active_rubrics() -> reports (line 11)...
+        pool.record(reports, step)                           # window evidence (line 16)
+        update = pool.maybe_update(step, recent_trajectories)   # lines 17-26, when (step+1) % delta_pool == 0
+        if update is not None:
+            sampler.set_rubrics(pool.rubric_capabilities())
+
+An update at step k, in Algorithm 1's order:
+
+1. pass rates p_i (eq. 2) over the window of steps k - delta_pool + 1 .. k, from
+   applicable evaluations only (PASS / FAIL; NA and INVALID never count). A pair
+   without an applicable evaluation in the window keeps its state ("retained",
+   pass rate None) - no evidence is no reason to retire, hide, activate or refine;
+2. p_i <= eta_low: a hidden skill is activated, an active one is refined by
+   `reflector.refine_skill(rubric, skill, failures)` (the rubric is unchanged);
+   `failures` are the given recent trajectories this rubric failed in the window
+   (at most `max_failures`, the latest);
+3. eta_low < p_i < eta_high: an active skill is hidden (the pair stays);
+4. p_i >= eta_high: the pair is retired (whatever its skill's status);
+5. `reflector.propose_rubric_skills(trajectories, existing, room)` with `existing`
+   = every rubric of P_k (the pool before this update, retiring ones included, so
+   a just-mastered criterion is not proposed again; eq. 4) and
+   room = min(max_new, max_pool - pairs left after step 4). It is not called when
+   room is 0; proposals beyond `room` are dropped (counted in `PoolUpdate.dropped`).
+   New skills start hidden.
+
+Everything the reflector returns is validated and every call made before the
+pool changes: if the reflector raises or returns something invalid, the update
+raises and the pool is exactly as before (the same update can be retried).
+Evidence up to step k is then discarded (windows do not overlap); evidence
+recorded for later steps stays for the next window.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import numbers
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from rwcore._io import atomic_write_bytes
+from rwcore.judged import JudgedBatch
+from rwcore.arise.pool.lifecycle import transition
+from rwcore.arise.pool.prompt import render_system_prompt
+from rwcore.arise.pool.records import (
+    PoolEvent,
+    PoolUpdate,
+    Rubric,
+    RubricSkillPair,
+    Skill,
+    SkillStatus,
+    pass_rate,
+)
+from rwcore.arise.pool.window import WindowEvidence, parse_counts, parse_reports
+from rwcore.sampling.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_state
+from rwcore.types import RubricReflector, RubricSkillProposal, RubricSpec, Trajectory
+from rwcore.validation import check_int, check_trajectories, check_unit
+from rwcore.verdict import Verdict
+
+_STATE_KIND = "RubricSkillPool"
+_STATE_FORMAT = 1
+_SPEC_FIELDS = ("rubric_id", "criterion", "applicability", "capability", "evaluator_prompt", "scored")
+_ORDER = ("activated", "hidden", "retired", "retained")  # event order within an update ("refined" goes with "activated")
+
+
+@dataclass(frozen=True)
+class _Entry:
+    spec: RubricSpec
+    skill: str
+    status: SkillStatus
+    revisions: int
+    created_step: int
+
+
+@dataclass(frozen=True)
+class _Retired:
+    entry: _Entry
+    retired_step: int
+    window: tuple[int, int, int, int]  # counts of the window it retired in
+
+
+class RubricSkillPool:
+    """The evolving pool of (rubric, skill) pairs of Arise §3.2.1 (eq. 4-8); see the module docstring.
+
+    reflector: a rwcore.types.RubricReflector (the reflection model G_ref); needed by an
+        update that refines a skill or has room for new pairs. May also be given per update.
+    max_pool: the most pairs the pool holds [64]. max_new: the most pairs one update adds [8].
+    delta_pool: updates run at steps k with (k + 1) % delta_pool == 0 [10].
+    eta_high: retirement threshold, in (0, 1] [0.9]; eta_low: activation / refinement
+        threshold, in [0, eta_high) [0.3].
+    capabilities: the categories a rubric may belong to (the sampler's; Arise table 3).
+    base_prompt: the default base of `system_prompt()`; not part of the state.
+    proposals: an initial pool (RubricSkillProposal list; skills hidden, created at step -1).
+        The paper starts empty and lets the first update generate from initial rollouts.
+    max_failures: failed trajectories kept per rubric and step and handed to refinement
+        [256, the record limit of Arise B.3].
+    frozen: a fixed rubric set (Arise's frozen-rubrics ablation): `proposals` are the pool for the
+        whole run; updates never retire a pair nor ask for new ones, while skills still activate,
+        hide and refine by the same thresholds.
+
+    Bad arguments raise ValueError naming them, and leave the pool unchanged.
+    """
+
+    def __init__(self, reflector: RubricReflector | None = None, *, max_pool: int = 64, max_new: int = 8,
+                 delta_pool: int = 10, eta_high: float = 0.9, eta_low: float = 0.3,
+                 capabilities: Sequence[str] = DEFAULT_CAPABILITIES, base_prompt: str = "",
+                 proposals: Sequence[RubricSkillProposal] = (), max_failures: int = 256,
+                 frozen: bool = False) -> None:
+        self._max_pool = check_int(max_pool, "max_pool", low=1)
+        self._max_new = check_int(max_new, "max_new", low=0)
+        self._delta_pool = check_int(delta_pool, "delta_pool", low=1)
+        self._eta_high = check_unit(eta_high, "eta_high")
+        if self._eta_high <= 0.0:
+            raise ValueError(f"eta_high must be in (0, 1], got {eta_high!r}")
+        self._eta_low = check_unit(eta_low, "eta_low")
+        if not self._eta_low < self._eta_high:
+            raise ValueError(f"eta_low must be in [0, eta_high) = [0, {self._eta_high}), got {eta_low!r}")
+        self._capabilities = check_capabilities(capabilities)
+        for name in self._capabilities:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"capabilities must be non-empty strings, got {name!r}")
+        self._max_failures = check_int(max_failures, "max_failures", low=0)
+        if not isinstance(frozen, bool):
+            raise ValueError(f"frozen must be True or False, got {frozen!r}")
+        self._frozen = frozen
+        if not isinstance(base_prompt, str):
+            raise ValueError(f"base_prompt must be a string, got {type(base_prompt).__name__}")
+        self.base_prompt = base_prompt
+        self._reflector = None if reflector is None else _check_reflector(reflector, "reflector")
+        self._config = {
+            "max_pool": self._max_pool, "max_new": self._max_new, "delta_pool": self._delta_pool,
+            "eta_high": self._eta_high, "eta_low": self._eta_low, "capabilities": list(self._capabilities),
+            "max_failures": self._max_failures, "frozen": self._frozen,
+        }
+
+        self._entries: dict[str, _Entry] = {}
+        self._retired: dict[str, _Retired] = {}
+        self._window = WindowEvidence(self._max_failures)
+        self._events: list[PoolEvent] = []
+        self._updates: list[PoolUpdate] = []
+        self._last_update = -1
+        self._next_id = 0
+
+        if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Sequence):
+            raise ValueError(f"proposals must be a sequence of RubricSkillProposal, got {type(proposals).__name__}")
+        if len(proposals) > self._max_pool:
+            raise ValueError(f"proposals holds {len(proposals)} pairs, more than max_pool={self._max_pool}")
+        checked, self._next_id = self._check_proposals(proposals, "proposals", set(), 0)
+        for spec, skill in checked:
+            self._entries[spec.rubric_id] = _Entry(spec, skill, SkillStatus.HIDDEN, 0, -1)
+            self._events.append(_created_event(spec, skill, -1))
+
+    # -- configuration -------------------------------------------------------------------------
+    @property
+    def max_pool(self) -> int:
+        return self._max_pool
+
+    @property
+    def max_new(self) -> int:
+        return self._max_new
+
+    @property
+    def delta_pool(self) -> int:
+        return self._delta_pool
+
+    @property
+    def eta_high(self) -> float:
+        return self._eta_high
+
+    @property
+    def eta_low(self) -> float:
+        return self._eta_low
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        return self._capabilities
+
+    @property
+    def reflector(self) -> RubricReflector | None:
+        return self._reflector
+
+    @reflector.setter
+    def reflector(self, reflector: RubricReflector | None) -> None:
+        self._reflector = None if reflector is None else _check_reflector(reflector, "reflector")
+
+    def __repr__(self) -> str:
+        return (f"RubricSkillPool(pairs={len(self._entries)}, active_skills={len(self.active_skills())}, "
+                f"retired={len(self._retired)}, last_update_step={self._last_update})")
+
+    # -- the pool as the rest of training sees it -------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, rubric_id) -> bool:
+        return rubric_id in self._entries
+
+    def rubric_ids(self) -> list[str]:
+        """Ids of the pairs in the pool, in pool (creation) order."""
+        return list(self._entries)
+
+    def active_rubrics(self) -> list[RubricSpec]:
+        """R_k: every rubric in the pool (the judge evaluates them all, whether or not its skill is active)."""
+        return [entry.spec for entry in self._entries.values()]
+
+    def rubric_capabilities(self) -> dict[str, str]:
+        """{rubric id: capability} of the pool: what `CapabilitySampler.set_rubrics` takes."""
+        return {rubric_id: entry.spec.capability for rubric_id, entry in self._entries.items()}
+
+    def active_skills(self) -> dict[str, str]:
+        """{rubric id: skill text} of the active skills, in pool order (what the prompt injects)."""
+        return {rid: e.skill for rid, e in self._entries.items() if e.status == SkillStatus.ACTIVE}
+
+    def system_prompt(self, base_prompt: str | None = None) -> str:
+        """`base_prompt` (default: the pool's) with the active skills appended; format in rwcore.arise.pool.prompt."""
+        base = self.base_prompt if base_prompt is None else base_prompt
+        return render_system_prompt(base, list(self.active_skills().values()))
+
+    def pairs(self) -> list[RubricSkillPair]:
+        """Snapshots of the pool's pairs in pool order, with the evidence recorded since the last update."""
+        return [self._pair(rubric_id) for rubric_id in self._entries]
+
+    def pair(self, rubric_id: str) -> RubricSkillPair:
+        """One pair of the pool, or a retired one; ValueError naming rubric_id when it never was in the pool."""
+        if rubric_id in self._entries:
+            return self._pair(rubric_id)
+        if isinstance(rubric_id, str) and rubric_id in self._retired:
+            return _retired_pair(self._retired[rubric_id])
+        raise ValueError(f"rubric_id {rubric_id!r} is not in the pool")
+
+    def retired_pairs(self) -> list[RubricSkillPair]:
+        """Retired pairs in retirement order, with their skill as it was and the window they retired in."""
+        return [_retired_pair(record) for record in self._retired.values()]
+
+    def pass_rates(self) -> dict[str, float | None]:
+        """Eq. 2 per pair over the evidence recorded since the last update (None: no applicable evaluation)."""
+        return {rid: pass_rate(*self._window.totals(rid)[:2]) for rid in self._entries}
+
+    # -- history -------------------------------------------------------------------------------
+    @property
+    def last_update_step(self) -> int:
+        """Step of the latest update (-1 before the first)."""
+        return self._last_update
+
+    @property
+    def events(self) -> tuple[PoolEvent, ...]:
+        return tuple(self._events)
+
+    @property
+    def updates(self) -> tuple[PoolUpdate, ...]:
+        return tuple(self._updates)
+
+    def history(self, rubric_id: str | None = None) -> list[dict]:
+        """The event history as JSON-ready dicts (one rubric's when `rubric_id` is given)."""
+        return [event.to_dict() for event in self._events if rubric_id is None or event.rubric_id == rubric_id]
+
+    def counts(self) -> list[dict]:
+        """Figure 4a: per update, active / added / retired counts (and running totals)."""
+        return [update.counts() for update in self._updates]
+
+    # -- evidence ------------------------------------------------------------------------------
+    def record(self, reports: Sequence, step: int) -> None:
+        """Adds judge reports (rwcore.types.JudgeReport) of training step `step` to the evidence window.
+
+        Every judgment must name a rubric in the pool. PASS / FAIL count toward the
+        pass rate, NA and INVALID are kept for diagnostics only. A FAIL's trajectory
+        id is remembered for skill refinement. `step` must be after the last update:
+        the windows of earlier updates are closed.
+        """
+        step = self._check_record_step(step)
+        counts, failures = parse_reports(reports, self._entries, self._retired_steps())
+        self._window.add(step, counts, failures)
+
+    def record_judged(self, judged: JudgedBatch, step: int) -> None:
+        """Adds the pool's columns of a `rwcore.JudgedBatch` of step `step` (what `record` does for
+        reports, without rebuilding them): counts per rubric and the FAILed trajectory ids.
+        Columns of rubrics outside the pool are ignored; a pool rubric the batch did not judge
+        gets no evidence."""
+        step = self._check_record_step(step)
+        if not isinstance(judged, JudgedBatch):
+            raise ValueError(f"judged must be a rwcore.JudgedBatch, got {type(judged).__name__}")
+        counts: dict[str, list[int]] = {}
+        failures: dict[str, list[str]] = {}
+        for j, rubric_id in enumerate(judged.rubric_ids):
+            if rubric_id not in self._entries:
+                continue
+            column = judged.codes[:, j]
+            counts[rubric_id] = [int((column == code).sum()) for code in (Verdict.PASS, Verdict.FAIL, Verdict.NA,
+                                                                         Verdict.INVALID)]
+            failures[rubric_id] = [tid for tid, code in zip(judged.trajectory_ids, column)
+                                   if code == Verdict.FAIL and tid]
+        self._window.add(step, counts, failures)
+
+    def record_counts(self, counts: Mapping[str, Sequence[int]], step: int) -> None:
+        """Adds already-aggregated evidence {rubric id: (passes, fails)} of step `step` (no failure ids)."""
+        step = self._check_record_step(step)
+        rows = parse_counts(counts, self._entries, self._retired_steps())
+        self._window.add(step, rows, {})
+
+    # -- the lifecycle ---------------------------------------------------------------------------
+    def is_update_step(self, step: int) -> bool:
+        """Whether an update is scheduled at the end of step `step`: (step + 1) % delta_pool == 0."""
+        step = check_int(step, "step", low=0)
+        return (step + 1) % self._delta_pool == 0
+
+    def maybe_update(self, step: int, trajectories: Sequence[Trajectory] = (), *,
+                     reflector: RubricReflector | None = None, evidence: Sequence[Trajectory] | None = None,
+                     diagnostics: str | None = None) -> PoolUpdate | None:
+        """`update(step, ...)` when step is an update step not yet run, else None."""
+        if self.is_update_step(step) and step > self._last_update:
+            return self.update(step, trajectories, reflector=reflector, evidence=evidence, diagnostics=diagnostics)
+        return None
+
+    def update(self, step: int, trajectories: Sequence[Trajectory] = (), *,
+               reflector: RubricReflector | None = None, evidence: Sequence[Trajectory] | None = None,
+               diagnostics: str | None = None) -> PoolUpdate:
+        """Runs the scheduled update at the end of step `step` (see the module docstring); all or nothing.
+
+        trajectories: the window's rollouts, where each refined skill's failures are looked up
+            (by the trajectory ids its FAIL verdicts were recorded with). An active skill due for
+            refinement whose failures are not among them is kept as it is, without a reflector call
+            (event "retained"): refinement needs failure evidence.
+        evidence: the records the reflector generates new pairs from (B_k: up to 256 diagnostic
+            records of the window, Arise B.3; `rwcore.AdaptiveMethod` selects them); default
+            `trajectories`.
+        diagnostics: compressed diagnostic text for the reflector (e.g. the judge's uncovered-
+            behaviour notes); passed as `diagnostics=` to reflectors whose
+            `propose_rubric_skills` takes that keyword.
+        reflector: overrides the pool's reflector for this update.
+        """
+        step = check_int(step, "step", low=0)
+        if (step + 1) % self._delta_pool:
+            raise ValueError(
+                f"step {step} is not an update step: updates run when (step + 1) % delta_pool == 0 "
+                f"(delta_pool={self._delta_pool})"
+            )
+        if step <= self._last_update:
+            raise ValueError(f"step {step} is not after the last update (step {self._last_update})")
+        trajectories = check_trajectories(trajectories)
+        evidence = trajectories if evidence is None else check_trajectories(evidence, "evidence")
+        if diagnostics is not None and not isinstance(diagnostics, str):
+            raise ValueError(f"diagnostics must be a str or None, got {type(diagnostics).__name__}")
+        if reflector is not None:
+            reflector = _check_reflector(reflector, "reflector")
+        else:
+            reflector = self._reflector
+        low = step - self._delta_pool + 1
+
+        # 1. pass rates over the window and the decision for each pair (nothing changes yet)
+        window: dict[str, list[int]] = {}
+        rates: dict[str, float | None] = {}
+        plan: dict[str, str] = {}
+        for rubric_id, entry in self._entries.items():
+            window[rubric_id] = self._window.totals(rubric_id, low, step)
+            rates[rubric_id] = pass_rate(*window[rubric_id][:2])
+            plan[rubric_id] = transition(rates[rubric_id], entry.status, self._eta_low, self._eta_high)
+            if self._frozen and plan[rubric_id] == "retired":
+                plan[rubric_id] = "retained"  # a frozen pool keeps every rubric; only skills change
+
+        # 2. refinement of active skills that still fail (eq. 8)
+        refined: dict[str, str] = {}
+        for rubric_id, kind in plan.items():
+            if kind != "refined":
+                continue
+            failed_ids = set(self._window.failure_ids(rubric_id, low, step))
+            failures = [t for t in trajectories if t.trajectory_id in failed_ids]
+            failures = failures[-self._max_failures:] if self._max_failures else []
+            if not failures:
+                plan[rubric_id] = "retained"  # nothing to refine from: keep the skill, ask nobody
+                continue
+            if reflector is None:
+                raise ValueError(f"reflector is needed: the active skill of {rubric_id!r} must be refined")
+            entry = self._entries[rubric_id]
+            text = reflector.refine_skill(entry.spec, entry.skill, failures)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(
+                    f"reflector.refine_skill returned {text!r} for rubric {rubric_id!r}; a skill must be non-empty text"
+                )
+            refined[rubric_id] = text
+
+        # 3. new pairs (eq. 4), within the pool limits
+        retiring = [rid for rid, kind in plan.items() if kind == "retired"]
+        room = 0 if self._frozen else min(self._max_new, self._max_pool - (len(self._entries) - len(retiring)))
+        new_pairs: list[tuple[RubricSpec, str]] = []
+        dropped = 0
+        next_id = self._next_id
+        if room > 0:
+            if reflector is None:
+                raise ValueError(
+                    f"reflector is needed: the update has room for {room} new pairs (use max_new=0 for a fixed pool)"
+                )
+            existing = [entry.spec for entry in self._entries.values()]
+            if diagnostics is not None and _takes_diagnostics(reflector):
+                proposals = reflector.propose_rubric_skills(evidence, existing, room, diagnostics=diagnostics)
+            else:
+                proposals = reflector.propose_rubric_skills(evidence, existing, room)
+            argument = "reflector.propose_rubric_skills(...)"
+            if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Sequence):
+                raise ValueError(f"{argument} must return a list of RubricSkillProposal, got {type(proposals).__name__}")
+            taken = set(self._entries) | set(self._retired)
+            # A reflector (an LLM especially) may propose a rubric the pool holds or has
+            # retired; ids are never reused, so such proposals are dropped, not fatal.
+            fresh = [p for p in proposals
+                     if not (isinstance(p, RubricSkillProposal) and isinstance(p.rubric, RubricSpec)
+                             and p.rubric.rubric_id in taken)]
+            dropped = len(proposals) - min(len(fresh), room)
+            new_pairs, next_id = self._check_proposals(fresh[:room], argument, taken, next_id)
+
+        # 4. commit: nothing below can fail
+        entries: dict[str, _Entry] = {}
+        retired: dict[str, _Retired] = {}
+        events: dict[str, list[PoolEvent]] = {kind: [] for kind in _ORDER}
+        for rubric_id, entry in self._entries.items():
+            kind = plan[rubric_id]
+            if kind == "activated":
+                entry = replace(entry, status=SkillStatus.ACTIVE)
+            elif kind == "refined":
+                entry = replace(entry, skill=refined[rubric_id], revisions=entry.revisions + 1)
+            elif kind == "hidden":
+                entry = replace(entry, status=SkillStatus.HIDDEN)
+            counts = window[rubric_id]
+            event = PoolEvent(
+                kind=kind, rubric_id=rubric_id, step=step, capability=entry.spec.capability,
+                pass_rate=rates[rubric_id], applicable=counts[0] + counts[1], passes=counts[0],
+                skill_status=entry.status.value, revision=entry.revisions,
+                skill=entry.skill if kind == "refined" else None,
+            )
+            events["activated" if kind == "refined" else kind].append(event)
+            if kind == "retired":
+                retired[rubric_id] = _Retired(entry, step, tuple(counts))
+            else:
+                entries[rubric_id] = entry
+        created = []
+        for spec, skill in new_pairs:
+            entries[spec.rubric_id] = _Entry(spec, skill, SkillStatus.HIDDEN, 0, step)
+            created.append(_created_event(spec, skill, step))
+        evidence = self._window.copy()
+        for rubric_id in retired:
+            evidence.remove(rubric_id)
+        evidence.drop_through(step)
+        ordered = [event for kind in _ORDER for event in events[kind]] + created
+
+        def ids(kind: str) -> tuple[str, ...]:
+            return tuple(rid for rid, k in plan.items() if k == kind)
+
+        summary = PoolUpdate(
+            step=step, pass_rates=dict(rates), activated=ids("activated"), refined=ids("refined"),
+            hidden=ids("hidden"), retired=ids("retired"), retained=ids("retained"),
+            created=tuple(spec.rubric_id for spec, _ in new_pairs), dropped=dropped,
+            active_rubrics=len(entries), active_skills=sum(e.status == SkillStatus.ACTIVE for e in entries.values()),
+            added_total=len(entries) + len(self._retired) + len(retired),
+            retired_total=len(self._retired) + len(retired),
+        )
+        self._entries = entries
+        self._retired.update(retired)
+        self._window = evidence
+        self._events.extend(ordered)
+        self._updates.append(summary)
+        self._last_update = step
+        self._next_id = next_id
+        return summary
+
+    # -- state ---------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed for an exact resume, JSON-serializable (the reflector and base_prompt excluded)."""
+        pairs = []
+        for rubric_id, entry in self._entries.items():
+            pairs.append({**_entry_state(entry), **self._window.rubric_state(rubric_id)})
+        retired = [
+            {**_entry_state(record.entry), "retired_step": record.retired_step, "window": list(record.window)}
+            for record in self._retired.values()
+        ]
+        return {
+            "kind": _STATE_KIND,
+            "format": _STATE_FORMAT,
+            "config": {**self._config, "capabilities": list(self._capabilities)},
+            "last_update_step": self._last_update,
+            "next_id": self._next_id,
+            "pairs": pairs,
+            "retired": retired,
+            "events": [event.to_dict() for event in self._events],
+            "updates": [update.to_dict() for update in self._updates],
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restores `state_dict()` output of a pool with the same settings; all or nothing."""
+        check_state(state, _STATE_KIND, _STATE_FORMAT, self._config)
+        last = state.get("last_update_step")
+        if not _is_int(last) or last < -1:
+            raise ValueError(f"state_dict['last_update_step'] must be an integer >= -1, got {last!r}")
+        next_id = state.get("next_id")
+        if not _is_int(next_id) or next_id < 0:
+            raise ValueError(f"state_dict['next_id'] must be a non-negative integer, got {next_id!r}")
+        pairs, retired_list = state.get("pairs"), state.get("retired")
+        events, updates = state.get("events"), state.get("updates")
+        for name, value in (("pairs", pairs), ("retired", retired_list), ("events", events), ("updates", updates)):
+            if not isinstance(value, list):
+                raise ValueError(f"state_dict[{name!r}] must be a list, got {type(value).__name__}")
+        if len(pairs) > self._max_pool:
+            raise ValueError(f"state_dict['pairs'] holds {len(pairs)} pairs, more than max_pool={self._max_pool}")
+
+        entries: dict[str, _Entry] = {}
+        window = WindowEvidence(self._max_failures)
+        for n, data in enumerate(pairs):
+            argument = f"state_dict['pairs'][{n}]"
+            entry = self._load_entry(data, argument, last)
+            if entry.spec.rubric_id in entries:
+                raise ValueError(f"{argument} repeats rubric {entry.spec.rubric_id!r}")
+            entries[entry.spec.rubric_id] = entry
+            window.load_rubric(entry.spec.rubric_id, data, last, argument)
+        retired: dict[str, _Retired] = {}
+        for n, data in enumerate(retired_list):
+            argument = f"state_dict['retired'][{n}]"
+            entry = self._load_entry(data, argument, last)
+            rubric_id = entry.spec.rubric_id
+            if rubric_id in entries or rubric_id in retired:
+                raise ValueError(f"{argument} repeats rubric {rubric_id!r}")
+            step, counts = data.get("retired_step"), data.get("window")
+            if not _is_int(step) or not entry.created_step < step <= last:
+                raise ValueError(f"{argument}['retired_step'] must be an update step after its creation, got {step!r}")
+            if not isinstance(counts, list) or len(counts) != 4 or not all(_is_int(x) and x >= 0 for x in counts):
+                raise ValueError(f"{argument}['window'] must be four non-negative integer counts, got {counts!r}")
+            retired[rubric_id] = _Retired(entry, step, tuple(int(x) for x in counts))
+        loaded_events = [PoolEvent.from_dict(data, f"state_dict['events'][{n}]") for n, data in enumerate(events)]
+        loaded_updates = [PoolUpdate.from_dict(data, f"state_dict['updates'][{n}]") for n, data in enumerate(updates)]
+        known = set(entries) | set(retired)
+        for n, event in enumerate(loaded_events):
+            if event.rubric_id not in known:
+                raise ValueError(f"state_dict['events'][{n}] names rubric {event.rubric_id!r}, which the state lacks")
+
+        self._entries = entries
+        self._retired = retired
+        self._window = window
+        self._events = loaded_events
+        self._updates = loaded_updates
+        self._last_update = last
+        self._next_id = next_id
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes `state_dict()` as JSON to `path` atomically."""
+        atomic_write_bytes(path, json.dumps(self.state_dict(), ensure_ascii=False, sort_keys=True).encode())
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Restores a file written by `save`; all or nothing."""
+        with open(path, "rb") as stream:
+            try:
+                state = json.loads(stream.read().decode())
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                raise ValueError(f"path {str(path)!r} does not hold a saved pool: {error}") from None
+        self.load_state_dict(state)
+
+    # -- internals -----------------------------------------------------------------------------
+    def _pair(self, rubric_id: str) -> RubricSkillPair:
+        entry = self._entries[rubric_id]
+        return RubricSkillPair(
+            rubric=_rubric(entry.spec, self._window.totals(rubric_id)),
+            skill=Skill(entry.skill, entry.status, entry.revisions),
+            created_step=entry.created_step,
+        )
+
+    def _retired_steps(self) -> dict[str, int]:
+        return {rubric_id: record.retired_step for rubric_id, record in self._retired.items()}
+
+    def _check_record_step(self, step) -> int:
+        step = check_int(step, "step", low=0)
+        if step <= self._last_update:
+            raise ValueError(
+                f"step {step} lies in a window already closed by the update at step {self._last_update}; "
+                "record late evidence under the current training step"
+            )
+        return step
+
+    def _check_proposals(self, proposals: Sequence, argument: str, taken: set[str],
+                         next_id: int) -> tuple[list[tuple[RubricSpec, str]], int]:
+        """Validated (spec, skill) pairs; an empty rubric id gets the next free "rubric-<n>"."""
+        taken = set(taken)
+        checked: list[tuple[RubricSpec, str]] = []
+        for n, proposal in enumerate(proposals):
+            at = f"{argument}[{n}]"
+            if not isinstance(proposal, RubricSkillProposal):
+                raise ValueError(f"{at} must be a rwcore.types.RubricSkillProposal, got {type(proposal).__name__}")
+            spec = proposal.rubric
+            if not isinstance(spec, RubricSpec):
+                raise ValueError(f"{at}.rubric must be a rwcore.types.RubricSpec, got {type(spec).__name__}")
+            self._check_spec(spec, f"{at}.rubric", allow_empty_id=True)
+            if spec.rubric_id == "":
+                while f"rubric-{next_id}" in taken:
+                    next_id += 1
+                spec = replace(spec, rubric_id=f"rubric-{next_id}")
+                next_id += 1
+            elif spec.rubric_id in taken:
+                raise ValueError(f"{at}.rubric.rubric_id {spec.rubric_id!r} is already used in (or was retired from) the pool")
+            if not isinstance(proposal.skill, str) or not proposal.skill.strip():
+                raise ValueError(f"{at}.skill must be non-empty text, got {proposal.skill!r}")
+            taken.add(spec.rubric_id)
+            checked.append((spec, proposal.skill))
+        return checked, next_id
+
+    def _check_spec(self, spec: RubricSpec, argument: str, *, allow_empty_id: bool = False) -> None:
+        if not isinstance(spec.rubric_id, str) or not (spec.rubric_id or allow_empty_id):
+            raise ValueError(f"{argument}.rubric_id must be a non-empty string, got {spec.rubric_id!r}")
+        if not isinstance(spec.criterion, str) or not spec.criterion.strip():
+            raise ValueError(f"{argument}.criterion must be non-empty text, got {spec.criterion!r}")
+        for name in ("applicability", "evaluator_prompt"):
+            if not isinstance(getattr(spec, name), str):
+                raise ValueError(f"{argument}.{name} must be a string, got {getattr(spec, name)!r}")
+        if not isinstance(spec.scored, bool):
+            raise ValueError(f"{argument}.scored must be a bool, got {spec.scored!r}")
+        if spec.capability not in self._capabilities:
+            raise ValueError(
+                f"{argument}.capability {spec.capability!r} is not one of the pool's capabilities {self._capabilities!r}"
+            )
+
+    def _load_entry(self, data, argument: str, last: int) -> _Entry:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{argument} must be a mapping, got {type(data).__name__}")
+        fields = data.get("rubric")
+        if not isinstance(fields, Mapping) or set(fields) != set(_SPEC_FIELDS):
+            raise ValueError(f"{argument}['rubric'] must hold exactly the fields {_SPEC_FIELDS}")
+        spec = RubricSpec(**{name: fields[name] for name in _SPEC_FIELDS})
+        self._check_spec(spec, f"{argument}['rubric']")
+        skill, status, revisions, created = (data.get(k) for k in ("skill", "status", "revisions", "created_step"))
+        if not isinstance(skill, str) or not skill.strip():
+            raise ValueError(f"{argument}['skill'] must be non-empty text, got {skill!r}")
+        if status not in (SkillStatus.HIDDEN.value, SkillStatus.ACTIVE.value):
+            raise ValueError(f"{argument}['status'] must be 'hidden' or 'active', got {status!r}")
+        if not _is_int(revisions) or revisions < 0:
+            raise ValueError(f"{argument}['revisions'] must be a non-negative integer, got {revisions!r}")
+        if not _is_int(created) or not -1 <= created <= last:
+            raise ValueError(f"{argument}['created_step'] must be an integer in [-1, {last}], got {created!r}")
+        return _Entry(spec, skill, SkillStatus(status), int(revisions), int(created))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _takes_diagnostics(reflector) -> bool:
+    """Whether `reflector.propose_rubric_skills` accepts a `diagnostics` keyword."""
+    try:
+        parameters = inspect.signature(reflector.propose_rubric_skills).parameters
+    except (TypeError, ValueError):
+        return False
+    return "diagnostics" in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+
+
+def _check_reflector(reflector, argument: str) -> RubricReflector:
+    if not isinstance(reflector, RubricReflector):
+        raise ValueError(
+            f"{argument} must implement rwcore.types.RubricReflector (propose_rubric_skills and refine_skill), "
+            f"got {type(reflector).__name__}"
+        )
+    return reflector
+
+
+def _rubric(spec: RubricSpec, counts: Sequence[int]) -> Rubric:
+    return Rubric(
+        rubric_id=spec.rubric_id, criterion=spec.criterion, applicability=spec.applicability,
+        capability=spec.capability, evaluator_prompt=spec.evaluator_prompt, scored=spec.scored,
+        passes=counts[0], fails=counts[1], not_applicable=counts[2], invalid=counts[3],
+    )
+
+
+def _retired_pair(record: _Retired) -> RubricSkillPair:
+    entry = record.entry
+    return RubricSkillPair(
+        rubric=_rubric(entry.spec, record.window),
+        skill=Skill(entry.skill, entry.status, entry.revisions),
+        created_step=entry.created_step,
+        retired_step=record.retired_step,
+    )
+
+
+def _entry_state(entry: _Entry) -> dict:
+    return {
+        "rubric": {name: getattr(entry.spec, name) for name in _SPEC_FIELDS},
+        "skill": entry.skill,
+        "status": entry.status.value,
+        "revisions": entry.revisions,
+        "created_step": entry.created_step,
+    }
+
+
+def _created_event(spec: RubricSpec, skill: str, step: int) -> PoolEvent:
+    return PoolEvent(
+        kind="created", rubric_id=spec.rubric_id, step=step, capability=spec.capability, pass_rate=None,
+        applicable=0, passes=0, skill_status=SkillStatus.HIDDEN.value, revision=0, skill=skill,
+    )
