@@ -62,6 +62,10 @@ class Trajectory:
         tokenized episode, in order; empty when the trajectory was never tokenized.
     trajectory_id: unique id; by default "<task_id>/<group_id>/<index in group>" set by the producer.
     metadata: free-form, JSON-serializable (e.g. the environment's private state for analysis).
+    partner_failure: why the episode's counterpart (a simulated partner, an opponent, the tool sandbox)
+        failed and ended it, or "" (the usual case). Such a trajectory is never charged to the agent: the
+        method gives it no advantage and no evidence, the trainer no loss, attribution blames the partner.
+        (A `metadata["partner_failure"]` from older code is moved here, with a DeprecationWarning.)
     """
 
     task_id: str
@@ -74,6 +78,20 @@ class Trajectory:
     token_spans: tuple[tuple[int, int], ...] = ()
     trajectory_id: str = ""
     metadata: dict = field(default_factory=dict)
+    partner_failure: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.metadata, dict) and "partner_failure" in self.metadata:
+            import warnings
+
+            warnings.warn("Trajectory.metadata['partner_failure'] is deprecated: set Trajectory.partner_failure",
+                          DeprecationWarning, stacklevel=3)
+            legacy = self.metadata.pop("partner_failure")
+            if legacy and not self.partner_failure:
+                self.partner_failure = str(legacy)
+        if not isinstance(self.partner_failure, str):
+            raise ValueError(f"partner_failure must be a string (the reason, or ''), got "
+                             f"{type(self.partner_failure).__name__}")
 
     def transcript(self) -> str:
         """The episode as plain text, one "[role] content" block per turn (what judges read)."""

@@ -70,7 +70,7 @@ def test_train_builds_config_and_runs(fake, tmp_path, capsys):
     _, config, out_dir, quiet = fake.calls[0]
     assert isinstance(config, Config)
     assert config.train.steps == 3 and config.train.method == "arise_no_skills"
-    assert config.pool.skills == "off"
+    assert not hasattr(config.pool, "skills")  # train.method says whether skills are shown
     assert Path(out_dir) == out and quiet is True
     assert str(out) in capsys.readouterr().out
 

@@ -24,8 +24,10 @@ def write(tmp_path, text, name="cfg.yaml"):
 
 def test_defaults():
     cfg = load_config()
-    assert cfg == resolve_variant(Config())  # the keys train.method sets are filled in
-    assert Config().sampler.kind is None and Config().pool.skills is None
+    assert cfg == resolve_variant(Config())
+    # the keys that only repeated train.method are gone (the variant alone says which sampler, skills, strategy)
+    assert not hasattr(cfg.sampler, "kind") and not hasattr(cfg.pool, "skills")
+    assert not hasattr(cfg.rewardweaver, "selection")
     assert cfg.env.name == "negotiation" and cfg.env.options == {}
     assert cfg.model.name is None and cfg.model.hidden_size == 64 and cfg.model.device == "auto"
     assert cfg.rollout.engine == "hf" and cfg.rollout.group_size == 8
@@ -33,9 +35,7 @@ def test_defaults():
     # the embedded default's exploration and action settings, shared by every variant
     assert cfg.loss.entropy_coef == 0.01 and cfg.rollout.action_words == "auto" and cfg.rollout.max_new_tokens == 1
     assert cfg.model.tie_embeddings is True
-    # rewardweaver trains with uniform task sampling and no skills
-    assert cfg.sampler.kind == "uniform" and cfg.sampler.gamma_unobs == 0.999
-    assert cfg.pool.skills is None and cfg.pool.max_pool == 64  # no pool: the key stays unset
+    assert cfg.sampler.gamma_unobs == 0.999 and cfg.pool.max_pool == 64 and cfg.rewardweaver.expansion is True
     assert cfg.rewardweaver.adaptation_interval == 30 and cfg.rewardweaver.budget == 6
     assert cfg.rewardweaver.process_normalization == "active_set" and cfg.rewardweaver.rank_by == "rate"
     assert cfg.judge.kind == "rule" and cfg.judge.api_key_env == "OPENAI_API_KEY"
@@ -54,7 +54,7 @@ def test_every_field_is_documented():
                                     else type(getattr(Config(), section.name))):
             assert f.metadata.get("help"), f"{section.name}.{f.name}"
     text = describe_config()
-    assert "train.steps = 500" in text and "sampler.kind = uniform" in text
+    assert "train.steps = 500" in text and "sampler.gamma_unobs = 0.999" in text and "sampler.kind" not in text
 
 
 def test_yaml_then_overrides(tmp_path):
@@ -69,17 +69,18 @@ pool:
 env:
   options: {difficulty: 2}
 """)
-    cfg = load_config(path, ["train.method=arise_no_skills"])
+    with pytest.warns(DeprecationWarning, match="'pool.skills' is set by train.method"):
+        cfg = load_config(path, ["train.method=arise_no_skills"])  # what the variant says: accepted, not stored
     assert cfg.train.steps == 50 and cfg.train.method == "arise_no_skills"
-    assert cfg.optim.lr == 1e-4 and cfg.pool.skills == "off"
+    assert cfg.optim.lr == 1e-4 and not hasattr(cfg.pool, "skills")
     assert cfg.env.options == {"difficulty": 2}
     with pytest.raises(ValueError, match="'pool.skills': train.method=arise sets it to 'on', got 'off'"):
         load_config(path)  # arise injects skills: the ablation is a variant of its own
     cfg = load_config(path, ["train.steps=20", "optim.lr=1e-3", "pool.skills=on"])
-    assert cfg.train.steps == 20 and cfg.optim.lr == 1e-3 and cfg.pool.skills == "on"
+    assert cfg.train.steps == 20 and cfg.optim.lr == 1e-3
     assert cfg.train.method == "arise"  # untouched by overrides
-    cfg = load_config(path, ["train.method=arise_no_skills"])
-    assert cfg.pool.skills == "off" and cfg.sampler.kind == "capability" and cfg.rewardweaver.selection is None
+    with pytest.raises(ValueError, match="'rewardweaver.selection': train.method=arise_no_skills does not use it"):
+        load_config(path, ["train.method=arise_no_skills", "rewardweaver.selection=attribution"])
     last = load_config(path, ["train.steps=1", "train.steps=2", "pool.skills=null"])
     assert last.train.steps == 2
 
@@ -103,7 +104,8 @@ def test_empty_yaml_and_empty_sections(tmp_path):
     ("model.name=Qwen/Qwen2.5-0.5B", "model", "name", "Qwen/Qwen2.5-0.5B"),
     ("model.name='null'", "model", "name", "null"),
     ("env.options={a: 1, b: [1, 2]}", "env", "options", {"a": 1, "b": [1, 2]}),
-    ("rewardweaver.selection=attribution", "rewardweaver", "selection", "attribution"),
+    ("rewardweaver.expansion=off", "rewardweaver", "expansion", False),  # what earlier configs wrote
+    ("rewardweaver.expansion=false", "rewardweaver", "expansion", False),
     ("judge.timeout=5", "judge", "timeout", 5.0),
 ])
 def test_override_coercion(override, section, key, expected):

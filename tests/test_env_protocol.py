@@ -188,7 +188,7 @@ def test_step_many_is_called_once_per_turn_with_every_live_episode_and_partner_f
     assert env.batches[0] == 4 and 8 in env.batches and max(env.batches) == 8
     assert len(env.batches) <= 3 * env.max_turns
     trajectories, scored = seen["trajectories"], seen["scored"]
-    failed = [bool(t.metadata.get("partner_failure")) for t in trajectories]
+    failed = [bool(t.partner_failure) for t in trajectories]
     row = next(r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
                if r["kind"] == "train")
     assert row["partner_failures"] == sum(failed) == 4  # the odd seeds: 2 of each group's 4 episodes
@@ -198,7 +198,7 @@ def test_step_many_is_called_once_per_turn_with_every_live_episode_and_partner_f
         outcomes = np.array([trajectories[i].outcome for i in kept])
         for i in rows:
             if failed[i]:
-                assert scored.advantages[i] == 0.0 and trajectories[i].metadata["partner_failure"] == "partner timed out"
+                assert scored.advantages[i] == 0.0 and trajectories[i].partner_failure == "partner timed out"
         # the others are normalized among themselves only (population of the kept episodes, ddof=1)
         if len(kept) > 1 and outcomes.std() > 0:
             expected = (outcomes - outcomes.mean()) / (outcomes.std(ddof=1) + 1e-9)
@@ -210,7 +210,7 @@ def test_score_gives_a_partner_failure_no_advantage_and_no_verdict():
     method = AdaptiveMethod("outcome_only", {"t0": ["tag"]}, MethodSettings(batch_size=1, group_size=4,
                                                                              length_threshold=0), Providers())
     trajs = [Trajectory("t0", [Turn("assistant", f"m{j}", True)], outcome, tags=("tag",), trajectory_id=f"s0/t0/{j}",
-                        metadata={"partner_failure": "partner sent garbage"} if j == 3 else {})
+                        partner_failure="partner sent garbage" if j == 3 else "")
              for j, outcome in enumerate([1.0, 1.0, 0.0, 0.0])]
     from rwcore.types import JudgeReport, RubricJudgment
 
@@ -229,7 +229,7 @@ def test_attribution_blames_the_partner_for_a_partner_failure_without_asking_the
 
     specs = [RubricSpec("c1", "criterion 1"), RubricSpec("c2", "criterion 2")]
     failure = Trajectory("t0", [Turn("assistant", "hi", True)], 0.0, trajectory_id="a",
-                         metadata={"partner_failure": "partner request failed: timed out"})
+                         partner_failure="partner request failed: timed out")
     result = attribute([failure], specs, Never())
     assert result.external == ("a",) and not result.accepted and result.unattributed == ()
     assert result.rejection_counts()["cause_partner"] == 2
@@ -243,7 +243,7 @@ def test_a_partner_failure_is_no_outcome_evidence_for_vade_sampling():
                             MethodSettings(batch_size=1, group_size=4, length_threshold=0),
                             Providers(reflector=Reflector([])))
     trajs = [Trajectory("t0", [Turn("assistant", f"m{j}", True)], outcome, tags=("tag",), trajectory_id=f"s0/t0/{j}",
-                        metadata={"partner_failure": "partner timed out"} if j == 3 else {})
+                        partner_failure="partner timed out" if j == 3 else "")
              for j, outcome in enumerate([1.0, 1.0, 0.0, 0.0])]
     from rwcore.types import JudgeReport
 

@@ -144,7 +144,7 @@ def test_a_partner_that_times_out_or_answers_garbage_ends_that_episode_uncharged
     assert len(train) == 1
     failures = 0
     for (trajectories, scored), row in zip(seen, train):
-        failed = [i for i, t in enumerate(trajectories) if t.metadata.get("partner_failure")]
+        failed = [i for i, t in enumerate(trajectories) if t.partner_failure]
         assert row["partner_failures"] == len(failed)
         assert all(scored.advantages[i] == 0.0 for i in failed)
         for i in failed:

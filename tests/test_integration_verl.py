@@ -839,7 +839,7 @@ def test_documented_legacy_configuration_composes_with_verls_config_and_passes_t
     from rwcore.integrations.verl import legacy
 
     overrides = _documented_overrides("### verl 0.8.0 (and 0.9's legacy trainer)")
-    assert "actor_rollout_ref.model.external_lib=rwcore.integrations.verl" in overrides and len(overrides) >= 10
+    assert "actor_rollout_ref.model.external_lib=rwcore.integrations.verl.autoregister" in overrides and len(overrides) >= 10
     import verl.trainer.main_ppo as main_ppo
 
     config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")  # what legacy.main() composes
@@ -847,7 +847,12 @@ def test_documented_legacy_configuration_composes_with_verls_config_and_passes_t
         extra = ["trainer.use_v1=false"] if HAS_V1 else []
         cfg = compose("ppo_trainer", overrides=overrides + extra + ["actor_rollout_ref.rollout.n=4"])
     assert "v1" not in cfg.trainer or cfg.trainer.use_v1 is False
-    assert importlib.import_module(cfg.actor_rollout_ref.model.external_lib) is rv
+    import verl.trainer.ppo.core_algos as core_algos
+
+    core_algos.POLICY_LOSS_REGISTRY.pop(rv.POLICY_LOSS_NAME, None)  # what a fresh worker process has
+    sys.modules.pop(cfg.actor_rollout_ref.model.external_lib, None)
+    importlib.import_module(cfg.actor_rollout_ref.model.external_lib)  # what verl's worker does with it: registers
+    assert core_algos.get_policy_loss_fn(rv.POLICY_LOSS_NAME) is rv.compute_policy_loss_rwcore
     settings = check_v1_config(cfg)
     assert settings["group_size"] == 4 and settings["rubrics"]["no-duplicate-calls"] == "Efficiency"
     assert rv.loss_params_from_config(cfg.actor_rollout_ref.actor) == (0.5, 5.0, 3.0)

@@ -66,9 +66,10 @@ def test_each_ablation_differs_from_its_parent_in_exactly_the_component_the_pape
     extra = ["pool.frozen_from=/somewhere"] if name == "arise_frozen_rubrics" else []
     mine = load_config(None, [f"train.method={name}", *extra])
     theirs = load_config(None, [f"train.method={parent_name}"])
-    keys = {"rewardweaver.selection": lambda c: c.rewardweaver.selection, "sampler.kind": lambda c: c.sampler.kind,
-            "pool.skills": lambda c: c.pool.skills}
-    changed = [key for key, get in keys.items() if get(mine) != get(theirs)]
+    from rwcore.trainer.config import _variant_settings
+
+    ours, parents = (_variant_settings(AdaptiveMethod.variants()[c.train.method]) for c in (mine, theirs))
+    changed = [key for key in ours if ours[key] != parents[key]]
     expected = {"process_reward": ["rewardweaver.selection"], "sampler": ["sampler.kind"], "skills": ["pool.skills"],
                 "arise_rubrics": []}[component]
     assert changed == expected

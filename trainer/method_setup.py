@@ -1,6 +1,6 @@
 """How `rw train` builds an `rwcore.AdaptiveMethod` from its config and environment.
 
-- `method_settings(cfg)`: the config's numbers as `MethodSettings`.
+- `method_settings(cfg)`: the config's method keys as `MethodSettings` (declared once, in MethodSettings).
 - `build_judge(cfg, env)`: the judge that scores training - the environment's rules
   (`judge.kind=rule`) or an OpenAI-compatible model (`judge.kind=openai`).
 - `build_providers(cfg, env, judge)`: what the variant calls out to. With `judge.kind=openai` one
@@ -32,19 +32,17 @@ __all__ = ["admit_library", "admit_unvalidated", "build_judge", "build_providers
 
 
 def method_settings(cfg) -> MethodSettings:
-    rw, pool, adv, sampler = cfg.rewardweaver, cfg.pool, cfg.advantage, cfg.sampler
-    return MethodSettings(
-        batch_size=cfg.rollout.tasks_per_step, group_size=cfg.rollout.group_size, seed=cfg.train.seed,
-        rho_min=sampler.rho_min, quota_fraction=sampler.quota_fraction, gamma_obs=sampler.gamma_obs,
-        gamma_unobs=sampler.gamma_unobs, lam=adv.lam, eps=adv.eps, ddof=adv.ddof, length_alpha=adv.length_alpha,
-        length_threshold=adv.length_threshold, delta_pool=pool.delta_pool, eta_high=pool.eta_high,
-        eta_low=pool.eta_low, max_pool=pool.max_pool, max_new=pool.max_new, max_records=pool.max_records,
-        adaptation_interval=rw.adaptation_interval, budget=rw.budget, low_outcome=rw.low_outcome,
-        min_confidence=rw.min_confidence, min_support=rw.min_support, rank_by=rw.rank_by, max_candidates=rw.max_candidates,
-        diagnosis_tasks=rw.diagnosis_tasks, diagnostic_tasks=rw.diagnostic_tasks, success_sample=rw.success_sample,
-        expansion=rw.expansion == "on", max_new_capabilities=rw.max_new, max_revisions=rw.max_revisions,
-        process_normalization=rw.process_normalization,
-    )
+    """The config's method keys as `MethodSettings`: each field read from the key its `setting(...)` names
+    (rwcore.method.setting; the config sections are generated from the same fields)."""
+    import dataclasses
+
+    values = {}
+    for f in dataclasses.fields(MethodSettings):
+        key = f.metadata.get("config")
+        if key:
+            section, _, name = key.partition(".")
+            values[f.name] = getattr(getattr(cfg, section), name)
+    return MethodSettings(**values)
 
 
 def _env_name(env) -> str:
@@ -206,7 +204,7 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
             providers.library = admit_unvalidated(env, judge, specs)
         providers.attributor = attributor
         providers.reviser = reviser
-        if cfg.rewardweaver.expansion == "on" and isinstance(reflector, CapabilityProposer):
+        if cfg.rewardweaver.expansion and isinstance(reflector, CapabilityProposer):
             providers.proposer = reflector
             known = sorted(set(rules) - set(initial))
             cases = _cases_by_rule(env, known) if known else {}

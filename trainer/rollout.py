@@ -434,7 +434,7 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
         failure = failure_of(episode, outcome)
         if failure:
             # the counterpart failed, not the agent: never charged (AdaptiveMethod.score, the loss mask)
-            trajectory.metadata["partner_failure"] = failure
+            trajectory.partner_failure = str(failure)
         logp = torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32) \
             if engine_logprobs else torch.zeros(0)
         rollouts.append(Rollout(trajectory, outcome, seq, gen, logp, policy.version))

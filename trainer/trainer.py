@@ -41,6 +41,7 @@ import torch
 from rwcore._io import atomic_write_bytes
 from rwcore.kernels import fused_linear_entropy, fused_linear_policy_loss
 from rwcore.method import AdaptiveMethod, get_variant
+from rwcore.method.loop import MethodLoop
 from rwcore.method.method import judge_groups
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import envs
@@ -152,6 +153,11 @@ class Trainer:
             return
         self.judge = build_judge(cfg, self.env)
         self.method = self._build_method()  # may refuse pool.frozen_from before anything is written
+        # the method's loop (rwcore.method.loop), shared with the TRL and verl adapters: plan, finish, end_step
+        self.loop = MethodLoop(self.method, judge=self.judge, diagnose=self._diagnosis,
+                               diagnostic=self._diagnostic_reports, leader=self.main)
+        self._adapting = -1
+        self._diagnosis_seconds = 0.0
         self._metrics_path = self.out / "metrics.jsonl"
         self._sampling_path = self.out / "sampling.jsonl"
         if self._resume_from is not None:
@@ -295,7 +301,8 @@ class Trainer:
                 row.update(self._log_evaluation())
             if self.step == total and self.method.diagnostic_set and \
                     all(point["step"] != total for point in self.method.diagnostic_scores()):
-                self._score_diagnostic_set(total)  # appendix G: the last stage's end
+                self._adapting = total - 1
+                self.loop.end_training(total)  # appendix G: the last stage's end
                 self._write_adaptation_files()
             if _due(self.step, cfg.train.checkpoint_every) or self.step == total:
                 self.save_checkpoint()
@@ -358,19 +365,19 @@ class Trainer:
                     adaptive += self._request_rollouts(ahead)
         else:
             clock = time.perf_counter()
-            task_ids = self.method.sample(index)
+            plan = self.loop.plan(index, self.env.system_prompt)
+            task_ids, prompt = plan.task_ids, plan.system_prompt
             adaptive += time.perf_counter() - clock
-            prompt = self.method.system_prompt(self.env.system_prompt)
             clock = time.perf_counter()
             rollouts, trajectories = self._rollout(task_ids, _step_seed(cfg.train.seed, index), f"s{index}", prompt)
             waited = time.perf_counter() - clock
-        reports = self._judge(trajectories, self.method.rubrics_to_judge(index, task_ids))
+        reports = self._judge(trajectories, self.loop.rubrics(index, task_ids))
 
         clock = time.perf_counter()
-        scored = self.method.score(trajectories, reports)
         group = cfg.rollout.group_size
         # each group's evidence enters at the version that generated it (eq. 20: late under max_lag)
         versions = [int(trajectories[i * group].policy_version) for i in range(len(task_ids))]
+        scored = self.loop.finish(index, task_ids, trajectories, reports, policy_versions=versions).scored
         adaptive += time.perf_counter() - clock
 
         first, last = self._my_groups(len(task_ids))
@@ -380,9 +387,6 @@ class Trainer:
         self.policy.version = index + 1  # diagnosis rollouts below come from the updated policy
         self._sync_generator()
 
-        clock = time.perf_counter()
-        self.method.observe(index, task_ids, trajectories, scored.judged, policy_versions=versions)
-        adaptive += time.perf_counter() - clock
         changed, adapt_seconds, diagnosis_seconds = self._adapt(index)
         adaptive += adapt_seconds
         self.step += 1
@@ -414,7 +418,7 @@ class Trainer:
             "evidence/late_groups": int(sum(v < index for v in versions)),
             "rollout/trajectories": len(trajectories),
             # episodes ended by the partner's failure: no advantage, no loss, no evidence (see envs.base)
-            "partner_failures": int(sum(bool(t.metadata.get("partner_failure")) for t in trajectories)),
+            "partner_failures": int(sum(bool(t.partner_failure) for t in trajectories)),
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
         }
         return row
@@ -424,8 +428,8 @@ class Trainer:
         current training prompt goes with them); returns the seconds spent in the method."""
         cfg = self.config
         clock = time.perf_counter()
-        task_ids = self.method.sample(step)
-        prompt = self.method.system_prompt(self.env.system_prompt)
+        plan = self.loop.plan(step, self.env.system_prompt)
+        task_ids, prompt = plan.task_ids, plan.system_prompt
         seconds = time.perf_counter() - clock
         seed = _step_seed(cfg.train.seed, step)
         jobs = [(self.train_tasks[task_ids[i]], seed + 31 * i + j, f"s{step}/t{i}")
@@ -468,52 +472,56 @@ class Trainer:
     # ------------------------------------------------------------------ adaptation
 
     def _adapt(self, index: int) -> tuple[bool, float, float]:
-        """The method's scheduled adaptation at the end of step `index` (-1: before training): a fresh
-        on-policy diagnosis batch and the fixed diagnostic set at stage boundaries, then method.adapt on
-        rank 0, whose state every rank then loads. Returns (changed, seconds in the method, seconds of
-        the diagnosis and diagnostic-set rollouts and judging)."""
+        """The method's scheduled adaptation at the end of step `index` (-1: before training), through the
+        loop (`MethodLoop.start` / `end_step`): a fresh on-policy diagnosis batch of the updated policy and
+        the fixed diagnostic set at stage boundaries, then method.adapt on rank 0, whose state every rank
+        then loads. Returns (changed, seconds in the method, seconds of the diagnosis and diagnostic-set
+        rollouts and judging)."""
         method = self.method
-        stage = method.stage_due(index)
-        if not stage and not method.pool_due(index):
+        due = method.stage_due(index) or method.pool_due(index)
+        self._adapting, self._diagnosis_seconds = index, 0.0
+        clock = time.perf_counter()
+        if index < 0:
+            self.loop.start()
+        else:
+            self.loop.end_step(index)
+        if not due:
             return False, 0.0, 0.0
-        clock = time.perf_counter()
-        diagnosis = self._diagnosis(index) if stage else None
-        if stage and method.diagnostic_set:
-            self._score_diagnostic_set(index + 1)
-        diagnosis_seconds = time.perf_counter() - clock
-        clock = time.perf_counter()
-        if self.main:
-            method.adapt(index, diagnosis=diagnosis)
-        seconds = time.perf_counter() - clock
+        seconds = time.perf_counter() - clock - self._diagnosis_seconds
         self._share_method_state()
-        return True, seconds, diagnosis_seconds
+        return True, seconds, self._diagnosis_seconds
 
-    def _diagnosis(self, index: int) -> tuple[list, list]:
-        """RewardWeaver's fresh on-policy batch of the current policy: the method's diagnosis tasks, G
-        rollouts each under the training prompt, judged on the whole library. Its own seeds; torch's
+    def _diagnosis(self, tasks: Sequence, specs: Sequence) -> tuple[list, list]:
+        """The loop's `diagnose`: RewardWeaver's fresh on-policy batch of the current policy, G rollouts of
+        each task under the training prompt, judged on `specs` (the whole library). Its own seeds; torch's
         global generator is left as it was."""
-        tasks = self.method.diagnosis_tasks(index)
+        clock = time.perf_counter()
+        index = self._adapting
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_step_seed(self.config.train.seed, index) + 104_729 + self.rank)
             _, trajectories = self._rollout(tasks, _step_seed(self.config.train.seed, index) + 104_729,
                                             f"diagnosis{index + 1}", self.method.system_prompt(self.env.system_prompt))
-        specs = self.method.diagnosis_rubrics()
-        return trajectories, self._judge(trajectories, [specs] * len(tasks))
+        reports = self._judge(trajectories, [list(specs)] * len(tasks))
+        self._diagnosis_seconds += time.perf_counter() - clock
+        return trajectories, reports
 
-    def _score_diagnostic_set(self, step: int) -> None:
-        """Appendix G: the fixed diagnostic tasks, one episode each with fixed seeds and no skills, judged on
-        the library; the method records the mean score per capability at `step`."""
-        tasks = list(self.method.diagnostic_set)
+    def _diagnostic_reports(self, tasks: Sequence, specs: Sequence) -> list:
+        """The loop's `diagnostic`: appendix G's fixed diagnostic tasks, one episode each with fixed seeds and
+        no skills, judged on `specs` (the library)."""
+        clock = time.perf_counter()
+        tasks = list(tasks)
         first, last = self._my_groups(len(tasks))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(DIAGNOSTIC_SEED + self.rank)
-            jobs = [(self.train_tasks[tasks[i]], DIAGNOSTIC_SEED + i, f"diagnostic{step}/{i}") for i in range(first, last)]
+            jobs = [(self.train_tasks[tasks[i]], DIAGNOSTIC_SEED + i, f"diagnostic{self._adapting + 1}/{i}")
+                    for i in range(first, last)]
             rollouts = run_episodes(self.env, self.policy, jobs, self.method.system_prompt(self.env.system_prompt, True),
                                     self.config.rollout.temperature, self.config.rollout.max_new_tokens,
                                     generator=self.generator)
         reports = self._gathered(judge_groups(self.judge, [r.trajectory for r in rollouts],
-                                              [self.method.diagnostic_rubrics()] * len(rollouts), 1))
-        self.method.record_diagnostic_scores(step, reports)
+                                              [list(specs)] * len(rollouts), 1))
+        self._diagnosis_seconds += time.perf_counter() - clock
+        return reports
 
     def _share_method_state(self) -> None:
         """Rank 0's method state on every rank (adaptation may call an LLM, so only rank 0 runs it)."""
@@ -530,8 +538,8 @@ class Trainer:
                                                    batch_first=True).to(self.device)
         _, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
-        # an episode ended by its counterpart's failure (metadata["partner_failure"]) gets no loss at all
-        partner = torch.tensor([bool(r.trajectory.metadata.get("partner_failure")) for r in rollouts],
+        # an episode ended by its counterpart's failure (Trajectory.partner_failure) gets no loss at all
+        partner = torch.tensor([bool(r.trajectory.partner_failure) for r in rollouts],
                                dtype=torch.bool, device=mask.device)
         mask = mask & ~partner[:, None]
         adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
@@ -738,7 +746,7 @@ class Trainer:
             self.policy.model.load_state_dict(ckpt.load(path / "model.pt"))
             pool = (state.get("method") or {}).get("pool")
             if pool:
-                from rwcore.pool import render_system_prompt
+                from rwcore.arise.pool import render_system_prompt
 
                 skills = [pair["skill"] for pair in pool["pairs"] if pair["status"] == "active"]
                 self._eval_skills_prompt = render_system_prompt(self.env.system_prompt, skills)

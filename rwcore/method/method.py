@@ -45,17 +45,19 @@ Schedules (0-based step k, the iteration that just updated the policy):
 from __future__ import annotations
 
 import logging
+import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from typing import Literal
 
 import numpy as np
 
-from rwcore.advantages import compute_advantages, length_regularize
+from rwcore.arise.advantages import compute_advantages, length_regularize
 from rwcore.judged import JudgedBatch
 from rwcore.judges.client import MissingAPIKeyError
 from rwcore.method.variants import VARIANTS, Variant, get_variant
 from rwcore.method.window import ReflectionWindow
-from rwcore.tasks import DEFAULT_CAPABILITIES
+from rwcore.sampling.tasks import DEFAULT_CAPABILITIES
 from rwcore.types import (
     Attributor,
     CapabilityProposer,
@@ -74,70 +76,92 @@ from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.method")
 
-__all__ = ["AdaptiveMethod", "AdaptReport", "MethodSettings", "Providers", "Scored", "judge_groups", "safe_evaluate"]
+__all__ = ["AdaptiveMethod", "AdaptReport", "MethodSettings", "Providers", "Scored", "judge_groups", "safe_evaluate",
+           "setting"]
 
 _FORMAT = "rwcore.adaptive_method"
 _VERSION = 1
 
 
+def setting(default, help: str, config: str | None = None, **bounds) -> object:
+    """A `MethodSettings` field declared once: its default, its help, the `rw train` config key it appears
+    under (`section.key`; None = not a config key) and its range (ge / gt / le / lt). `rw train`'s config
+    sections, `rw config --describe` and the YAML files are generated from these fields."""
+    unknown = set(bounds) - {"ge", "gt", "le", "lt"}
+    if unknown:
+        raise TypeError(f"setting(): unknown bounds {sorted(unknown)}")
+    return field(default=default, metadata={"help": help, "config": config, **bounds})
+
+
 @dataclass(frozen=True)
 class MethodSettings:
-    """Every number the method uses (defaults from the papers; DESIGN.md lists them).
+    """Every number the method uses; each field carries its default (from the papers; DESIGN.md), its help
+    and its `rw train` config key (`setting`). `MethodSettings.describe()` lists them.
 
-    Batch: batch_size (tasks per step B) [16], group_size (rollouts per task G) [8], seed [0].
-    Sampler (Arise §3.2.2, B.5): rho_min [0.1], quota_fraction [0.25], gamma_obs [0.2],
-        gamma_unobs [0.999], capabilities [Arise table 3].
-    Advantages (eq. 15-17): lam [0.3], eps [1e-9], ddof [1], length_alpha [0.5],
-        length_threshold [16384].
-    Pool (eq. 4-8, B.3): delta_pool [10], eta_high [0.9], eta_low [0.3], max_pool [64],
-        max_new [8], max_records (records per generation call) [256].
-    RewardWeaver: adaptation_interval [30], budget (B) [6], low_outcome (q_o threshold) [0.5],
-        min_confidence [0.5], min_support [3], rank_by (failure modes by deficit "rate" or by
-        "support"; rwcore.rewardweaver.attribution) ["rate"], max_candidates (retrieval) [8],
-        diagnosis_tasks (tasks of the fresh on-policy diagnosis batch, G rollouts each) [16],
-        diagnostic_tasks (fixed diagnostic set, appendix G; 0 = none) [16],
-        success_sample (success trajectories attributed per stage for appendix E; 0 = none) [32],
-        expansion (controlled expansion at stage boundaries) [True], max_new_capabilities [2],
-        max_revisions (evaluator revisions of a rejected candidate) [1],
-        process_normalization ("active_set": 1/|A| with NA / INVALID counting 0, the paper's formula;
-        "applicable": the mean over applicable judgments, an INVALID one counting as a FAIL's 0;
-        rwcore.rewardweaver.reward) ["active_set"]. In every reward and advantage an INVALID
-        judgment scores as a FAIL (`JudgedBatch.reward_values`); evidence keeps it INVALID.
+    In every reward and advantage an INVALID judgment scores as a FAIL (`JudgedBatch.reward_values`);
+    evidence keeps it INVALID.
     """
 
-    batch_size: int = 16
-    group_size: int = 8
-    seed: int = 0
-    rho_min: float = 0.1
-    quota_fraction: float = 0.25
-    gamma_obs: float = 0.2
-    gamma_unobs: float = 0.999
-    capabilities: tuple[str, ...] = DEFAULT_CAPABILITIES
-    lam: float = 0.3
-    eps: float = 1e-9
-    ddof: int = 1
-    length_alpha: float = 0.5
-    length_threshold: float = 16384
-    delta_pool: int = 10
-    eta_high: float = 0.9
-    eta_low: float = 0.3
-    max_pool: int = 64
-    max_new: int = 8
-    max_records: int = 256
-    adaptation_interval: int = 30
-    budget: int = 6
-    low_outcome: float = 0.5
-    min_confidence: float = 0.5
-    min_support: int = 3
-    rank_by: str = "rate"
-    max_candidates: int = 8
-    diagnosis_tasks: int = 16
-    diagnostic_tasks: int = 16
-    success_sample: int = 32
-    expansion: bool = True
-    max_new_capabilities: int = 2
-    max_revisions: int = 1
-    process_normalization: str = "active_set"
+    # batch
+    batch_size: int = setting(16, "Tasks sampled per training step (batch size B).", "rollout.tasks_per_step", gt=0)
+    group_size: int = setting(8, "Rollouts per task (group size G).", "rollout.group_size", gt=0)
+    seed: int = setting(0, "Seed for every random generator (0 to 2**32 - 1, what numpy's legacy seeding takes).",
+                        "train.seed", ge=0, le=2**32 - 1)
+    # Arise's sampler (§3.2.2, B.5)
+    rho_min: float = setting(0.1, "Minimum discovery share of a batch.", "sampler.rho_min", ge=0, le=1)
+    quota_fraction: float = setting(0.25, "Per-pair quota as a fraction of the batch.", "sampler.quota_fraction",
+                                    gt=0, le=1)
+    gamma_obs: float = setting(0.2, "Evidence decay on a new observation.", "sampler.gamma_obs", ge=0, le=1)
+    gamma_unobs: float = setting(0.999, "Evidence decay per unobserved policy version.", "sampler.gamma_unobs",
+                                 ge=0, le=1)
+    capabilities: tuple[str, ...] = setting(DEFAULT_CAPABILITIES, "The capability categories rubrics belong to "
+                                            "(Arise table 3).")
+    # advantages (eq. 15-17, B.4)
+    lam: float = setting(0.3, "Weight of the rubric advantages.", "advantage.lam", ge=0, le=1)
+    eps: float = setting(1e-9, "Epsilon in the normalizations.", "advantage.eps", gt=0)
+    ddof: int = setting(1, "Delta degrees of freedom of the group standard deviation.", "advantage.ddof", ge=0, le=1)
+    length_alpha: float = setting(0.5, "Length-regularization strength alpha.", "advantage.length_alpha", ge=0)
+    length_threshold: int = setting(16384, "Length regularization applies above this length.",
+                                    "advantage.length_threshold", ge=0)
+    # Arise's pool (eq. 4-8, B.3)
+    delta_pool: int = setting(10, "Steps between pool updates.", "pool.delta_pool", gt=0)
+    eta_high: float = setting(0.9, "Pass rate at or above which a pair retires.", "pool.eta_high", ge=0, le=1)
+    eta_low: float = setting(0.3, "Pass rate at or below which a skill activates or refines.", "pool.eta_low",
+                             ge=0, le=1)
+    max_pool: int = setting(64, "Maximum pool size.", "pool.max_pool", gt=0)
+    max_new: int = setting(8, "Maximum new pairs per reflection.", "pool.max_new", ge=0)
+    max_records: int = setting(256, "Records of the window one generation call reads at most (Arise B.3).",
+                               "pool.max_records", gt=0)
+    # RewardWeaver
+    adaptation_interval: int = setting(30, "Steps per stage (between active-set selections).",
+                                       "rewardweaver.adaptation_interval", gt=0)
+    budget: int = setting(6, "Active-set budget B (RewardWeaver §2.3: 6).", "rewardweaver.budget", gt=0)
+    low_outcome: float = setting(0.5, "Outcome reward below which a trajectory is low-outcome.",
+                                 "rewardweaver.low_outcome")
+    min_confidence: float = setting(0.5, "Minimum attribution confidence.", "rewardweaver.min_confidence", ge=0, le=1)
+    min_support: int = setting(3, "Minimum number of supporting trajectories (k).", "rewardweaver.min_support", ge=1)
+    rank_by: Literal["rate", "support"] = setting(
+        "rate", "How attribution ranks recurrent failure modes for the active set: 'rate' (deficit rate among the "
+        "trajectories a capability was a candidate for, then support) or 'support' (trajectories blamed).",
+        "rewardweaver.rank_by")
+    max_candidates: int = setting(8, "Candidate capabilities retrieved per failed trajectory (from its judged "
+                                     "applicable capabilities).", "rewardweaver.max_candidates", gt=0)
+    diagnosis_tasks: int = setting(16, "Tasks of the fresh on-policy diagnosis batch at each stage boundary "
+                                       "(group_size rollouts each).", "rewardweaver.diagnosis_tasks", gt=0)
+    diagnostic_tasks: int = setting(16, "Fixed diagnostic tasks scored at every stage boundary (appendix G); "
+                                        "0 = none.", "rewardweaver.diagnostic_tasks", ge=0)
+    success_sample: int = setting(32, "Success trajectories attributed per stage for appendix E (F_succ); 0 = none.",
+                                  "rewardweaver.success_sample", ge=0)
+    expansion: bool = setting(True, "Controlled expansion of the library at stage boundaries.",
+                              "rewardweaver.expansion")
+    max_new_capabilities: int = setting(2, "Candidate capabilities proposed per expansion.", "rewardweaver.max_new",
+                                        ge=0)
+    max_revisions: int = setting(1, "Evaluator revisions of a rejected candidate (development partition).",
+                                 "rewardweaver.max_revisions", ge=0)
+    process_normalization: Literal["active_set", "applicable"] = setting(
+        "active_set", "Process term: 1/|A| over the active set with NA / INVALID judgments counting 0 (the paper's "
+        "formula), or the mean over the judgments that apply (rewards not reaching a check).",
+        "rewardweaver.process_normalization")
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "group_size", "delta_pool", "max_pool", "max_records", "adaptation_interval",
@@ -153,16 +177,31 @@ class MethodSettings:
             raise ValueError(f"eta_low must be below eta_high, got {self.eta_low} and {self.eta_high}")
         if not isinstance(self.expansion, bool):
             raise ValueError(f"expansion must be True or False, got {self.expansion!r}")
-        from rwcore.rewardweaver.attribution import RANK_BY
-        from rwcore.rewardweaver.reward import NORMALIZATIONS
-
-        if self.rank_by not in RANK_BY:
-            raise ValueError(f"rank_by must be one of {RANK_BY}, got {self.rank_by!r}")
-        if self.process_normalization not in NORMALIZATIONS:
-            raise ValueError(f"process_normalization must be one of {NORMALIZATIONS}, got {self.process_normalization!r}")
+        hints = _settings_hints(type(self))
+        for f in fields(self):  # every declared range and choice (what the config checks too)
+            value, meta = getattr(self, f.name), f.metadata
+            if typing.get_origin(hints[f.name]) is Literal and value not in typing.get_args(hints[f.name]):
+                raise ValueError(f"{f.name} must be one of {typing.get_args(hints[f.name])}, got {value!r}")
+            for bound, ok in (("ge", lambda v, b: v >= b), ("gt", lambda v, b: v > b), ("le", lambda v, b: v <= b),
+                              ("lt", lambda v, b: v < b)):
+                if bound in meta and isinstance(value, (int, float)) and not ok(value, meta[bound]):
+                    raise ValueError(f"{f.name} must be {bound} {meta[bound]}, got {value!r}")
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+    @classmethod
+    def describe(cls) -> str:
+        """One line per setting: name, config key, default and help."""
+        lines = []
+        for f in fields(cls):
+            key = f.metadata.get("config") or "(not a config key)"
+            lines.append(f"{f.name} [{key}] = {f.default!r}: {f.metadata.get('help', '')}")
+        return "\n".join(lines)
+
+
+def _settings_hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
 
 
 @dataclass
@@ -316,20 +355,12 @@ class AdaptiveMethod:
                                  f"(a rwcore.types.{protocol.__name__}), got {type(value).__name__}")
 
     def _build_sampler(self):
-        from rwcore import CapabilitySampler, OutcomeSampler, UniformSampler
+        from rwcore.sampling import build_sampler
 
-        s = self.settings
-        common = dict(batch_size=s.batch_size, group_size=s.group_size, seed=s.seed, capabilities=s.capabilities)
-        tasks = {task_id: list(tags) for task_id, tags in self._tasks.items()}
-        if self.variant.sampler == "uniform":
-            return UniformSampler(tasks, **common)
-        if self.variant.sampler == "outcome":
-            return OutcomeSampler(tasks, gamma_obs=s.gamma_obs, gamma_unobs=s.gamma_unobs, **common)
-        return CapabilitySampler(tasks, rho_min=s.rho_min, quota_fraction=s.quota_fraction, gamma_obs=s.gamma_obs,
-                                 gamma_unobs=s.gamma_unobs, **common)
+        return build_sampler(self.variant.sampler, self._tasks, self.settings)  # the sampler registry
 
     def _build_pool(self):
-        from rwcore.pool import RubricSkillPool
+        from rwcore.arise.pool import RubricSkillPool
 
         s, frozen = self.settings, self.variant.arise_rubrics == "frozen"
         return RubricSkillPool(
@@ -416,9 +447,9 @@ class AdaptiveMethod:
         for task_id in dict.fromkeys(t.task_id for t in trajectories):
             expected += [spec.rubric_id for spec in self.process_rubrics(task_id)]
         judged_ids = list(dict.fromkeys([*expected, *(rid for report in reports for rid in report.judgments)]))
-        # A trajectory whose counterpart failed (metadata["partner_failure"]) is never charged to the agent:
+        # A trajectory whose counterpart failed (Trajectory.partner_failure) is never charged to the agent:
         # its verdicts are INVALID (no evidence for the sampler, the pool or reflection) and its advantage 0.
-        failed = np.array([bool(t.metadata.get("partner_failure")) for t in trajectories], dtype=bool)
+        failed = np.array([bool(t.partner_failure) for t in trajectories], dtype=bool)
         if failed.any():
             reports = [JudgeReport(t.trajectory_id, {}) if bad else report
                        for t, report, bad in zip(trajectories, reports, failed)]
@@ -489,7 +520,7 @@ class AdaptiveMethod:
             rows = slice(i * g, (i + 1) * g)
             verdicts = {rid: [Verdict(int(c)) for c in columns.codes[rows, j]] for j, rid in enumerate(sampler_rubrics)}
             outcomes = [min(1.0, max(0.0, float(t.outcome))) for t in trajectories[rows]]
-            failed = [bool(t.metadata.get("partner_failure")) for t in trajectories[rows]]
+            failed = [bool(t.partner_failure) for t in trajectories[rows]]
             if any(failed):  # a partner failure is no outcome evidence: it takes its group's mean (0.5 if none)
                 kept = [o for o, bad in zip(outcomes, failed) if not bad]
                 fill = float(np.mean(kept)) if kept else 0.5
@@ -504,7 +535,7 @@ class AdaptiveMethod:
                 codes = judged.columns(pool_ids).codes
                 failed = {tid for tid, row in zip(judged.trajectory_ids, codes) if (row == Verdict.FAIL).any()}
             # a partner failure says nothing about the policy: reflection does not read it
-            kept = [i for i, t in enumerate(trajectories) if not t.metadata.get("partner_failure")]
+            kept = [i for i, t in enumerate(trajectories) if not t.partner_failure]
             self.window.add([trajectories[i] for i in kept], tuple(judged.uncovered[i] for i in kept), failed)
 
     # ------------------------------------------------------------------ schedules

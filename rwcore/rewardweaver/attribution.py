@@ -214,7 +214,7 @@ def attribute(
         candidate ids (default: every candidate). An unknown id is a ValueError.
     min_confidence: records below it are rejected ("low_confidence").
 
-    A trajectory whose episode its partner ended (metadata["partner_failure"] = reason, see
+    A trajectory whose episode its partner ended (Trajectory.partner_failure = reason, see
     rwcore.trainer.envs.base) is not sent to the attributor: each candidate gets a record with cause
     "partner" and the reason as evidence, so it is rejected (cause_partner) and the trajectory is external.
     """
@@ -255,7 +255,7 @@ def attribute(
                 if cid not in by_id:
                     raise ValueError(f"retrieve returned {cid!r} for trajectory {tid!r}, which is not a candidate")
         chosen[tid] = ids
-        failure = trajectory.metadata.get("partner_failure") if isinstance(trajectory.metadata, dict) else None
+        failure = trajectory.partner_failure
         if failure:
             # the partner ended the episode (timeout, garbage reply): the failure is the partner's, whatever
             # the candidates; the attributor is not asked (D.3: no agent-side credit)

@@ -59,7 +59,7 @@ Partner failures
 An episode whose counterpart failed (an LLM partner timed out or answered garbage) ends with
 `Episode.state["partner_failure"] = reason` (`partner_failed(episode, reason)` sets it and `done=True`);
 an outcome evaluator that failed returns `Outcome(..., failure=reason)`. The rollout copies it to
-`Trajectory.metadata["partner_failure"]`; `rwcore.AdaptiveMethod.score` then gives the trajectory no
+`Trajectory.partner_failure`; `rwcore.AdaptiveMethod.score` then gives the trajectory no
 advantage (0, left out of its group's normalization), no judged evidence (every verdict INVALID, so the
 sampler, the pool and reflection learn nothing from it; VADE's outcome evidence gives it its group's
 mean outcome), and the trainer masks its tokens out of the loss. Attribution sees the reason (rwcore.rewardweaver.attribute records a partner failure with cause

@@ -661,11 +661,9 @@ def run_episode(env: ToolsEnv, task: Task, policy: Callable[[str], str], seed: i
     outcome = env.outcome(episode)
     metadata = {"env_state": episode.state, "task": task.data, "task_id": task.task_id, "seed": seed,
                 "success": bool(outcome.success)}
-    if episode.state.get("partner_failure"):
-        metadata["partner_failure"] = episode.state["partner_failure"]
     return Trajectory(task_id=task.task_id, turns=turns, outcome=float(outcome.reward), tags=tuple(task.tags),
                       group_id=group_id, trajectory_id=trajectory_id or f"{task.task_id}/{group_id}/{seed}",
-                      metadata=metadata)
+                      metadata=metadata, partner_failure=str(episode.state.get("partner_failure") or ""))
 
 
 register("tools", ToolsEnv)

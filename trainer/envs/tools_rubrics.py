@@ -285,7 +285,7 @@ class ToolsAttributor:
             state = episode_state(trajectory)
         except KeyError:
             state = None
-        failed = bool((trajectory.metadata or {}).get("partner_failure")) or bool(
+        failed = bool(trajectory.partner_failure) or bool(
             state and state.get("partner_failure"))
         cause = "partner" if failed else "policy"
         records = []

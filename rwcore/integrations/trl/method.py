@@ -44,15 +44,12 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
     def __init__(self, *args, method, judge, outcome_fn: Callable | None = None, diagnose: Callable | None = None,
                  base_system_prompt: str = "", task_id_column: str = "task_id", tags_column: str | None = "tags",
                  keep_rounds: int = 16, **kwargs) -> None:
-        from rwcore.method import AdaptiveMethod
+        from rwcore.method.loop import MethodLoop
 
-        if not isinstance(method, AdaptiveMethod):
-            raise ValueError(f"method must be a rwcore.AdaptiveMethod, got {type(method).__name__}")
-        if not callable(getattr(judge, "evaluate", None)):
-            raise ValueError(f"judge must have an evaluate(trajectories, rubrics) method, got {type(judge).__name__}")
-        if method.variant.has_stages and diagnose is None:
-            raise ValueError(f"variant {method.variant.name!r} has RewardWeaver stages: pass diagnose=(task_ids, "
-                             "rubrics) -> (trajectories, reports), a fresh on-policy diagnosis batch")
+        if judge is None:
+            raise ValueError("judge must have an evaluate(trajectories, rubrics) method, got None")
+        # the method's one loop (rwcore.method.loop), shared with rw train and verl; checks method / judge / diagnose
+        self.rw_loop = MethodLoop(method, judge=judge, diagnose=diagnose)
         for name in ("reward_funcs", "task_sampler", "rubric_recorder"):
             if name in kwargs:
                 raise ValueError(f"AdaptiveGRPOTrainer takes no {name}=: the method provides it")
@@ -78,8 +75,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         super().__init__(*args, reward_funcs=[rwcore_method], task_id_column=task_id_column, **kwargs)
         self._rw_check_method_setup()
         self._rw_rows = self._rw_index_rows()
-        if method.stage_due(-1):  # RewardWeaver's first diagnosis, before training
-            method.adapt(-1, diagnosis=self.rw_diagnose(method.diagnosis_tasks(-1), method.diagnosis_rubrics()))
+        self.rw_loop.start()  # RewardWeaver's first diagnosis, before training
         from .classes import build
 
         self.add_callback(build("AdaptiveMethodCallback")(self))
@@ -129,7 +125,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
     def _generate_and_score_completions(self, inputs):
         if len(inputs) != self.args.generation_batch_size:
             raise RuntimeError(f"a generation round of {len(inputs)} rows, expected {self.args.generation_batch_size}")
-        task_ids = self.rw_method.sample(int(self.state.global_step))
+        task_ids = self.rw_loop.plan(int(self.state.global_step)).task_ids
         rows = [self.train_dataset[self._rw_rows[t]] for t in task_ids for _ in range(self.num_generations)]
         inputs = [dict(row, prompt=self._rw_with_system_prompt(row["prompt"])) for row in rows]
         output = super()._generate_and_score_completions(inputs)
@@ -148,11 +144,9 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         return output
 
     def _rw_score(self, prompts, completions, columns):
-        from rwcore.method.method import judge_groups
-
         from .rewards import trajectory_from_trl
 
-        method, g = self.rw_method, self.num_generations
+        g = self.num_generations
         step = int(self.state.global_step)
         ids = columns.get(self.rw_task_id_column)
         if ids is None:
@@ -170,9 +164,8 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         for k, task_id in enumerate(task_ids):
             if any(t.task_id != task_id for t in trajectories[k * g:(k + 1) * g]):
                 raise ValueError("a TRL reward batch is not made of groups of num_generations completions of one task")
-        reports = judge_groups(self.rw_judge, trajectories, method.rubrics_to_judge(step, task_ids), g)
-        scored = method.score(trajectories, reports)
-        method.observe(step, task_ids, trajectories, scored.judged)
+        result = self.rw_loop.finish(step, task_ids, trajectories)  # judge, score, observe
+        reports, scored = result.reports, result.scored
         record = {"step": step, "task_ids": task_ids, "trajectories": trajectories, "reports": reports,
                   "scored": scored}
         self.rw_scored.append(record)
@@ -182,11 +175,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
 
     def _rw_adapt(self, step: int) -> None:
         """After optimizer step `step` (0-based): the pool and RewardWeaver's stage, when due."""
-        method = self.rw_method
-        diagnosis = None
-        if method.stage_due(step):
-            diagnosis = self.rw_diagnose(method.diagnosis_tasks(step), method.diagnosis_rubrics())
-        method.adapt(step, diagnosis=diagnosis)
+        self.rw_loop.end_step(step)
 
 
 class _AdaptiveMethodCallbackLogic:

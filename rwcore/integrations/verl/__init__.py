@@ -11,7 +11,7 @@ whose `plugin.load()` registers
 verl 0.8 loads no plugins and has no V1 trainer (verl>=0.8.0,<0.10 is tested): there the trainer is
 `python -m rwcore.integrations.verl.legacy` (verl's legacy trainer with `RwcoreTaskRunner`, which calls
 `register()` in the task runner) and the workers register through
-`actor_rollout_ref.model.external_lib=rwcore.integrations.verl`; `rwcore_sync` is refused naming
+`actor_rollout_ref.model.external_lib=rwcore.integrations.verl.autoregister`; `rwcore_sync` is refused naming
 trainer.v1.trainer_mode. docs/integrations.md has the exact, tested configuration. One module per job:
 
 - `loss`: `compute_policy_loss_rwcore`, verl's `PolicyLossFn` `(old_log_prob, log_prob, advantages,
@@ -33,17 +33,14 @@ trainer.v1.trainer_mode. docs/integrations.md has the exact, tested configuratio
   `rwcore.AdaptiveMethod`.
 - `plugin`: what the `verl.plugins` entry point loads.
 
-Importing this package never imports verl; `register()` and the V1 trainer do (ImportError saying
-`pip install verl` without it). When verl is already imported, importing this package registers the
-loss and estimator itself (for `external_lib` / `VERL_USE_EXTERNAL_MODULES`; RWCORE_VERL_AUTOREGISTER=0
-turns that off).
+Importing this package never imports verl and registers nothing: registration is always an explicit call
+(`register()`, `AdaptiveMethodDriver.register()`), made for you by verl's plugin entry point and by the
+module `rwcore.integrations.verl.autoregister`, whose import registers (name it where verl imports a module
+and calls nothing: `external_lib`, `VERL_USE_EXTERNAL_MODULES`). `register()` and the V1 trainer import
+verl (ImportError saying `pip install verl` without it).
 """
 
 from __future__ import annotations
-
-import os
-import sys
-import warnings
 
 from .advantage import _AriseSettings, _arise_settings, apply_arise_advantage, compute_arise_advantage  # noqa: F401
 from .config import (  # noqa: F401
@@ -92,14 +89,3 @@ def __getattr__(name: str):
         globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# verl's Ray workers and its trainer process import modules named in the config (external_lib,
-# VERL_USE_EXTERNAL_MODULES) but call nothing: register when verl is already there. Never imports
-# verl by itself.
-if "verl" in sys.modules and os.environ.get("RWCORE_VERL_AUTOREGISTER", "1") != "0":
-    try:
-        register(forward_non_tensor_batch="verl.trainer.ppo.ray_trainer" in sys.modules)
-    except Exception as _error:  # pragma: no cover - needs verl
-        warnings.warn(f"rwcore.integrations.verl: automatic registration with verl failed ({_error!r}); "
-                      "call rwcore.integrations.verl.register()", stacklevel=2)

@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from rwcore.advantages import compute_advantages, length_regularize
+from rwcore.arise.advantages import compute_advantages, length_regularize
 
 from .config import UID_KEY, VERDICTS_KEY, _get, _plain
 from .verdicts import _group_ids, _verdict_matrix, verdicts_from_batch
@@ -56,15 +56,18 @@ def _arise_settings(config) -> _AriseSettings:
         raise ValueError(f"algorithm.rwcore has unknown keys {unknown}; valid: {sorted(known)}")
     verdicts_key = section.get("verdicts_key", VERDICTS_KEY)
     order = section.get("rubric_order")
+    from rwcore.method import MethodSettings
+
+    default = MethodSettings()  # the method's own defaults: one declaration for every trainer
     return _AriseSettings(
-        lam=float(section.get("lam", 0.3)),
-        ddof=int(section.get("ddof", 1)),
+        lam=float(section.get("lam", default.lam)),
+        ddof=int(section.get("ddof", default.ddof)),
         eps=None if section.get("eps") is None else float(section["eps"]),
         verdicts_key=None if verdicts_key in (None, "", "none", "null") else str(verdicts_key),
         rubric_order=None if order is None else list(order),
-        length_regularize=bool(section.get("length_regularize", False)),
-        length_alpha=float(section.get("length_alpha", 0.5)),
-        length_threshold=float(section.get("length_threshold", 16384)),
+        length_regularize=bool(section.get("length_regularize", True)),  # as AdaptiveMethod.score, always
+        length_alpha=float(section.get("length_alpha", default.length_alpha)),
+        length_threshold=float(section.get("length_threshold", default.length_threshold)),
     )
 
 
@@ -94,8 +97,8 @@ def compute_arise_advantage(
     Settings come from `config.rwcore` (verl passes `config=algorithm`; add them with
     `+algorithm.rwcore.lam=0.3` etc.): lam (0.3), ddof (1, sample std like verl's torch.std), eps
     (default: `epsilon`, 1e-9), verdicts_key ("rwcore_verdicts"; null for task advantages only),
-    rubric_order (column order for sequence-valued verdicts), length_regularize (false),
-    length_alpha (0.5), length_threshold (16384).
+    rubric_order (column order for sequence-valued verdicts), length_regularize (true, as the method),
+    length_alpha (0.5), length_threshold (16384); the numbers' defaults are `rwcore.method.MethodSettings`'.
 
     verl's `compute_advantage` passes `non_tensor_batch` only to "gdpo"; `register()` installs a
     forwarder for "rwcore_arise" (or call `apply_arise_advantage` yourself). Without it this raises

@@ -17,7 +17,7 @@ fit loop calls `compute_advantage`):
   computed its advantages (`feed_after_advantages`).
 
 The actor workers (other processes) look the loss up by name: on verl 0.8 they register it through
-`actor_rollout_ref.model.external_lib=rwcore.integrations.verl` (verl imports that module in each
+`actor_rollout_ref.model.external_lib=rwcore.integrations.verl.autoregister` (verl imports that module in each
 worker; importing the package into a process that has verl registers).
 
     python -m rwcore.integrations.verl.legacy <verl's Hydra overrides>     # docs/integrations.md

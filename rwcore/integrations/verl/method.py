@@ -16,12 +16,18 @@ Per step k (one `compute_advantage` call), from the batch verl hands the estimat
   (non_tensor_batch[verdicts_key], one {rubric id: verdict} per response, judged on
   `method.rubrics_to_judge(k, ...)`, which `rubrics_to_judge()` exposes for the reward workers);
 - advantages = `method.score(trajectories, reports).advantages`, broadcast over the response mask (returns
-  the same, as verl's GRPO); then `method.observe(k, ...)` and `method.adapt(k)` (the pool; variants with
-  RewardWeaver stages need `diagnose=`).
+  the same, as verl's GRPO), and `method.observe(k, ...)`: `MethodLoop.finish`, the step of every trainer;
+- the end of the step (`MethodLoop.end_step`: the pool update, RewardWeaver's stage with `diagnose=`) runs
+  *after* verl's actor update: on the V1 trainer ("rwcore_sync") in `on_step_end`, once the rollout
+  replicas hold the updated weights; otherwise (the legacy trainer) when the loader draws the next batch.
+  So a stage's diagnosis batch always comes from the updated policy, as in `rw train` and TRL. The pending
+  end is part of the sampler's state, so a checkpoint written between the update and `on_step_end` resumes
+  exactly.
 
 The estimator needs the batch's non_tensor_batch: on the legacy trainer through `install_advantage_forwarding`
 (which routes "rwcore_method" here), on the V1 trainer through `verdicts_in_scope` (trainer mode
-"rwcore_sync" fetches the fields). The sampler's `state_dict` is the method's, so verl's data.pt
+"rwcore_sync" fetches the fields). The driver lives in verl's estimator registry (`register()`), nowhere
+else. The sampler's `state_dict` is the method's, so verl's data.pt
 checkpoint holds the whole method (pool, sampler evidence, RewardWeaver state).
 """
 
@@ -43,21 +49,15 @@ from .verdicts import _parse_verdict
 METHOD_ESTIMATOR_NAME = "rwcore_method"
 TEXT_KEY = "rwcore_response"
 
-_DRIVER: list = []  # the registered driver (one per trainer process)
-
-
 class AdaptiveMethodDriver:
     """An `AdaptiveMethod` behind verl's estimator registry and data loader (see the module docstring)."""
 
     def __init__(self, method, *, diagnose: Callable | None = None, task_id_key: str = TASK_ID_KEY,
                  verdicts_key: str = VERDICTS_KEY, text_key: str = TEXT_KEY, keep_steps: int = 16) -> None:
-        from rwcore.method import AdaptiveMethod
+        from rwcore.method.loop import MethodLoop
 
-        if not isinstance(method, AdaptiveMethod):
-            raise ValueError(f"method must be a rwcore.AdaptiveMethod, got {type(method).__name__}")
-        if method.variant.has_stages and diagnose is None:
-            raise ValueError(f"variant {method.variant.name!r} has RewardWeaver stages: pass diagnose=(task_ids, "
-                             "rubrics) -> (trajectories, reports), a fresh on-policy diagnosis batch")
+        # the method's one loop (rwcore.method.loop), shared with rw train and TRL; checks method / diagnose
+        self.loop = MethodLoop(method, diagnose=diagnose)
         self.method = method
         self.diagnose = diagnose
         self.task_id_key, self.verdicts_key, self.text_key = task_id_key, verdicts_key, text_key
@@ -73,11 +73,20 @@ class AdaptiveMethodDriver:
         from .config import _require
 
         core_algos = _require("verl.trainer.ppo.core_algos")
-        _DRIVER[:] = [self]
+        estimator = MethodEstimator(self)
         if METHOD_ESTIMATOR_NAME not in core_algos.ADV_ESTIMATOR_REGISTRY:
-            core_algos.register_adv_est(METHOD_ESTIMATOR_NAME)(compute_method_advantage)
-        else:
-            core_algos.ADV_ESTIMATOR_REGISTRY[METHOD_ESTIMATOR_NAME] = compute_method_advantage
+            core_algos.register_adv_est(METHOD_ESTIMATOR_NAME)(estimator)
+        else:  # another driver (or this one again) was registered before: this one serves from now on
+            core_algos.ADV_ESTIMATOR_REGISTRY[METHOD_ESTIMATOR_NAME] = estimator
+        self.loop.start()  # RewardWeaver's first stage, before training (a no-op once started)
+
+    def plan(self) -> list:
+        """The current step's task ids (a pending end of the previous step runs first)."""
+        return self.loop.plan(self.step).task_ids
+
+    def end_step(self) -> None:
+        """After verl's actor update (and weight sync): the pool update and RewardWeaver's stage, when due."""
+        self.loop.end_step()
 
     def sampler(self, dataset, task_id_key: Optional[str] = None):
         """A stateful torch Sampler over `dataset`'s rows: each batch is the rows of `method.sample(step)`."""
@@ -91,7 +100,8 @@ class AdaptiveMethodDriver:
 
     def advantages(self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
                    non_tensor_batch: Mapping) -> torch.Tensor:
-        """The method's advantages [N, T] for verl's batch (float32, zero outside the mask); observes and adapts."""
+        """The method's advantages [N, T] for verl's batch (float32, zero outside the mask); observes (the step
+        ends after the actor update: `end_step`)."""
         from rwcore.types import JudgeReport, RubricJudgment, Trajectory, Turn
 
         method, g = self.method, self.method.settings.group_size
@@ -129,33 +139,52 @@ class AdaptiveMethodDriver:
             judgments = {str(rid): RubricJudgment(str(rid), _parse_verdict(v, f"{self.verdicts_key}[{row}][{rid!r}]"))
                          for rid, v in dict(verdicts).items()}
             reports.append(JudgeReport(trajectory_id, judgments))
-        scored = method.score(trajectories, reports)
-        method.observe(self.step, task_ids, trajectories, scored.judged)
+        scored = self.loop.finish(self.step, task_ids, trajectories, reports).scored
         self.scored.append({"step": self.step, "task_ids": task_ids, "trajectories": trajectories,
                             "reports": reports, "scored": scored, "order": order})
-        diagnosis = None
-        if method.stage_due(self.step):
-            diagnosis = self.diagnose(method.diagnosis_tasks(self.step), method.diagnosis_rubrics())
-        method.adapt(self.step, diagnosis=diagnosis)
         self.step += 1
         per_response = np.empty(n)
         per_response[order] = scored.advantages
         return torch.as_tensor(per_response, dtype=torch.float32, device=response_mask.device).unsqueeze(-1) * response_mask
 
 
+class MethodEstimator:
+    """What `AdaptiveMethodDriver.register()` puts in verl's estimator registry as "rwcore_method": an estimator
+    with verl's signature, bound to its driver (`.driver`)."""
+
+    def __init__(self, driver: AdaptiveMethodDriver) -> None:
+        self.driver = driver
+        self.__name__ = self.__qualname__ = "compute_method_advantage"
+
+    def __call__(self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, config=None,
+                 non_tensor_batch: Optional[dict] = None, **kwargs):
+        return compute_method_advantage(token_level_rewards, response_mask, index, config, non_tensor_batch,
+                                        driver=self.driver)
+
+
+def registered_driver() -> AdaptiveMethodDriver | None:
+    """The driver serving "rwcore_method" in verl's estimator registry (None when none is registered)."""
+    from .config import _require
+
+    estimator = _require("verl.trainer.ppo.core_algos").ADV_ESTIMATOR_REGISTRY.get(METHOD_ESTIMATOR_NAME)
+    return getattr(estimator, "driver", None)
+
+
 def compute_method_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
-                             config=None, non_tensor_batch: Optional[dict] = None, **kwargs):
-    """verl advantage estimator "rwcore_method": the registered `AdaptiveMethodDriver`'s advantages (and returns)."""
-    if not _DRIVER:
+                             config=None, non_tensor_batch: Optional[dict] = None, *,
+                             driver: AdaptiveMethodDriver | None = None, **kwargs):
+    """verl advantage estimator "rwcore_method": `driver`'s advantages (and returns); default the registered one."""
+    driver = driver if driver is not None else registered_driver()
+    if driver is None:
         raise ValueError("rwcore_method has no AdaptiveMethodDriver: call AdaptiveMethodDriver(method).register() "
                          "in the trainer process")
     scoped = _SCOPED_NON_TENSOR.get()
-    if non_tensor_batch is None or _DRIVER[0].verdicts_key not in non_tensor_batch:
+    if non_tensor_batch is None or driver.verdicts_key not in non_tensor_batch:
         non_tensor_batch = {**(non_tensor_batch or {}), **(scoped or {})}
     if not non_tensor_batch:
         raise ValueError("rwcore_method got no non_tensor_batch: on the V1 trainer set trainer.v1.trainer_mode="
                          "rwcore_sync; on the legacy trainer call rwcore.integrations.verl.install_advantage_forwarding()")
-    advantages = _DRIVER[0].advantages(token_level_rewards, response_mask, index, non_tensor_batch)
+    advantages = driver.advantages(token_level_rewards, response_mask, index, non_tensor_batch)
     return advantages, advantages
 
 
@@ -183,17 +212,22 @@ class AdaptiveMethodSampler(torch.utils.data.Sampler):
 
     def __iter__(self):
         for _ in range(self.num_batches):
-            for task_id in self.driver.method.sample(self.driver.step):
+            for task_id in self.driver.plan():
                 yield self.rows[str(task_id)]
 
     def __len__(self) -> int:
         return self.num_batches * self.batch_size
 
     def state_dict(self) -> dict:
-        return {"kind": "AdaptiveMethodSampler", "step": self.driver.step, "method": self.driver.method.state_dict()}
+        return {"kind": "AdaptiveMethodSampler", "step": self.driver.step, "method": self.driver.method.state_dict(),
+                "loop": self.driver.loop.state_dict()}
 
     def load_state_dict(self, state: Mapping) -> None:
         if not isinstance(state, Mapping) or state.get("kind") != "AdaptiveMethodSampler":
             raise ValueError("state_dict is not an AdaptiveMethodSampler state")
         self.driver.method.load_state_dict(state["method"])
         self.driver.step = int(state["step"])
+        if "loop" in state:  # written before the loop's state was saved: nothing pending, started
+            self.driver.loop.load_state_dict(state["loop"])
+        else:
+            self.driver.loop.started, self.driver.loop.pending_end_step = True, None

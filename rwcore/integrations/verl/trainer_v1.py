@@ -10,6 +10,8 @@ trainer registry (`verl.trainer.ppo.v1.register_trainer`, chosen by `trainer.v1.
 - in `_init_dataloader` replaces the loader's sampler with `RwcoreCurriculumSampler` when
   `data.rwcore_sampler` is set (verl's `StatefulDataLoader` then saves the sampler's state in verl's
   data.pt checkpoint and restores it on resume);
+- in `on_step_end`, after verl's weight sync, ends the step of an `AdaptiveMethodDriver` ("rwcore_method":
+  the pool update and RewardWeaver's stage, whose diagnosis then rolls out the updated policy);
 - in `_compute_advantage` fetches the verdicts (and, with the sampler, the task ids) of the batch from
   TransferQueue by the same keys verl uses, runs verl's own `_compute_advantage` with them in scope
   (`verdicts_in_scope`), then feeds the sampler.
@@ -184,12 +186,13 @@ def trainer_class() -> type:
             return fields
 
         def _compute_advantage(self, batch, metrics):
-            from .method import _DRIVER, METHOD_ESTIMATOR_NAME
+            from .method import METHOD_ESTIMATOR_NAME, registered_driver
 
             estimator = getattr(self.config.algorithm.adv_estimator, "value", self.config.algorithm.adv_estimator)
             fields = self._rwcore_fields() if estimator == ADV_ESTIMATOR_NAME else []
-            if estimator == METHOD_ESTIMATOR_NAME and _DRIVER:
-                fields = [_DRIVER[0].verdicts_key, _DRIVER[0].task_id_key]
+            driver = registered_driver() if estimator == METHOD_ESTIMATOR_NAME else None
+            if driver is not None:
+                fields = [driver.verdicts_key, driver.task_id_key]
             if not fields:
                 return super()._compute_advantage(batch, metrics)
             fetched = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
@@ -200,6 +203,15 @@ def trainer_class() -> type:
                 self.rwcore_sampler.update(_Feedback(non_tensor))
                 metrics.update({f"rwcore/sampler/{k}": v for k, v in self.rwcore_sampler.last_update.items()})
             return batch
+
+        def on_step_end(self):
+            super().on_step_end()  # the rollout replicas now hold the updated weights
+            from .method import METHOD_ESTIMATOR_NAME, registered_driver
+
+            estimator = getattr(self.config.algorithm.adv_estimator, "value", self.config.algorithm.adv_estimator)
+            driver = registered_driver() if estimator == METHOD_ESTIMATOR_NAME else None
+            if driver is not None:  # the end of the method's step: its diagnosis rolls out the updated policy
+                driver.end_step()
 
     RwcorePPOTrainer.__module__ = __name__
     RwcorePPOTrainer.__qualname__ = "RwcorePPOTrainer"

@@ -44,7 +44,7 @@ class RuleAttributor:
 
     def attribute(self, trajectory: Trajectory, candidates: Sequence[RubricSpec]) -> list[AttributionRecord]:
         tid = trajectory.trajectory_id
-        failure = (trajectory.metadata or {}).get("partner_failure")
+        failure = trajectory.partner_failure
         last = next((t.content for t in reversed(trajectory.turns) if t.role == "assistant"), "")
         out = []
         for spec in candidates:
