@@ -203,6 +203,25 @@ class JudgedBatch:
         rates = (self.codes == Verdict.INVALID).mean(axis=0)
         return {rid: float(rate) for rid, rate in zip(self.rubric_ids, rates)}
 
+    def rubric_rates(self) -> dict[str, tuple[float, float | None]]:
+        """rubric id -> (applicable, pass): the share of the batch's trajectories the rubric applied to (a
+        valid PASS or FAIL) and its pass rate among those (None when it applied to none)."""
+        rates = {}
+        for j, rubric_id in enumerate(self.rubric_ids):
+            codes = self.codes[:, j]
+            passed, failed = int((codes == Verdict.PASS).sum()), int((codes == Verdict.FAIL).sum())
+            rates[rubric_id] = ((passed + failed) / len(codes) if len(codes) else 0.0,
+                                passed / (passed + failed) if passed + failed else None)
+        return rates
+
+    def rubric_rate_metrics(self, prefix: str = "rubric/") -> dict[str, float | None]:
+        """`rubric_rates` as metric names: `rubric/<id>/applicable` and `rubric/<id>/pass`."""
+        metrics: dict[str, float | None] = {}
+        for rubric_id, (applicable, passed) in self.rubric_rates().items():
+            metrics[f"{prefix}{rubric_id}/applicable"] = applicable
+            metrics[f"{prefix}{rubric_id}/pass"] = passed
+        return metrics
+
     def invalid_rate_metrics(self, prefix: str = "judge/invalid_rate/") -> dict[str, float]:
         """`invalid_rates` as metric names (`judge/invalid_rate/<rubric id>`), for a metrics row."""
         return {prefix + rid: rate for rid, rate in self.invalid_rates().items()}

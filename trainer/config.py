@@ -40,7 +40,7 @@ from typing import Any, Literal, Mapping, Sequence
 import yaml
 
 from rwcore.method import MethodSettings
-from rwcore.method.variants import VARIANTS, get_variant
+from rwcore.method.variants import LIBRARY_STRATEGIES, VARIANTS, get_variant
 
 VARIANT_NAMES = tuple(VARIANTS)
 
@@ -494,8 +494,7 @@ def _check_range(key: str, value: Any, meta: Mapping[str, Any]) -> None:
 _VARIANT_KEYS: dict[str, Any] = {
     "sampler.kind": Literal["capability", "outcome", "uniform"] | None,
     "pool.skills": Literal["on", "off"] | None,
-    "rewardweaver.selection": Literal["attribution", "static_topk", "random", "dynamic_topk", "random_trajectory",
-                                      "success_failure_contrast"] | None,
+    "rewardweaver.selection": Literal[LIBRARY_STRATEGIES] | None,  # type: ignore[valid-type]
 }
 
 

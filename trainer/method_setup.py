@@ -121,7 +121,7 @@ def admit_unvalidated(env, judge, specs: Sequence[RubricSpec]):
                                           AdmittedCapability.compute_hash(capability, evaluator, report)))
     if not entries:
         raise ValueError(f"env.name {_env_name(env)}: no capability candidate to build RewardWeaver's library from")
-    library._insert(entries)
+    library.add_admitted(entries)
     logging.getLogger(__name__).warning(
         "env.name %s: RewardWeaver's library holds %d capabilities admitted WITHOUT the acceptance test (%s): %s",
         _env_name(env), len(entries), "no labelled cases", ", ".join(e.capability.capability_id for e in entries))
@@ -211,14 +211,19 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
             # New capabilities need labelled cases to be admitted: the environment's rules have them;
             # a capability an LLM invents has none and is rejected (recorded in the reward history).
             providers.acceptance_cases = lambda candidate: cases.get(candidate.capability_id, [])
-    if variant.process_reward == "open_vocabulary":
+    # what the variant's registered process reward calls besides the library (rwcore.rewardweaver.process_rewards)
+    from rwcore.rewardweaver.process_rewards import get_process_reward
+
+    needs = get_process_reward(variant.process_reward).needs(method_settings(cfg)) \
+        if variant.process_reward is not None and not variant.uses_library else ()
+    if "proposer" in needs:
         if not isinstance(reflector, CapabilityProposer):
-            raise ValueError("train.method=rw_open_vocabulary needs a capability proposer (judge.kind=openai, or an "
+            raise ValueError(f"train.method={cfg.train.method} needs a capability proposer (judge.kind=openai, or an "
                              "environment reflector with propose_capabilities)")
         providers.proposer = reflector
-    if variant.process_reward == "instance_specific":
+    if "instance_writer" in needs:
         if not isinstance(reflector, InstanceRubricWriter):
-            raise ValueError("train.method=rw_instance_specific needs an instance-rubric writer (judge.kind=openai, or "
+            raise ValueError(f"train.method={cfg.train.method} needs an instance-rubric writer (judge.kind=openai, or "
                              "an environment reflector with instance_rubrics)")
         providers.instance_writer = reflector
     return providers

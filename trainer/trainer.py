@@ -406,12 +406,11 @@ class Trainer:
             "advantage_std": float(np.std(scored.advantages)),
             "rubrics/process": len(scored.process_rubrics), "rubrics/advantage": len(scored.advantage_rubrics),
             # pool rubrics also in RewardWeaver's set: counted in the process reward only
-            "rubrics/shared": len(set(scored.process_rubrics) & set(self.method.pool.rubric_ids()))
-            if self.method.pool is not None else 0,
+            "rubrics/shared": len(scored.shared_rubrics),
             "judgments": int(judged.codes.size), "invalid_rate": judged.invalid_fraction(), **judged.invalid_rate_metrics(),
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
             "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
-            **_rubric_rates(judged), **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
+            **judged.rubric_rate_metrics(), **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
             "time/diagnosis": diagnosis_seconds, "time/rollout_wait": waited,
             "rollout/version_lag": float(np.mean([index - v for v in versions])),
             # groups whose evidence entered the sampler at a version older than the one being trained
@@ -664,10 +663,9 @@ class Trainer:
             stream.write(json.dumps(row) + "\n")
 
     def _write_sampling(self) -> None:
-        sampler = self.method.sampler
-        if not hasattr(sampler, "pair_probabilities"):
+        pairs = self.method.sampling_probabilities(self.step, num_draws=500)
+        if pairs is None:
             return
-        pairs = sampler.pair_probabilities(self.step, num_draws=500)
         line = {"step": self.step, "pairs": [{"tag": tag, "capability": cap, "probability": p}
                                              for (tag, cap), p in pairs.items()]}
         with ckpt.writing(self._sampling_path), open(self._sampling_path, "a") as stream:
@@ -676,18 +674,7 @@ class Trainer:
     def _write_adaptation_files(self) -> None:
         if not self.main:
             return
-        method = self.method
-        files = {}
-        if method.variant.has_stages:
-            files["reward_stages.json"] = method.reward_stages()
-            if method.reward_history() is not None:
-                files["reward_history.json"] = method.reward_history()
-                files["diagnostics.json"] = method.diagnostic_scores()
-        if method.pool is not None:
-            files["pool_counts.json"] = method.pool_counts()
-            files["pool_events.json"] = method.pool_events()
-            files["pool_rubrics.json"] = method.pool_rubrics()
-        for name, payload in files.items():
+        for name, payload in self.method.run_files().items():
             with ckpt.writing(self.out / name):
                 atomic_write_bytes(self.out / name, json.dumps(payload, indent=1, default=str).encode())
 
@@ -744,12 +731,9 @@ class Trainer:
         state = ckpt.load(path / "state.pt")
         if self._evaluation_only:
             self.policy.model.load_state_dict(ckpt.load(path / "model.pt"))
-            pool = (state.get("method") or {}).get("pool")
-            if pool:
-                from rwcore.arise.pool import render_system_prompt
-
-                skills = [pair["skill"] for pair in pool["pairs"] if pair["status"] == "active"]
-                self._eval_skills_prompt = render_system_prompt(self.env.system_prompt, skills)
+            if (state.get("method") or {}).get("pool"):
+                self._eval_skills_prompt = AdaptiveMethod.system_prompt_from_state(state["method"],
+                                                                                   self.env.system_prompt)
             self.step = int(state["step"])
             return
         saved_world = int(state.get("world_size", 1))
@@ -789,20 +773,6 @@ class Trainer:
         if getattr(self, "_threads_before", None):
             torch.set_num_threads(self._threads_before)
             self._threads_before = None
-
-
-def _rubric_rates(judged) -> dict:
-    """Per judged rubric: the share of the step's trajectories it applied to (a valid PASS or FAIL) and
-    its pass rate among those (None when it applied to none) - `rubric/<id>/applicable`, `/pass`."""
-    from rwcore.verdict import Verdict
-
-    rates = {}
-    for j, rubric_id in enumerate(judged.rubric_ids):
-        codes = judged.codes[:, j]
-        passed, failed = int((codes == Verdict.PASS).sum()), int((codes == Verdict.FAIL).sum())
-        rates[f"rubric/{rubric_id}/applicable"] = (passed + failed) / len(codes) if len(codes) else 0.0
-        rates[f"rubric/{rubric_id}/pass"] = passed / (passed + failed) if passed + failed else None
-    return rates
 
 
 def _due(step: int, every: int) -> bool:

@@ -243,6 +243,7 @@ class Scored:
     process_terms: float64 [N], RewardWeaver's mean over `process_rubrics` (0 without).
     judged: the step's JudgedBatch (every rubric judged).
     process_rubrics / advantage_rubrics: where each rubric was counted (disjoint).
+    shared_rubrics: the pool's rubrics that are also in RewardWeaver's set (counted in the process reward only).
     """
 
     rewards: np.ndarray
@@ -252,6 +253,7 @@ class Scored:
     judged: JudgedBatch
     process_rubrics: tuple[str, ...]
     advantage_rubrics: tuple[str, ...]
+    shared_rubrics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -302,9 +304,12 @@ class AdaptiveMethod:
         self.sampler = self._build_sampler()
         self.pool = self._build_pool() if self.variant.arise_rubrics is not None else None
         self.window = ReflectionWindow(s.max_records, seed=s.seed) if self.pool is not None else None
-        self.weaver = self._build_weaver() if self.variant.uses_library else None
-        self._open_stages: list[dict] = []          # rw_open_vocabulary: one record per stage
-        self._instance_rubrics: dict[str, tuple[RubricSpec, ...]] = {}  # rw_instance_specific
+        # RewardWeaver's process reward, from the registry (rwcore.rewardweaver.process_rewards): the stage driver
+        # RewardWeaver for library strategies, or the open-vocabulary / instance-specific rubric source
+        entry = self._process_entry()
+        built = entry.build(s, self.providers) if entry is not None else None
+        self.weaver = built if entry is not None and entry.uses_library else None
+        self._process = built if entry is not None and not entry.uses_library else None
         self._diagnostic_scores: list[dict] = []    # appendix G points
         self._reflection_errors = 0
         self._stage_errors = 0
@@ -329,6 +334,11 @@ class AdaptiveMethod:
 
     # ------------------------------------------------------------------ construction
 
+    def _process_entry(self):
+        from rwcore.rewardweaver.process_rewards import get_process_reward
+
+        return get_process_reward(self.variant.process_reward) if self.variant.process_reward is not None else None
+
     def _check_providers(self) -> None:
         v, p = self.variant, self.providers
         needs: list[tuple[str, object, type | None]] = []
@@ -337,22 +347,22 @@ class AdaptiveMethod:
         if v.arise_rubrics == "frozen" and not p.frozen_rubrics:
             raise ValueError(f"variant {v.name!r} needs providers.frozen_rubrics: the rubric-skill pairs a previous "
                              "Arise run produced (rw train: pool.frozen_from=RUN_DIR)")
-        if v.uses_library:
-            from rwcore.rewardweaver import CapabilityLibrary
+        entry = self._process_entry()
+        protocols = {"attributor": Attributor, "proposer": CapabilityProposer, "instance_writer": InstanceRubricWriter,
+                     "reflector": RubricReflector}
+        for name in (entry.needs(self.settings) if entry is not None else ()):  # what the registry entry calls
+            if name == "library":
+                from rwcore.rewardweaver import CapabilityLibrary
 
-            if not isinstance(p.library, CapabilityLibrary) or not p.library.ids():
-                raise ValueError(f"variant {v.name!r} needs providers.library: a CapabilityLibrary with at least one "
-                                 "admitted capability")
-            if v.process_reward not in ("dynamic_topk", "random") or self.settings.success_sample:
-                needs.append(("attributor", p.attributor, Attributor))
-        if v.process_reward == "open_vocabulary":
-            needs.append(("proposer", p.proposer, CapabilityProposer))
-        if v.process_reward == "instance_specific":
-            needs.append(("instance_writer", p.instance_writer, InstanceRubricWriter))
+                if not isinstance(p.library, CapabilityLibrary) or not p.library.ids():
+                    raise ValueError(f"variant {v.name!r} needs providers.library: a CapabilityLibrary with at least "
+                                     "one admitted capability")
+            else:
+                needs.append((name, getattr(p, name), protocols.get(name)))
         for name, value, protocol in needs:
             if value is None or (protocol is not None and not isinstance(value, protocol)):
-                raise ValueError(f"variant {v.name!r} needs providers.{name} "
-                                 f"(a rwcore.types.{protocol.__name__}), got {type(value).__name__}")
+                kind = f"a rwcore.types.{protocol.__name__}" if protocol is not None else "a provider"
+                raise ValueError(f"variant {v.name!r} needs providers.{name} ({kind}), got {type(value).__name__}")
 
     def _build_sampler(self):
         from rwcore.sampling import build_sampler
@@ -371,24 +381,6 @@ class AdaptiveMethod:
             max_failures=s.max_records, frozen=frozen,
         )
 
-    def _build_weaver(self):
-        from rwcore.rewardweaver import RewardWeaver
-
-        s, p = self.settings, self.providers
-        expansion = s.expansion and p.proposer is not None and p.evaluator is not None \
-            and p.acceptance_cases is not None
-        return RewardWeaver(
-            p.library, p.attributor, strategy=self.variant.process_reward, budget=s.budget,
-            low_outcome=s.low_outcome, min_confidence=s.min_confidence, min_support=s.min_support,
-            rank_by=s.rank_by, retrieve="verdicts", max_candidates=s.max_candidates,
-            analyze_cohorts=s.success_sample > 0 and p.attributor is not None,
-            max_success_attributions=s.success_sample if s.success_sample > 0 else None,
-            proposer=p.proposer if expansion else None, evaluator=p.evaluator if expansion else None,
-            acceptance_cases=p.acceptance_cases if expansion else None, max_new=s.max_new_capabilities,
-            reviser=p.reviser if expansion else None, max_revisions=s.max_revisions,
-            normalize=s.process_normalization, seed=s.seed,
-        )
-
     # ------------------------------------------------------------------ per step
 
     def sample(self, step: int) -> list:
@@ -402,16 +394,22 @@ class AdaptiveMethod:
             return base
         return self.pool.system_prompt(base)
 
+    @classmethod
+    def system_prompt_from_state(cls, state: Mapping, base: str) -> str:
+        """The training prompt of the method whose `state_dict()` is `state` (a checkpoint's), without building
+        it: `base` with the pool's active skills (`base` itself when the variant has no pool)."""
+        pool = state.get("pool") if isinstance(state, Mapping) else None
+        if not pool:
+            return base
+        from rwcore.arise.pool import RubricSkillPool
+
+        return RubricSkillPool.system_prompt_from_state(pool, base)
+
     def process_rubrics(self, task_id: str | None = None) -> list[RubricSpec]:
         """RewardWeaver's rubric set A of the current stage (for instance-specific rubrics: `task_id`'s)."""
-        v = self.variant
         if self.weaver is not None:
             return self.weaver.active_rubrics()
-        if v.process_reward == "open_vocabulary":
-            return list(self._open_stages[-1]["specs"]) if self._open_stages else []
-        if v.process_reward == "instance_specific":
-            return list(self._instance_rubrics.get(task_id, ())) if task_id is not None else []
-        return []
+        return self._process.rubrics(task_id) if self._process is not None else []
 
     def rubrics_to_judge(self, step: int, task_ids: Sequence[str]) -> list[list[RubricSpec]]:
         """For each task group of the step, the rubrics its trajectories are judged on: the pool's rubrics
@@ -472,8 +470,9 @@ class AdaptiveMethod:
                                                       eps=s.eps, ddof=s.ddof)
         else:
             advantages = compute_advantages(rewards, verdicts, groups, lam=s.lam, eps=s.eps, ddof=s.ddof)
+        pool_ids = set(self.pool.rubric_ids()) if self.pool is not None else set()
         return Scored(rewards, np.asarray(advantages, dtype=np.float64), task_rewards, process_terms, judged,
-                      tuple(process_ids), advantage_ids)
+                      tuple(process_ids), advantage_ids, tuple(rid for rid in process_ids if rid in pool_ids))
 
     def _process_terms(self, trajectories: Sequence[Trajectory], judged: JudgedBatch) -> tuple[np.ndarray, list[str]]:
         """RewardWeaver's 1/|A| sum_d J_d per trajectory (rwcore.rewardweaver.process_terms with
@@ -485,15 +484,8 @@ class AdaptiveMethod:
         normalize = self.settings.process_normalization
         if self.variant.process_reward is None:
             return np.zeros(n), []
-        if self.variant.process_reward == "instance_specific":
-            terms = np.zeros(n)
-            used: dict[str, None] = {}
-            for i, trajectory in enumerate(trajectories):
-                ids = [spec.rubric_id for spec in self._instance_rubrics.get(trajectory.task_id, ())]
-                used.update(dict.fromkeys(ids))
-                if ids:
-                    terms[i] = process_terms(judged.columns(ids).reward_values()[i:i + 1], normalize=normalize)[0][0]
-            return terms, list(used)
+        if hasattr(self._process, "terms"):  # per-trajectory rubric sets (instance-specific)
+            return self._process.terms(trajectories, judged, normalize)
         ids = [spec.rubric_id for spec in self.process_rubrics()]
         if not ids:
             return np.zeros(n), []
@@ -619,46 +611,20 @@ class AdaptiveMethod:
                 return None
             return int(self.weaver.stage)
         # open vocabulary: the proposer's dimensions for this stage's failures, used as they come
-        from rwcore.rewardweaver import low_outcome_mask
-
-        cohort = [t for t, low in zip(trajectories, low_outcome_mask(trajectories, self.settings.low_outcome)) if low]
-        previous = self._open_stages[-1]["specs"] if self._open_stages else ()
-        # proposed afresh each stage (library=[]: nothing is frozen); no failures -> keep the dimensions
-        specs = list(previous)
-        if cohort:
-            try:
-                specs = list(self.providers.proposer.propose_capabilities(cohort, [], self.settings.budget))
-            except Exception as exc:  # noqa: BLE001 - an LLM proposer may fail; keep the dimensions, keep training
-                self._stage_errors += 1
-                logger.warning("stage boundary after step %d: the capability proposer failed (%s: %s); the current "
-                               "dimensions stay for another stage", step, type(exc).__name__, exc)
-        specs = _distinct(specs)[: self.settings.budget]
-        self._open_stages.append({"stage": len(self._open_stages), "start_step": step + 1, "specs": tuple(specs),
-                                  "cohort": len(cohort), "trajectories": len(trajectories)})
-        return len(self._open_stages) - 1
+        errors = self._process.errors
+        stage = self._process.new_stage(step, trajectories)
+        self._stage_errors += self._process.errors - errors
+        return stage
 
     def set_instance_contexts(self, contexts: Mapping[str, Trajectory]) -> None:
         """rw_instance_specific: writes each task's rubrics from its context (once per task; kept in the
         state). Every training task needs a context."""
-        if self.variant.process_reward != "instance_specific":
-            return
-        missing = [task_id for task_id in self._task_ids if task_id not in contexts]
-        if missing:
-            raise ValueError(f"contexts lacks tasks {missing[:5]}: every training task needs its rubrics")
-        written = {}
-        for task_id in self._task_ids:
-            if task_id in self._instance_rubrics:
-                continue
-            specs = self.providers.instance_writer.instance_rubrics(contexts[task_id], self.settings.budget)
-            specs = _distinct(list(specs))[: self.settings.budget]
-            if not all(isinstance(spec, RubricSpec) for spec in specs):
-                raise ValueError(f"instance_writer.instance_rubrics must return RubricSpecs (task {task_id!r})")
-            written[task_id] = tuple(specs)
-        self._instance_rubrics.update(written)
+        if hasattr(self._process, "set_contexts"):
+            self._process.set_contexts(self._task_ids, contexts)
 
     @property
     def needs_instance_contexts(self) -> bool:
-        return self.variant.process_reward == "instance_specific" and len(self._instance_rubrics) < len(self._task_ids)
+        return hasattr(self._process, "set_contexts") and self._process.missing(self._task_ids)
 
     def record_diagnostic_scores(self, step: int, reports: Sequence[JudgeReport]) -> dict:
         """Appendix G: S_d at this point = mean normalized score over applicable episodes of the fixed
@@ -687,12 +653,39 @@ class AdaptiveMethod:
 
     # ------------------------------------------------------------------ what the run folder shows
 
+    def run_files(self) -> dict[str, object]:
+        """file name -> JSON payload: what this variant's run folder holds about the method (RewardWeaver's
+        stages, history and appendix-G diagnostics; Arise's pool counts, events and rubrics)."""
+        files: dict[str, object] = {}
+        if self.variant.has_stages:
+            files["reward_stages.json"] = self.reward_stages()
+            if self.reward_history() is not None:
+                files["reward_history.json"] = self.reward_history()
+                files["diagnostics.json"] = self.diagnostic_scores()
+        if self.pool is not None:
+            files["pool_counts.json"] = self.pool_counts()
+            files["pool_events.json"] = self.pool_events()
+            files["pool_rubrics.json"] = self.pool_rubrics()
+        return files
+
+    def sampling_probabilities(self, step: int, num_draws: int = 500) -> dict | None:
+        """(task-type tag, capability) -> probability that the sampler draws a task of that pair at `step`
+        (estimated from `num_draws` draws); None for samplers without pairs."""
+        if not hasattr(self.sampler, "pair_probabilities"):
+            return None
+        return self.sampler.pair_probabilities(step, num_draws=num_draws)
+
+    @property
+    def task_ids(self) -> list:
+        """The training tasks' ids, in the order the method was given them."""
+        return list(self._task_ids)
+
     def active_rubric_count(self) -> int:
         """Distinct rubrics that steer training now (pool rubrics plus RewardWeaver's set)."""
         ids = {spec.rubric_id for spec in self.pool.active_rubrics()} if self.pool is not None else set()
         ids |= {spec.rubric_id for spec in self.process_rubrics()}
-        if self.variant.process_reward == "instance_specific":
-            ids |= {spec.rubric_id for specs in self._instance_rubrics.values() for spec in specs}
+        if hasattr(self._process, "all_rubric_ids"):
+            ids |= self._process.all_rubric_ids()
         return len(ids)
 
     @property
@@ -736,10 +729,7 @@ class AdaptiveMethod:
                      "strategy": r.strategy, "reason": r.reason, "admitted": list(r.admitted),
                      "expansion": r.diagnosis.get("expansion")}
                     for r in self.weaver.history.stages]
-        return [{"stage": r["stage"], "start_step": r["start_step"], "active": [s.rubric_id for s in r["specs"]],
-                 "families": {s.rubric_id: s.capability for s in r["specs"]}, "strategy": "open_vocabulary",
-                 "reason": f"proposed from {r['cohort']} low-outcome of {r['trajectories']} trajectories (no admission)"}
-                for r in self._open_stages]
+        return self._process.reward_stages() if hasattr(self._process, "reward_stages") else []
 
     def reward_history(self) -> dict | None:
         return self.weaver.history.state_dict() if self.weaver is not None else None
@@ -772,8 +762,8 @@ class AdaptiveMethod:
             "pool": self.pool.state_dict() if self.pool is not None else None,
             "window": self.window.state_dict() if self.window is not None else None,
             "weaver": self.weaver.state_dict() if self.weaver is not None else None,
-            "open_stages": [{**r, "specs": [_spec_dict(s) for s in r["specs"]]} for r in self._open_stages],
-            "instance_rubrics": {task: [_spec_dict(s) for s in specs] for task, specs in self._instance_rubrics.items()},
+            "open_stages": self._process.state_dict() if hasattr(self._process, "new_stage") else [],
+            "instance_rubrics": self._process.state_dict() if hasattr(self._process, "set_contexts") else {},
             "diagnostic_scores": self.diagnostic_scores(),
             "reflection_errors": self._reflection_errors, "stage_errors": self._stage_errors,
         }
@@ -805,9 +795,10 @@ class AdaptiveMethod:
             self.window.load_state_dict(state["window"])
         if self.weaver is not None:
             self.weaver.load_state_dict(state["weaver"])
-        self._open_stages = [{**r, "specs": tuple(RubricSpec(**s) for s in r["specs"])} for r in state["open_stages"]]
-        self._instance_rubrics = {task: tuple(RubricSpec(**s) for s in specs)
-                                  for task, specs in state["instance_rubrics"].items()}
+        if hasattr(self._process, "new_stage"):
+            self._process.load_state_dict(state["open_stages"])
+        if hasattr(self._process, "set_contexts"):
+            self._process.load_state_dict(state["instance_rubrics"])
         self._diagnostic_scores = [dict(p) for p in state["diagnostic_scores"]]
         self._reflection_errors = int(state["reflection_errors"])
         self._stage_errors = int(state["stage_errors"])
@@ -869,17 +860,3 @@ def safe_evaluate(judge: Judge, trajectories: Sequence[Trajectory], rubrics: Seq
         raise ValueError(f"judge.evaluate returned {len(got)} reports for {len(trajectories)} trajectories "
                          f"({type(judge).__name__})")
     return list(got)
-
-
-def _spec_dict(spec: RubricSpec) -> dict:
-    return {"rubric_id": spec.rubric_id, "criterion": spec.criterion, "applicability": spec.applicability,
-            "capability": spec.capability, "evaluator_prompt": spec.evaluator_prompt, "scored": spec.scored}
-
-
-def _distinct(specs: Sequence[RubricSpec]) -> list[RubricSpec]:
-    seen: dict[str, RubricSpec] = {}
-    for spec in specs:
-        if not isinstance(spec, RubricSpec):
-            raise ValueError(f"expected RubricSpec, got {type(spec).__name__}")
-        seen.setdefault(spec.rubric_id, spec)
-    return list(seen.values())

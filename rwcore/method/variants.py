@@ -22,6 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rwcore.rewardweaver.process_rewards import get_process_reward, process_reward_names
+from rwcore.sampling.registry import sampler_names
+
 __all__ = [
     "COMPONENTS",
     "LIBRARY_STRATEGIES",
@@ -32,17 +35,17 @@ __all__ = [
     "get_variant",
 ]
 
-LIBRARY_STRATEGIES: tuple[str, ...] = (
-    "attribution", "static_topk", "random", "dynamic_topk", "random_trajectory", "success_failure_contrast",
-)
-"""Process rewards that select a budgeted active set from the validated capability library."""
+LIBRARY_STRATEGIES: tuple[str, ...] = tuple(name for name in process_reward_names()
+                                            if get_process_reward(name).uses_library)
+"""Process rewards that select a budgeted active set from the validated capability library (the registry's
+`uses_library` entries: `rwcore.rewardweaver.selection.STRATEGIES`)."""
 
-PROCESS_REWARDS: tuple[str | None, ...] = (None, *LIBRARY_STRATEGIES, "open_vocabulary", "instance_specific")
+PROCESS_REWARDS: tuple[str | None, ...] = (None, *process_reward_names())
 COMPONENTS: dict[str, tuple] = {
     "process_reward": PROCESS_REWARDS,
     "arise_rubrics": (None, "evolving", "frozen"),
     "skills": (False, True),
-    "sampler": ("capability", "outcome", "uniform"),
+    "sampler": sampler_names(),
 }
 
 
@@ -64,9 +67,10 @@ class Variant:
     def __post_init__(self) -> None:
         if set(self.components) != set(COMPONENTS):
             raise ValueError(f"variant {self.name!r}: components must be exactly {sorted(COMPONENTS)}")
-        for key, value in self.components.items():
-            if value not in COMPONENTS[key]:
-                raise ValueError(f"variant {self.name!r}: component {key}={value!r} is not one of {COMPONENTS[key]}")
+        choices = {**COMPONENTS, "process_reward": (None, *process_reward_names()), "sampler": sampler_names()}
+        for key, value in self.components.items():  # the registries, as they are now (a registered one counts)
+            if value not in choices[key]:
+                raise ValueError(f"variant {self.name!r}: component {key}={value!r} is not one of {choices[key]}")
         if self.components["skills"] and self.components["arise_rubrics"] is None:
             raise ValueError(f"variant {self.name!r}: skills need Arise's rubric-skill pool")
 
@@ -89,12 +93,12 @@ class Variant:
     @property
     def uses_library(self) -> bool:
         """RewardWeaver with the frozen, validated capability library and a selection strategy."""
-        return self.process_reward in LIBRARY_STRATEGIES
+        return self.process_reward is not None and get_process_reward(self.process_reward).uses_library
 
     @property
     def has_stages(self) -> bool:
-        """RewardWeaver's stage-wise outer loop runs (library strategies and open vocabulary)."""
-        return self.uses_library or self.process_reward == "open_vocabulary"
+        """RewardWeaver's stage-wise outer loop runs (the registry says: library strategies, open vocabulary)."""
+        return self.process_reward is not None and get_process_reward(self.process_reward).has_stages
 
     def to_dict(self) -> dict:
         return {"name": self.name, "description": self.description, "paper_row": self.paper_row,

@@ -222,5 +222,5 @@ def expand_library(
         if entry is not None:
             entries.append(entry)
     if commit and entries:
-        library._insert(entries)
+        library.add_admitted(entries)
     return ExpansionResult(triggers=triggers, proposed=tuple(proposals), reports=tuple(reports), entries=tuple(entries))

@@ -138,7 +138,7 @@ class CapabilityLibrary:
             config=self._config, evaluator_id=evaluator_id, reviser=reviser, max_revisions=max_revisions,
         )
         if entry is not None:
-            self._insert([entry])
+            self.add_admitted([entry])
         return report
 
     def withdraw(self, capability_id: str, reason: str) -> None:
@@ -147,14 +147,19 @@ class CapabilityLibrary:
         check_str(reason, "reason")
         self._withdrawn[capability_id] = reason
 
-    def _insert(self, entries: Sequence[AdmittedCapability]) -> None:
-        """Adds verified entries (all or none); only admission and loading call this."""
+    def add_admitted(self, entries: Sequence[AdmittedCapability]) -> None:
+        """Adds entries that already hold an admission report (all or none): what `admit` produced, what
+        controlled expansion admitted, or entries admitted without the acceptance test whose report says
+        so (an environment with no labelled cases). An entry's content hash is checked when it is built; an
+        entry whose report did not admit it is refused."""
         fresh: dict[str, AdmittedCapability] = {}
         for entry in entries:
             if not isinstance(entry, AdmittedCapability):
                 raise ValueError(f"entries must be AdmittedCapability, got {type(entry).__name__}")
             if entry.capability_id in self._entries or entry.capability_id in fresh:
                 raise ValueError(f"capability {entry.capability_id!r} is already in the library")
+            if not entry.admission.admitted:
+                raise ValueError(f"capability {entry.capability_id!r}: its admission report did not admit it")
             fresh[entry.capability_id] = entry
         self._entries.update(fresh)
 

@@ -367,7 +367,7 @@ class RewardWeaver:
 
         # Commit: nothing below can fail on valid state.
         if expansion is not None and expansion.entries:
-            self._library._insert(expansion.entries)
+            self._library.add_admitted(expansion.entries)
         closed = self._history.close_stage(step, summary) if current is not None else None
         opened = StageRecord(
             stage=len(self._history),

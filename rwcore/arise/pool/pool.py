@@ -223,6 +223,15 @@ class RubricSkillPool:
         base = self.base_prompt if base_prompt is None else base_prompt
         return render_system_prompt(base, list(self.active_skills().values()))
 
+    @staticmethod
+    def system_prompt_from_state(state: Mapping, base_prompt: str) -> str:
+        """`system_prompt(base_prompt)` of the pool whose `state_dict()` is `state`, without building it (what a
+        checkpoint's training prompt was)."""
+        if not isinstance(state, Mapping) or state.get("kind") != _STATE_KIND:
+            raise ValueError(f"state must be a {_STATE_KIND!r} state_dict")
+        skills = [pair["skill"] for pair in state.get("pairs", []) if pair.get("status") == SkillStatus.ACTIVE.value]
+        return render_system_prompt(base_prompt, skills)
+
     def pairs(self) -> list[RubricSkillPair]:
         """Snapshots of the pool's pairs in pool order, with the evidence recorded since the last update."""
         return [self._pair(rubric_id) for rubric_id in self._entries]

@@ -102,7 +102,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         rows: dict = {}
         for index, task_id in enumerate(dataset[column]):
             rows.setdefault(task_id, index)
-        missing = [t for t in self.rw_method.sampler.task_ids if t not in rows]
+        missing = [t for t in self.rw_method.task_ids if t not in rows]
         if missing:
             raise ValueError(f"the method's tasks {missing[:5]} have no row in train_dataset[{column!r}]")
         return rows

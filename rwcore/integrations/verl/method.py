@@ -204,7 +204,7 @@ class AdaptiveMethodSampler(torch.utils.data.Sampler):
         self.rows: dict = {}
         for i, task_id in enumerate(ids):
             self.rows.setdefault(str(task_id), i)
-        missing = [t for t in driver.method.sampler.task_ids if str(t) not in self.rows]
+        missing = [t for t in driver.method.task_ids if str(t) not in self.rows]
         if missing:
             raise ValueError(f"the method's tasks {missing[:5]} have no dataset row (column {task_id_key!r})")
         self.batch_size = driver.method.settings.batch_size
