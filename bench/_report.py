@@ -15,7 +15,7 @@ def machine(**extra) -> dict:
     (library versions and the like)."""
     import torch
 
-    from rwcore.trainer.ablate import cpu_model
+    from rwcore.trainer.machine import cpu_model
 
     info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}

@@ -35,7 +35,7 @@ _LAZY = {
     "judgment_matrix": "rwcore.rewardweaver",
     "process_reward": "rwcore.rewardweaver",
     "CapabilitySampler": "rwcore.arise.sampler",
-    "DEFAULT_CAPABILITIES": "rwcore.sampling.tasks",
+    "DEFAULT_CAPABILITIES": "rwcore.tasks",
     "EvidenceStore": "rwcore.arise.evidence",
     "OutcomeSampler": "rwcore.sampling.baselines",
     "UniformSampler": "rwcore.sampling.baselines",

@@ -22,7 +22,6 @@ MOVED = {
     "rwcore.pool.window": "rwcore.arise.pool.window",
     "rwcore.baselines": "rwcore.sampling.baselines",
     "rwcore.data": "rwcore.sampling.batch",
-    "rwcore.tasks": "rwcore.sampling.tasks",
     "rwcore.demo_sampler": "rwcore.sampling.demo",
 }
 """old module -> where it lives now (`rwcore.sampling`, once a module, is now a package: see its __getattr__)."""

@@ -17,7 +17,6 @@ OLD_TO_NEW = [  # written out here, not read from rwcore._deprecated, so a dropp
     ("rwcore.pool.window", "rwcore.arise.pool.window"),
     ("rwcore.baselines", "rwcore.sampling.baselines"),
     ("rwcore.data", "rwcore.sampling.batch"),
-    ("rwcore.tasks", "rwcore.sampling.tasks"),
     ("rwcore.demo_sampler", "rwcore.sampling.demo"),
 ]
 
@@ -67,7 +66,7 @@ def test_the_new_layout_imports_without_deprecation_warnings():
 import warnings
 warnings.simplefilter("error", DeprecationWarning)
 import rwcore.arise.pool, rwcore.arise.sampler, rwcore.arise.advantages, rwcore.arise.evidence
-import rwcore.sampling.baselines, rwcore.sampling.batch, rwcore.sampling.tasks, rwcore.sampling.demo
+import rwcore.sampling.baselines, rwcore.sampling.batch, rwcore.tasks, rwcore.sampling.demo
 import rwcore.method, rwcore.rewardweaver
 from rwcore import CapabilitySampler, UniformSampler, RubricSkillPool, AdaptiveMethod
 """

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from rwcore._io import atomic_write_bytes
+from rwcore.trainer.machine import cpu_model
 from rwcore.method import VARIANTS
 
 __all__ = ["PAPERS", "BASELINES", "AblationPlan", "plan_ablation", "run_ablation", "summarize", "parse_seeds",
@@ -463,15 +464,6 @@ def summarize(plan: AblationPlan) -> dict:
     return {"paper": plan.paper, "baseline": baseline, "baseline_final_mean": target, "seeds": plan.seeds,
             "steps": plan.steps, "rows": rows, "machine": machine_note(plan.jobs),
             "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-
-
-def cpu_model() -> str | None:
-    """The CPU's model name from /proc/cpuinfo (None where there is none, e.g. macOS)."""
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return None
 
 
 def machine_note(jobs: int) -> dict:

@@ -13,7 +13,7 @@ import numpy as np
 
 from rwcore import _evidence
 from rwcore._io import atomic_write_bytes
-from rwcore.sampling.tasks import check_int
+from rwcore.tasks import check_int
 
 
 def as_int_array(values, argument: str) -> np.ndarray:

@@ -12,7 +12,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 
 from rwcore import _evidence
-from rwcore.sampling.tasks import (
+from rwcore.tasks import (
     DEFAULT_CAPABILITIES,
     TaskSamplerBase,
     check_fraction,

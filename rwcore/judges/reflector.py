@@ -59,7 +59,7 @@ from rwcore.judges.templates import (
     trajectory_payload,
     untrusted_block,
 )
-from rwcore.sampling.tasks import DEFAULT_CAPABILITIES
+from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.types import CAUSES, AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 

@@ -57,7 +57,7 @@ from rwcore.judged import JudgedBatch
 from rwcore.judges.client import MissingAPIKeyError
 from rwcore.method.variants import VARIANTS, Variant, get_variant
 from rwcore.method.window import ReflectionWindow
-from rwcore.sampling.tasks import DEFAULT_CAPABILITIES
+from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.types import (
     Attributor,
     CapabilityProposer,

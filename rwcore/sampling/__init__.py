@@ -3,7 +3,7 @@
 - `register_sampler`, `build_sampler`, `sampler_names`: the registry (`registry`); "capability" is
   Arise's sampler (`rwcore.arise.sampler.CapabilitySampler`), "outcome" and "uniform" the baselines.
 - `UniformSampler`, `OutcomeSampler` (`baselines`); `AdaptiveBatchSampler` (`batch`): any sampler as a
-  `torch.utils.data` batch sampler; `tasks`: the task set and checks every sampler shares;
+  `torch.utils.data` batch sampler (`rwcore.tasks` holds the task set and checks every sampler shares);
   `demo`: `python -m rwcore.sampling.demo`, a simulated run showing where the sampling mass goes.
 
 `rwcore.sampling` was a module holding `CapabilitySampler` before; that name still resolves here, with a

@@ -13,7 +13,7 @@ from collections.abc import Hashable, Mapping, Sequence
 import numpy as np
 
 from rwcore.arise.evidence import EvidenceStore
-from rwcore.sampling.tasks import (
+from rwcore.tasks import (
     DEFAULT_CAPABILITIES,
     TaskSamplerBase,
     check_gamma,

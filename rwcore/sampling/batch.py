@@ -22,7 +22,7 @@ from collections.abc import Hashable, Iterator, Mapping, Sequence
 
 from torch.utils.data import Sampler
 
-from rwcore.sampling.tasks import check_int, check_version
+from rwcore.tasks import check_int, check_version
 
 _STATE_FORMAT = 1
 

@@ -22,7 +22,7 @@ import sys
 import numpy as np
 
 from rwcore.arise.sampler import CapabilitySampler
-from rwcore.sampling.tasks import DEFAULT_CAPABILITIES
+from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.verdict import Verdict
 
 TASK_TYPES = ("price_lookup", "bundle_offer", "refund_claim", "order_edit", "account_merge", "bulk_import")

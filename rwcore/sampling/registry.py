@@ -4,7 +4,7 @@
     def build(tasks: dict[str, list[str]], settings: MethodSettings):
         return MySampler(tasks, batch_size=settings.batch_size, group_size=settings.group_size, seed=settings.seed)
 
-A sampler has the interface of `rwcore.sampling.tasks.TaskSamplerBase`: `sample(version)`,
+A sampler has the interface of `rwcore.tasks.TaskSamplerBase`: `sample(version)`,
 `record_group(task_id, verdicts, version, outcomes=...)`, `rubrics` / `set_rubrics`, `task_ids`,
 `state_dict` / `load_state_dict` (verl's `register_adv_est` style: the name is the registry key).
 """

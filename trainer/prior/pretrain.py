@@ -51,13 +51,14 @@ import torch
 
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer.prior.corpus import GUIDANCE_WORDS, CorpusSpec, Example, fillers_for, heldout_pairs, make_example
+from rwcore.trainer.prior.scoring import _head_logprobs
 
 __all__ = ["Prior", "PRIOR_FORMAT", "cache_folder", "ensure_prior", "language_of", "pretrain", "prior_record",
            "prior_spec"]
 
 PRIOR_FORMAT = 1
 _POOL = 8  # batches per length-sorted pool
-_CODE = ("corpus.py", "pretrain.py")  # this package's sources that shape the result (with the modules below)
+_CODE = ("corpus.py", "pretrain.py", "scoring.py")  # this package's sources that shape the result (with the modules below)
 
 
 @dataclass
@@ -254,19 +255,6 @@ def _tensors(examples: list[Example], pad_id: int, situations: dict[str, int]):
             torch.tensor(aux_positions), torch.tensor(aux_labels))
 
 
-def move_logprobs(policy, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-                  allowed: torch.Tensor) -> torch.Tensor:
-    """[N, K] float log-probs over the action space `allowed` [K] (long token ids) at the N (row, position)
-    pairs of a right-padded batch ids [B, W] (long) with mask [B, W], for a `Policy` (whose hidden_states
-    encode the prompt the rows share - the system prompt, the skills preamble - once)."""
-    return _head_logprobs(policy.hidden_states(ids, mask)[rows, positions], policy.head.weight[allowed])
-
-
-def _head_logprobs(hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
-    """[N, K] float log-softmax of hidden [N, H] against the head rows [K, H]."""
-    return torch.log_softmax(hidden.float() @ head.float().T, dim=-1)
-
-
 def _loss(logprobs: torch.Tensor, targets: torch.Tensor, moves: int) -> tuple[torch.Tensor, dict]:
     """Cross-entropy against the targets: the line's move where a line names the situation (targets >= 0),
     the even spread over the move words elsewhere (-1). logprobs [N, K] over the moves then <end>."""
@@ -376,7 +364,7 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
 
 
 def _cpu() -> str | None:
-    from rwcore.trainer.ablate import cpu_model
+    from rwcore.trainer.machine import cpu_model
 
     return cpu_model()
 

@@ -62,7 +62,7 @@ def _probabilities(model, codec, prompts: Sequence[tuple[str, list[str], list[st
                    max_length: int, batch: int = 64) -> torch.Tensor:
     """[N, len(actions)] probabilities of each move at the last cue of each (system, observations, moves)."""
     from rwcore.trainer.policy import Policy
-    from rwcore.trainer.prior.pretrain import move_logprobs
+    from rwcore.trainer.prior.scoring import move_logprobs
 
     allowed = torch.tensor([codec.vocab[a] for a in actions] + [codec.end_id], dtype=torch.long)
     device = next(model.parameters()).device

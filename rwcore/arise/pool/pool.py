@@ -60,7 +60,7 @@ from rwcore.arise.pool.records import (
     pass_rate,
 )
 from rwcore.arise.pool.window import WindowEvidence, parse_counts, parse_reports
-from rwcore.sampling.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_state
+from rwcore.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_state
 from rwcore.types import RubricReflector, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.validation import check_int, check_trajectories, check_unit
 from rwcore.verdict import Verdict

@@ -122,3 +122,15 @@ class _RubricFeedbackLogic:
                 recorded += 1
         self.groups_recorded += recorded
         return recorded
+
+
+class _AdaptiveMethodCallbackLogic:
+    """The body of `AdaptiveMethodCallback`: calls the method's `adapt` after each optimizer step."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.trainer._rw_adapt(int(state.global_step) - 1)
+        for name, value in self.trainer.rw_method.metrics().items():
+            self.trainer._metrics["train"][f"rw/method/{name}"].append(float(value))

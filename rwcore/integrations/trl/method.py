@@ -76,9 +76,9 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         self._rw_check_method_setup()
         self._rw_rows = self._rw_index_rows()
         self.rw_loop.start()  # RewardWeaver's first diagnosis, before training
-        from .classes import build
+        from .callbacks import callback_class
 
-        self.add_callback(build("AdaptiveMethodCallback")(self))
+        self.add_callback(callback_class("AdaptiveMethodCallback")(self))
 
     def _rw_check_method_setup(self) -> None:
         s, args = self.rw_method.settings, self.args
@@ -176,15 +176,3 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
     def _rw_adapt(self, step: int) -> None:
         """After optimizer step `step` (0-based): the pool and RewardWeaver's stage, when due."""
         self.rw_loop.end_step(step)
-
-
-class _AdaptiveMethodCallbackLogic:
-    """The body of `AdaptiveMethodCallback`: calls the method's `adapt` after each optimizer step."""
-
-    def __init__(self, trainer) -> None:
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.trainer._rw_adapt(int(state.global_step) - 1)
-        for name, value in self.trainer.rw_method.metrics().items():
-            self.trainer._metrics["train"][f"rw/method/{name}"].append(float(value))

@@ -65,10 +65,9 @@ class RWGRPOMixin:
                         "rubric reward functions (rubric_reward_funcs) and no rubric_recorder= was given: it would "
                         "never get any. Pass one of them, or a UniformSampler")
             else:
-                from .classes import build
+                from .callbacks import callback_class
 
-                callback_class = build("RubricFeedbackCallback")
-                callback = callback_class(self.rw_batch_sampler, self.rw_recorder, group_size=self.num_generations)
+                callback = callback_class("RubricFeedbackCallback")(self.rw_batch_sampler, self.rw_recorder, group_size=self.num_generations)
                 self.add_callback(callback)
                 self.rw_feedback_callback = callback
 

@@ -14,7 +14,7 @@ fit loop calls `compute_advantage`):
   forwarding of `non_tensor_batch` to `rwcore_arise` / `rwcore_method`;
 - with `data.rwcore_sampler` set, makes `create_rl_sampler` return `RwcoreCurriculumSampler` (verl's
   `StatefulDataLoader` saves it in data.pt) and feeds it each step's batch right after `rwcore_arise`
-  computed its advantages (`feed_after_advantages`).
+  computed its advantages (`registration.set_after_arise`).
 
 The actor workers (other processes) look the loss up by name: on verl 0.8 they register it through
 `actor_rollout_ref.model.external_lib=rwcore.integrations.verl.autoregister` (verl imports that module in each
@@ -25,12 +25,11 @@ worker; importing the package into a process that has verl registers).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 
 from .config import _require
-
-_CLASS: list = []
-_FED: list = []  # the curriculum sampler fed after each "rwcore_arise" step in this process (at most one)
+from .registration import register, set_after_arise
 
 
 def legacy_module():
@@ -40,16 +39,9 @@ def legacy_module():
     return _require(name)
 
 
-def feed_after_advantages(data) -> None:
-    """Feeds the batch (a `DataProto` with verl's `non_tensor_batch`) to the sampler `task_runner_class` installed."""
-    if _FED:
-        _FED[0].update(data)
-
-
+@functools.cache
 def task_runner_class() -> type:
     """verl's legacy `TaskRunner` (a plain class, Ray's wrapper removed) with rwcore's start checks and hooks."""
-    if _CLASS:
-        return _CLASS[0]
     module = legacy_module()
     base = getattr(module.TaskRunner, "__ray_actor_class__", module.TaskRunner)  # 0.9 wraps it in @ray.remote
 
@@ -57,7 +49,6 @@ def task_runner_class() -> type:
         """verl's legacy task runner; rubric verdicts reach "rwcore_arise", `data.rwcore_sampler` drives the loader."""
 
         def run(self, config):
-            from .registration import register
             from .sampler import sampler_class
             from .trainer_v1 import check_v1_config, sampler_data_config
 
@@ -69,7 +60,7 @@ def task_runner_class() -> type:
 
             def create_rl_sampler(data_config, dataset):
                 sampler = sampler_class()(dataset, sampler_data_config(config, settings))
-                _FED[:] = [sampler]
+                set_after_arise(sampler.update)  # fed right after each "rwcore_arise" step
                 return sampler
 
             module.create_rl_sampler = create_rl_sampler
@@ -77,11 +68,10 @@ def task_runner_class() -> type:
                 return super().run(config)
             finally:
                 module.create_rl_sampler = original
-                _FED.clear()
+                set_after_arise(None)
 
     RwcoreTaskRunner.__module__ = __name__
     RwcoreTaskRunner.__qualname__ = "RwcoreTaskRunner"
-    _CLASS.append(RwcoreTaskRunner)
     return RwcoreTaskRunner
 
 
@@ -116,8 +106,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # `python -m` runs this file as __main__: use the package's module, whose RwcoreTaskRunner and sampler
-    # slot (_FED) are the ones Ray pickles by reference and the forwarder feeds.
+    # `python -m` runs this file as __main__: use the package's module, whose RwcoreTaskRunner is the one Ray
+    # pickles by reference.
     from rwcore.integrations.verl.legacy import main as _package_main
 
     _package_main()

@@ -35,15 +35,30 @@ def _forwarding(original):
             return data
         if _estimator_name(adv_estimator) != ADV_ESTIMATOR_NAME:
             return original(data, adv_estimator, *args, **kwargs)
-        from .legacy import feed_after_advantages
-
         bound = signature.bind(data, adv_estimator, *args, **kwargs)
         data = apply_arise_advantage(data, config=bound.arguments.get("config"))
-        feed_after_advantages(data)  # the curriculum sampler of RwcoreTaskRunner, if it installed one
+        if compute_advantage.rwcore_after_arise is not None:  # e.g. RwcoreTaskRunner's curriculum sampler
+            compute_advantage.rwcore_after_arise(data)
         return data
 
     compute_advantage.__rwcore_forwarding__ = True
+    compute_advantage.rwcore_after_arise = None  # set by set_after_arise: the state lives on what verl calls
     return compute_advantage
+
+
+def set_after_arise(hook) -> None:
+    """`hook(data)` runs after every "rwcore_arise" step of the forwarded `compute_advantage` (None: nothing)."""
+    for module_name in _FORWARDED_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        forwarded = getattr(module, "compute_advantage", None)
+        if getattr(forwarded, "__rwcore_forwarding__", False):
+            forwarded.rwcore_after_arise = hook
+
+
+_FORWARDED_MODULES = ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils")
 
 
 def install_advantage_forwarding() -> list[str]:
@@ -55,7 +70,7 @@ def install_advantage_forwarding() -> list[str]:
     """
     _require("verl.trainer.ppo.ray_trainer")
     patched = []
-    for module_name in ("verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.utils"):
+    for module_name in _FORWARDED_MODULES:
         try:
             module = importlib.import_module(module_name)
         except ImportError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import warnings
 from collections.abc import Hashable, Mapping
@@ -205,7 +206,7 @@ class _CurriculumSamplerImpl:
         the current policy version, then advances the version. All groups are checked before any is
         recorded, so a bad batch changes nothing.
         """
-        from rwcore.sampling.tasks import parse_group, parse_outcomes
+        from rwcore.tasks import parse_group, parse_outcomes
 
         groups = self.groups_from_batch(batch)
         known = set(self.sampler.task_ids)
@@ -291,14 +292,10 @@ _SAMPLER_DOC = """Arise's capability sampler as a verl curriculum sampler (an `A
     """
 
 
-_SAMPLER_CLASS: list = []
-
-
+@functools.cache
 def sampler_class() -> type:
     """`RwcoreCurriculumSampler`, built once: an `AbstractCurriculumSampler` on verl <= 0.7, else a torch Sampler."""
-    if not _SAMPLER_CLASS:
-        _SAMPLER_CLASS.append(_build_sampler_class())
-    return _SAMPLER_CLASS[0]
+    return _build_sampler_class()
 
 
 def _build_sampler_class():

@@ -130,13 +130,19 @@ class _Feedback:
         self.non_tensor_batch = non_tensor_batch
 
 
-_CLASS: list = []
+def _registered() -> type | None:
+    """Our class in verl's trainer registry, if it is there (verl's registry is where it is kept)."""
+    import sys
+
+    trainer_base = sys.modules.get("verl.trainer.ppo.v1.trainer_base")
+    cls = getattr(trainer_base, "TRAINER_REGISTRY", {}).get(TRAINER_MODE) if trainer_base is not None else None
+    return cls if getattr(cls, "__module__", None) == __name__ else None
 
 
 def trainer_class() -> type:
     """verl's `PPOTrainerSync` subclass with the rwcore hooks, registered as trainer_mode "rwcore_sync" (once)."""
-    if _CLASS:
-        return _CLASS[0]
+    if _registered() is not None:
+        return _registered()
     verl = _require("verl")
     if importlib.util.find_spec("verl.trainer.ppo.v1") is None:  # verl 0.8: no V1 trainer, no trainer registry
         raise RuntimeError(
@@ -145,8 +151,8 @@ def trainer_class() -> type:
             "(python -m verl.trainer.main_ppo) with rwcore.integrations.verl.register() in its task runner "
             "(docs/integrations.md, 'verl 0.8.0')")
     v1 = _require("verl.trainer.ppo.v1")
-    if _CLASS:  # importing verl.trainer.ppo.v1 just ran rwcore's plugin hook, which built it
-        return _CLASS[0]
+    if _registered() is not None:  # importing verl.trainer.ppo.v1 just ran rwcore's plugin hook, which built it
+        return _registered()
     import transfer_queue as tq
     from verl.trainer.ppo.v1 import trainer_base
 
@@ -219,5 +225,4 @@ def trainer_class() -> type:
         v1.register_trainer(TRAINER_MODE)(RwcorePPOTrainer)
     else:  # a reload of this module: replace ours
         trainer_base.TRAINER_REGISTRY[TRAINER_MODE] = RwcorePPOTrainer
-    _CLASS.append(RwcorePPOTrainer)
     return RwcorePPOTrainer
