@@ -55,7 +55,7 @@ class CMakeBuild(build_ext):
 def mapped_packages(folder: str, name: str) -> list[str]:
     """Packages found under `folder`, renamed to live under `name` (kernels/x -> rwcore.kernels.x)."""
     found = find_packages(where=str(ROOT), include=[folder, f"{folder}.*"])
-    return [name + package[len(folder):] for package in found]
+    return [name + package[len(folder) :] for package in found]
 
 
 setup(
@@ -71,8 +71,10 @@ setup(
         "rwcore.kernels": "kernels",
         "rwcore.trainer": "trainer",
     },
-    package_data={"rwcore.judges": ["prompts/*.md"],
-                  "rwcore.trainer": ["configs/*.yaml", "envs/social_scenarios/*.json", "envs/sotopia/profiles/*.jsonl"]},
+    package_data={
+        "rwcore.judges": ["prompts/*.md"],
+        "rwcore.trainer": ["configs/*.yaml", "envs/social_scenarios/*.json", "envs/sotopia/profiles/*.jsonl"],
+    },
     ext_modules=[CMakeExtension("rwcore._evidence")],
     cmdclass={"build_ext": CMakeBuild},
 )

@@ -17,8 +17,12 @@ def machine(**extra) -> dict:
 
     from rwcore.trainer.machine import cpu_model
 
-    info = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     model = cpu_model()
     if model is not None:
         info["cpu"] = model

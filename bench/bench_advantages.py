@@ -24,8 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import rwcore  # noqa: E402
 from _report import machine, publish  # noqa: E402
+
+import rwcore  # noqa: E402
 
 DEFAULT_SIZES = ((1_000_000, 16), (16_384, 16))  # (trajectories N, rubrics R)
 QUICK_SIZES = ((65_536, 16), (4_096, 16))
@@ -74,15 +75,15 @@ def peer_compute_advantages(task_rewards, verdicts, group_ids, lam=0.3, eps=1e-9
         if verdicts.shape[1] == 0 or lam == 0.0:
             out[index] = a_task
             continue
-        v = verdicts[index]                                    # [g, R]
+        v = verdicts[index]  # [g, R]
         applicable = ~np.isnan(v)
         y = np.where(applicable, v, 0.0)
-        count = applicable.sum(axis=0)                         # [R]
+        count = applicable.sum(axis=0)  # [R]
         passes = y.sum(axis=0)
         centred = np.where(applicable, y - passes / np.maximum(count, 1), 0.0)
         rubric_std = np.sqrt((centred * centred).sum(axis=0) / np.maximum(count - ddof, 1))
         a_rubric = centred / (rubric_std + eps)
-        varies = (passes > 0) & (passes < count)               # eq. 16's I
+        varies = (passes > 0) & (passes < count)  # eq. 16's I
         usable = (applicable & varies).any(axis=1)
         rubric_term = (a_rubric * varies).sum(axis=1) / max(int(varies.sum()), 1)
         out[index] = np.where(usable, (1.0 - lam) * a_task + lam * rubric_term, a_task)
@@ -135,10 +136,14 @@ def bench_size(num: int, rubrics: int, group_size: int, repeat: int, peer_repeat
         max_diff = float(np.max(np.abs(np.asarray(native_out) - peer_out))) if num else 0.0
         if not max_diff <= 1e-6:
             raise AssertionError(f"{name}: rwcore and the per-group peer disagree (max |diff| {max_diff:.3g})")
-        rows[name] = {"native_ms": native_s * 1e3, "peer_ms": peer_s * 1e3, "speedup": peer_s / native_s,
-                      "native_traj_per_s": num / native_s, "max_abs_diff": max_diff}
-    return {"trajectories": num, "rubrics": rubrics, "group_size": group_size, "groups": -(-num // group_size),
-            **rows}
+        rows[name] = {
+            "native_ms": native_s * 1e3,
+            "peer_ms": peer_s * 1e3,
+            "speedup": peer_s / native_s,
+            "native_traj_per_s": num / native_s,
+            "max_abs_diff": max_diff,
+        }
+    return {"trajectories": num, "rubrics": rubrics, "group_size": group_size, "groups": -(-num // group_size), **rows}
 
 
 def render(report: dict) -> str:
@@ -158,16 +163,28 @@ def render(report: dict) -> str:
     for row in report["rows"]:
         for name in ("compute_advantages", "length_regularize"):
             r = row[name]
-            shape = f"{row['trajectories']:,} x {row['rubrics']}" if name == "compute_advantages" else f"{row['trajectories']:,}"
-            lines.append(f"| {name} | {shape}, {row['group_size']} | {row['groups']:,} | {r['native_ms']:.1f} ms "
-                         f"| {r['peer_ms']:.1f} ms | {r['speedup']:.0f}x | {r['max_abs_diff']:.1e} |")
+            shape = (
+                f"{row['trajectories']:,} x {row['rubrics']}"
+                if name == "compute_advantages"
+                else f"{row['trajectories']:,}"
+            )
+            lines.append(
+                f"| {name} | {shape}, {row['group_size']} | {row['groups']:,} | {r['native_ms']:.1f} ms "
+                f"| {r['peer_ms']:.1f} ms | {r['speedup']:.0f}x | {r['max_abs_diff']:.1e} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", action="append", nargs=2, type=int, metavar=("N", "R"),
-                        help="trajectories and rubrics (repeatable; default: 1M x 16 and 16k x 16)")
+    parser.add_argument(
+        "--size",
+        action="append",
+        nargs=2,
+        type=int,
+        metavar=("N", "R"),
+        help="trajectories and rubrics (repeatable; default: 1M x 16 and 16k x 16)",
+    )
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of rwcore (fastest kept)")
     parser.add_argument("--peer-repeat", type=int, default=1, help="timed runs of the peer (fastest kept)")
@@ -179,10 +196,17 @@ def main(argv=None) -> dict:
         parser.error("--group-size must be positive")
     sizes = [tuple(s) for s in args.size] if args.size else list(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     rows = [bench_size(n, r, args.group_size, args.repeat, args.peer_repeat, args.seed) for n, r in sizes]
-    report = {"machine": machine(rwcore=rwcore.__version__, numpy=np.__version__),
-              "config": {"group_size": args.group_size, "repeat": args.repeat, "peer_repeat": args.peer_repeat,
-                         "seed": args.seed, "quick": args.quick},
-              "rows": rows}
+    report = {
+        "machine": machine(rwcore=rwcore.__version__, numpy=np.__version__),
+        "config": {
+            "group_size": args.group_size,
+            "repeat": args.repeat,
+            "peer_repeat": args.peer_repeat,
+            "seed": args.seed,
+            "quick": args.quick,
+        },
+        "rows": rows,
+    }
     publish(report, render(report), args.out)
     return report
 

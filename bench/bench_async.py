@@ -36,9 +36,21 @@ from _report import machine, publish  # noqa: E402
 
 def run(lag: int, steps: int, seed: int, folder: Path, extra: list[str]) -> dict:
     out = folder / f"lag{lag}"
-    command = [sys.executable, "-m", "rwcore.trainer", "train", "--quiet", "--out", str(out),
-               f"train.steps={steps}", f"train.seed={seed}", "train.eval_every=0", "train.checkpoint_every=0",
-               f"rollout.max_lag={lag}", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "rwcore.trainer",
+        "train",
+        "--quiet",
+        "--out",
+        str(out),
+        f"train.steps={steps}",
+        f"train.seed={seed}",
+        "train.eval_every=0",
+        "train.checkpoint_every=0",
+        f"rollout.max_lag={lag}",
+        *extra,
+    ]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # each run gets the whole machine
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -52,12 +64,17 @@ def run(lag: int, steps: int, seed: int, folder: Path, extra: list[str]) -> dict
     trajectories = sum(r["rollout/trajectories"] for r in train)
     tokens = sum(r["generated_tokens_mean"] * r["rollout/trajectories"] for r in train)
     return {
-        "max_lag": lag, "steps": len(train), "loop_s": seconds, "wall_s": wall,
-        "trajectories_per_s": trajectories / seconds, "generated_tokens_per_s": tokens / seconds,
+        "max_lag": lag,
+        "steps": len(train),
+        "loop_s": seconds,
+        "wall_s": wall,
+        "trajectories_per_s": trajectories / seconds,
+        "generated_tokens_per_s": tokens / seconds,
         "rollout_wait_share": sum(r["time/rollout_wait"] for r in train) / seconds,
         "mean_ratio_range": [min(r["mean_ratio"] for r in train), max(r["mean_ratio"] for r in train)],
         "kept_fraction_min": min(r["kept_fraction"] for r in train),
-        "eval_first": evals[0]["eval/success_rate"], "eval_last": evals[-1]["eval/success_rate"],
+        "eval_first": evals[0]["eval/success_rate"],
+        "eval_last": evals[-1]["eval/success_rate"],
     }
 
 
@@ -82,13 +99,21 @@ def main(argv=None) -> dict:
                 every[lag].append(run(lag, steps, args.seed, Path(tmp) / str(turn), args.set))
     # each setting's median run (by trajectories/s; the median of an odd count is one of the runs)
     runs = [sorted(every[lag], key=lambda r: r["trajectories_per_s"])[(repeats - 1) // 2] for lag in (0, 1)]
-    median = {lag: {key: statistics.median(r[key] for r in every[lag])
-                    for key in ("trajectories_per_s", "generated_tokens_per_s")} for lag in (0, 1)}
-    report = {"machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
-              "config": {"steps": steps, "seed": args.seed, "overrides": args.set, "repeats": repeats}, "runs": runs,
-              "every_run": {str(lag): every[lag] for lag in (0, 1)},
-              "trajectories_ratio": median[1]["trajectories_per_s"] / median[0]["trajectories_per_s"],
-              "tokens_ratio": median[1]["generated_tokens_per_s"] / median[0]["generated_tokens_per_s"]}
+    median = {
+        lag: {
+            key: statistics.median(r[key] for r in every[lag])
+            for key in ("trajectories_per_s", "generated_tokens_per_s")
+        }
+        for lag in (0, 1)
+    }
+    report = {
+        "machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
+        "config": {"steps": steps, "seed": args.seed, "overrides": args.set, "repeats": repeats},
+        "runs": runs,
+        "every_run": {str(lag): every[lag] for lag in (0, 1)},
+        "trajectories_ratio": median[1]["trajectories_per_s"] / median[0]["trajectories_per_s"],
+        "tokens_ratio": median[1]["generated_tokens_per_s"] / median[0]["generated_tokens_per_s"],
+    }
     publish(report, render(report), args.out)
     return report
 
@@ -108,16 +133,27 @@ def render(report: dict) -> str:
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["runs"]:
-        lines.append(f"| {r['max_lag']} | {r['loop_s']:.1f} s | {r['trajectories_per_s']:.1f} "
-                     f"| {r['generated_tokens_per_s']:.1f} | {100 * r['rollout_wait_share']:.0f} % "
-                     f"| {r['mean_ratio_range'][0]:.4f}-{r['mean_ratio_range'][1]:.4f} | {r['kept_fraction_min']:.3f} "
-                     f"| {r['eval_first']:.3f} -> {r['eval_last']:.3f} |")
-    lines += ["", f"Throughput max_lag 1 / max_lag 0 (medians over the runs): **{report['trajectories_ratio']:.2f}x** "
-                  f"trajectories/s, {report['tokens_ratio']:.2f}x generated tokens/s."]
+        lines.append(
+            f"| {r['max_lag']} | {r['loop_s']:.1f} s | {r['trajectories_per_s']:.1f} "
+            f"| {r['generated_tokens_per_s']:.1f} | {100 * r['rollout_wait_share']:.0f} % "
+            f"| {r['mean_ratio_range'][0]:.4f}-{r['mean_ratio_range'][1]:.4f} | {r['kept_fraction_min']:.3f} "
+            f"| {r['eval_first']:.3f} -> {r['eval_last']:.3f} |"
+        )
+    lines += [
+        "",
+        f"Throughput max_lag 1 / max_lag 0 (medians over the runs): **{report['trajectories_ratio']:.2f}x** "
+        f"trajectories/s, {report['tokens_ratio']:.2f}x generated tokens/s.",
+    ]
     if "every_run" in report:
-        lines += ["", "Every run's trajectories/s: " + "; ".join(
-            f"max_lag {lag}: " + ", ".join(f"{r['trajectories_per_s']:.1f}" for r in runs)
-            for lag, runs in report["every_run"].items()) + "."]
+        lines += [
+            "",
+            "Every run's trajectories/s: "
+            + "; ".join(
+                f"max_lag {lag}: " + ", ".join(f"{r['trajectories_per_s']:.1f}" for r in runs)
+                for lag, runs in report["every_run"].items()
+            )
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 

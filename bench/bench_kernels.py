@@ -65,17 +65,22 @@ def worker(peer: str, tokens: int, hidden_size: int, vocab: int, repeats: int) -
     per_token_advantages = advantages.repeat_interleave(SEQ_LEN)
 
     if peer == "rwcore":
+
         def step(h, w):
-            loss, _ = fused_linear_policy_loss(h, w, labels, behavior, per_token_advantages, mask, backend="torch",
-                                               validate=False)
+            loss, _ = fused_linear_policy_loss(
+                h, w, labels, behavior, per_token_advantages, mask, backend="torch", validate=False
+            )
             loss.backward()
     elif peer in ("eager", "compile"):
+
         def eager_loss(h, w):
             logits = h @ w.t()
             logp = torch.log_softmax(logits.float(), dim=-1).gather(1, labels.unsqueeze(1)).squeeze(1)
             ratio = torch.exp((logp - behavior).clamp(-20, 20))
             keep = mask & (ratio > 0.5) & (ratio < 5.0)
-            term = torch.where(keep, torch.minimum(-ratio * per_token_advantages, 3.0 * per_token_advantages.abs()), 0.0)
+            term = torch.where(
+                keep, torch.minimum(-ratio * per_token_advantages, 3.0 * per_token_advantages.abs()), 0.0
+            )
             return term.sum() / mask.sum()
 
         # "compile": the same eager code through torch.compile (Inductor), compiled in the warm-up.
@@ -86,13 +91,15 @@ def worker(peer: str, tokens: int, hidden_size: int, vocab: int, repeats: int) -
     elif peer == "liger":
         from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
 
-        loss_fn = LigerFusedLinearGRPOLoss(beta=0.0, use_ref_model=False, epsilon_low=0.5, epsilon_high=4.0, delta=3.0,
-                                           loss_type="dapo", compiled=True)
+        loss_fn = LigerFusedLinearGRPOLoss(
+            beta=0.0, use_ref_model=False, epsilon_low=0.5, epsilon_high=4.0, delta=3.0, loss_type="dapo", compiled=True
+        )
         shaped = lambda t: t.view(batch, SEQ_LEN, *t.shape[1:])  # noqa: E731
 
         def step(h, w):
-            loss = loss_fn(shaped(h), w, shaped(labels), shaped(mask).float(), advantages,
-                           old_per_token_logps=shaped(behavior))[0]
+            loss = loss_fn(
+                shaped(h), w, shaped(labels), shaped(mask).float(), advantages, old_per_token_logps=shaped(behavior)
+            )[0]
             loss.backward()
     else:
         raise ValueError(f"unknown peer {peer!r}")
@@ -112,12 +119,22 @@ def worker(peer: str, tokens: int, hidden_size: int, vocab: int, repeats: int) -
         start = time.perf_counter()
         step(h, w)
         times.append(time.perf_counter() - start)
-    return {"peer": peer, "tokens": tokens, "hidden": hidden_size, "vocab": vocab,
-            "seconds": statistics.median(times), "peak_mib": peak / 1024}
+    return {
+        "peer": peer,
+        "tokens": tokens,
+        "hidden": hidden_size,
+        "vocab": vocab,
+        "seconds": statistics.median(times),
+        "peak_mib": peak / 1024,
+    }
 
 
 def run_worker(peer: str, size: tuple, repeats: int) -> dict:
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(os.cpu_count())))
+    env = dict(
+        os.environ,
+        MALLOC_MMAP_THRESHOLD_="65536",
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(os.cpu_count())),
+    )
     command = [sys.executable, __file__, "--worker", peer, *map(str, size), str(repeats)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -153,28 +170,43 @@ def render(report: dict) -> str:
     for row in report["rows"]:
         r, e, g = row["rwcore"], row["eager"], row["liger"]
         lines.append(
-            f"| {r['tokens']} x {r['hidden']} x {r['vocab']} | {r['seconds'] * 1e3:.0f} ms | {e['seconds'] * 1e3:.0f} ms "
-            f"| {g['seconds'] * 1e3:.0f} ms | {r['peak_mib']:.0f} MiB | {e['peak_mib']:.0f} MiB | {g['peak_mib']:.0f} MiB "
+            f"| {r['tokens']} x {r['hidden']} x {r['vocab']} | {r['seconds'] * 1e3:.0f} ms | {e['seconds'] * 1e3:.0f} "
+            "ms "
+            f"| {g['seconds'] * 1e3:.0f} ms | {r['peak_mib']:.0f} MiB | {e['peak_mib']:.0f} MiB | {g['peak_mib']:.0f} "
+            "MiB "
             f"| {r['seconds'] / e['seconds']:.2f} | {r['seconds'] / g['seconds']:.2f} "
             f"| {r['peak_mib'] / e['peak_mib']:.2f} | {r['peak_mib'] / g['peak_mib']:.2f} |"
         )
     compiled = [row for row in report["rows"] if "compile" in row]
     if compiled:
-        lines += ["", "| N x H x V | torch.compile time | torch.compile peak | time rwcore/compile | peak rwcore/compile |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "| N x H x V | torch.compile time | torch.compile peak | time rwcore/compile | peak rwcore/compile |",
+            "|---|---:|---:|---:|---:|",
+        ]
         for row in compiled:
             r, c = row["rwcore"], row["compile"]
-            lines.append(f"| {r['tokens']} x {r['hidden']} x {r['vocab']} | {c['seconds'] * 1e3:.0f} ms | "
-                         f"{c['peak_mib']:.0f} MiB | {r['seconds'] / c['seconds']:.2f} | {r['peak_mib'] / c['peak_mib']:.2f} |")
+            lines.append(
+                f"| {r['tokens']} x {r['hidden']} x {r['vocab']} | {c['seconds'] * 1e3:.0f} ms | "
+                f"{c['peak_mib']:.0f} MiB | {r['seconds'] / c['seconds']:.2f} | {r['peak_mib'] / c['peak_mib']:.2f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", action="append", nargs=3, type=int, metavar=("N", "H", "V"),
-                        help="tokens, hidden size, vocabulary (repeatable; default: two sizes)")
+    parser.add_argument(
+        "--size",
+        action="append",
+        nargs=3,
+        type=int,
+        metavar=("N", "H", "V"),
+        help="tokens, hidden size, vocabulary (repeatable; default: two sizes)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers from rwcore,eager,liger (default) and compile")
+    parser.add_argument(
+        "--peers", default=",".join(PEERS), help="comma-separated peers from rwcore,eager,liger (default) and compile"
+    )
     parser.add_argument("--quick", action="store_true", help="one small size")
     parser.add_argument("--out", type=Path, help="write JSON here and Markdown beside it (.md)")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)

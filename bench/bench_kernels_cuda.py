@@ -104,7 +104,7 @@ def measured_peaks(torch, device, quick: bool) -> dict:
     cuda = device.type == "cuda"
     n = (4096 if quick else 8192) if cuda else 256
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    gemm = timed(torch, device, lambda: a @ a, 5)
+    gemm = timed(torch, device, lambda m=a: m @ m, 5)
     del a
     elements = ((1 << 26) if quick else (1 << 29)) if cuda else (1 << 22)  # 256 MiB / 2 GiB of fp32 on CUDA
     x = torch.empty(elements, device=device, dtype=torch.float32)
@@ -155,6 +155,7 @@ def bench_fused(torch, device, tokens: int, hidden_size: int, vocab: int, repeat
         def step():
             h.grad = w.grad = None
             compiled(h, w).backward()
+
         return step
 
     def liger_peer():
@@ -167,26 +168,45 @@ def bench_fused(torch, device, tokens: int, hidden_size: int, vocab: int, repeat
         if tokens % SEQ_LEN:
             raise PeerSkipped(f"N must be a multiple of the sequence length {SEQ_LEN}")
         batch = tokens // SEQ_LEN
-        loss_fn = LigerFusedLinearGRPOLoss(beta=0.0, use_ref_model=False, epsilon_low=0.5, epsilon_high=4.0,
-                                           delta=3.0, loss_type="dapo", compiled=True)
+        loss_fn = LigerFusedLinearGRPOLoss(
+            beta=0.0, use_ref_model=False, epsilon_low=0.5, epsilon_high=4.0, delta=3.0, loss_type="dapo", compiled=True
+        )
         shaped = lambda t: t.view(batch, SEQ_LEN, *t.shape[1:])  # noqa: E731
         per_sequence = advantages.view(batch, SEQ_LEN)[:, 0].contiguous()
 
         def step():
             h.grad = w.grad = None
-            loss = loss_fn(shaped(h), w, shaped(labels), shaped(mask).float(), per_sequence,
-                           old_per_token_logps=shaped(behavior))[0]
+            loss = loss_fn(
+                shaped(h), w, shaped(labels), shaped(mask).float(), per_sequence, old_per_token_logps=shaped(behavior)
+            )[0]
             loss.backward()
+
         return step
 
     flops = 6.0 * tokens * hidden_size * vocab
-    row = {"tokens": tokens, "hidden": hidden_size, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."),
-           "flops": flops}
-    peers = (("rwcore", lambda: rwcore_step), ("eager", lambda: eager_step), ("liger_chunked", liger_peer),
-             ("compile", compile_peer))
+    row = {
+        "tokens": tokens,
+        "hidden": hidden_size,
+        "vocab": vocab,
+        "dtype": str(dtype).removeprefix("torch."),
+        "flops": flops,
+    }
+    peers = (
+        ("rwcore", lambda: rwcore_step),
+        ("eager", lambda: eager_step),
+        ("liger_chunked", liger_peer),
+        ("compile", compile_peer),
+    )
     for name, build in peers:
-        row[name] = measure(torch, device, build, repeats, lambda seconds: {"flop_rate": flops / seconds},
-                            reset=lambda: setattr(h, "grad", None) or setattr(w, "grad", None), label=name)
+        row[name] = measure(
+            torch,
+            device,
+            build,
+            repeats,
+            lambda seconds: {"flop_rate": flops / seconds},
+            reset=lambda: setattr(h, "grad", None) or setattr(w, "grad", None),
+            label=name,
+        )
     return row
 
 
@@ -235,8 +255,9 @@ def bench_logits(torch, device, tokens: int, vocab: int, repeats: int) -> dict:
     def rwcore_step():
         logits.grad = None
         logp = token_logprobs(logits, labels, validate=False)
-        loss, _ = filtered_dual_clip_loss(logp.unsqueeze(0), behavior.unsqueeze(0), advantages, mask.unsqueeze(0),
-                                          validate=False)
+        loss, _ = filtered_dual_clip_loss(
+            logp.unsqueeze(0), behavior.unsqueeze(0), advantages, mask.unsqueeze(0), validate=False
+        )
         loss.backward()
 
     def eager_loss(z):
@@ -250,6 +271,7 @@ def bench_logits(torch, device, tokens: int, vocab: int, repeats: int) -> dict:
         def step():
             logits.grad = None
             eager_loss(logits).backward()
+
         return step
 
     def compile_peer():
@@ -260,6 +282,7 @@ def bench_logits(torch, device, tokens: int, vocab: int, repeats: int) -> dict:
         def step():
             logits.grad = None
             compiled(logits).backward()
+
         return step
 
     def liger_triton_peer():
@@ -273,10 +296,24 @@ def bench_logits(torch, device, tokens: int, vocab: int, repeats: int) -> dict:
 
         def step():
             full.grad = None
-            loss, _ = triton_grpo_loss(full, behavior.unsqueeze(0), None, labels.unsqueeze(0), advantages,
-                                       mask.unsqueeze(0).float(), temperature=1.0, beta=0.0, eps_low=0.5, eps_high=4.0,
-                                       inplace=False, loss_type="dapo", reduce=True, delta=3.0)
+            loss, _ = triton_grpo_loss(
+                full,
+                behavior.unsqueeze(0),
+                None,
+                labels.unsqueeze(0),
+                advantages,
+                mask.unsqueeze(0).float(),
+                temperature=1.0,
+                beta=0.0,
+                eps_low=0.5,
+                eps_high=4.0,
+                inplace=False,
+                loss_type="dapo",
+                reduce=True,
+                delta=3.0,
+            )
             loss.backward()
+
         return step
 
     def flash_attn_peer():
@@ -291,14 +328,27 @@ def bench_logits(torch, device, tokens: int, vocab: int, repeats: int) -> dict:
             logits.grad = None
             losses, _ = cross_entropy_loss(logits, labels)
             losses.sum().backward()
+
         return step
 
     row = {"tokens": tokens, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."), "bytes": moved}
-    peers = (("rwcore", lambda: rwcore_step), ("eager", eager_peer), ("liger_triton", liger_triton_peer),
-             ("flash_attn_ce", flash_attn_peer), ("compile", compile_peer))
+    peers = (
+        ("rwcore", lambda: rwcore_step),
+        ("eager", eager_peer),
+        ("liger_triton", liger_triton_peer),
+        ("flash_attn_ce", flash_attn_peer),
+        ("compile", compile_peer),
+    )
     for name, build in peers:
-        row[name] = measure(torch, device, build, repeats, lambda seconds: {"bandwidth": moved / seconds},
-                            reset=lambda: setattr(logits, "grad", None), label=name)
+        row[name] = measure(
+            torch,
+            device,
+            build,
+            repeats,
+            lambda seconds: {"bandwidth": moved / seconds},
+            reset=lambda: setattr(logits, "grad", None),
+            label=name,
+        )
     return row
 
 
@@ -324,8 +374,15 @@ def bench_launch_configs(torch, device, tokens: int, vocab: int, repeats: int) -
             def step():
                 logits.grad = None
                 token_logprobs(logits, labels, validate=False).sum().backward()
-            result = measure(torch, device, lambda: step, repeats, lambda seconds: {"bandwidth": moved / seconds},
-                             label=config.label())
+
+            result = measure(
+                torch,
+                device,
+                lambda: step,
+                repeats,
+                lambda seconds: {"bandwidth": moved / seconds},
+                label=config.label(),
+            )
             rows.append({"block": config.block, "num_warps": config.num_warps, "chosen": config == chosen, **result})
     finally:
         module.row_launch = original
@@ -382,8 +439,10 @@ def _peer_cells(result: dict, ours: dict, rate_key: str, unit: float, peak) -> s
         return f"{_failure(result)} | | | | "
     mem = "n/a" if result.get("peak_mib") is None else f"{result['peak_mib']:.0f} MiB"
     ratio = f"{ours['seconds'] / result['seconds']:.2f}" if "seconds" in ours else ""
-    return (f"{result['seconds'] * 1e3:.2f} ms | {result[rate_key] / unit:.0f} | {_fraction(result[rate_key], peak)} "
-            f"| {mem} | {ratio}")
+    return (
+        f"{result['seconds'] * 1e3:.2f} ms | {result[rate_key] / unit:.0f} | {_fraction(result[rate_key], peak)} "
+        f"| {mem} | {ratio}"
+    )
 
 
 def render(report: dict) -> str:
@@ -409,8 +468,10 @@ def render(report: dict) -> str:
     for row in report["fused"]:
         r, e = row["rwcore"], row["eager"]
         if "seconds" not in r:
-            lines.append(f"| {row['tokens']} x {row['hidden']} x {row['vocab']} ({row['dtype']}) | {_failure(r)} "
-                         "| | | | | | | | |")
+            lines.append(
+                f"| {row['tokens']} x {row['hidden']} x {row['vocab']} ({row['dtype']}) | {_failure(r)} "
+                "| | | | | | | | |"
+            )
             continue
         if "seconds" not in e:
             e_time, e_rate, e_mem, ratio = _failure(e), "", "", ""
@@ -423,33 +484,54 @@ def render(report: dict) -> str:
             f"| {_fraction(r['flop_rate'], measured['gemm_flops'])} | {e_rate} "
             f"| {mem(r['peak_mib'])} | {e_mem} | {ratio} |"
         )
-    lines += ["", "fused_linear_policy_loss against the other fused peers (same inputs)", "",
-              "| N x H x V | peer | time | TFLOP/s | of spec peak | peak mem | time rwcore/peer |",
-              "|---|---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        "fused_linear_policy_loss against the other fused peers (same inputs)",
+        "",
+        "| N x H x V | peer | time | TFLOP/s | of spec peak | peak mem | time rwcore/peer |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for row in report["fused"]:
         for peer in ("liger_chunked", "compile"):
-            lines.append(f"| {row['tokens']} x {row['hidden']} x {row['vocab']} | {peer} | "
-                         + _peer_cells(row.get(peer, {}), row["rwcore"], "flop_rate", 1e12, spec_flops) + " |")
-    lines += ["", "From materialized logits to the loss, forward + backward (memory bound: 6 bytes per bf16 logit)", "",
-              "| N x V | peer | time | GB/s | of spec peak | peak mem | time rwcore/peer |",
-              "|---|---|---:|---:|---:|---:|---:|"]
+            lines.append(
+                f"| {row['tokens']} x {row['hidden']} x {row['vocab']} | {peer} | "
+                + _peer_cells(row.get(peer, {}), row["rwcore"], "flop_rate", 1e12, spec_flops)
+                + " |"
+            )
+    lines += [
+        "",
+        "From materialized logits to the loss, forward + backward (memory bound: 6 bytes per bf16 logit)",
+        "",
+        "| N x V | peer | time | GB/s | of spec peak | peak mem | time rwcore/peer |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for row in report.get("logits", []):
         for peer in ("rwcore", "eager", "liger_triton", "flash_attn_ce", "compile"):
-            lines.append(f"| {row['tokens']} x {row['vocab']} ({row['dtype']}) | {peer} | "
-                         + _peer_cells(row.get(peer, {}), row["rwcore"], "bandwidth", 1e9, spec_bw) + " |")
+            lines.append(
+                f"| {row['tokens']} x {row['vocab']} ({row['dtype']}) | {peer} | "
+                + _peer_cells(row.get(peer, {}), row["rwcore"], "bandwidth", 1e9, spec_bw)
+                + " |"
+            )
     sweep = report.get("launch_configs", {})
     if sweep.get("skipped"):
         lines += ["", f"token_logprobs launch configurations: skipped: {sweep['skipped']}"]
     if sweep.get("rows"):
-        lines += ["", f"token_logprobs forward + backward at every launch configuration of sm_{sweep['arch']} "
-                      f"(N = {sweep['tokens']}, V = {sweep['vocab']}, bf16; * = the heuristic's choice)", "",
-                  "| BLOCK | warps | time | GB/s | of spec peak |", "|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"token_logprobs forward + backward at every launch configuration of sm_{sweep['arch']} "
+            f"(N = {sweep['tokens']}, V = {sweep['vocab']}, bf16; * = the heuristic's choice)",
+            "",
+            "| BLOCK | warps | time | GB/s | of spec peak |",
+            "|---:|---:|---:|---:|---:|",
+        ]
         for r in sweep["rows"]:
             if "seconds" not in r:
                 lines.append(f"| {r['block']} | {r['num_warps']} | {_failure(r)} | | |")
                 continue
-            lines.append(f"| {r['block']}{' *' if r['chosen'] else ''} | {r['num_warps']} | {r['seconds'] * 1e3:.2f} ms "
-                         f"| {r['bandwidth'] / 1e9:.0f} | {_fraction(r['bandwidth'], spec_bw)} |")
+            lines.append(
+                f"| {r['block']}{' *' if r['chosen'] else ''} | {r['num_warps']} | {r['seconds'] * 1e3:.2f} ms "
+                f"| {r['bandwidth'] / 1e9:.0f} | {_fraction(r['bandwidth'], spec_bw)} |"
+            )
     lines += [
         "",
         "filtered_dual_clip_loss, forward + backward (memory bound: 13 bytes per token at least)",
@@ -460,7 +542,8 @@ def render(report: dict) -> str:
     for row in report["loss"]:
         r, e = row["rwcore"], row["eager"]
         lines.append(
-            f"| {row['tokens']} | {r['seconds'] * 1e3:.2f} ms | {e['seconds'] * 1e3:.2f} ms | {r['bandwidth'] / 1e9:.0f} "
+            f"| {row['tokens']} | {r['seconds'] * 1e3:.2f} ms | {e['seconds'] * 1e3:.2f} ms | "
+            f"{r['bandwidth'] / 1e9:.0f} "
             f"| {_fraction(r['bandwidth'], spec_bw)} | {_fraction(r['bandwidth'], measured['copy_bandwidth'])} "
             f"| {e['bandwidth'] / 1e9:.0f} | {r['seconds'] / e['seconds']:.2f} |"
         )
@@ -469,11 +552,25 @@ def render(report: dict) -> str:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", action="append", nargs=3, type=int, metavar=("N", "H", "V"),
-                        help="fused loss: tokens, hidden size, vocabulary (repeatable)")
-    parser.add_argument("--loss-tokens", action="append", type=int, metavar="T", help="dual-clip loss tokens (repeatable)")
-    parser.add_argument("--logits", action="append", nargs=2, type=int, metavar=("N", "V"),
-                        help="materialized-logits peers: tokens, vocabulary (repeatable)")
+    parser.add_argument(
+        "--size",
+        action="append",
+        nargs=3,
+        type=int,
+        metavar=("N", "H", "V"),
+        help="fused loss: tokens, hidden size, vocabulary (repeatable)",
+    )
+    parser.add_argument(
+        "--loss-tokens", action="append", type=int, metavar="T", help="dual-clip loss tokens (repeatable)"
+    )
+    parser.add_argument(
+        "--logits",
+        action="append",
+        nargs=2,
+        type=int,
+        metavar=("N", "V"),
+        help="materialized-logits peers: tokens, vocabulary (repeatable)",
+    )
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="one small size of each")
     parser.add_argument("--out", type=Path, help="write JSON here and Markdown beside it (.md)")
@@ -501,8 +598,16 @@ def main(argv=None) -> dict:
     except ImportError:
         pass
     fused, loss, logits = [], [], []
-    report = {"machine": machine(**versions), "spec_peaks": peaks, "measured_peaks": measured, "fused": fused,
-              "loss": loss, "logits": logits, "launch_configs": {}, "partial": True}
+    report = {
+        "machine": machine(**versions),
+        "spec_peaks": peaks,
+        "measured_peaks": measured,
+        "fused": fused,
+        "loss": loss,
+        "logits": logits,
+        "launch_configs": {},
+        "partial": True,
+    }
 
     def checkpoint():
         """The report so far, so a run cut short by a time limit (bench/gpu_check.sh) keeps what it measured."""
@@ -520,7 +625,9 @@ def main(argv=None) -> dict:
         print(f"filtered_dual_clip_loss tokens={tokens} ...", flush=True)
         loss.append(bench_loss(torch, device, tokens, args.repeats))
     checkpoint()
-    logits_sizes = [tuple(s) for s in args.logits] if args.logits else list(LOGITS_QUICK if args.quick else LOGITS_SIZES)
+    logits_sizes = (
+        [tuple(s) for s in args.logits] if args.logits else list(LOGITS_QUICK if args.quick else LOGITS_SIZES)
+    )
     for tokens, vocab in logits_sizes:
         print(f"materialized logits N={tokens} V={vocab} ...", flush=True)
         logits.append(bench_logits(torch, device, tokens, vocab, args.repeats))

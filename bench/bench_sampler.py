@@ -31,10 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import rwcore  # noqa: E402
+from _report import machine, publish  # noqa: E402
 from reference_sampler import RefCapabilitySampler, RefEvidenceStore  # noqa: E402
 from reference_sampler import Verdict as RefVerdict  # noqa: E402
-from _report import machine, publish  # noqa: E402
+
+import rwcore  # noqa: E402
 
 CAPABILITIES = rwcore.DEFAULT_CAPABILITIES
 
@@ -123,7 +124,10 @@ def bench_sample(args, rng: random.Random) -> dict:
     results = {}
 
     print(f"  discovery phase: judging {len(task_ids) // 5} tasks on {args.rubrics // 4} rubrics each ...", flush=True)
-    feed(samplers, make_groups(rng.sample(task_ids, len(task_ids) // 5), rubric_ids, args.rubrics // 4, 4, args.group_size, rng))
+    feed(
+        samplers,
+        make_groups(rng.sample(task_ids, len(task_ids) // 5), rubric_ids, args.rubrics // 4, 4, args.group_size, rng),
+    )
     results["discovery"] = measure_sample(samplers, version=41, args=args)
 
     print(f"  adaptive phase: judging every task on all {args.rubrics} rubrics ...", flush=True)
@@ -158,15 +162,18 @@ def render(report: dict) -> str:
         f"(single-threaded; one run of `bench/bench_sampler.py`, rwcore {m['rwcore']}).",
         f"Sizes: {c['tasks']} tasks, {c['tags']} tags, {c['rubrics']} rubrics, {len(CAPABILITIES)} capabilities, "
         f"batch {c['batch_size']} x group {c['group_size']}.",
-        "Peer: tests/reference_sampler.py (dicts and sets, the model the tests check the C++ against), same inputs, same process.",
+        "Peer: tests/reference_sampler.py (dicts and sets, the model the tests check the C++ against), same inputs, "
+        "same process.",
         "",
         "| measurement | rwcore (C++) | pure Python | ratio |",
         "|---|---:|---:|---:|",
-        f"| observe_many throughput | {obs['native_obs_per_s'] / 1e6:.2f} M obs/s | {obs['peer_obs_per_s'] / 1e6:.3f} M obs/s | {obs['speedup']:.0f}x |",
+        f"| observe_many throughput | {obs['native_obs_per_s'] / 1e6:.2f} M obs/s | {obs['peer_obs_per_s'] / 1e6:.3f} "
+        f"M obs/s | {obs['speedup']:.0f}x |",
     ]
     for regime, row in report["sample"].items():
         lines.append(
-            f"| sample() one batch, {regime} phase (coverage {row['coverage']:.2f}) | {row['native_ms_per_batch']:.3f} ms "
+            f"| sample() one batch, {regime} phase (coverage {row['coverage']:.2f}) | {row['native_ms_per_batch']:.3f} "
+            "ms "
             f"| {row['peer_ms_per_batch']:.1f} ms | {row['speedup']:.0f}x |"
         )
     return "\n".join(lines) + "\n"

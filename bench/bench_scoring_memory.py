@@ -9,7 +9,8 @@ of each token from the final hidden states [N, H] and the LM head [V, H]. The pe
 `score_behavior` did before: the model's full logits [N, V], upcast to fp32, then
 `token_logprobs`. rwcore's path is `fused_linear_logprobs` (one [chunk, V] block of logits at a
 time). Each variant runs in a fresh subprocess; its peak is the growth of the process's peak
-resident set (VmHWM, reset through /proc/self/clear_refs just before) over the inputs in memory, so allocator caching in one variant
+resident set (VmHWM, reset through /proc/self/clear_refs just before) over the inputs in memory, so allocator caching in
+one variant
 cannot hide the other's peak. The two outputs are compared (max abs difference) in the same run.
 """
 
@@ -60,9 +61,13 @@ print(json.dumps({"peak_extra_mib": after - before, "inputs_mib": before}))
 
 def measure(n: int, h: int, v: int, variant: str, tmp: Path) -> dict:
     out = tmp / f"{variant}-{v}.pt"
-    result = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(h), str(v), variant, str(out)],
-                            capture_output=True, text=True, check=False,
-                            env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(n), str(h), str(v), variant, str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**__import__("os").environ, "OMP_NUM_THREADS": "1"},
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{variant} at V={v} failed: {result.stderr[-2000:]}")
     row = json.loads(result.stdout.strip().splitlines()[-1])
@@ -90,13 +95,21 @@ def main(argv=None) -> dict:
             fused = measure(args.tokens, args.hidden, v, "fused", Path(tmp))
             materialized = measure(args.tokens, args.hidden, v, "materialized", Path(tmp))
             difference = float((torch.load(fused["output"]) - torch.load(materialized["output"])).abs().max())
-            rows.append({"vocab": v, "fused_peak_mib": fused["peak_extra_mib"],
-                         "materialized_peak_mib": materialized["peak_extra_mib"],
-                         "logits_mib": args.tokens * v * 4 / 2**20,
-                         "ratio": fused["peak_extra_mib"] / max(materialized["peak_extra_mib"], 1e-9),
-                         "max_abs_difference": difference})
-    report = {"machine": machine(torch=torch.__version__),
-              "config": {"tokens": args.tokens, "hidden": args.hidden}, "rows": rows}
+            rows.append(
+                {
+                    "vocab": v,
+                    "fused_peak_mib": fused["peak_extra_mib"],
+                    "materialized_peak_mib": materialized["peak_extra_mib"],
+                    "logits_mib": args.tokens * v * 4 / 2**20,
+                    "ratio": fused["peak_extra_mib"] / max(materialized["peak_extra_mib"], 1e-9),
+                    "max_abs_difference": difference,
+                }
+            )
+    report = {
+        "machine": machine(torch=torch.__version__),
+        "config": {"tokens": args.tokens, "hidden": args.hidden},
+        "rows": rows,
+    }
     publish(report, render(report), args.out)
     return report
 
@@ -114,8 +127,10 @@ def render(report: dict) -> str:
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for row in report["rows"]:
-        lines.append(f"| {row['vocab']:,} | {row['logits_mib']:.0f} MiB | {row['materialized_peak_mib']:.0f} MiB "
-                     f"| {row['fused_peak_mib']:.0f} MiB | **{row['ratio']:.3f}** | {row['max_abs_difference']:.1e} |")
+        lines.append(
+            f"| {row['vocab']:,} | {row['logits_mib']:.0f} MiB | {row['materialized_peak_mib']:.0f} MiB "
+            f"| {row['fused_peak_mib']:.0f} MiB | **{row['ratio']:.3f}** | {row['max_abs_difference']:.1e} |"
+        )
     return "\n".join(lines) + "\n"
 
 

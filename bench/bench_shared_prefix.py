@@ -41,9 +41,22 @@ DELTA_POOL = 5  # pool.delta_pool here (the default is 10): skills are in the pr
 
 def run(method: str, shared: bool, steps: int, seed: int, folder: Path) -> dict:
     out = folder / f"{method}-{'on' if shared else 'off'}"
-    command = [sys.executable, "-m", "rwcore.trainer", "train", "--quiet", "--out", str(out),
-               f"train.method={method}", f"train.steps={steps}", f"train.seed={seed}", "train.eval_every=0",
-               "train.checkpoint_every=0", f"pool.delta_pool={DELTA_POOL}", f"model.shared_prefix={str(shared).lower()}"]
+    command = [
+        sys.executable,
+        "-m",
+        "rwcore.trainer",
+        "train",
+        "--quiet",
+        "--out",
+        str(out),
+        f"train.method={method}",
+        f"train.steps={steps}",
+        f"train.seed={seed}",
+        "train.eval_every=0",
+        "train.checkpoint_every=0",
+        f"pool.delta_pool={DELTA_POOL}",
+        f"model.shared_prefix={str(shared).lower()}",
+    ]
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # each run gets the whole machine
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -51,14 +64,20 @@ def run(method: str, shared: bool, steps: int, seed: int, folder: Path) -> dict:
         raise RuntimeError(f"{method} shared_prefix={shared} failed:\n{result.stderr[-3000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
     train = [r for r in rows if r["kind"] == "train"]
-    return {"method": method, "shared_prefix": shared, "steps": len(train), "wall_s": time.perf_counter() - started,
-            "step_times": [r["time/step"] for r in train],
-            "active_skills": [r.get("pool/active_skills", 0) for r in train], "losses": [r["loss"] for r in train]}
+    return {
+        "method": method,
+        "shared_prefix": shared,
+        "steps": len(train),
+        "wall_s": time.perf_counter() - started,
+        "step_times": [r["time/step"] for r in train],
+        "active_skills": [r.get("pool/active_skills", 0) for r in train],
+        "losses": [r["loss"] for r in train],
+    }
 
 
 def _timed(run: dict, first: int) -> dict:
     """The run with its mean step time over steps >= first (1-based)."""
-    times = run["step_times"][first - 1:]
+    times = run["step_times"][first - 1 :]
     return {**run, "timed_from_step": first, "step_s": sum(times) / len(times)}
 
 
@@ -74,8 +93,9 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     steps, repeats = (16, 1) if args.quick else (args.steps, args.repeats)
     if steps < 3 * DELTA_POOL:
-        parser.error(f"--steps must be at least {3 * DELTA_POOL}: skills enter Arise's prompt at the second pool "
-                     "evolution")
+        parser.error(
+            f"--steps must be at least {3 * DELTA_POOL}: skills enter Arise's prompt at the second pool evolution"
+        )
     if repeats < 1:
         parser.error(f"--repeats must be at least 1; got {repeats}")
     runs = {}
@@ -84,7 +104,8 @@ def main(argv=None) -> dict:
             for turn in range(repeats):
                 for shared in (True, False):
                     runs.setdefault((method, shared), []).append(
-                        run(method, shared, steps, args.seed, Path(tmp) / str(turn)))
+                        run(method, shared, steps, args.seed, Path(tmp) / str(turn))
+                    )
     # time the steps from the first one with skills in the (shared) Arise prompt, for every run alike
     with_skills = [i + 1 for i, n in enumerate(runs["arise", True][0]["active_skills"]) if n > 0]
     if not with_skills:
@@ -96,15 +117,32 @@ def main(argv=None) -> dict:
         off = [_timed(r, first) for r in runs[method, False]]
         on_s, off_s = (statistics.median(r["step_s"] for r in side) for side in (on, off))
         compared = min(5, steps)
-        rows.append({"method": method, "on": on, "off": off, "on_s": on_s, "off_s": off_s, "speedup": off_s / on_s,
-                     "active_skills_max": max(on[0]["active_skills"]),
-                     "loss_max_diff_first_steps": max(abs(a - b) for a, b in
-                                                       zip(on[0]["losses"][:compared], off[0]["losses"][:compared])),
-                     "compared_steps": compared})
-    report = {"machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
-              "config": {"steps": steps, "seed": args.seed, "delta_pool": DELTA_POOL, "timed_from_step": first,
-                         "repeats": repeats},
-              "rows": rows}
+        rows.append(
+            {
+                "method": method,
+                "on": on,
+                "off": off,
+                "on_s": on_s,
+                "off_s": off_s,
+                "speedup": off_s / on_s,
+                "active_skills_max": max(on[0]["active_skills"]),
+                "loss_max_diff_first_steps": max(
+                    abs(a - b) for a, b in zip(on[0]["losses"][:compared], off[0]["losses"][:compared])
+                ),
+                "compared_steps": compared,
+            }
+        )
+    report = {
+        "machine": machine(torch=torch.__version__, torch_threads=torch.get_num_threads()),
+        "config": {
+            "steps": steps,
+            "seed": args.seed,
+            "delta_pool": DELTA_POOL,
+            "timed_from_step": first,
+            "repeats": repeats,
+        },
+        "rows": rows,
+    }
     publish(report, render(report), args.out)
     return report
 
@@ -120,14 +158,17 @@ def render(report: dict) -> str:
         f"`time/step` from step {c['timed_from_step']} on (Arise's skills are in its training prompt from there), and "
         "the table gives the median over runs (each run's in brackets).",
         "",
-        "| train.method | active skills (max) | step time, off | step time, on | off / on | largest loss difference, first steps |",
+        "| train.method | active skills (max) | step time, off | step time, on | off / on | largest loss difference, "
+        "first steps |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for row in report["rows"]:
         each = {side: ", ".join(f"{r['step_s']:.3f}" for r in row[side]) for side in ("off", "on")}
-        lines.append(f"| {row['method']} | {row['active_skills_max']} | {row['off_s']:.3f} s ({each['off']}) "
-                     f"| {row['on_s']:.3f} s ({each['on']}) | **{row['speedup']:.2f}x** "
-                     f"| {row['loss_max_diff_first_steps']:.1e} (steps 1-{row['compared_steps']}) |")
+        lines.append(
+            f"| {row['method']} | {row['active_skills_max']} | {row['off_s']:.3f} s ({each['off']}) "
+            f"| {row['on_s']:.3f} s ({each['on']}) | **{row['speedup']:.2f}x** "
+            f"| {row['loss_max_diff_first_steps']:.1e} (steps 1-{row['compared_steps']}) |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -44,10 +44,16 @@ def run_method(method: str, args, folder: Path) -> dict:
     from rwcore.trainer.trainer import Trainer
 
     overrides = [
-        f"train.method={method}", f"train.steps={args.steps}", f"train.seed={args.seed}",
-        f"rollout.tasks_per_step={args.tasks_per_step}", f"rollout.group_size={args.group_size}",
-        f"env.options.num_eval={args.eval_tasks}", "train.eval_every=0", "train.checkpoint_every=0",
-        f"pool.delta_pool={args.adapt_every}", f"rewardweaver.adaptation_interval={args.adapt_every}",
+        f"train.method={method}",
+        f"train.steps={args.steps}",
+        f"train.seed={args.seed}",
+        f"rollout.tasks_per_step={args.tasks_per_step}",
+        f"rollout.group_size={args.group_size}",
+        f"env.options.num_eval={args.eval_tasks}",
+        "train.eval_every=0",
+        "train.checkpoint_every=0",
+        f"pool.delta_pool={args.adapt_every}",
+        f"rewardweaver.adaptation_interval={args.adapt_every}",
         *args.set,
     ]
     config = load_config(None, overrides)
@@ -116,8 +122,11 @@ def render(report: dict) -> str:
         )
     ratio = report.get("step_ratio")
     if ratio is not None:
-        lines += ["", f"Median step time combined / outcome_only: **{ratio:.2f}** (whole steps; the methods' rollouts "
-                      "differ, so this includes judging and rollout-length differences, not only the adaptive part)."]
+        lines += [
+            "",
+            f"Median step time combined / outcome_only: **{ratio:.2f}** (whole steps; the methods' rollouts "
+            "differ, so this includes judging and rollout-length differences, not only the adaptive part).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -136,11 +145,15 @@ def main(argv=None) -> dict:
     parser.add_argument("--tasks-per-step", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--eval-tasks", type=int, default=8, help="held-out tasks (evaluated before and after)")
-    parser.add_argument("--adapt-every", type=int, default=3, help="pool.delta_pool and rewardweaver.adaptation_interval")
+    parser.add_argument(
+        "--adapt-every", type=int, default=3, help="pool.delta_pool and rewardweaver.adaptation_interval"
+    )
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated train.method values")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="extra config override")
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the run folders here (default: a temporary folder)")
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="keep the run folders here (default: a temporary folder)"
+    )
     parser.add_argument("--quick", action="store_true", help="3 steps x 4 tasks x 4 rollouts")
     parser.add_argument("--out", type=Path, help="write the report as JSON here and as Markdown beside it (.md)")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -156,8 +169,10 @@ def main(argv=None) -> dict:
         folder = args.keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rw-bench-train-")))
         rows = []
         for method in methods:
-            print(f"  {method}: {args.steps} steps x {args.tasks_per_step} tasks x {args.group_size} rollouts ...",
-                  flush=True)
+            print(
+                f"  {method}: {args.steps} steps x {args.tasks_per_step} tasks x {args.group_size} rollouts ...",
+                flush=True,
+            )
             rows.append(run_method(method, args, folder))
     by_method = {row["method"]: row for row in rows}
     ratio = None
@@ -165,8 +180,10 @@ def main(argv=None) -> dict:
         ratio = by_method["combined"]["step_median_s"] / by_method["outcome_only"]["step_median_s"]
     report = {
         "machine": machine(**library_versions()),
-        "config": {k: getattr(args, k) for k in ("steps", "tasks_per_step", "group_size", "eval_tasks", "adapt_every",
-                                                  "seed", "set")},
+        "config": {
+            k: getattr(args, k)
+            for k in ("steps", "tasks_per_step", "group_size", "eval_tasks", "adapt_every", "seed", "set")
+        },
         "methods": rows,
         "step_ratio": ratio,
     }

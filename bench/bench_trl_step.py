@@ -37,14 +37,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _report import machine, publish  # noqa: E402
+
 from rwcore.trainer.config import LossConfig  # noqa: E402
 from rwcore.trainer.policy import SPECIAL_TOKENS  # noqa: E402
 
 DEFAULT_ENTROPY_COEF = LossConfig().entropy_coef
 
 WORDS = [f"w{i}" for i in range(40)]
-CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
-                 "{% if add_generation_prompt %}<assistant> {% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
+    "{% if add_generation_prompt %}<assistant> {% endif %}"
+)
 
 
 def reward(texts: list[str]) -> list[float]:
@@ -107,9 +110,17 @@ def rwcore_stepper(folder: Path, args, entropy_coef: float = 0.0):
             return Outcome(reward=value, success=value > 0.5)
 
     model, codec = build(folder, args.seed)
-    config = load_config(None, [f"optim.lr={args.lr}", f"rollout.group_size={args.group_size}",
-                                f"rollout.tasks_per_step={args.prompts}", f"rollout.max_new_tokens={args.tokens}",
-                                "rollout.action_words=off", f"loss.entropy_coef={entropy_coef}"])
+    config = load_config(
+        None,
+        [
+            f"optim.lr={args.lr}",
+            f"rollout.group_size={args.group_size}",
+            f"rollout.tasks_per_step={args.prompts}",
+            f"rollout.max_new_tokens={args.tokens}",
+            "rollout.action_words=off",
+            f"loss.entropy_coef={entropy_coef}",
+        ],
+    )
     trainer = Trainer(config, folder / "rw", quiet=True)
     trainer.config = config
     trainer.device = torch.device("cpu")
@@ -126,8 +137,11 @@ def rwcore_stepper(folder: Path, args, entropy_coef: float = 0.0):
         with torch.random.fork_rng(devices=[]):
             started = time.perf_counter()
             torch.manual_seed(args.seed + index)
-            jobs = [(Task(f"t{i}", ("x",), {"prompt": texts[i]}), index * 1000 + i * 31 + j, f"s{index}/t{i}")
-                    for i in range(args.prompts) for j in range(args.group_size)]
+            jobs = [
+                (Task(f"t{i}", ("x",), {"prompt": texts[i]}), index * 1000 + i * 31 + j, f"s{index}/t{i}")
+                for i in range(args.prompts)
+                for j in range(args.group_size)
+            ]
             rollouts = run_episodes(env, trainer.policy, jobs, "", 1.0, args.tokens)
             rewards = np.array([r.trajectory.outcome for r in rollouts], dtype=np.float64)
             groups = np.repeat(np.arange(args.prompts), args.group_size)
@@ -169,14 +183,36 @@ def time_trl(folder: Path, args, between) -> list[float]:
 
     clock = Clock()
     config = GRPOConfig(
-        output_dir=str(folder / "trl"), max_steps=args.steps, per_device_train_batch_size=args.prompts * args.group_size,
-        num_generations=args.group_size, max_completion_length=args.tokens, report_to=[], use_cpu=True, bf16=False,
-        logging_steps=1, save_strategy="no", learning_rate=args.lr, seed=args.seed, beta=0.0, temperature=1.0,
-        top_k=0, top_p=1.0, lr_scheduler_type="constant", max_grad_norm=1.0, weight_decay=0.0,
-        generation_kwargs={"suppress_tokens": special}, shuffle_dataset=False,
+        output_dir=str(folder / "trl"),
+        max_steps=args.steps,
+        per_device_train_batch_size=args.prompts * args.group_size,
+        num_generations=args.group_size,
+        max_completion_length=args.tokens,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        learning_rate=args.lr,
+        seed=args.seed,
+        beta=0.0,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        lr_scheduler_type="constant",
+        max_grad_norm=1.0,
+        weight_decay=0.0,
+        generation_kwargs={"suppress_tokens": special},
+        shuffle_dataset=False,
     )
-    trainer = GRPOTrainer(model=str(folder), reward_funcs=reward_fn, args=config,
-                          train_dataset=Dataset.from_list(rows), processing_class=tokenizer, callbacks=[clock])
+    trainer = GRPOTrainer(
+        model=str(folder),
+        reward_funcs=reward_fn,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[clock],
+    )
     trainer.train()
     lengths = [row["completions/mean_length"] for row in trainer.state.log_history if "completions/mean_length" in row]
     assert lengths and all(length == args.tokens for length in lengths), lengths  # equal work
@@ -190,8 +226,12 @@ def main(argv=None) -> dict:
     parser.add_argument("--prompts", type=int, default=16, help="B: prompts per step")
     parser.add_argument("--group-size", type=int, default=8, help="G: completions per prompt")
     parser.add_argument("--tokens", type=int, default=16, help="T: tokens per completion")
-    parser.add_argument("--steps", type=int, default=30, help="steps per trainer, taken in turns; the medians are over "
-                        "all but the first")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=30,
+        help="steps per trainer, taken in turns; the medians are over all but the first",
+    )
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
@@ -220,41 +260,61 @@ def main(argv=None) -> dict:
     finally:
         torch.set_num_threads(threads)  # run_all runs the next benchmark in this process
     rw_median, trl_median, bonus_median = (statistics.median(times[1:]) for times in (rw, theirs, bonus))
-    report = {"machine": machine(torch=torch.__version__, trl=trl.__version__),
-              "config": {k: getattr(args, k) for k in ("prompts", "group_size", "tokens", "steps", "lr")},
-              "rwcore_step_s": rw, "trl_step_s": theirs, "rwcore_median_s": rw_median, "trl_median_s": trl_median,
-              "speedup": trl_median / rw_median,
-              # each TRL step over the rwcore step right after it, the median (a second figure of the same run)
-              "paired_speedup": statistics.median(b / a for a, b in zip(rw[1:], theirs[1:])),
-              "entropy_bonus": {"entropy_coef": DEFAULT_ENTROPY_COEF, "step_s": bonus, "median_s": bonus_median,
-                                "speedup": trl_median / bonus_median}}
+    report = {
+        "machine": machine(torch=torch.__version__, trl=trl.__version__),
+        "config": {k: getattr(args, k) for k in ("prompts", "group_size", "tokens", "steps", "lr")},
+        "rwcore_step_s": rw,
+        "trl_step_s": theirs,
+        "rwcore_median_s": rw_median,
+        "trl_median_s": trl_median,
+        "speedup": trl_median / rw_median,
+        # each TRL step over the rwcore step right after it, the median (a second figure of the same run)
+        "paired_speedup": statistics.median(b / a for a, b in zip(rw[1:], theirs[1:])),
+        "entropy_bonus": {
+            "entropy_coef": DEFAULT_ENTROPY_COEF,
+            "step_s": bonus,
+            "median_s": bonus_median,
+            "speedup": trl_median / bonus_median,
+        },
+    }
     publish(report, render(report), args.out)
     return report
 
 
 def render(report: dict) -> str:
     m, c, bonus = report["machine"], report["config"], report["entropy_bonus"]
-    return "\n".join([
-        "# One GRPO step: rwcore's trainer vs TRL's GRPOTrainer at equal work",
-        "",
-        f"Machine: {m.get('cpu', '?')}, {m['cpus']} logical CPUs, torch {m.get('torch', '?')}, TRL {m.get('trl', '?')}, "
-        f"one thread. {c['prompts']} prompts x {c['group_size']} completions x {c['tokens']} tokens per step, the "
-        f"embedded default's model shape, the same GRPO loss terms (no KL term, no entropy bonus). {c['steps']} steps "
-        f"each, taken in turns (a TRL step, then an rwcore step); medians over steps 2..{c['steps']}.",
-        "",
-        "| trainer | median step | steps |",
-        "|---|---:|---:|",
-        f"| rwcore (`run_episodes` + `_update_policy`, max_lag 0) | {report['rwcore_median_s']:.3f} s "
-        f"| {', '.join(f'{t:.3f}' for t in report['rwcore_step_s'])} |",
-        f"| TRL `GRPOTrainer` | {report['trl_median_s']:.3f} s | {', '.join(f'{t:.3f}' for t in report['trl_step_s'])} |",
-        "",
-        f"TRL / rwcore step time: **{report['speedup']:.2f}x** (the median of each TRL step over the rwcore step after "
-        f"it: {report['paired_speedup']:.2f}x).",
-        "",
-        f"Not equal work, for reference: rwcore with `rw train`'s default entropy bonus (`loss.entropy_coef="
-        f"{bonus['entropy_coef']}`, a loss term with its own backward that TRL's step does not have), in the same "
-        f"turns: {bonus['median_s']:.3f} s, TRL / rwcore **{bonus['speedup']:.2f}x**.",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                "# One GRPO step: rwcore's trainer vs TRL's GRPOTrainer at equal work",
+                "",
+                f"Machine: {m.get('cpu', '?')}, {m['cpus']} logical CPUs, torch {m.get('torch', '?')}, TRL "
+                f"{m.get('trl', '?')}, "
+                f"one thread. {c['prompts']} prompts x {c['group_size']} completions x {c['tokens']} tokens per step, "
+                "the "
+                "embedded default's model shape, the same GRPO loss terms (no KL term, no entropy bonus). "
+                f"{c['steps']} steps "
+                f"each, taken in turns (a TRL step, then an rwcore step); medians over steps 2..{c['steps']}.",
+                "",
+                "| trainer | median step | steps |",
+                "|---|---:|---:|",
+                f"| rwcore (`run_episodes` + `_update_policy`, max_lag 0) | {report['rwcore_median_s']:.3f} s "
+                f"| {', '.join(f'{t:.3f}' for t in report['rwcore_step_s'])} |",
+                f"| TRL `GRPOTrainer` | {report['trl_median_s']:.3f} s | "
+                f"{', '.join(f'{t:.3f}' for t in report['trl_step_s'])} |",
+                "",
+                f"TRL / rwcore step time: **{report['speedup']:.2f}x** (the median of each TRL step over the rwcore "
+                "step after "
+                f"it: {report['paired_speedup']:.2f}x).",
+                "",
+                f"Not equal work, for reference: rwcore with `rw train`'s default entropy bonus (`loss.entropy_coef="
+                f"{bonus['entropy_coef']}`, a loss term with its own backward that TRL's step does not have), in the "
+                "same "
+                f"turns: {bonus['median_s']:.3f} s, TRL / rwcore **{bonus['speedup']:.2f}x**.",
+            ]
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

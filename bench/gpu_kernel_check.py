@@ -26,16 +26,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-PRODUCTION = {"rows": 8192, "vocab": 151_936, "hidden": 3584, "loss_batch": 4096, "loss_seq": 4096,
-              "reference_rows": 1024}
+PRODUCTION = {
+    "rows": 8192,
+    "vocab": 151_936,
+    "hidden": 3584,
+    "loss_batch": 4096,
+    "loss_seq": 4096,
+    "reference_rows": 1024,
+}
 TINY = {"rows": 96, "vocab": 1000, "hidden": 32, "loss_batch": 4, "loss_seq": 300, "reference_rows": 64}
 # The float64 references run in chunks of shape["reference_rows"] rows (151,936 x 1,024 x 8 bytes = 1.2 GB);
 # the tiny shapes use two chunks too, so the dry run covers the chunking.
 
 
 def check_token_logprobs(torch, device, shape, dtype) -> dict:
-    from kernel_reference import assert_close64, assert_lowp_criterion, lowp_token_logprobs, ref_token_logprobs, \
-        ref_token_logprobs_grad, row_scale
+    from kernel_reference import (
+        assert_close64,
+        assert_lowp_criterion,
+        lowp_token_logprobs,
+        ref_token_logprobs,
+        ref_token_logprobs_grad,
+        row_scale,
+    )
 
     from rwcore.kernels import token_logprobs
 
@@ -52,9 +64,12 @@ def check_token_logprobs(torch, device, shape, dtype) -> dict:
         z = logits.detach()[part]
         ref_logp, ref_entropy = ref_token_logprobs(z, labels[part])
         scale = row_scale(z, 1.0)
-        assert_close64(logp[part], ref_logp, f"logp rows {part.start}:{part.stop}", rtol=1e-5, atol_rel=1e-5, scale=scale)
-        assert_close64(entropy[part], ref_entropy, f"entropy rows {part.start}:{part.stop}", rtol=1e-5, atol_rel=1e-5,
-                       scale=scale)
+        assert_close64(
+            logp[part], ref_logp, f"logp rows {part.start}:{part.stop}", rtol=1e-5, atol_rel=1e-5, scale=scale
+        )
+        assert_close64(
+            entropy[part], ref_entropy, f"entropy rows {part.start}:{part.stop}", rtol=1e-5, atol_rel=1e-5, scale=scale
+        )
         ref_grad = ref_token_logprobs_grad(z, labels[part], 1.0, grad_logp[part], grad_entropy[part])
         if dtype == torch.float32:
             assert_close64(logits.grad[part], ref_grad, "d logits", rtol=1e-4, atol_rel=1e-5)
@@ -86,8 +101,12 @@ def check_dual_clip(torch, device, shape) -> dict:
 
 
 def check_fused_linear(torch, device, shape, dtype) -> dict:
-    from kernel_reference import assert_close64, assert_lowp_criterion, lowp_fused_linear_policy_loss, \
-        ref_fused_linear_policy_loss
+    from kernel_reference import (
+        assert_close64,
+        assert_lowp_criterion,
+        lowp_fused_linear_policy_loss,
+        ref_fused_linear_policy_loss,
+    )
 
     from rwcore.kernels import fused_linear_policy_loss
 
@@ -108,9 +127,15 @@ def check_fused_linear(torch, device, shape, dtype) -> dict:
     weight64, ref_loss, ref_dh, ref_dw = weight.double(), 0.0, [], torch.zeros_like(weight, dtype=torch.float64)
     for start in range(0, rows, shape["reference_rows"]):
         part = slice(start, min(rows, start + shape["reference_rows"]))
-        chunk, (dh, dw, _) = ref_fused_linear_policy_loss(hidden[part].double(), weight64, labels[part],
-                                                         behavior[part].double(), advantages[part].double(), mask[part],
-                                                         num_model_tokens=total)
+        chunk, (dh, dw, _) = ref_fused_linear_policy_loss(
+            hidden[part].double(),
+            weight64,
+            labels[part],
+            behavior[part].double(),
+            advantages[part].double(),
+            mask[part],
+            num_model_tokens=total,
+        )
         ref_loss += chunk["loss"]
         ref_dh.append(dh)
         ref_dw += dw
@@ -120,14 +145,20 @@ def check_fused_linear(torch, device, shape, dtype) -> dict:
         assert_close64(h.grad, ref_dh, "d hidden", rtol=1e-3, atol_rel=1e-5)
         assert_close64(w.grad, ref_dw, "d weight", rtol=1e-3, atol_rel=1e-5)
     else:
-        lowp_loss, _, (lowp_dh, lowp_dw, _) = lowp_fused_linear_policy_loss(hidden, weight, labels, behavior,
-                                                                            advantages, mask)
+        lowp_loss, _, (lowp_dh, lowp_dw, _) = lowp_fused_linear_policy_loss(
+            hidden, weight, labels, behavior, advantages, mask
+        )
         reference_loss = torch.tensor(ref["loss"], dtype=torch.float64)
         assert_lowp_criterion(loss, reference_loss, lowp_loss, "loss", in_dtype=dtype)
         assert_lowp_criterion(h.grad, ref_dh, lowp_dh, "d hidden")
         assert_lowp_criterion(w.grad, ref_dw, lowp_dw, "d weight")
-    return {"rows": rows, "hidden": hidden_size, "vocab": vocab, "dtype": str(dtype),
-            "kept_fraction": float(stats["kept_fraction"])}
+    return {
+        "rows": rows,
+        "hidden": hidden_size,
+        "vocab": vocab,
+        "dtype": str(dtype),
+        "kept_fraction": float(stats["kept_fraction"]),
+    }
 
 
 def main(argv=None) -> int:
@@ -161,13 +192,20 @@ def main(argv=None) -> int:
         except Exception:  # an error in a check is recorded, the others still run
             status, message, detail = "ERROR", traceback.format_exc(limit=6), {}
         failed += status != "passed"
-        results.append({"check": name, "status": status, "message": message, "seconds": time.perf_counter() - start,
-                        **detail})
-        print(f"  {name}: {status} ({results[-1]['seconds']:.1f} s){' ' + message[:500] if message else ''}", flush=True)
+        results.append(
+            {"check": name, "status": status, "message": message, "seconds": time.perf_counter() - start, **detail}
+        )
+        print(
+            f"  {name}: {status} ({results[-1]['seconds']:.1f} s){' ' + message[:500] if message else ''}", flush=True
+        )
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run)",
-              "shapes": shape, "checks": results, "failed": failed}
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run)",
+        "shapes": shape,
+        "checks": results,
+        "failed": failed,
+    }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2))

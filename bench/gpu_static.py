@@ -67,20 +67,35 @@ def resource_report(full: bool = True, use_cache: bool = True) -> dict:
     for variant, resources in results:
         occupancy = _aot.occupancy(variant.arch, resources.registers, resources.shared_bytes, variant.num_warps)
         pointers = {k: v.lstrip("*") for k, v in variant.signature.items() if v.startswith("*")}
-        rows.append({
-            "kernel": variant.kernel.rsplit(".", 1)[1], "arch": variant.arch, "num_warps": variant.num_warps,
-            "constexprs": variant.constexprs, "pointer_types": pointers, "aligned": variant.aligned,
-            "default": variant.is_default, "registers": resources.registers,
-            "spill_stores": resources.spill_stores, "spill_loads": resources.spill_loads,
-            "stack_frame": resources.stack_frame, "shared_bytes": resources.shared_bytes, **occupancy,
-        })
+        rows.append(
+            {
+                "kernel": variant.kernel.rsplit(".", 1)[1],
+                "arch": variant.arch,
+                "num_warps": variant.num_warps,
+                "constexprs": variant.constexprs,
+                "pointer_types": pointers,
+                "aligned": variant.aligned,
+                "default": variant.is_default,
+                "registers": resources.registers,
+                "spill_stores": resources.spill_stores,
+                "spill_loads": resources.spill_loads,
+                "stack_frame": resources.stack_frame,
+                "shared_bytes": resources.shared_bytes,
+                **occupancy,
+            }
+        )
         fresh.append(not resources.cached)
     import triton
 
-    return {"machine": machine(triton=triton.__version__), "full_grid": full, "variants": len(rows),
-            "compiled_now": sum(fresh), "seconds": time.perf_counter() - start,
-            "default_spills": [r for r in rows if r["default"] and (r["spill_stores"] or r["spill_loads"])],
-            "rows": rows}
+    return {
+        "machine": machine(triton=triton.__version__),
+        "full_grid": full,
+        "variants": len(rows),
+        "compiled_now": sum(fresh),
+        "seconds": time.perf_counter() - start,
+        "default_spills": [r for r in rows if r["default"] and (r["spill_stores"] or r["spill_loads"])],
+        "rows": rows,
+    }
 
 
 def _types(row: dict) -> str:
@@ -115,7 +130,8 @@ def render_resources(report: dict) -> str:
         "",
         "## At the production configuration (V = 151,936: the launcher's choice on each architecture)",
         "",
-        "| kernel | arch | dtypes | BLOCK | warps | regs | spill st/ld (B) | shared (B) | blocks/SM | occupancy | limited by |",
+        "| kernel | arch | dtypes | BLOCK | warps | regs | spill st/ld (B) | shared (B) | blocks/SM | occupancy | "
+        "limited by |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
 
@@ -123,14 +139,21 @@ def render_resources(report: dict) -> str:
         extra = ""
         if "WITH_ENTROPY" in r["constexprs"]:
             extra = " +entropy" if r["constexprs"]["WITH_ENTROPY"] else ""
-        return (f"| {r['kernel']}{extra} | sm_{r['arch']} | {_types(r)} | {r['constexprs']['BLOCK']} | {r['num_warps']} "
-                f"| {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared_bytes']} "
-                f"| {r['blocks_per_sm']} | {r['occupancy']:.2f} | {r['limited_by']} |")
+        return (
+            f"| {r['kernel']}{extra} | sm_{r['arch']} | {_types(r)} | {r['constexprs']['BLOCK']} | {r['num_warps']} "
+            f"| {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared_bytes']} "
+            f"| {r['blocks_per_sm']} | {r['occupancy']:.2f} | {r['limited_by']} |"
+        )
 
     lines += [line(r) for r in rows if r["default"]]
-    lines += ["", "## Every variant", "",
-              "| kernel | arch | dtypes | BLOCK | warps | regs | spill st/ld (B) | shared (B) | blocks/SM | occupancy | limited by |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [
+        "",
+        "## Every variant",
+        "",
+        "| kernel | arch | dtypes | BLOCK | warps | regs | spill st/ld (B) | shared (B) | blocks/SM | occupancy | "
+        "limited by |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     lines += [line(r) for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -172,14 +195,21 @@ def rwcore_accumulating_phases(tokens: int, hidden: int = HIDDEN, vocab: int = V
     phases, info = rwcore_fused_phases(tokens, hidden, vocab)
     chunks, n, h, v = info["chunks"], tokens, hidden, vocab
     kept = [p for p in phases if not p["name"].startswith("d weight")]
-    kept.insert(5, _phase("d weight GEMM accumulating into fp32 (beta = 1)",
-                          2 * n * v + 2 * n * h + chunks * (2 + 8) * v * h, 2 * n * h * v))
+    kept.insert(
+        5,
+        _phase(
+            "d weight GEMM accumulating into fp32 (beta = 1)",
+            2 * n * v + 2 * n * h + chunks * (2 + 8) * v * h,
+            2 * n * h * v,
+        ),
+    )
     kept.insert(6, _phase("d weight fp32 -> bf16, once", 6 * v * h))
     return kept, info
 
 
-def liger_chunked_phases(tokens: int, hidden: int = HIDDEN, vocab: int = VOCAB, matmul: str = "fp32",
-                         sequence: int = SEQUENCE) -> tuple[list, dict]:
+def liger_chunked_phases(
+    tokens: int, hidden: int = HIDDEN, vocab: int = VOCAB, matmul: str = "fp32", sequence: int = SEQUENCE
+) -> tuple[list, dict]:
     """LigerFusedLinearGRPOLoss (liger_kernel/chunked_loss/fused_linear_ppo.py) with bf16 inputs: one sequence
     per outer chunk; inside it `_selective_logprob_forward/backward` stream 2,048-row x 4,096-column tiles:
     the forward GEMM, then in backward the logits recomputed, and d hidden / d weight as float32 matmuls
@@ -195,18 +225,34 @@ def liger_chunked_phases(tokens: int, hidden: int = HIDDEN, vocab: int = VOCAB, 
     seq_chunks = sequences * math.ceil(sequence / s_rows)  # row tiles over the whole batch
     vocab_tiles = math.ceil(v / v_cols)
     phases = [
-        _phase("forward logits GEMM per tile (bf16)", seq_chunks * (vocab_tiles * 2 * s_rows * h + 2 * v * h)
-               + 2 * n * v, 2 * n * h * v),
+        _phase(
+            "forward logits GEMM per tile (bf16)",
+            seq_chunks * (vocab_tiles * 2 * s_rows * h + 2 * v * h) + 2 * n * v,
+            2 * n * h * v,
+        ),
         _phase("forward elementwise (.float, scale, max, exp, sum)", 38 * n * v),
-        _phase("backward logits recomputed (bf16 GEMM)", seq_chunks * (vocab_tiles * 2 * s_rows * h + 2 * v * h)
-               + 2 * n * v, 2 * n * h * v),
+        _phase(
+            "backward logits recomputed (bf16 GEMM)",
+            seq_chunks * (vocab_tiles * 2 * s_rows * h + 2 * v * h) + 2 * n * v,
+            2 * n * h * v,
+        ),
         _phase("backward elementwise (.float, scale, log p, exp, x grad)", 38 * n * v),
-        _phase("weight chunk / hidden chunk .float() per tile", seq_chunks * (6 * v * h + vocab_tiles * 6 * s_rows * h)),
-        _phase(f"d hidden GEMM per tile ({matmul})", 4 * n * v + seq_chunks * (4 * v * h + vocab_tiles * 4 * s_rows * h),
-               2 * n * h * v, matmul),
+        _phase(
+            "weight chunk / hidden chunk .float() per tile", seq_chunks * (6 * v * h + vocab_tiles * 6 * s_rows * h)
+        ),
+        _phase(
+            f"d hidden GEMM per tile ({matmul})",
+            4 * n * v + seq_chunks * (4 * v * h + vocab_tiles * 4 * s_rows * h),
+            2 * n * h * v,
+            matmul,
+        ),
         _phase("d hidden += per tile (fp32)", seq_chunks * vocab_tiles * 12 * s_rows * h),
-        _phase(f"d weight GEMM per tile ({matmul})", 4 * n * v + seq_chunks * (vocab_tiles * 4 * s_rows * h + 4 * v * h),
-               2 * n * h * v, matmul),
+        _phase(
+            f"d weight GEMM per tile ({matmul})",
+            4 * n * v + seq_chunks * (vocab_tiles * 4 * s_rows * h + 4 * v * h),
+            2 * n * h * v,
+            matmul,
+        ),
         _phase("d weight += per tile (fp32)", seq_chunks * 12 * v * h),
         _phase("per sequence: fp32 d weight zeroed, -> bf16, added to the bf16 total", sequences * 16 * v * h),
     ]
@@ -238,36 +284,65 @@ def bounds(phases: list, device: dict, useful_flops: float) -> dict:
         compute = p["flops"] / device[p["precision"]] if p["flops"] else 0.0
         memory = p["bytes"] / device["bandwidth"]
         in_sequence += max(compute, memory)
-        detail.append({"name": p["name"], "compute_s": compute, "memory_s": memory,
-                       "bound": "compute" if compute > memory else "memory",
-                       "intensity": p["flops"] / p["bytes"] if p["bytes"] else float("inf")})
-    overlapped = max(sum(p["flops"] / device[p["precision"]] for p in phases if p["flops"]),
-                     sum(p["bytes"] for p in phases) / device["bandwidth"])
+        detail.append(
+            {
+                "name": p["name"],
+                "compute_s": compute,
+                "memory_s": memory,
+                "bound": "compute" if compute > memory else "memory",
+                "intensity": p["flops"] / p["bytes"] if p["bytes"] else float("inf"),
+            }
+        )
+    overlapped = max(
+        sum(p["flops"] / device[p["precision"]] for p in phases if p["flops"]),
+        sum(p["bytes"] for p in phases) / device["bandwidth"],
+    )
     ideal = useful_flops / device["bf16"]
-    return {"in_sequence_s": in_sequence, "overlapped_s": overlapped, "compute_roofline_s": ideal,
-            "best_fraction": ideal / in_sequence, "best_fraction_overlapped": ideal / overlapped, "phases": detail}
+    return {
+        "in_sequence_s": in_sequence,
+        "overlapped_s": overlapped,
+        "compute_roofline_s": ideal,
+        "best_fraction": ideal / in_sequence,
+        "best_fraction_overlapped": ideal / overlapped,
+        "phases": detail,
+    }
 
 
 def roofline_report() -> dict:
     designs = {}
     for tokens in TOKENS:
         useful = 6.0 * tokens * HIDDEN * VOCAB
-        for name, build in (("rwcore fused_linear_policy_loss (as written)", rwcore_fused_phases),
-                            ("rwcore, d weight accumulated in the GEMM (estimate)", rwcore_accumulating_phases),
-                            ("Liger chunked GRPO, fp32 matmuls (PyTorch default)",
-                             lambda n: liger_chunked_phases(n, matmul="fp32")),
-                            ("Liger chunked GRPO, TF32 allowed", lambda n: liger_chunked_phases(n, matmul="tf32"))):
+        for name, build in (
+            ("rwcore fused_linear_policy_loss (as written)", rwcore_fused_phases),
+            ("rwcore, d weight accumulated in the GEMM (estimate)", rwcore_accumulating_phases),
+            ("Liger chunked GRPO, fp32 matmuls (PyTorch default)", lambda n: liger_chunked_phases(n, matmul="fp32")),
+            ("Liger chunked GRPO, TF32 allowed", lambda n: liger_chunked_phases(n, matmul="tf32")),
+        ):
             phases, info = build(tokens)
             designs.setdefault(name, {})[tokens] = {
-                "info": info, "flops": sum(p["flops"] for p in phases), "bytes": sum(p["bytes"] for p in phases),
-                "phases": phases, "devices": {d: bounds(phases, spec, useful) for d, spec in DEVICES.items()}}
+                "info": info,
+                "flops": sum(p["flops"] for p in phases),
+                "bytes": sum(p["bytes"] for p in phases),
+                "phases": phases,
+                "devices": {d: bounds(phases, spec, useful) for d, spec in DEVICES.items()},
+            }
     standalone = [entry for tokens in TOKENS for entry in standalone_kernels(tokens)]
     standalone.append(("filtered_dual_clip_loss forward + backward (17 B per token)", LOSS_TOKENS, 17 * LOSS_TOKENS))
-    standalone = [{"kernel": name, "tokens": tokens, "bytes": moved,
-                   "devices": {d: moved / spec["bandwidth"] for d, spec in DEVICES.items()}}
-                  for name, tokens, moved in standalone]
-    return {"shapes": {"tokens": TOKENS, "hidden": HIDDEN, "vocab": VOCAB, "dtype": "bf16", "sequence": SEQUENCE},
-            "devices": DEVICES, "designs": designs, "standalone": standalone}
+    standalone = [
+        {
+            "kernel": name,
+            "tokens": tokens,
+            "bytes": moved,
+            "devices": {d: moved / spec["bandwidth"] for d, spec in DEVICES.items()},
+        }
+        for name, tokens, moved in standalone
+    ]
+    return {
+        "shapes": {"tokens": TOKENS, "hidden": HIDDEN, "vocab": VOCAB, "dtype": "bf16", "sequence": SEQUENCE},
+        "devices": DEVICES,
+        "designs": designs,
+        "standalone": standalone,
+    }
 
 
 def render_roofline(report: dict) -> str:
@@ -278,8 +353,12 @@ def render_roofline(report: dict) -> str:
         "",
         f"V = {VOCAB:,}, H = {HIDDEN:,}, bf16 inputs, N = {', '.join(f'{t:,}' for t in TOKENS)} tokens. Useful work: "
         "the three LM-head GEMMs, 6 N H V FLOPs (logits, d hidden, d weight). Devices (datasheet, dense): "
-        + "; ".join(f"{d} {s['bandwidth'] / 1e12:.2f} TB/s, {s['bf16'] / 1e12:.0f} TFLOP/s bf16, "
-                    f"{s['fp32'] / 1e12:.0f} fp32, {s['tf32'] / 1e12:.0f} tf32" for d, s in DEVICES.items()) + ".",
+        + "; ".join(
+            f"{d} {s['bandwidth'] / 1e12:.2f} TB/s, {s['bf16'] / 1e12:.0f} TFLOP/s bf16, "
+            f"{s['fp32'] / 1e12:.0f} fp32, {s['tf32'] / 1e12:.0f} tf32"
+            for d, s in DEVICES.items()
+        )
+        + ".",
         "Bytes are what each step must move through HBM as the code is written (every temporary a full "
         "round trip; L2 reuse ignored, so tiles that fit in L2 make Liger's elementwise figures upper "
         "estimates). *In sequence*: each step at its own roofline, one after another (separate kernels "
@@ -287,19 +366,28 @@ def render_roofline(report: dict) -> str:
         "compute roofline over the in-sequence bound: the most of the bf16 peak the design can reach. "
         "Written by `rw bench --gpu-static` (bench/gpu_static.py); arithmetic, not a measurement.",
         "",
-        "| design | N | chunks | TFLOP done | GB moved | " + " | ".join(
-            f"{d}: bound ms (seq / overlap), best fraction" for d in names) + " |",
+        "| design | N | chunks | TFLOP done | GB moved | "
+        + " | ".join(f"{d}: bound ms (seq / overlap), best fraction" for d in names)
+        + " |",
         "|---|---:|---|---:|---:|" + "---:|" * len(names),
     ]
     for name, by_tokens in report["designs"].items():
         for tokens, entry in by_tokens.items():
             info = entry["info"]
-            chunks = (f"{info['chunks']} x {info['rows_per_chunk']} rows" if "chunks" in info
-                      else f"{info['row_tiles']} x {info['rows_per_tile']} rows x {info['vocab_per_tile']} cols")
-            cells = [f"{ms(b['in_sequence_s'])} / {ms(b['overlapped_s'])}, {b['best_fraction']:.2f}"
-                     for b in entry["devices"].values()]
-            lines.append(f"| {name} | {tokens:,} | {chunks} | {entry['flops'] / 1e12:.0f} | {entry['bytes'] / 1e9:.0f} | "
-                         + " | ".join(cells) + " |")
+            chunks = (
+                f"{info['chunks']} x {info['rows_per_chunk']} rows"
+                if "chunks" in info
+                else f"{info['row_tiles']} x {info['rows_per_tile']} rows x {info['vocab_per_tile']} cols"
+            )
+            cells = [
+                f"{ms(b['in_sequence_s'])} / {ms(b['overlapped_s'])}, {b['best_fraction']:.2f}"
+                for b in entry["devices"].values()
+            ]
+            lines.append(
+                f"| {name} | {tokens:,} | {chunks} | {entry['flops'] / 1e12:.0f} | {entry['bytes'] / 1e9:.0f} | "
+                + " | ".join(cells)
+                + " |"
+            )
     big, small = max(TOKENS), min(TOKENS)
     designs = report["designs"]
     fraction = lambda design, n, d: designs[design][n]["devices"][d]["best_fraction"]  # noqa: E731
@@ -308,7 +396,9 @@ def render_roofline(report: dict) -> str:
     info = designs[ours][big]["info"]
     h100 = DEVICES["H100 SXM"]
     lines += [
-        "", "## What the model says", "",
+        "",
+        "## What the model says",
+        "",
         "- Compute bound: only the three bf16 LM-head GEMMs (hundreds of FLOP per byte, above the ridge "
         f"point of {h100['bf16'] / h100['bandwidth']:.0f} FLOP/B). Memory bound: every Triton kernel "
         "(token_logprobs forward and backward, the policy loss: a few FLOPs per element moved), every "
@@ -334,24 +424,36 @@ def render_roofline(report: dict) -> str:
         "- The standalone kernels on materialized logits are bandwidth bound; the table below is their floor. "
         "`bench/gpu_check.sh` measures the achieved fraction of it on a real GPU.",
     ]
-    lines += ["", f"## Step by step at N = {big:,} on the H100 / H800 (ridge point "
-              f"{DEVICES['H100 SXM']['bf16'] / DEVICES['H100 SXM']['bandwidth']:.0f} FLOP/B bf16, "
-              f"{DEVICES['H100 SXM']['fp32'] / DEVICES['H100 SXM']['bandwidth']:.0f} fp32)", ""]
+    lines += [
+        "",
+        f"## Step by step at N = {big:,} on the H100 / H800 (ridge point "
+        f"{DEVICES['H100 SXM']['bf16'] / DEVICES['H100 SXM']['bandwidth']:.0f} FLOP/B bf16, "
+        f"{DEVICES['H100 SXM']['fp32'] / DEVICES['H100 SXM']['bandwidth']:.0f} fp32)",
+        "",
+    ]
     for name, by_tokens in report["designs"].items():
         entry = by_tokens[big]
         device = entry["devices"]["H100 SXM"]
         lines += [f"**{name}**", "", "| step | GB | TFLOP | FLOP/B | bound | ms |", "|---|---:|---:|---:|---|---:|"]
         for phase, detail in zip(entry["phases"], device["phases"]):
             intensity = "-" if not phase["flops"] else f"{detail['intensity']:.0f}"
-            lines.append(f"| {phase['name']} | {phase['bytes'] / 1e9:.1f} | {phase['flops'] / 1e12:.1f} | {intensity} "
-                         f"| {detail['bound']} | {ms(max(detail['compute_s'], detail['memory_s']))} |")
+            lines.append(
+                f"| {phase['name']} | {phase['bytes'] / 1e9:.1f} | {phase['flops'] / 1e12:.1f} | {intensity} "
+                f"| {detail['bound']} | {ms(max(detail['compute_s'], detail['memory_s']))} |"
+            )
         lines.append("")
-    lines += ["## Kernels on materialized logits (memory bound: bytes / bandwidth)", "",
-              "| kernel | N | GB | " + " | ".join(f"{d} ms" for d in names) + " |",
-              "|---|---:|---:|" + "---:|" * len(names)]
+    lines += [
+        "## Kernels on materialized logits (memory bound: bytes / bandwidth)",
+        "",
+        "| kernel | N | GB | " + " | ".join(f"{d} ms" for d in names) + " |",
+        "|---|---:|---:|" + "---:|" * len(names),
+    ]
     for entry in report["standalone"]:
-        lines.append(f"| {entry['kernel']} | {entry['tokens']:,} | {entry['bytes'] / 1e9:.2f} | "
-                     + " | ".join(f"{t * 1e3:.2f}" for t in entry["devices"].values()) + " |")
+        lines.append(
+            f"| {entry['kernel']} | {entry['tokens']:,} | {entry['bytes'] / 1e9:.2f} | "
+            + " | ".join(f"{t * 1e3:.2f}" for t in entry["devices"].values())
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -367,10 +469,16 @@ def _write(out_dir: Path, stem: str, report: dict, text: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_static.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out-dir", type=Path, default=DEFAULT_OUT, metavar="DIR",
-                        help="folder for gpu-static.{md,json} and roofline.{md,json} (default: bench/results)")
+    parser = argparse.ArgumentParser(
+        prog="gpu_static.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help="folder for gpu-static.{md,json} and roofline.{md,json} (default: bench/results)",
+    )
     parser.add_argument("--subset", action="store_true", help="compile the test's subset, not the full grid")
     parser.add_argument("--no-cache", action="store_true", help="recompile every variant")
     parser.add_argument("--roofline-only", action="store_true", help="skip compiling; write the roofline model only")
@@ -380,9 +488,12 @@ def main(argv=None) -> int:
         print("compiling every kernel variant for sm_80 and sm_90 ...", flush=True)
         report = resource_report(full=not args.subset, use_cache=not args.no_cache)
         _write(args.out_dir, "gpu-static", report, render_resources(report))
-        print(f"{report['variants']} variants ({report['compiled_now']} compiled now) in {report['seconds']:.1f} s; "
-              f"max registers {max(r['registers'] for r in report['rows'])}; "
-              f"{len(report['default_spills'])} spilling at a default configuration", flush=True)
+        print(
+            f"{report['variants']} variants ({report['compiled_now']} compiled now) in {report['seconds']:.1f} s; "
+            f"max registers {max(r['registers'] for r in report['rows'])}; "
+            f"{len(report['default_spills'])} spilling at a default configuration",
+            flush=True,
+        )
         if report["default_spills"]:
             code = 1
     roofline = roofline_report()

@@ -85,15 +85,21 @@ def _kernels_cpu_markdown(module, report: dict) -> str:
         return module.render(report)
     except KeyError:
         pass
-    lines = ["# fused_linear_policy_loss (forward + backward) on the CPU, rwcore vs eager",
-             "", "liger-kernel is not installed, so its column is left out.", "",
-             "| N x H x V | rwcore time | eager time | rwcore peak | eager peak | time rwcore/eager | peak rwcore/eager |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# fused_linear_policy_loss (forward + backward) on the CPU, rwcore vs eager",
+        "",
+        "liger-kernel is not installed, so its column is left out.",
+        "",
+        "| N x H x V | rwcore time | eager time | rwcore peak | eager peak | time rwcore/eager | peak rwcore/eager |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in report["rows"]:
         r, e = row["rwcore"], row["eager"]
-        lines.append(f"| {r['tokens']} x {r['hidden']} x {r['vocab']} | {r['seconds'] * 1e3:.0f} ms "
-                     f"| {e['seconds'] * 1e3:.0f} ms | {r['peak_mib']:.0f} MiB | {e['peak_mib']:.0f} MiB "
-                     f"| {r['seconds'] / e['seconds']:.2f} | {r['peak_mib'] / max(e['peak_mib'], 1e-9):.2f} |")
+        lines.append(
+            f"| {r['tokens']} x {r['hidden']} x {r['vocab']} | {r['seconds'] * 1e3:.0f} ms "
+            f"| {e['seconds'] * 1e3:.0f} ms | {r['peak_mib']:.0f} MiB | {e['peak_mib']:.0f} MiB "
+            f"| {r['seconds'] / e['seconds']:.2f} | {r['peak_mib'] / max(e['peak_mib'], 1e-9):.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -148,12 +154,18 @@ def headlines(name: str, report: dict) -> list[tuple[str, str]]:
     elif name == "advantages":
         for row in report["rows"]:
             for function in ("compute_advantages", "length_regularize"):
-                shape = f"{row['trajectories']:,}" + (f" x {row['rubrics']}" if function == "compute_advantages" else "")
+                shape = f"{row['trajectories']:,}" + (
+                    f" x {row['rubrics']}" if function == "compute_advantages" else ""
+                )
                 rows.append((f"{function}, {shape}, per-group loop / rwcore", f"{row[function]['speedup']:.0f}x"))
     elif name == "training_step":
         for row in report["methods"]:
-            rows.append((f"adaptive share of step time, {row['method']} (mean over steps)",
-                         f"{100 * row['adaptive_fraction_mean']:.2f} %"))
+            rows.append(
+                (
+                    f"adaptive share of step time, {row['method']} (mean over steps)",
+                    f"{100 * row['adaptive_fraction_mean']:.2f} %",
+                )
+            )
         if report.get("step_ratio") is not None:
             rows.append(("median step time, combined / outcome_only", f"{report['step_ratio']:.2f}"))
     elif name == "kernels_cuda":
@@ -164,13 +176,21 @@ def headlines(name: str, report: dict) -> list[tuple[str, str]]:
                 continue
             rate = row["rwcore"]["flop_rate"]
             spec_part = f"{rate / spec['flops']:.2f} of spec" if spec.get("flops") else "spec n/a"
-            rows.append((f"fused_linear_policy_loss FLOP rate, {row['tokens']}x{row['hidden']}x{row['vocab']}",
-                         f"{rate / 1e12:.0f} TFLOP/s ({spec_part}, {rate / measured['gemm_flops']:.2f} of GEMM)"))
+            rows.append(
+                (
+                    f"fused_linear_policy_loss FLOP rate, {row['tokens']}x{row['hidden']}x{row['vocab']}",
+                    f"{rate / 1e12:.0f} TFLOP/s ({spec_part}, {rate / measured['gemm_flops']:.2f} of GEMM)",
+                )
+            )
         for row in report["loss"]:
             bw = row["rwcore"]["bandwidth"]
             spec_part = f"{bw / spec['bandwidth']:.2f} of spec" if spec.get("bandwidth") else "spec n/a"
-            rows.append((f"filtered_dual_clip_loss bandwidth, {row['tokens']} tokens",
-                         f"{bw / 1e9:.0f} GB/s ({spec_part}, {bw / measured['copy_bandwidth']:.2f} of copy)"))
+            rows.append(
+                (
+                    f"filtered_dual_clip_loss bandwidth, {row['tokens']} tokens",
+                    f"{bw / 1e9:.0f} GB/s ({spec_part}, {bw / measured['copy_bandwidth']:.2f} of copy)",
+                )
+            )
     elif name == "async":
         rows.append(("rw train trajectories/s, max_lag 1 / max_lag 0", f"{report['trajectories_ratio']:.2f}x"))
     elif name == "trl_step":
@@ -191,7 +211,8 @@ def render(report: dict) -> str:
         "",
         f"Run {report['started']} with `{report['command']}` ({'quick sizes' if report['quick'] else 'full sizes'}).",
         f"Machine: {m.get('cpu', '?')}, {m['cpus']} logical CPUs, {m['platform']}, Python {m['python']}, "
-        + ", ".join(f"{k} {v}" for k, v in m.items() if k not in ("cpu", "cpus", "platform", "python")) + ".",
+        + ", ".join(f"{k} {v}" for k, v in m.items() if k not in ("cpu", "cpus", "platform", "python"))
+        + ".",
         "Every figure is a ratio against a peer measured in the same process and run (see each section).",
         "",
         "| benchmark | measurement | figure |",
@@ -210,7 +231,12 @@ def render(report: dict) -> str:
             body = result["markdown"].strip().splitlines()
             if body and body[0].startswith("# "):
                 body[0] = "#" + body[0]  # each benchmark's title one level down
-            lines += ["", *body, "", f"_{name}: {result['seconds']:.0f} s" + (f"; {result['note']}_" if result.get("note") else "_")]
+            lines += [
+                "",
+                *body,
+                "",
+                f"_{name}: {result['seconds']:.0f} s" + (f"; {result['note']}_" if result.get("note") else "_"),
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -261,13 +287,20 @@ def run(names, quick: bool, out: Path | None, command: str = "bench/run_all.py")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run_all.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="run_all.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes (under two minutes on 2 cores)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
-                        help=f"folder for report.json and report.md (default: {DEFAULT_OUT.relative_to(ROOT)})")
-    parser.add_argument("--only", nargs="+", type=normalize_name, metavar="NAME",
-                        help=f"run only these benchmarks ({', '.join(NAMES)})")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        metavar="DIR",
+        help=f"folder for report.json and report.md (default: {DEFAULT_OUT.relative_to(ROOT)})",
+    )
+    parser.add_argument(
+        "--only", nargs="+", type=normalize_name, metavar="NAME", help=f"run only these benchmarks ({', '.join(NAMES)})"
+    )
     return parser
 
 

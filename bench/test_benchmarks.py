@@ -4,7 +4,7 @@
     .venv/bin/python -m pytest bench/ --benchmark-only --benchmark-group-by=group --benchmark-columns=min,median,ops
 
 Small sizes: these compare per-call cost within a group (rwcore vs its pure-Python or eager peer);
-the scripts in bench/ (and `rw bench`) measure the issue-sized cases. Each rwcore test also checks,
+the scripts in bench/ (and `rw bench`) measure the full-sized cases. Each rwcore test also checks,
 outside the timed part, that rwcore and the peer agree on the same inputs. Not part of the normal
 test suite (pytest's testpaths is tests/).
 """
@@ -15,11 +15,11 @@ import random
 
 import numpy as np
 import pytest
-
-import rwcore
 from bench_advantages import make_inputs, peer_compute_advantages, peer_length_regularize
 from bench_sampler import feed, make_groups, make_tasks
 from reference_sampler import RefCapabilitySampler, RefEvidenceStore
+
+import rwcore
 
 torch = pytest.importorskip("torch")
 kernels = pytest.importorskip("rwcore.kernels")
@@ -35,7 +35,8 @@ def observations():
     versions = np.arange(n) // 200
     late = rng.random(n) < 0.05
     arrays = {
-        "tags": rng.integers(0, 82, n), "rubrics": rng.integers(0, 64, n),
+        "tags": rng.integers(0, 82, n),
+        "rubrics": rng.integers(0, 64, n),
         "successes": rng.random(n) * 8,
         "versions": np.where(late, np.maximum(0, versions - rng.integers(1, 4, n)), versions),
     }
@@ -80,8 +81,10 @@ def samplers():
     rng = random.Random(0)
     tasks = make_tasks(2000, 82, rng)
     rubrics = {f"rubric{i}": rwcore.DEFAULT_CAPABILITIES[i % len(rwcore.DEFAULT_CAPABILITIES)] for i in range(16)}
-    pair = (rwcore.CapabilitySampler(tasks, batch_size=32, group_size=8, seed=0),
-            RefCapabilitySampler(tasks, batch_size=32, group_size=8, seed=0))
+    pair = (
+        rwcore.CapabilitySampler(tasks, batch_size=32, group_size=8, seed=0),
+        RefCapabilitySampler(tasks, batch_size=32, group_size=8, seed=0),
+    )
     for sampler in pair:
         sampler.set_rubrics(rubrics)
     feed(pair, make_groups(list(tasks), list(rubrics), 16, 6, 8, rng))

@@ -30,13 +30,23 @@ def make_tiny_model(path: str) -> str:
     vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                        bos_token="<bos>", eos_token="<end>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<bos>", eos_token="<end>"
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                         bos_token_id=vocab["<bos>"], eos_token_id=vocab["<end>"], pad_token_id=vocab["<pad>"],
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=vocab["<bos>"],
+        eos_token_id=vocab["<end>"],
+        pad_token_id=vocab["<pad>"],
+        tie_word_embeddings=False,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         LlamaForCausalLM(config).save_pretrained(path)
@@ -45,8 +55,14 @@ def make_tiny_model(path: str) -> str:
 
 
 def make_rows(n: int = 6) -> list[dict]:
-    return [{"prompt": [{"role": "user", "content": f"please {WORDS[i]} {WORDS[i + 1]}"}], "task_id": f"t{i}",
-             "tags": ["refund" if i % 2 else "search"]} for i in range(n)]
+    return [
+        {
+            "prompt": [{"role": "user", "content": f"please {WORDS[i]} {WORDS[i + 1]}"}],
+            "task_id": f"t{i}",
+            "tags": ["refund" if i % 2 else "search"],
+        }
+        for i in range(n)
+    ]
 
 
 def generated(trajectory) -> str:
@@ -56,10 +72,12 @@ def generated(trajectory) -> str:
 def make_judge():
     from rwcore.judges import RuleJudge
 
-    return RuleJudge({
-        "short": lambda t: len(generated(t).split()) <= 4,
-        "says-refund": lambda t: ("refund" in generated(t)) if "refund" in t.tags else None,
-    })
+    return RuleJudge(
+        {
+            "short": lambda t: len(generated(t).split()) <= 4,
+            "says-refund": lambda t: ("refund" in generated(t)) if "refund" in t.tags else None,
+        }
+    )
 
 
 class ScriptedReflector:
@@ -70,10 +88,14 @@ class ScriptedReflector:
 
         have = {spec.rubric_id for spec in existing}
         pairs = [
-            RubricSkillProposal(RubricSpec("short", "the reply has at most four words", capability="Efficiency"),
-                                "answer in four words or fewer"),
-            RubricSkillProposal(RubricSpec("says-refund", "a refund task's reply mentions the refund",
-                                           capability="Verification"), "name the refund in a refund task"),
+            RubricSkillProposal(
+                RubricSpec("short", "the reply has at most four words", capability="Efficiency"),
+                "answer in four words or fewer",
+            ),
+            RubricSkillProposal(
+                RubricSpec("says-refund", "a refund task's reply mentions the refund", capability="Verification"),
+                "name the refund in a refund task",
+            ),
         ]
         return [p for p in pairs if p.rubric.rubric_id not in have][:max_new]
 
@@ -97,10 +119,22 @@ def outcome(trajectory) -> float:
 def grpo_args(workdir: str, steps: int, **overrides):
     from trl import GRPOConfig
 
-    settings = dict(output_dir=os.path.join(workdir, "out"), max_steps=steps, per_device_train_batch_size=4,
-                    num_generations=2, generation_batch_size=4, max_completion_length=6, report_to=[], use_cpu=True,
-                    bf16=False, logging_steps=1, save_strategy="no", learning_rate=1e-3, seed=0,
-                    remove_unused_columns=False)
+    settings = dict(
+        output_dir=os.path.join(workdir, "out"),
+        max_steps=steps,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        generation_batch_size=4,
+        max_completion_length=6,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        learning_rate=1e-3,
+        seed=0,
+        remove_unused_columns=False,
+    )
     settings.update(overrides)
     return GRPOConfig(**settings)
 
@@ -116,9 +150,15 @@ def main(workdir: str, steps: int = 3, trainer_class=None):
     model = make_tiny_model(os.path.join(workdir, "tiny-llama"))
     rows = make_rows()
     trainer_class = trainer_class or AdaptiveGRPOTrainer
-    trainer = trainer_class(model, method=make_method(rows), judge=make_judge(), outcome_fn=outcome,
-                            base_system_prompt="you are a support agent", args=grpo_args(workdir, steps),
-                            train_dataset=Dataset.from_list(rows))
+    trainer = trainer_class(
+        model,
+        method=make_method(rows),
+        judge=make_judge(),
+        outcome_fn=outcome,
+        base_system_prompt="you are a support agent",
+        args=grpo_args(workdir, steps),
+        train_dataset=Dataset.from_list(rows),
+    )
     trainer.train()
     return trainer
 
@@ -130,6 +170,8 @@ if __name__ == "__main__":
     cli = parser.parse_args()
     result = main(cli.workdir, cli.steps)
     for record in result.rw_scored:
-        print(f"step {record['step']}: tasks {record['task_ids']}, rewards {record['scored'].rewards.round(3).tolist()}, "
-              f"advantages {record['scored'].advantages.round(3).tolist()}")
+        print(
+            f"step {record['step']}: tasks {record['task_ids']}, rewards {record['scored'].rewards.round(3).tolist()}, "
+            f"advantages {record['scored'].advantages.round(3).tolist()}"
+        )
     print("pool:", [row["rubric_id"] for row in result.rw_method.pool_rubrics()])

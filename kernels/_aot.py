@@ -59,8 +59,10 @@ class Variant:
     def label(self) -> str:
         types = ",".join(f"{k}={v}" for k, v in self.signature.items() if v != "constexpr" and k.endswith("_ptr"))
         consts = ",".join(f"{k}={v}" for k, v in self.constexprs.items())
-        return (f"{self.kernel.rsplit('.', 1)[1]} sm_{self.arch} num_warps={self.num_warps} {consts} [{types}]"
-                f"{'' if self.aligned else ' unaligned'}")
+        return (
+            f"{self.kernel.rsplit('.', 1)[1]} sm_{self.arch} num_warps={self.num_warps} {consts} [{types}]"
+            f"{'' if self.aligned else ' unaligned'}"
+        )
 
 
 @dataclass
@@ -100,30 +102,69 @@ def _row_choices(arch: int, full: bool):
 def _token_fwd_variants(fn_name: str, arch: int, full: bool):
     """token_logprobs forward: logits in any float dtype (fp32 in the fused-linear path), labels int64 / int32."""
     for logits in FLOAT_TYPES:
-        for labels in (("i64", "i32") if full else ("i64",)):
+        for labels in ("i64", "i32") if full else ("i64",):
             for with_entropy, config, default in _row_choices(arch, full):
-                signature = {**_ptr({"logits_ptr": logits, "labels_ptr": labels, "logp_ptr": "fp32",
-                                     "lse_ptr": "fp32", "entropy_ptr": "fp32"}),
-                             "stride_row": "i32", "vocab_size": "i32", "inv_temperature": "fp32",
-                             "ignore_index": "i32", "WITH_ENTROPY": "constexpr", "BLOCK": "constexpr"}
-                yield Variant(fn_name, arch, signature, {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
-                              config.num_warps, is_default=config == default and labels == "i64")
+                signature = {
+                    **_ptr(
+                        {
+                            "logits_ptr": logits,
+                            "labels_ptr": labels,
+                            "logp_ptr": "fp32",
+                            "lse_ptr": "fp32",
+                            "entropy_ptr": "fp32",
+                        }
+                    ),
+                    "stride_row": "i32",
+                    "vocab_size": "i32",
+                    "inv_temperature": "fp32",
+                    "ignore_index": "i32",
+                    "WITH_ENTROPY": "constexpr",
+                    "BLOCK": "constexpr",
+                }
+                yield Variant(
+                    fn_name,
+                    arch,
+                    signature,
+                    {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
+                    config.num_warps,
+                    is_default=config == default and labels == "i64",
+                )
 
 
 def _token_bwd_variants(fn_name: str, arch: int, full: bool):
     """token_logprobs backward: gradient in the logits' dtype, or bf16 / fp16 from fp32 logits (fused-linear, CUDA)."""
     pairs = [(t, t) for t in FLOAT_TYPES] + [("fp32", "bf16"), ("fp32", "fp16")]
     for logits, grad in pairs:
-        for labels in (("i64", "i32") if full else ("i64",)):
+        for labels in ("i64", "i32") if full else ("i64",):
             for with_entropy, config, default in _row_choices(arch, full):
-                signature = {**_ptr({"logits_ptr": logits, "labels_ptr": labels, "lse_ptr": "fp32",
-                                     "entropy_ptr": "fp32", "grad_logp_ptr": "fp32", "grad_entropy_ptr": "fp32",
-                                     "grad_logits_ptr": grad}),
-                             "stride_row": "i32", "grad_stride_row": "i32", "vocab_size": "i32",
-                             "inv_temperature": "fp32", "ignore_index": "i32",
-                             "WITH_ENTROPY": "constexpr", "BLOCK": "constexpr"}
-                yield Variant(fn_name, arch, signature, {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
-                              config.num_warps, is_default=config == default and labels == "i64")
+                signature = {
+                    **_ptr(
+                        {
+                            "logits_ptr": logits,
+                            "labels_ptr": labels,
+                            "lse_ptr": "fp32",
+                            "entropy_ptr": "fp32",
+                            "grad_logp_ptr": "fp32",
+                            "grad_entropy_ptr": "fp32",
+                            "grad_logits_ptr": grad,
+                        }
+                    ),
+                    "stride_row": "i32",
+                    "grad_stride_row": "i32",
+                    "vocab_size": "i32",
+                    "inv_temperature": "fp32",
+                    "ignore_index": "i32",
+                    "WITH_ENTROPY": "constexpr",
+                    "BLOCK": "constexpr",
+                }
+                yield Variant(
+                    fn_name,
+                    arch,
+                    signature,
+                    {"WITH_ENTROPY": with_entropy, "BLOCK": config.block},
+                    config.num_warps,
+                    is_default=config == default and labels == "i64",
+                )
 
 
 def _loss_variants(fn_name: str, arch: int, full: bool):
@@ -132,14 +173,38 @@ def _loss_variants(fn_name: str, arch: int, full: bool):
     combos = [(t, t) for t in FLOAT_TYPES] + ([("fp32", "bf16"), ("fp32", "fp16")] if full else [])
     for config in _launch.loss_configs(arch):
         for logp, other in combos:
-            for aligned in ((True, False) if full and logp == other == "fp32" else (True,)):
-                signature = {**_ptr({"logp_ptr": logp, "behavior_ptr": other, "advantages_ptr": other, "mask_ptr": "i8",
-                                     "denominator_ptr": "fp32", "grad_ptr": "fp32", "partials_ptr": "fp32"}),
-                             "num_tokens": "i32", "seq_len": "i32", "adv_stride_row": "i32", "adv_stride_col": "i32",
-                             "ratio_low": "fp32", "ratio_high": "fp32", "clip_c": "fp32", "log_ratio_bound": "fp32",
-                             "BLOCK": "constexpr"}
-                yield Variant(fn_name, arch, signature, {"BLOCK": config.block}, config.num_warps, aligned=aligned,
-                              is_default=aligned)
+            for aligned in (True, False) if full and logp == other == "fp32" else (True,):
+                signature = {
+                    **_ptr(
+                        {
+                            "logp_ptr": logp,
+                            "behavior_ptr": other,
+                            "advantages_ptr": other,
+                            "mask_ptr": "i8",
+                            "denominator_ptr": "fp32",
+                            "grad_ptr": "fp32",
+                            "partials_ptr": "fp32",
+                        }
+                    ),
+                    "num_tokens": "i32",
+                    "seq_len": "i32",
+                    "adv_stride_row": "i32",
+                    "adv_stride_col": "i32",
+                    "ratio_low": "fp32",
+                    "ratio_high": "fp32",
+                    "clip_c": "fp32",
+                    "log_ratio_bound": "fp32",
+                    "BLOCK": "constexpr",
+                }
+                yield Variant(
+                    fn_name,
+                    arch,
+                    signature,
+                    {"BLOCK": config.block},
+                    config.num_warps,
+                    aligned=aligned,
+                    is_default=aligned,
+                )
 
 
 # kernel ("module.function" inside rwcore.kernels) -> generator of its variants
@@ -152,9 +217,10 @@ VARIANTS = {
 
 def discover_kernels() -> dict[str, object]:
     """Every `@triton.jit` object defined in a module of rwcore.kernels, by "module.function"."""
-    import rwcore.kernels as package
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
+
+    import rwcore.kernels as package
 
     found = {}
     for info in pkgutil.iter_modules(package.__path__):
@@ -170,8 +236,10 @@ def variants(archs=ARCHS, full: bool = True) -> list[Variant]:
     kernels = discover_kernels()
     missing = sorted(set(kernels) - set(VARIANTS))
     if missing:
-        raise AotCompileError(f"no compile configurations for the Triton kernels {missing}: add them to "
-                              f"rwcore.kernels._aot.VARIANTS with the signatures their launchers pass")
+        raise AotCompileError(
+            f"no compile configurations for the Triton kernels {missing}: add them to "
+            f"rwcore.kernels._aot.VARIANTS with the signatures their launchers pass"
+        )
     out = []
     for name, generate in VARIANTS.items():
         if name not in kernels:
@@ -189,8 +257,10 @@ def _jit_function(kernel):
     from triton.runtime.jit import JITFunction
 
     if not isinstance(kernel, JITFunction):
-        raise AotCompileError(f"{getattr(kernel, '__name__', kernel)!r} was defined under TRITON_INTERPRET=1; "
-                              "compile_kernels compiles such kernels in a child process without it")
+        raise AotCompileError(
+            f"{getattr(kernel, '__name__', kernel)!r} was defined under TRITON_INTERPRET=1; "
+            "compile_kernels compiles such kernels in a child process without it"
+        )
     return kernel
 
 
@@ -222,8 +292,16 @@ def _ptxas_verbose(ptx: str, arch: int) -> str:
     with tempfile.TemporaryDirectory(prefix="rwcore-aot-") as folder:
         source = Path(folder) / "kernel.ptx"
         source.write_text(ptx)
-        command = [ptxas, "-lineinfo", "-v", "--regAllocOptLevel=2", f"--gpu-name={sm_arch_from_capability(arch)}",
-                   str(source), "-o", str(Path(folder) / "kernel.cubin")]
+        command = [
+            ptxas,
+            "-lineinfo",
+            "-v",
+            "--regAllocOptLevel=2",
+            f"--gpu-name={sm_arch_from_capability(arch)}",
+            str(source),
+            "-o",
+            str(Path(folder) / "kernel.cubin"),
+        ]
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise AotCompileError(f"ptxas failed ({done.returncode}): {done.stderr}")
@@ -237,10 +315,20 @@ def cache_dir() -> Path:
 def _cache_key(variant: Variant, jit) -> str:
     import triton
 
-    text = json.dumps({"triton": triton.__version__, "source": jit.cache_key, "kernel": variant.kernel,
-                       "signature": variant.signature, "constexprs": variant.constexprs,
-                       "num_warps": variant.num_warps, "arch": variant.arch, "aligned": variant.aligned},
-                      sort_keys=True, default=str)
+    text = json.dumps(
+        {
+            "triton": triton.__version__,
+            "source": jit.cache_key,
+            "kernel": variant.kernel,
+            "signature": variant.signature,
+            "constexprs": variant.constexprs,
+            "num_warps": variant.num_warps,
+            "arch": variant.arch,
+            "aligned": variant.aligned,
+        },
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -253,7 +341,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def interpreting() -> bool:
-    """Whether this process defines kernels for Triton's interpreter (TRITON_INTERPRET=1, as the CPU test suite does)."""
+    """Whether this process defines kernels for Triton's interpreter (TRITON_INTERPRET=1, as the CPU test suite
+    does)."""
     import triton
 
     return bool(triton.knobs.runtime.interpret)
@@ -311,18 +400,24 @@ def _compile_here(kernel, variant: Variant, use_cache: bool) -> Resources:
     start = time.perf_counter()
     try:
         source = ASTSource(fn=jit, signature=variant.signature, constexprs=variant.constexprs, attrs=attrs)
-        compiled = triton.compile(source, target=GPUTarget("cuda", variant.arch, 32),
-                                  options={"num_warps": variant.num_warps})
+        compiled = triton.compile(
+            source, target=GPUTarget("cuda", variant.arch, 32), options={"num_warps": variant.num_warps}
+        )
         log = _ptxas_verbose(compiled.asm["ptx"], variant.arch)
     except AotCompileError as error:
         raise AotCompileError(f"{variant.label()}: {error}") from error
     except Exception as error:  # the compiler's own errors (CompilationError, RuntimeError, MLIR failures)
         raise AotCompileError(f"{variant.label()} does not compile: {type(error).__name__}: {error}") from error
     parsed = parse_ptxas_log(log)
-    resources = Resources(registers=parsed["registers"], spill_stores=parsed["spill_stores"],
-                          spill_loads=parsed["spill_loads"], stack_frame=parsed["stack_frame"],
-                          shared_bytes=int(compiled.metadata.shared) + parsed["static_smem"], ptxas_log=log.strip(),
-                          compile_seconds=time.perf_counter() - start)
+    resources = Resources(
+        registers=parsed["registers"],
+        spill_stores=parsed["spill_stores"],
+        spill_loads=parsed["spill_loads"],
+        stack_frame=parsed["stack_frame"],
+        shared_bytes=int(compiled.metadata.shared) + parsed["static_smem"],
+        ptxas_log=log.strip(),
+        compile_seconds=time.perf_counter() - start,
+    )
     if use_cache:
         _write_atomic(record.with_suffix(".cubin"), compiled.asm["cubin"])
         _write_atomic(record, json.dumps({k: v for k, v in asdict(resources).items() if k != "cached"}).encode())
@@ -348,8 +443,12 @@ def _job(kernel, variant: Variant) -> dict:
     import inspect
 
     function = kernel.fn
-    return {"module": function.__module__, "file": inspect.getsourcefile(function), "function": function.__name__,
-            "variant": asdict(variant)}
+    return {
+        "module": function.__module__,
+        "file": inspect.getsourcefile(function),
+        "function": function.__name__,
+        "variant": asdict(variant),
+    }
 
 
 def _load_kernel(job: dict):
@@ -369,8 +468,13 @@ def _load_kernel(job: dict):
 def _in_child(request: dict) -> list[Resources]:
     """Run the jobs in `python -m rwcore.kernels._aot --worker` without TRITON_INTERPRET; its errors re-raised here."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-m", "rwcore.kernels._aot", "--worker"], input=json.dumps(request),
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "rwcore.kernels._aot", "--worker"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     try:
         reply = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -419,18 +523,26 @@ def occupancy(arch: int, registers: int, shared_bytes: int, num_warps: int) -> d
     bounds = {"registers": by_registers, "shared memory": by_shared, "warps": by_warps, "blocks": limits.max_blocks}
     blocks = min(bounds.values())
     limiter = min(bounds, key=lambda k: (bounds[k], k != "warps"))
-    return {"blocks_per_sm": blocks, "warps_per_sm": blocks * num_warps,
-            "occupancy": blocks * num_warps / limits.max_warps, "limited_by": limiter}
+    return {
+        "blocks_per_sm": blocks,
+        "warps_per_sm": blocks * num_warps,
+        "occupancy": blocks * num_warps / limits.max_warps,
+        "limited_by": limiter,
+    }
 
 
 # --------------------------------------------------------------------------- command line
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rwcore.kernels._aot", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--subset", action="store_true",
-                        help="every kernel and dtype at the smallest and the default configuration only")
+    parser = argparse.ArgumentParser(
+        prog="python -m rwcore.kernels._aot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--subset",
+        action="store_true",
+        help="every kernel and dtype at the smallest and the default configuration only",
+    )
     parser.add_argument("--arch", type=int, nargs="+", choices=ARCHS, default=list(ARCHS))
     parser.add_argument("--no-cache", action="store_true", help="recompile everything")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # jobs as JSON on stdin
@@ -445,14 +557,18 @@ def main(argv=None) -> int:
         return 1
     spilled = [v.label() for v, r in results if v.is_default and (r.spill_stores or r.spill_loads)]
     fresh = sum(not r.cached for _, r in results)
-    print(f"rwcore.kernels._aot: {len(results)} kernel variants compiled for "
-          f"{', '.join(f'sm_{a}' for a in args.arch)} ({fresh} compiled, {len(results) - fresh} from the cache "
-          f"{cache_dir()}) in {time.perf_counter() - start:.1f} s; "
-          f"max registers {max(r.registers for _, r in results)}, "
-          f"variants with spills {sum(bool(r.spill_stores or r.spill_loads) for _, r in results)}")
+    print(
+        f"rwcore.kernels._aot: {len(results)} kernel variants compiled for "
+        f"{', '.join(f'sm_{a}' for a in args.arch)} ({fresh} compiled, {len(results) - fresh} from the cache "
+        f"{cache_dir()}) in {time.perf_counter() - start:.1f} s; "
+        f"max registers {max(r.registers for _, r in results)}, "
+        f"variants with spills {sum(bool(r.spill_stores or r.spill_loads) for _, r in results)}"
+    )
     if spilled:
-        print("rwcore.kernels._aot: FAILED: spills at a default configuration:\n  " + "\n  ".join(spilled),
-              file=sys.stderr)
+        print(
+            "rwcore.kernels._aot: FAILED: spills at a default configuration:\n  " + "\n  ".join(spilled),
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -17,7 +17,7 @@ FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 FP32_MAX = torch.finfo(torch.float32).max
 # |logits| / temperature must stay below this: then the row logsumexp, logp =
 # s_y - lse (at least -2 * bound - log V) and the entropy all stay finite in fp32.
-SCALED_LOGIT_BOUND = 2.0 ** 126
+SCALED_LOGIT_BOUND = 2.0**126
 
 
 def check_tensor(value, name: str) -> torch.Tensor:
@@ -65,8 +65,14 @@ def check_finite(value: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} holds NaN or infinite values")
 
 
-def check_labels(labels: torch.Tensor, vocab_size: int, name: str, *, ignore_index: int | None = None,
-                 mask: torch.Tensor | None = None) -> None:
+def check_labels(
+    labels: torch.Tensor,
+    vocab_size: int,
+    name: str,
+    *,
+    ignore_index: int | None = None,
+    mask: torch.Tensor | None = None,
+) -> None:
     """Every label that counts (not masked out, not ignore_index) must be in [0, vocab_size)."""
     counted = torch.ones_like(labels, dtype=torch.bool)
     if ignore_index is not None:
@@ -76,7 +82,9 @@ def check_labels(labels: torch.Tensor, vocab_size: int, name: str, *, ignore_ind
     bad = counted & ((labels < 0) | (labels >= vocab_size))
     if bool(bad.any()):
         index = tuple(int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{name}{list(index)} = {int(labels[index])} is outside [0, {vocab_size}) at an unmasked position")
+        raise ValueError(
+            f"{name}{list(index)} = {int(labels[index])} is outside [0, {vocab_size}) at an unmasked position"
+        )
 
 
 def _number(value, name: str) -> float:
@@ -96,9 +104,14 @@ def check_positive(value, name: str) -> float:
 def check_loss_bounds(ratio_low, ratio_high, clip_c) -> tuple[float, float, float]:
     low, high, c = _number(ratio_low, "ratio_low"), _number(ratio_high, "ratio_high"), _number(clip_c, "clip_c")
     if not (0.0 <= low < high and math.isfinite(high)):
-        raise ValueError(f"ratio_low and ratio_high must satisfy 0 <= ratio_low < ratio_high < inf, got {ratio_low!r}, {ratio_high!r}")
+        raise ValueError(
+            f"ratio_low and ratio_high must satisfy 0 <= ratio_low < ratio_high < inf, got {ratio_low!r}, "
+            f"{ratio_high!r}"
+        )
     if not (c > 1.0 and math.isfinite(c)):
-        raise ValueError(f"clip_c must be a finite number > 1 (dual clipping caps the loss at clip_c * |A|), got {clip_c!r}")
+        raise ValueError(
+            f"clip_c must be a finite number > 1 (dual clipping caps the loss at clip_c * |A|), got {clip_c!r}"
+        )
     return low, high, c
 
 
@@ -107,8 +120,10 @@ def check_temperature(value) -> float:
     temperature = check_positive(value, "temperature")
     inverse = 1.0 / temperature
     if not inverse <= FP32_MAX:
-        raise ValueError(f"temperature={value!r} is too small: 1 / temperature = {inverse!r} is beyond the float32 "
-                         f"range the kernels compute in")
+        raise ValueError(
+            f"temperature={value!r} is too small: 1 / temperature = {inverse!r} is beyond the float32 "
+            f"range the kernels compute in"
+        )
     return inverse
 
 
@@ -164,8 +179,9 @@ def _check_denominator_value(number: float, shown) -> None:
 def check_num_model_tokens_tensor(value: torch.Tensor) -> None:
     """Shape and dtype of a tensor `num_model_tokens` (free)."""
     if value.numel() != 1:
-        raise ValueError(f"num_model_tokens must be a number or a one-element tensor, got a tensor of shape "
-                         f"{tuple(value.shape)}")
+        raise ValueError(
+            f"num_model_tokens must be a number or a one-element tensor, got a tensor of shape {tuple(value.shape)}"
+        )
     if value.dtype == torch.bool or value.dtype.is_complex:
         raise ValueError(f"num_model_tokens must be a real-valued tensor, got dtype {value.dtype}")
 
@@ -175,8 +191,10 @@ def check_num_model_tokens_value(denominator: torch.Tensor, shown, model_mask: t
     number = float(denominator)
     _check_denominator_value(number, shown if not isinstance(shown, torch.Tensor) else number)
     if number == 0 and bool((model_mask != 0).any()):
-        raise ValueError("num_model_tokens is 0 but model_mask marks model-generated tokens: the loss would be "
-                         "silently 0; pass a positive denominator (e.g. the global count of model tokens)")
+        raise ValueError(
+            "num_model_tokens is 0 but model_mask marks model-generated tokens: the loss would be "
+            "silently 0; pass a positive denominator (e.g. the global count of model tokens)"
+        )
 
 
 def check_chunk_size(value) -> int | None:

@@ -17,7 +17,9 @@ def check_linear_inputs(hidden, weight, bias, labels, validate: bool = True) -> 
     if hidden.dim() != 2:
         raise ValueError(f"hidden must be [N, H], got shape {tuple(hidden.shape)}")
     if weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
-        raise ValueError(f"weight must be [V, H] with H = hidden.shape[1] = {hidden.shape[1]}, got shape {tuple(weight.shape)}")
+        raise ValueError(
+            f"weight must be [V, H] with H = hidden.shape[1] = {hidden.shape[1]}, got shape {tuple(weight.shape)}"
+        )
     if weight.dtype != hidden.dtype:
         raise ValueError(f"weight has dtype {weight.dtype}, expected hidden's dtype {hidden.dtype}")
     _checks.check_vocabulary(weight.shape[0], "weight")

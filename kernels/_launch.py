@@ -9,7 +9,8 @@ registers and spills reported) in CI, on a machine without a GPU:
   two of bf16), so warps = tile / (32 * 16), at most MAX_ROW_WARPS = 8 (a larger tile gives
   each thread more elements). The cap is the compile check's finding: at 16 warps ptxas spills
   the fp16 forward kernel on sm_90 (40 registers, 8 bytes of spill stores), at 8 warps and the
-  same 8192 tile it uses 57 registers and spills nothing, with the same occupancy. The tile is the next power of two >= V, between
+  same 8192 tile it uses 57 registers and spills nothing, with the same occupancy. The tile is the next power of two >=
+  V, between
   1024 and the architecture's largest tile: a small vocabulary does not leave most lanes idle,
   and a large one takes few loop iterations. Every tile ends in two or three block-wide
   reductions (max, sum, and the entropy's dot), each a shared-memory round trip with a

@@ -20,12 +20,14 @@ from rwcore.kernels._fused_linear import check_linear_inputs, chunk_rows
 from rwcore.kernels.token_logprobs import token_logprobs
 
 
-def _chunk_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float,
-                   backend: str) -> torch.Tensor:
+def _chunk_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, temperature: float, backend: str
+) -> torch.Tensor:
     logits = torch.nn.functional.linear(hidden, weight, bias).float()
     placeholder = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
-    _, entropy = token_logprobs(logits, placeholder, temperature=temperature, return_entropy=True, backend=backend,
-                                validate=False)
+    _, entropy = token_logprobs(
+        logits, placeholder, temperature=temperature, return_entropy=True, backend=backend, validate=False
+    )
     return entropy
 
 
@@ -57,10 +59,11 @@ def fused_linear_entropy(
         return torch.zeros(0, dtype=torch.float32, device=hidden.device)
     parts = []
     for start in range(0, hidden.shape[0], rows):
-        chunk = hidden[start:start + rows]
+        chunk = hidden[start : start + rows]
         if torch.is_grad_enabled() and (chunk.requires_grad or weight.requires_grad):
-            parts.append(checkpoint(_chunk_entropy, chunk, weight, bias, float(temperature), backend,
-                                    use_reentrant=False))
+            parts.append(
+                checkpoint(_chunk_entropy, chunk, weight, bias, float(temperature), backend, use_reentrant=False)
+            )
         else:
             parts.append(_chunk_entropy(chunk, weight, bias, float(temperature), backend))
     entropy = torch.cat(parts)

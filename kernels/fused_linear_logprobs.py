@@ -29,8 +29,9 @@ class FusedLinearLogProbsFunction(torch.autograd.Function):
         head = LinearHead(hidden, weight, bias)
         for start in range(0, num_rows, rows_per_chunk):
             rows = slice(start, min(num_rows, start + rows_per_chunk))
-            logp[rows], lse[rows], _ = logprobs_forward(head.logits(rows), labels[rows], inv_temperature, ignore_index,
-                                                        False, backend)
+            logp[rows], lse[rows], _ = logprobs_forward(
+                head.logits(rows), labels[rows], inv_temperature, ignore_index, False, backend
+            )
         # The logits never exist as a whole, so their range is judged by its effect: a row
         # logsumexp or log-prob that is not finite (also the ignored rows' lse, which backward uses).
         if check_range and not bool((torch.isfinite(lse).all() & torch.isfinite(logp).all())):
@@ -44,13 +45,25 @@ class FusedLinearLogProbsFunction(torch.autograd.Function):
         hidden, weight, bias, labels, lse = ctx.saved_tensors
         inv_temperature, ignore_index, rows_per_chunk, backend = ctx.config
         grad_logp = grad_logp.contiguous()
-        grads = GradAccumulator(hidden, weight, bias, ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+        grads = GradAccumulator(
+            hidden, weight, bias, ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2]
+        )
         head = LinearHead(hidden, weight, bias)
         for start in range(0, hidden.shape[0], rows_per_chunk):
             rows = slice(start, min(hidden.shape[0], start + rows_per_chunk))
             logits = head.logits(rows)
-            grad_logits = logprobs_backward(logits, labels[rows], lse[rows], None, grad_logp[rows], None,
-                                            inv_temperature, ignore_index, backend, out=head.gradient_buffer(logits))
+            grad_logits = logprobs_backward(
+                logits,
+                labels[rows],
+                lse[rows],
+                None,
+                grad_logp[rows],
+                None,
+                inv_temperature,
+                ignore_index,
+                backend,
+                out=head.gradient_buffer(logits),
+            )
             grads.add(rows, grad_logits, *head.operands(rows))
         grad_hidden, grad_weight, grad_bias = grads.result()
         return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
@@ -88,6 +101,13 @@ def fused_linear_logprobs(
     rows = chunk_rows(hidden.shape[0], weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
     resolved = resolve_backend(backend, hidden)
     return FusedLinearLogProbsFunction.apply(
-        hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(), labels.contiguous(),
-        inv_temperature, int(ignore_index), rows, resolved, bool(validate),
+        hidden.contiguous(),
+        weight.contiguous(),
+        None if bias is None else bias.contiguous(),
+        labels.contiguous(),
+        inv_temperature,
+        int(ignore_index),
+        rows,
+        resolved,
+        bool(validate),
     )

@@ -35,8 +35,24 @@ _IGNORED = -100  # label given to masked rows, whose stored label may be anythin
 
 class FusedLinearPolicyLossFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, behavior, advantages, mask, denominator,
-                inv_temperature, ratio_low, ratio_high, clip_c, rows_per_chunk, backend, check_range):
+    def forward(
+        ctx,
+        hidden,
+        weight,
+        bias,
+        labels,
+        behavior,
+        advantages,
+        mask,
+        denominator,
+        inv_temperature,
+        ratio_low,
+        ratio_high,
+        clip_c,
+        rows_per_chunk,
+        backend,
+        check_range,
+    ):
         num_rows = hidden.shape[0]
         in_range = torch.ones((), dtype=torch.bool, device=hidden.device)  # read once, after the last chunk
         grads = GradAccumulator(hidden, weight, bias, weight.requires_grad, bias is not None and bias.requires_grad)
@@ -49,12 +65,29 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
             if check_range:
                 in_range &= torch.isfinite(lse).all() & torch.isfinite(logp).all()
             grad_logp, chunk_partials = policy_loss_partials(
-                logp.unsqueeze(0), behavior[rows].unsqueeze(0), advantages[rows].unsqueeze(0), mask[rows].unsqueeze(0),
-                denominator, ratio_low, ratio_high, clip_c, backend,
+                logp.unsqueeze(0),
+                behavior[rows].unsqueeze(0),
+                advantages[rows].unsqueeze(0),
+                mask[rows].unsqueeze(0),
+                denominator,
+                ratio_low,
+                ratio_high,
+                clip_c,
+                backend,
             )
             partials += chunk_partials
-            grad_logits = logprobs_backward(logits, labels[rows], lse, None, grad_logp.squeeze(0), None,
-                                            inv_temperature, _IGNORED, backend, out=head.gradient_buffer(logits))
+            grad_logits = logprobs_backward(
+                logits,
+                labels[rows],
+                lse,
+                None,
+                grad_logp.squeeze(0),
+                None,
+                inv_temperature,
+                _IGNORED,
+                backend,
+                out=head.gradient_buffer(logits),
+            )
             grads.add(rows, grad_logits, *head.operands(rows))
         if check_range and not bool(in_range):
             raise _checks.scaled_range_error(inv_temperature)
@@ -108,8 +141,16 @@ def fused_linear_policy_loss(
     """
     low, high, clip = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
     check_linear_inputs(hidden, weight, bias, labels, validate)
-    check_policy_inputs(behavior_logprobs, advantages, model_mask, hidden.shape[:1], "hidden rows",
-                        advantage_shapes=(tuple(hidden.shape[:1]),), validate=validate, hidden=hidden)
+    check_policy_inputs(
+        behavior_logprobs,
+        advantages,
+        model_mask,
+        hidden.shape[:1],
+        "hidden rows",
+        advantage_shapes=(tuple(hidden.shape[:1]),),
+        validate=validate,
+        hidden=hidden,
+    )
     if validate:
         _checks.check_labels(labels, weight.shape[0], "labels", mask=model_mask)
     inv_temperature = _checks.check_temperature(temperature)
@@ -119,8 +160,20 @@ def fused_linear_policy_loss(
     mask = (model_mask != 0).to(torch.int8).contiguous()
     safe_labels = torch.where(mask != 0, labels, _IGNORED).contiguous()
     loss, *stats = FusedLinearPolicyLossFunction.apply(
-        hidden.contiguous(), weight.contiguous(), None if bias is None else bias.contiguous(), safe_labels,
-        behavior_logprobs.contiguous(), advantages.contiguous(), mask, denominator,
-        inv_temperature, low, high, clip, rows, resolved, bool(validate),
+        hidden.contiguous(),
+        weight.contiguous(),
+        None if bias is None else bias.contiguous(),
+        safe_labels,
+        behavior_logprobs.contiguous(),
+        advantages.contiguous(),
+        mask,
+        denominator,
+        inv_temperature,
+        low,
+        high,
+        clip,
+        rows,
+        resolved,
+        bool(validate),
     )
     return loss, dict(zip(STAT_NAMES, stats))

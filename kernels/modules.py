@@ -13,43 +13,88 @@ from rwcore.kernels.token_logprobs import token_logprobs
 class TokenLogProbs(nn.Module):
     """`token_logprobs` with fixed temperature / entropy / backend settings."""
 
-    def __init__(self, temperature: float = 1.0, return_entropy: bool = False, ignore_index: int = -100,
-                 backend: str = "auto", validate: bool = True) -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        return_entropy: bool = False,
+        ignore_index: int = -100,
+        backend: str = "auto",
+        validate: bool = True,
+    ) -> None:
         super().__init__()
         self.temperature, self.return_entropy, self.ignore_index = temperature, return_entropy, ignore_index
         self.backend, self.validate = backend, validate
 
     def forward(self, logits: torch.Tensor, labels: torch.Tensor):
-        return token_logprobs(logits, labels, self.temperature, self.return_entropy, self.ignore_index,
-                              self.backend, self.validate)
+        return token_logprobs(
+            logits, labels, self.temperature, self.return_entropy, self.ignore_index, self.backend, self.validate
+        )
 
 
 class FilteredDualClipLoss(nn.Module):
     """`filtered_dual_clip_loss` with fixed bounds; forward returns (loss, stats)."""
 
-    def __init__(self, ratio_low: float = 0.5, ratio_high: float = 5.0, clip_c: float = 3.0,
-                 backend: str = "auto", validate: bool = True) -> None:
+    def __init__(
+        self,
+        ratio_low: float = 0.5,
+        ratio_high: float = 5.0,
+        clip_c: float = 3.0,
+        backend: str = "auto",
+        validate: bool = True,
+    ) -> None:
         super().__init__()
         self.ratio_low, self.ratio_high, self.clip_c = ratio_low, ratio_high, clip_c
         self.backend, self.validate = backend, validate
 
     def forward(self, logprobs, behavior_logprobs, advantages, model_mask, num_model_tokens=None):
-        return filtered_dual_clip_loss(logprobs, behavior_logprobs, advantages, model_mask, self.ratio_low,
-                                       self.ratio_high, self.clip_c, num_model_tokens, self.backend, self.validate)
+        return filtered_dual_clip_loss(
+            logprobs,
+            behavior_logprobs,
+            advantages,
+            model_mask,
+            self.ratio_low,
+            self.ratio_high,
+            self.clip_c,
+            num_model_tokens,
+            self.backend,
+            self.validate,
+        )
 
 
 class FusedLinearPolicyLoss(nn.Module):
     """`fused_linear_policy_loss` with fixed settings; pass the LM head's weight (and bias) to forward."""
 
-    def __init__(self, temperature: float = 1.0, ratio_low: float = 0.5, ratio_high: float = 5.0, clip_c: float = 3.0,
-                 chunk_size: int | None = None, backend: str = "auto", validate: bool = True) -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        ratio_low: float = 0.5,
+        ratio_high: float = 5.0,
+        clip_c: float = 3.0,
+        chunk_size: int | None = None,
+        backend: str = "auto",
+        validate: bool = True,
+    ) -> None:
         super().__init__()
         self.temperature, self.ratio_low, self.ratio_high, self.clip_c = temperature, ratio_low, ratio_high, clip_c
         self.chunk_size, self.backend, self.validate = chunk_size, backend, validate
 
-    def forward(self, hidden, weight, labels, behavior_logprobs, advantages, model_mask, bias=None, num_model_tokens=None):
+    def forward(
+        self, hidden, weight, labels, behavior_logprobs, advantages, model_mask, bias=None, num_model_tokens=None
+    ):
         return fused_linear_policy_loss(
-            hidden, weight, labels, behavior_logprobs, advantages, model_mask, bias=bias, temperature=self.temperature,
-            ratio_low=self.ratio_low, ratio_high=self.ratio_high, clip_c=self.clip_c,
-            num_model_tokens=num_model_tokens, chunk_size=self.chunk_size, backend=self.backend, validate=self.validate,
+            hidden,
+            weight,
+            labels,
+            behavior_logprobs,
+            advantages,
+            model_mask,
+            bias=bias,
+            temperature=self.temperature,
+            ratio_low=self.ratio_low,
+            ratio_high=self.ratio_high,
+            clip_c=self.clip_c,
+            num_model_tokens=num_model_tokens,
+            chunk_size=self.chunk_size,
+            backend=self.backend,
+            validate=self.validate,
         )

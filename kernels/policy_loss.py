@@ -36,9 +36,21 @@ _NUM_PARTIALS = 7
 
 @triton.jit(do_not_specialize=["num_tokens", "seq_len", "adv_stride_row", "adv_stride_col"])
 def _policy_loss_fwd_kernel(
-    logp_ptr, behavior_ptr, advantages_ptr, mask_ptr, denominator_ptr, grad_ptr, partials_ptr,
-    num_tokens, seq_len, adv_stride_row, adv_stride_col,
-    ratio_low, ratio_high, clip_c, log_ratio_bound,
+    logp_ptr,
+    behavior_ptr,
+    advantages_ptr,
+    mask_ptr,
+    denominator_ptr,
+    grad_ptr,
+    partials_ptr,
+    num_tokens,
+    seq_len,
+    adv_stride_row,
+    adv_stride_col,
+    ratio_low,
+    ratio_high,
+    clip_c,
+    log_ratio_bound,
     BLOCK: tl.constexpr,
 ):
     block = tl.program_id(0)
@@ -89,10 +101,23 @@ def _launch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high
     partials = torch.zeros(blocks, _NUM_PARTIALS, dtype=torch.float32, device=logp.device)
     if num_tokens:
         _policy_loss_fwd_kernel[(blocks,)](
-            logp, behavior, advantages, mask, denominator, grad, partials,
-            num_tokens, seq_len, advantages.stride(0), advantages.stride(1),
-            ratio_low, ratio_high, clip_c, LOG_RATIO_BOUND,
-            BLOCK=config.block, num_warps=config.num_warps,
+            logp,
+            behavior,
+            advantages,
+            mask,
+            denominator,
+            grad,
+            partials,
+            num_tokens,
+            seq_len,
+            advantages.stride(0),
+            advantages.stride(1),
+            ratio_low,
+            ratio_high,
+            clip_c,
+            LOG_RATIO_BOUND,
+            BLOCK=config.block,
+            num_warps=config.num_warps,
         )
     return grad, partials.sum(0)
 
@@ -114,10 +139,17 @@ def _torch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high,
     safe_denominator = torch.where(positive, denominator, torch.ones_like(denominator))
     term = torch.where(keep, torch.where(capped, cap, surrogate), 0.0)
     grad = torch.where(keep & ~capped & positive, -advantage * ratio / safe_denominator, 0.0)
-    partials = torch.stack([
-        term.sum(), model.sum(), keep.sum(), low.sum(), high.sum(), (keep & capped).sum(),
-        torch.where(model, ratio, 0.0).sum(),
-    ]).float()
+    partials = torch.stack(
+        [
+            term.sum(),
+            model.sum(),
+            keep.sum(),
+            low.sum(),
+            high.sum(),
+            (keep & capped).sum(),
+            torch.where(model, ratio, 0.0).sum(),
+        ]
+    ).float()
     return grad, partials
 
 
@@ -149,7 +181,9 @@ def loss_and_stats(partials: torch.Tensor, denominator: torch.Tensor):
 class PolicyLossFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend):
-        grad, partials = policy_loss_partials(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend)
+        grad, partials = policy_loss_partials(
+            logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend
+        )
         loss, stats = loss_and_stats(partials, denominator)
         ctx.save_for_backward(grad)
         ctx.logp_dtype = logp.dtype
@@ -179,15 +213,24 @@ def denominator_tensor(num_model_tokens, model_mask: torch.Tensor, validate: boo
         _checks.check_num_model_tokens_tensor(num_model_tokens)
         denominator = num_model_tokens.detach().to(device=model_mask.device, dtype=torch.float32).reshape(())
     else:
-        denominator = torch.tensor(_checks.check_num_model_tokens_number(num_model_tokens), dtype=torch.float32,
-                                   device=model_mask.device)
+        denominator = torch.tensor(
+            _checks.check_num_model_tokens_number(num_model_tokens), dtype=torch.float32, device=model_mask.device
+        )
     if validate:
         _checks.check_num_model_tokens_value(denominator, num_model_tokens, model_mask)
     return denominator
 
 
-def check_policy_inputs(behavior_logprobs, advantages, model_mask, shape, shape_from: str, advantage_shapes,
-                        validate: bool = True, **others: torch.Tensor) -> None:
+def check_policy_inputs(
+    behavior_logprobs,
+    advantages,
+    model_mask,
+    shape,
+    shape_from: str,
+    advantage_shapes,
+    validate: bool = True,
+    **others: torch.Tensor,
+) -> None:
     """Dtype, shape and device checks of the per-token policy-loss arguments (free, always), then with
     `validate` the value checks (mask values, finiteness), which read values back to the host."""
     _checks.check_float(behavior_logprobs, "behavior_logprobs")
@@ -198,7 +241,9 @@ def check_policy_inputs(behavior_logprobs, advantages, model_mask, shape, shape_
     if tuple(advantages.shape) not in advantage_shapes:
         expected = " or ".join(str(list(s)) for s in advantage_shapes)
         raise ValueError(f"advantages has shape {tuple(advantages.shape)}, expected {expected}")
-    _checks.check_same_device(behavior_logprobs=behavior_logprobs, advantages=advantages, model_mask=model_mask, **others)
+    _checks.check_same_device(
+        behavior_logprobs=behavior_logprobs, advantages=advantages, model_mask=model_mask, **others
+    )
     if not validate:
         return
     _checks.check_mask(model_mask, "model_mask")
@@ -247,15 +292,29 @@ def filtered_dual_clip_loss(
     _checks.check_float(logprobs, "logprobs")
     if logprobs.dim() != 2:
         raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
-    check_policy_inputs(behavior_logprobs, advantages, model_mask, logprobs.shape, "logprobs",
-                        advantage_shapes=(tuple(logprobs.shape[:1]), tuple(logprobs.shape)), validate=validate,
-                        logprobs=logprobs)
+    check_policy_inputs(
+        behavior_logprobs,
+        advantages,
+        model_mask,
+        logprobs.shape,
+        "logprobs",
+        advantage_shapes=(tuple(logprobs.shape[:1]), tuple(logprobs.shape)),
+        validate=validate,
+        logprobs=logprobs,
+    )
     resolved = resolve_backend(backend, logprobs)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1).expand(logprobs.shape)  # stride-0 view, no copy
     denominator = denominator_tensor(num_model_tokens, model_mask, validate)
     loss, *stats = PolicyLossFunction.apply(
-        logprobs.contiguous(), behavior_logprobs.contiguous(), advantages, (model_mask != 0).to(torch.int8).contiguous(),
-        denominator, low, high, clip, resolved,
+        logprobs.contiguous(),
+        behavior_logprobs.contiguous(),
+        advantages,
+        (model_mask != 0).to(torch.int8).contiguous(),
+        denominator,
+        low,
+        high,
+        clip,
+        resolved,
     )
     return loss, dict(zip(STAT_NAMES, stats))

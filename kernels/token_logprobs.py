@@ -33,9 +33,17 @@ TORCH_CHUNK_ELEMENTS = 1 << 22  # fp32 logits per chunk on the PyTorch path (16 
 # vocabulary size, stride and temperature.
 @triton.jit(do_not_specialize=["stride_row", "vocab_size", "ignore_index"])
 def _token_logprobs_fwd_kernel(
-    logits_ptr, labels_ptr, logp_ptr, lse_ptr, entropy_ptr,
-    stride_row, vocab_size, inv_temperature, ignore_index,
-    WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr,
+    logits_ptr,
+    labels_ptr,
+    logp_ptr,
+    lse_ptr,
+    entropy_ptr,
+    stride_row,
+    vocab_size,
+    inv_temperature,
+    ignore_index,
+    WITH_ENTROPY: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     # One program per row; the row index is on grid axis 0 (no 65,535 limit)
     # and offsets are int64, so N * V may exceed 2**31.
@@ -71,9 +79,20 @@ def _token_logprobs_fwd_kernel(
 
 @triton.jit(do_not_specialize=["stride_row", "grad_stride_row", "vocab_size", "ignore_index"])
 def _token_logprobs_bwd_kernel(
-    logits_ptr, labels_ptr, lse_ptr, entropy_ptr, grad_logp_ptr, grad_entropy_ptr, grad_logits_ptr,
-    stride_row, grad_stride_row, vocab_size, inv_temperature, ignore_index,
-    WITH_ENTROPY: tl.constexpr, BLOCK: tl.constexpr,
+    logits_ptr,
+    labels_ptr,
+    lse_ptr,
+    entropy_ptr,
+    grad_logp_ptr,
+    grad_entropy_ptr,
+    grad_logits_ptr,
+    stride_row,
+    grad_stride_row,
+    vocab_size,
+    inv_temperature,
+    ignore_index,
+    WITH_ENTROPY: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     # d logp / d s = onehot(y) - p and d H / d s = -p (log p + H), with
     # s = z / T. grad_logits may alias logits: each element is read before it
@@ -111,9 +130,18 @@ def _launch_forward(logits, labels, inv_temperature, ignore_index, with_entropy)
     if rows:
         config = row_launch(logits.device, vocab)
         _token_logprobs_fwd_kernel[(rows,)](
-            logits, labels, logp, lse, entropy,
-            logits.stride(0), vocab, inv_temperature, ignore_index,
-            WITH_ENTROPY=with_entropy, BLOCK=config.block, num_warps=config.num_warps,
+            logits,
+            labels,
+            logp,
+            lse,
+            entropy,
+            logits.stride(0),
+            vocab,
+            inv_temperature,
+            ignore_index,
+            WITH_ENTROPY=with_entropy,
+            BLOCK=config.block,
+            num_warps=config.num_warps,
         )
     return logp, lse, entropy if with_entropy else None
 
@@ -124,10 +152,21 @@ def _launch_backward(logits, labels, lse, entropy, grad_logp, grad_entropy, inv_
     if rows:
         config = row_launch(logits.device, vocab)
         _token_logprobs_bwd_kernel[(rows,)](
-            logits, labels, lse, entropy if with_entropy else lse, grad_logp,
-            grad_entropy if with_entropy else grad_logp, out,
-            logits.stride(0), out.stride(0), vocab, inv_temperature, ignore_index,
-            WITH_ENTROPY=with_entropy, BLOCK=config.block, num_warps=config.num_warps,
+            logits,
+            labels,
+            lse,
+            entropy if with_entropy else lse,
+            grad_logp,
+            grad_entropy if with_entropy else grad_logp,
+            out,
+            logits.stride(0),
+            out.stride(0),
+            vocab,
+            inv_temperature,
+            ignore_index,
+            WITH_ENTROPY=with_entropy,
+            BLOCK=config.block,
+            num_warps=config.num_warps,
         )
     return out
 
@@ -195,8 +234,9 @@ def logprobs_forward(logits, labels, inv_temperature, ignore_index, with_entropy
     return run(logits, labels, inv_temperature, ignore_index, with_entropy)
 
 
-def logprobs_backward(logits, labels, lse, entropy, grad_logp, grad_entropy, inv_temperature, ignore_index, backend,
-                      out=None):
+def logprobs_backward(
+    logits, labels, lse, entropy, grad_logp, grad_entropy, inv_temperature, ignore_index, backend, out=None
+):
     """Gradient w.r.t. logits [N, V] in logits' dtype, written into `out` (may be `logits` itself)."""
     out = torch.empty_like(logits) if out is None else out
     run = _launch_backward if backend == "triton" else _torch_backward
@@ -223,9 +263,15 @@ class TokenLogProbsFunction(torch.autograd.Function):
         if grad_logp is None:
             grad_logp = torch.zeros_like(lse)
         grad_logits = logprobs_backward(
-            logits, labels, lse, entropy, grad_logp.contiguous(),
+            logits,
+            labels,
+            lse,
+            entropy,
+            grad_logp.contiguous(),
             grad_entropy.contiguous() if with_entropy and grad_entropy is not None else None,
-            inv_temperature, ignore_index, backend,
+            inv_temperature,
+            ignore_index,
+            backend,
         )
         return grad_logits, None, None, None, None, None
 
@@ -266,7 +312,9 @@ def token_logprobs(
     _checks.check_float(logits, "logits")
     _checks.check_integer(labels, "labels")
     if logits.dim() < 1 or tuple(labels.shape) != tuple(logits.shape[:-1]):
-        raise ValueError(f"labels has shape {tuple(labels.shape)}, expected logits.shape[:-1] = {tuple(logits.shape[:-1])}")
+        raise ValueError(
+            f"labels has shape {tuple(labels.shape)}, expected logits.shape[:-1] = {tuple(logits.shape[:-1])}"
+        )
     _checks.check_vocabulary(logits.shape[-1], "logits")
     _checks.check_same_device(logits=logits, labels=labels)
     inv_temperature = _checks.check_temperature(temperature)
@@ -279,7 +327,9 @@ def token_logprobs(
     if flat_logits.stride(-1) != 1:
         flat_logits = flat_logits.contiguous()
     flat_labels = labels.reshape(-1).contiguous()
-    out = TokenLogProbsFunction.apply(flat_logits, flat_labels, inv_temperature, int(ignore_index), bool(return_entropy), resolved)
+    out = TokenLogProbsFunction.apply(
+        flat_logits, flat_labels, inv_temperature, int(ignore_index), bool(return_entropy), resolved
+    )
     if return_entropy:
         return out[0].reshape(leading), out[1].reshape(leading)
     return out.reshape(leading)

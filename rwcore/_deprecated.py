@@ -28,8 +28,11 @@ MOVED = {
 
 
 def warn_moved(old: str, new: str, stacklevel: int = 3) -> None:
-    warnings.warn(f"{old} moved to {new}; the old import path is deprecated and will be removed in the next "
-                  "release", DeprecationWarning, stacklevel=stacklevel)
+    warnings.warn(
+        f"{old} moved to {new}; the old import path is deprecated and will be removed in the next release",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
 
 
 def alias_module(old: str) -> object:

@@ -44,9 +44,13 @@ def reward_view(values, codes) -> np.ndarray:
     return values
 
 
-def report_matrix(reports: Sequence[JudgeReport], rubric_ids: Sequence[str], *,
-                  trajectory_ids: Sequence[str] | None = None,
-                  argument: str = "reports") -> tuple[np.ndarray, np.ndarray]:
+def report_matrix(
+    reports: Sequence[JudgeReport],
+    rubric_ids: Sequence[str],
+    *,
+    trajectory_ids: Sequence[str] | None = None,
+    argument: str = "reports",
+) -> tuple[np.ndarray, np.ndarray]:
     """(values float64 [N, R], codes uint8 [N, R]) of `rubric_ids` over `reports`.
 
     values: the judgment's `value` (score, else 1.0 PASS / 0.0 FAIL); NaN where the verdict is
@@ -77,16 +81,22 @@ def report_matrix(reports: Sequence[JudgeReport], rubric_ids: Sequence[str], *,
                 continue
             verdict = judgment.verdict
             if not isinstance(verdict, Verdict):
-                raise ValueError(f"{argument}[{i}].judgments[{rubric_id!r}].verdict must be a rwcore.Verdict, "
-                                 f"got {verdict!r}")
+                raise ValueError(
+                    f"{argument}[{i}].judgments[{rubric_id!r}].verdict must be a rwcore.Verdict, got {verdict!r}"
+                )
             codes[i, j] = int(verdict)
             value = judgment.value
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                    or not math.isfinite(float(value)) or not 0.0 <= float(value) <= 1.0:
-                raise ValueError(f"{argument}[{i}].judgments[{rubric_id!r}] has value {value!r}, "
-                                 "expected a number in [0, 1]")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float, np.integer, np.floating))
+                or not math.isfinite(float(value))
+                or not 0.0 <= float(value) <= 1.0
+            ):
+                raise ValueError(
+                    f"{argument}[{i}].judgments[{rubric_id!r}] has value {value!r}, expected a number in [0, 1]"
+                )
             values[i, j] = float(value)
     return values, codes
 
@@ -113,20 +123,23 @@ class JudgedBatch:
     def __post_init__(self) -> None:
         n, r = len(self.trajectory_ids), len(self.rubric_ids)
         if self.codes.shape != (n, r) or self.values.shape != (n, r):
-            raise ValueError(f"codes and values must have shape ({n}, {r}), got {self.codes.shape} "
-                             f"and {self.values.shape}")
+            raise ValueError(
+                f"codes and values must have shape ({n}, {r}), got {self.codes.shape} and {self.values.shape}"
+            )
         if len(self.uncovered) != n:
             raise ValueError(f"uncovered must hold {n} entries, got {len(self.uncovered)}")
         self.codes.setflags(write=False)
         self.values.setflags(write=False)
 
     @classmethod
-    def from_reports(cls, reports: Sequence[JudgeReport], rubric_ids: Sequence[str],
-                     trajectory_ids: Sequence[str] | None = None) -> "JudgedBatch":
+    def from_reports(
+        cls, reports: Sequence[JudgeReport], rubric_ids: Sequence[str], trajectory_ids: Sequence[str] | None = None
+    ) -> "JudgedBatch":
         """The batch of `reports` (one per trajectory, in order) over `rubric_ids`."""
         values, codes = report_matrix(reports, rubric_ids, trajectory_ids=trajectory_ids)
-        uncovered = tuple(tuple(text for text in report.uncovered if isinstance(text, str) and text.strip())
-                          for report in reports)
+        uncovered = tuple(
+            tuple(text for text in report.uncovered if isinstance(text, str) and text.strip()) for report in reports
+        )
         ids = tuple(trajectory_ids) if trajectory_ids is not None else tuple(r.trajectory_id for r in reports)
         return cls(ids, tuple(rubric_ids), codes, values, uncovered)
 
@@ -148,27 +161,43 @@ class JudgedBatch:
         position = {rid: j for j, rid in enumerate(self.rubric_ids)}
         missing = [rid for rid in rubric_ids if rid not in position]
         if missing:
-            raise ValueError(f"rubric_ids {missing[:5]} were not judged in this batch "
-                             f"(judged: {list(self.rubric_ids)[:10]})")
+            raise ValueError(
+                f"rubric_ids {missing[:5]} were not judged in this batch (judged: {list(self.rubric_ids)[:10]})"
+            )
         return [position[rid] for rid in rubric_ids]
 
     # -- views --------------------------------------------------------------------------------
     def columns(self, rubric_ids: Sequence[str]) -> "JudgedBatch":
         """The same trajectories over a subset of the rubrics, in the order given."""
         cols = self.index(list(rubric_ids))
-        return JudgedBatch(self.trajectory_ids, tuple(rubric_ids), self.codes[:, cols].copy(),
-                           self.values[:, cols].copy(), self.uncovered)
+        return JudgedBatch(
+            self.trajectory_ids,
+            tuple(rubric_ids),
+            self.codes[:, cols].copy(),
+            self.values[:, cols].copy(),
+            self.uncovered,
+        )
 
     def rows(self, start: int, stop: int) -> "JudgedBatch":
         """Trajectories [start, stop) (e.g. one rollout group)."""
-        return JudgedBatch(self.trajectory_ids[start:stop], self.rubric_ids, self.codes[start:stop].copy(),
-                           self.values[start:stop].copy(), self.uncovered[start:stop])
+        return JudgedBatch(
+            self.trajectory_ids[start:stop],
+            self.rubric_ids,
+            self.codes[start:stop].copy(),
+            self.values[start:stop].copy(),
+            self.uncovered[start:stop],
+        )
 
     def take(self, rows: Sequence[int]) -> "JudgedBatch":
         """The trajectories at `rows`, in that order."""
         rows = list(rows)
-        return JudgedBatch(tuple(self.trajectory_ids[i] for i in rows), self.rubric_ids, self.codes[rows].copy(),
-                           self.values[rows].copy(), tuple(self.uncovered[i] for i in rows))
+        return JudgedBatch(
+            tuple(self.trajectory_ids[i] for i in rows),
+            self.rubric_ids,
+            self.codes[rows].copy(),
+            self.values[rows].copy(),
+            tuple(self.uncovered[i] for i in rows),
+        )
 
     def verdicts(self, rubric_id: str) -> list[Verdict]:
         """The column of `rubric_id` as Verdicts."""
@@ -210,8 +239,10 @@ class JudgedBatch:
         for j, rubric_id in enumerate(self.rubric_ids):
             codes = self.codes[:, j]
             passed, failed = int((codes == Verdict.PASS).sum()), int((codes == Verdict.FAIL).sum())
-            rates[rubric_id] = ((passed + failed) / len(codes) if len(codes) else 0.0,
-                                passed / (passed + failed) if passed + failed else None)
+            rates[rubric_id] = (
+                (passed + failed) / len(codes) if len(codes) else 0.0,
+                passed / (passed + failed) if passed + failed else None,
+            )
         return rates
 
     def rubric_rate_metrics(self, prefix: str = "rubric/") -> dict[str, float | None]:

@@ -47,9 +47,7 @@ class TaskSet:
         self.task_tags: list[list[int]] = []
         for task_id, tags in tasks.items():
             if isinstance(tags, (str, bytes)) or not isinstance(tags, Sequence | set | frozenset | np.ndarray):
-                raise ValueError(
-                    f"tasks[{task_id!r}] must be a sequence of tags, got {type(tags).__name__} {tags!r}"
-                )
+                raise ValueError(f"tasks[{task_id!r}] must be a sequence of tags, got {type(tags).__name__} {tags!r}")
             if isinstance(tags, (set, frozenset)):
                 # A set's order changes between processes (hash seeds); numbering
                 # tags by it would make a resumed sampler disagree with its state.
@@ -105,7 +103,8 @@ def check_rubrics(rubrics: Mapping, capabilities: Sequence[str]) -> dict:
     for rubric_id, capability in rubrics.items():
         if capability not in capabilities:
             raise ValueError(
-                f"capability {capability!r} of rubric {rubric_id!r} is not one of the sampler's capabilities {tuple(capabilities)!r}"
+                f"capability {capability!r} of rubric {rubric_id!r} is not one of the sampler's capabilities "
+                f"{tuple(capabilities)!r}"
             )
     return dict(rubrics)
 
@@ -117,7 +116,9 @@ def parse_group(verdicts: Mapping, rubric_ids: Mapping, group_size: int) -> tupl
     `group_size` verdicts.
     """
     if not isinstance(verdicts, Mapping):
-        raise ValueError(f"verdicts must be a mapping of rubric id -> per-trajectory verdicts, got {type(verdicts).__name__}")
+        raise ValueError(
+            f"verdicts must be a mapping of rubric id -> per-trajectory verdicts, got {type(verdicts).__name__}"
+        )
     rubrics = list(verdicts)
     codes = np.empty((len(rubrics), group_size), dtype=np.uint8)
     for row, rubric_id in enumerate(rubrics):

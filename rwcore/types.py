@@ -84,14 +84,18 @@ class Trajectory:
         if isinstance(self.metadata, dict) and "partner_failure" in self.metadata:
             import warnings
 
-            warnings.warn("Trajectory.metadata['partner_failure'] is deprecated: set Trajectory.partner_failure",
-                          DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                "Trajectory.metadata['partner_failure'] is deprecated: set Trajectory.partner_failure",
+                DeprecationWarning,
+                stacklevel=3,
+            )
             legacy = self.metadata.pop("partner_failure")
             if legacy and not self.partner_failure:
                 self.partner_failure = str(legacy)
         if not isinstance(self.partner_failure, str):
-            raise ValueError(f"partner_failure must be a string (the reason, or ''), got "
-                             f"{type(self.partner_failure).__name__}")
+            raise ValueError(
+                f"partner_failure must be a string (the reason, or ''), got {type(self.partner_failure).__name__}"
+            )
 
     def transcript(self) -> str:
         """The episode as plain text, one "[role] content" block per turn (what judges read)."""
@@ -99,12 +103,14 @@ class Trajectory:
 
     def content_hash(self) -> str:
         """sha256 of what a judge sees (task, tags, turns, outcome); ids and metadata excluded."""
-        return _digest({
-            "task_id": self.task_id,
-            "tags": list(self.tags),
-            "turns": [[t.role, t.content, t.generated] for t in self.turns],
-            "outcome": self.outcome,
-        })
+        return _digest(
+            {
+                "task_id": self.task_id,
+                "tags": list(self.tags),
+                "turns": [[t.role, t.content, t.generated] for t in self.turns],
+                "outcome": self.outcome,
+            }
+        )
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -237,8 +243,10 @@ class Attributor(Protocol):
 class RubricReflector(Protocol):
     """Arise's reflection model: proposes rubric-skill pairs and refines skills (B.6)."""
 
-    def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
-                              max_new: int) -> list[RubricSkillProposal]: ...
+    def propose_rubric_skills(
+        self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec], max_new: int
+    ) -> list[RubricSkillProposal]: ...
+
     # A reflector may also take `diagnostics: str | None` as a keyword (the window's compressed
     # evidence, Arise B.3); `rwcore.AdaptiveMethod` passes it to reflectors whose signature has it.
 
@@ -255,8 +263,9 @@ class EvaluatorReviser(Protocol):
     semantics), applicability and id never change.
     """
 
-    def revise_evaluator(self, rubric: RubricSpec,
-                         disagreements: Sequence[tuple[Trajectory, Verdict, Verdict]]) -> str: ...
+    def revise_evaluator(
+        self, rubric: RubricSpec, disagreements: Sequence[tuple[Trajectory, Verdict, Verdict]]
+    ) -> str: ...
 
 
 @runtime_checkable
@@ -271,5 +280,6 @@ class InstanceRubricWriter(Protocol):
 class CapabilityProposer(Protocol):
     """RewardWeaver's controlled expansion: candidate capabilities for recurrent uncovered failures."""
 
-    def propose_capabilities(self, failures: Sequence[Trajectory], library: Sequence[RubricSpec],
-                             max_new: int) -> list[RubricSpec]: ...
+    def propose_capabilities(
+        self, failures: Sequence[Trajectory], library: Sequence[RubricSpec], max_new: int
+    ) -> list[RubricSpec]: ...

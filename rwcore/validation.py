@@ -81,12 +81,21 @@ def check_finite(value, argument: str) -> float:
     return _real(value, argument, "a finite number")
 
 
-def check_number(value, argument: str, *, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False) -> float:
+def check_number(
+    value,
+    argument: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """A finite real number within the interval given by `low` / `high` (closed unless *_open)."""
     left = "-inf" if low is None else f"{low:g}"
     right = "inf" if high is None else f"{high:g}"
-    what = f"a finite number in {'(' if low_open or low is None else '['}{left}, {right}{')' if high_open or high is None else ']'}"
+    opening = "(" if low_open or low is None else "["
+    closing = ")" if high_open or high is None else "]"
+    what = f"a finite number in {opening}{left}, {right}{closing}"
     number = _real(value, argument, what)
     if low is not None and (number < low or (low_open and number == low)):
         raise ValueError(f"{argument} must be {what}, got {value!r}")
@@ -138,8 +147,9 @@ def check_trajectory(trajectory, argument: str = "trajectory") -> Trajectory:
     return trajectory
 
 
-def check_trajectories(trajectories, argument: str = "trajectories", *, need_ids: bool = False,
-                       finite_outcomes: bool = False) -> list[Trajectory]:
+def check_trajectories(
+    trajectories, argument: str = "trajectories", *, need_ids: bool = False, finite_outcomes: bool = False
+) -> list[Trajectory]:
     """A list of Trajectory; with `finite_outcomes` every outcome is finite, with `need_ids` every
     trajectory id is a distinct non-empty string."""
     if isinstance(trajectories, (str, bytes, Trajectory)) or not isinstance(trajectories, Sequence):

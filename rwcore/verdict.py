@@ -34,7 +34,9 @@ def verdict_codes(values, argument: str) -> np.ndarray:
             raise ValueError(f"{argument} must be a 1-D sequence of verdicts, got shape {values.shape}")
         return values.astype(np.uint8)
     if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
-        raise ValueError(f"{argument} must be a sequence of verdicts (bool or rwcore.Verdict), got {type(values).__name__}")
+        raise ValueError(
+            f"{argument} must be a sequence of verdicts (bool or rwcore.Verdict), got {type(values).__name__}"
+        )
     codes = np.empty(len(values), dtype=np.uint8)
     for j, value in enumerate(values):
         if isinstance(value, Verdict):

@@ -39,8 +39,10 @@ def main() -> int:
         # -S: without site's .pth files, so the editable install's finder cannot point rwcore back at the checkout
         # (the copy is found first; import-linter comes from this environment's site-packages)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([folder, sysconfig.get_paths()["purelib"]])}
-        code = ("import sys; from importlinter.cli import lint_imports; "
-                f"sys.exit(lint_imports(config_filename={str(ROOT / 'pyproject.toml')!r}, no_cache=True))")
+        code = (
+            "import sys; from importlinter.cli import lint_imports; "
+            f"sys.exit(lint_imports(config_filename={str(ROOT / 'pyproject.toml')!r}, no_cache=True))"
+        )
         return subprocess.run([sys.executable, "-S", "-c", code], env=env, cwd=folder).returncode
 
 

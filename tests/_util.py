@@ -11,7 +11,10 @@ def normalize(obj):
     Two states are equal iff their normalized forms are equal.
     """
     if isinstance(obj, dict):
-        return ("dict", tuple(sorted(((repr(normalize(k)), normalize(v)) for k, v in obj.items()), key=lambda kv: kv[0])))
+        return (
+            "dict",
+            tuple(sorted(((repr(normalize(k)), normalize(v)) for k, v in obj.items()), key=lambda kv: kv[0])),
+        )
     if isinstance(obj, (set, frozenset)):
         return ("set", tuple(sorted((normalize(x) for x in obj), key=repr)))
     if isinstance(obj, np.ndarray):

@@ -110,8 +110,8 @@ def ref_compute_advantages(task_rewards, verdicts, group_ids, lam=0.3, eps=1e-9,
     a_task = ref_task_advantage(r, group_ids, eps=eps, ddof=ddof)
     out = a_task.copy()
     for _, idx in _groups(group_ids).items():
-        varying = []      # the group's set I
-        a_rub = {}        # (i, j) -> A_rub[i, j] for i in I and i applicable to j
+        varying = []  # the group's set I
+        a_rub = {}  # (i, j) -> A_rub[i, j] for i in I and i applicable to j
         for i in range(n_rub):
             app = [j for j in idx if not math.isnan(v[j, i])]
             ys = [float(v[j, i]) for j in app]

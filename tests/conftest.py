@@ -41,9 +41,6 @@ if not _HAS_CUDA:
 # (tests/vllm_server.py); it starts only when a test uses it.
 from vllm_server import vllm_server  # noqa: E402,F401
 
-
-import pytest  # noqa: E402
-
 _SERVER_SCOPE = "vllm-server"
 _uses_server: dict[str, bool] = {}
 
@@ -64,9 +61,16 @@ def _scope(nodeid: str) -> str:
 
 # The longest units of the suite (a few minutes each on 2 cores, measured with --durations): they are handed out
 # first, since one started last sets the length of the whole run. A file missing here only loses its head start.
-_LONG_UNITS = (_SERVER_SCOPE, "tests/test_engines.py", "tests/test_sanitizers.py", "tests/test_async_rollout.py",
-               "tests/test_ablate.py", "tests/test_vllm_real.py", "tests/test_integration_versions.py",
-               "tests/test_gpu_check_dry_run.py")
+_LONG_UNITS = (
+    _SERVER_SCOPE,
+    "tests/test_engines.py",
+    "tests/test_sanitizers.py",
+    "tests/test_async_rollout.py",
+    "tests/test_ablate.py",
+    "tests/test_vllm_real.py",
+    "tests/test_integration_versions.py",
+    "tests/test_gpu_check_dry_run.py",
+)
 
 
 class _LongUnitsFirst(OrderedDict):

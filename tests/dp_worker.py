@@ -22,7 +22,10 @@ def write_state(trainer: Trainer, run: Path) -> None:
     method = trainer.method.state_dict()
     state = {
         "model": [p.detach().cpu().numpy() for p in trainer.policy.model.parameters()],
-        "sampler": method["sampler"], "pool": method["pool"], "weaver": method["weaver"], "window": method["window"],
+        "sampler": method["sampler"],
+        "pool": method["pool"],
+        "weaver": method["weaver"],
+        "window": method["window"],
         "step": trainer.step,
     }
     (run / f"state.{trainer.rank}.pkl").write_bytes(pickle.dumps(state))

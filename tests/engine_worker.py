@@ -46,8 +46,15 @@ def train(engine, rows, micro_batches):
 out, stages, micro_batches = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
 results = {}
 for stage in stages:
-    distributed = DeepSpeedEngine(model(), lr=0.05, weight_decay=0.01, grad_clip=CLIP, zero_stage=stage,
-                                  micro_batches=micro_batches, dtype="float32")
+    distributed = DeepSpeedEngine(
+        model(),
+        lr=0.05,
+        weight_decay=0.01,
+        grad_clip=CLIP,
+        zero_stage=stage,
+        micro_batches=micro_batches,
+        dtype="float32",
+    )
     rank, world = distributed.rank, distributed.world_size
     mine = torch.arange(ROWS * rank // world, ROWS * (rank + 1) // world)
     norms = train(distributed, mine, micro_batches)
@@ -57,8 +64,12 @@ for stage in stages:
         pairs = list(zip(distributed.model.parameters(), reference.model.parameters()))
         results[str(stage)] = {
             "difference": max(float((a - b).abs().max()) for a, b in pairs),
-            "moved": max(float((a - b).abs().max()) for a, b in zip(reference.model.parameters(), model().parameters())),
-            "norms": norms, "reference_norms": reference_norms, "clipped": max(reference_norms) > CLIP,
+            "moved": max(
+                float((a - b).abs().max()) for a, b in zip(reference.model.parameters(), model().parameters())
+            ),
+            "norms": norms,
+            "reference_norms": reference_norms,
+            "clipped": max(reference_norms) > CLIP,
             "params": [p.flatten().tolist() for p in distributed.model.parameters()],
         }
     distributed.close()

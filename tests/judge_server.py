@@ -103,9 +103,11 @@ def loopback_without_proxy(monkeypatch):
 
 def completion(content: str | None, finish_reason: str = "stop") -> dict:
     return {
-        "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "judge-test",
-        "choices": [{"index": 0, "finish_reason": finish_reason,
-                     "message": {"role": "assistant", "content": content}}],
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "judge-test",
+        "choices": [{"index": 0, "finish_reason": finish_reason, "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
 
@@ -186,8 +188,7 @@ class ChatServer:
                         owner.in_flight -= 1
 
         self._server = _Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
 
@@ -208,8 +209,14 @@ class ChatServer:
 
 def verdict_line(request: Request, rubric_id: str, verdict: str = "pass", **fields) -> str:
     """One verdict object as a judge would write it for `request`."""
-    obj = {"request_id": request.request_id, "rubric_id": rubric_id, "verdict": verdict,
-           "confidence": 0.9, "evidence": f"turn 1: evidence for {rubric_id}", **fields}
+    obj = {
+        "request_id": request.request_id,
+        "rubric_id": rubric_id,
+        "verdict": verdict,
+        "confidence": 0.9,
+        "evidence": f"turn 1: evidence for {rubric_id}",
+        **fields,
+    }
     return json.dumps(obj)
 
 

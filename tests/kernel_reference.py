@@ -67,8 +67,7 @@ def ref_token_logprobs(logits, labels, temperature=1.0, ignore_index=IGNORE_INDE
     return logp, entropy
 
 
-def ref_token_logprobs_grad(logits, labels, temperature, grad_logp, grad_entropy=None,
-                            ignore_index=IGNORE_INDEX):
+def ref_token_logprobs_grad(logits, labels, temperature, grad_logp, grad_entropy=None, ignore_index=IGNORE_INDEX):
     """Closed-form d(<grad_logp, logp> + <grad_entropy, H>)/d logits, float64.
 
     d logp / d s = onehot(y) - p   (0 for ignored rows)
@@ -89,8 +88,17 @@ def ref_token_logprobs_grad(logits, labels, temperature, grad_logp, grad_entropy
 # ----------------------------------------------------------------------------
 # filtered dual-clip loss (Arise eq. 18-19)
 # ----------------------------------------------------------------------------
-def ref_dual_clip(logp, behavior_logp, advantages, model_mask, ratio_low=0.5, ratio_high=5.0,
-                  clip_c=3.0, num_model_tokens=None, log_ratio_clamp=LOG_RATIO_CLAMP):
+def ref_dual_clip(
+    logp,
+    behavior_logp,
+    advantages,
+    model_mask,
+    ratio_low=0.5,
+    ratio_high=5.0,
+    clip_c=3.0,
+    num_model_tokens=None,
+    log_ratio_clamp=LOG_RATIO_CLAMP,
+):
     """float64 reference of the filtered dual-clip loss.
 
     Returns a dict with
@@ -131,8 +139,7 @@ def ref_dual_clip(logp, behavior_logp, advantages, model_mask, ratio_low=0.5, ra
             "dual_clipped_fraction": int(clipped.sum()) / n_model,
             "mean_ratio": float(torch.where(m, w, torch.zeros_like(w)).sum()) / n_model,
         }
-    return dict(loss=loss, grad=grad, stats=stats, keep=keep, clipped=clipped, model=m,
-                log_ratio=log_ratio)
+    return dict(loss=loss, grad=grad, stats=stats, keep=keep, clipped=clipped, model=m, log_ratio=log_ratio)
 
 
 # ----------------------------------------------------------------------------
@@ -152,8 +159,7 @@ def _chain_to_linear(dz, hidden, weight, bias):
     return dh, dW, db
 
 
-def ref_fused_linear_logprobs(hidden, weight, labels, grad_logp, bias=None, temperature=1.0,
-                              ignore_index=IGNORE_INDEX):
+def ref_fused_linear_logprobs(hidden, weight, labels, grad_logp, bias=None, temperature=1.0, ignore_index=IGNORE_INDEX):
     """-> (logp [N], (d hidden, d weight, d bias or None)) in float64 for upstream grad_logp."""
     z = ref_linear_logits(hidden, weight, bias)
     logp, _ = ref_token_logprobs(z, labels, temperature, ignore_index)
@@ -161,15 +167,25 @@ def ref_fused_linear_logprobs(hidden, weight, labels, grad_logp, bias=None, temp
     return logp, _chain_to_linear(dz, hidden, weight, bias)
 
 
-def ref_fused_linear_policy_loss(hidden, weight, labels, behavior_logp, advantages, model_mask,
-                                 bias=None, temperature=1.0, ratio_low=0.5, ratio_high=5.0,
-                                 clip_c=3.0, num_model_tokens=None):
+def ref_fused_linear_policy_loss(
+    hidden,
+    weight,
+    labels,
+    behavior_logp,
+    advantages,
+    model_mask,
+    bias=None,
+    temperature=1.0,
+    ratio_low=0.5,
+    ratio_high=5.0,
+    clip_c=3.0,
+    num_model_tokens=None,
+):
     """-> (dual-clip reference dict (see ref_dual_clip) with 'logp' added,
-           (d hidden, d weight, d bias or None)) in float64."""
+    (d hidden, d weight, d bias or None)) in float64."""
     z = ref_linear_logits(hidden, weight, bias)
     logp, _ = ref_token_logprobs(z, labels, temperature, IGNORE_INDEX)
-    r = ref_dual_clip(logp, behavior_logp, advantages, model_mask, ratio_low, ratio_high, clip_c,
-                      num_model_tokens)
+    r = ref_dual_clip(logp, behavior_logp, advantages, model_mask, ratio_low, ratio_high, clip_c, num_model_tokens)
     dz = ref_token_logprobs_grad(z, labels, temperature, r["grad"], None, IGNORE_INDEX)
     r["logp"] = logp
     return r, _chain_to_linear(dz, hidden, weight, bias)
@@ -186,8 +202,7 @@ def _lowp_logp_from_logits(z, labels, temperature, ignore_index):
     return lsm, logp
 
 
-def lowp_token_logprobs(logits, labels, temperature, grad_logp, grad_entropy=None,
-                        ignore_index=IGNORE_INDEX):
+def lowp_token_logprobs(logits, labels, temperature, grad_logp, grad_entropy=None, ignore_index=IGNORE_INDEX):
     """Eager PyTorch in logits.dtype -> (logp, entropy or None, d logits) all in logits.dtype."""
     x = logits.detach().clone().requires_grad_(True)
     lsm, logp = _lowp_logp_from_logits(x, labels, temperature, ignore_index)
@@ -208,8 +223,9 @@ def _lowp_leaves(hidden, weight, bias):
     return h, W, b
 
 
-def lowp_fused_linear_logprobs(hidden, weight, labels, grad_logp, bias=None, temperature=1.0,
-                               ignore_index=IGNORE_INDEX):
+def lowp_fused_linear_logprobs(
+    hidden, weight, labels, grad_logp, bias=None, temperature=1.0, ignore_index=IGNORE_INDEX
+):
     """Eager matmul + log_softmax in hidden.dtype -> (logp, (dh, dW, db or None))."""
     h, W, b = _lowp_leaves(hidden, weight, bias)
     z = torch.nn.functional.linear(h, W, b)
@@ -219,9 +235,20 @@ def lowp_fused_linear_logprobs(hidden, weight, labels, grad_logp, bias=None, tem
     return logp.detach(), (grads[0], grads[1], grads[2] if b is not None else None)
 
 
-def lowp_fused_linear_policy_loss(hidden, weight, labels, behavior_logp, advantages, model_mask,
-                                  bias=None, temperature=1.0, ratio_low=0.5, ratio_high=5.0,
-                                  clip_c=3.0, num_model_tokens=None):
+def lowp_fused_linear_policy_loss(
+    hidden,
+    weight,
+    labels,
+    behavior_logp,
+    advantages,
+    model_mask,
+    bias=None,
+    temperature=1.0,
+    ratio_low=0.5,
+    ratio_high=5.0,
+    clip_c=3.0,
+    num_model_tokens=None,
+):
     """Eager bf16/fp16 logits and log-probs, then the loss in float32 with autograd.
     -> (loss float32 0-dim, mean_ratio float32 0-dim, (dh, dW, db or None))."""
     h, W, b = _lowp_leaves(hidden, weight, bias)
@@ -278,7 +305,8 @@ def assert_close64(got, ref, what, rtol=1e-5, atol_rel=1e-5, scale=None):
         raise AssertionError(
             f"{what}: max abs err {float(err.max()):.3e}; worst flat index {i}: got "
             f"{float(got64.flatten()[i])!r} vs ref {float(ref.flatten()[i])!r} (allowed "
-            f"{float(bound.flatten()[i]):.2e} = atol {float(atol.flatten()[i]):.1e} + rtol {rtol:.0e})")
+            f"{float(bound.flatten()[i]):.2e} = atol {float(atol.flatten()[i]):.1e} + rtol {rtol:.0e})"
+        )
 
 
 def assert_lowp_criterion(got, ref, lowp, what, factor=2.0, in_dtype=None):
@@ -301,12 +329,12 @@ def assert_lowp_criterion(got, ref, lowp, what, factor=2.0, in_dtype=None):
     bound = factor * lp_err + floor
     assert err <= bound, (
         f"{what}: kernel max abs err {err:.3e} > {factor} x low-precision-reference err {lp_err:.3e}"
-        f" + floor {floor:.1e} (dtype {got.dtype}, ref scale {_maxabs(ref):.3e})")
+        f" + floor {floor:.1e} (dtype {got.dtype}, ref scale {_maxabs(ref):.3e})"
+    )
 
 
 def log_ratio_margin(log_ratio, ratio_low=0.5, ratio_high=5.0, clip_c=3.0):
     """Smallest distance of any log-ratio to a decision boundary (log r_low, log r_high, log c)."""
     lr = log_ratio.detach().to(torch.float64)
-    bounds = torch.tensor([math.log(ratio_low), math.log(ratio_high), math.log(clip_c)],
-                          dtype=torch.float64)
+    bounds = torch.tensor([math.log(ratio_low), math.log(ratio_high), math.log(clip_c)], dtype=torch.float64)
     return float((lr.reshape(-1, 1) - bounds).abs().min()) if lr.numel() else math.inf

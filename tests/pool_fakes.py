@@ -6,8 +6,12 @@ from rwcore.verdict import Verdict
 
 def proposal(rubric_id: str, capability: str = "Verification", skill: str | None = None) -> RubricSkillProposal:
     return RubricSkillProposal(
-        rubric=RubricSpec(rubric_id=rubric_id, criterion=f"criterion of {rubric_id}",
-                          applicability=f"when {rubric_id} applies", capability=capability),
+        rubric=RubricSpec(
+            rubric_id=rubric_id,
+            criterion=f"criterion of {rubric_id}",
+            applicability=f"when {rubric_id} applies",
+            capability=capability,
+        ),
         skill=skill if skill is not None else f"skill of {rubric_id}",
     )
 
@@ -20,8 +24,15 @@ class FakeReflector:
     make the corresponding call raise; `bad` replaces the proposals with the given list.
     """
 
-    def __init__(self, per_call: int | None = None, capabilities=("Verification", "Efficiency"),
-                 fail_propose: bool = False, fail_refine: bool = False, bad=None, refine_result=None):
+    def __init__(
+        self,
+        per_call: int | None = None,
+        capabilities=("Verification", "Efficiency"),
+        fail_propose: bool = False,
+        fail_refine: bool = False,
+        bad=None,
+        refine_result=None,
+    ):
         self.per_call = per_call
         self.capabilities = tuple(capabilities)
         self.fail_propose = fail_propose
@@ -32,7 +43,9 @@ class FakeReflector:
         self.calls: list[tuple] = []
 
     def propose_rubric_skills(self, trajectories, existing, max_new):
-        self.calls.append(("propose", [t.trajectory_id for t in trajectories], [r.rubric_id for r in existing], max_new))
+        self.calls.append(
+            ("propose", [t.trajectory_id for t in trajectories], [r.rubric_id for r in existing], max_new)
+        )
         if self.fail_propose:
             raise RuntimeError("reflection model is down")
         if self.bad is not None:
@@ -53,8 +66,9 @@ class FakeReflector:
         return f"{skill} [rev]"
 
 
-def reports(rubric_id: str, passes: int = 0, fails: int = 0, na: int = 0, invalid: int = 0,
-            prefix: str = "t") -> list[JudgeReport]:
+def reports(
+    rubric_id: str, passes: int = 0, fails: int = 0, na: int = 0, invalid: int = 0, prefix: str = "t"
+) -> list[JudgeReport]:
     """One single-judgment report per verdict; trajectory ids "<prefix>-<rubric>-<verdict>-<n>"."""
     out = []
     for verdict, count in ((Verdict.PASS, passes), (Verdict.FAIL, fails), (Verdict.NA, na), (Verdict.INVALID, invalid)):
@@ -65,5 +79,9 @@ def reports(rubric_id: str, passes: int = 0, fails: int = 0, na: int = 0, invali
 
 
 def trajectory(trajectory_id: str) -> Trajectory:
-    return Trajectory(task_id="task", turns=[Turn("user", "do it"), Turn("assistant", "done", True)],
-                      outcome=0.0, trajectory_id=trajectory_id)
+    return Trajectory(
+        task_id="task",
+        turns=[Turn("user", "do it"), Turn("assistant", "done", True)],
+        outcome=0.0,
+        trajectory_id=trajectory_id,
+    )

@@ -36,7 +36,7 @@ import copy
 import math
 import random
 from enum import Enum
-from typing import Dict, Hashable, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Dict, Hashable, Iterable, List, Mapping, Sequence, Set, Tuple
 
 __all__ = [
     "DEFAULT_CAPABILITIES",
@@ -144,7 +144,7 @@ class RefEvidenceStore:
         dv = version - cell[2]
         if dv <= 0:  # documented choice: no decay for a query older than v_last
             return (cell[0], cell[1])
-        f = self.gamma_unobs ** dv
+        f = self.gamma_unobs**dv
         return (f * cell[0], f * cell[1])
 
     def query_sum(self, tag, rubrics: Iterable, version: int) -> Tuple[float, float]:
@@ -383,10 +383,7 @@ class RefCapabilitySampler:
     def pair_evidence(self, policy_version: int) -> Dict[Tuple[Hashable, str], Tuple[float, float]]:
         """(S_dc, F_dc) for every pair that has members."""
         by_cap = self._rubrics_by_capability()
-        return {
-            (d, c): self.store.query_sum(d, by_cap.get(c, ()), policy_version)
-            for (d, c) in self.pair_members()
-        }
+        return {(d, c): self.store.query_sum(d, by_cap.get(c, ()), policy_version) for (d, c) in self.pair_members()}
 
     # --------------------------------------------------------------- sample
     def sample(self, policy_version: int) -> List[Hashable]:
@@ -434,7 +431,9 @@ class RefCapabilitySampler:
                 take(pool[_weighted_index(rng, [weight[t] for t in pool])])
         return batch
 
-    def pair_probabilities(self, policy_version: int, num_draws: int = 2000, seed: int = 0) -> Dict[Tuple[Hashable, str], float]:
+    def pair_probabilities(
+        self, policy_version: int, num_draws: int = 2000, seed: int = 0
+    ) -> Dict[Tuple[Hashable, str], float]:
         """Monte-Carlo E[w_dc / sum w] over the pairs eligible at batch start."""
         evid = self.pair_evidence(policy_version)
         keys = sorted(evid, key=repr)

@@ -58,8 +58,10 @@ class ConstantJudge:
         self.verdict = verdict
 
     def evaluate(self, trajectories, rubrics):
-        return [JudgeReport(t.trajectory_id, {r.rubric_id: judgment(r.rubric_id, self.verdict) for r in rubrics})
-                for t in trajectories]
+        return [
+            JudgeReport(t.trajectory_id, {r.rubric_id: judgment(r.rubric_id, self.verdict) for r in rubrics})
+            for t in trajectories
+        ]
 
 
 class ScriptedAttributor:
@@ -74,14 +76,16 @@ class ScriptedAttributor:
         out = []
         for item in trajectory.metadata.get("attribution", []):
             item = dict(item)
-            out.append(AttributionRecord(
-                trajectory_id=item.pop("trajectory_id", trajectory.trajectory_id),
-                capability_id=item.pop("capability_id"),
-                deficit=item.pop("deficit", True),
-                confidence=item.pop("confidence", 0.9),
-                evidence=item.pop("evidence", "quote"),
-                cause=item.pop("cause", "policy"),
-            ))
+            out.append(
+                AttributionRecord(
+                    trajectory_id=item.pop("trajectory_id", trajectory.trajectory_id),
+                    capability_id=item.pop("capability_id"),
+                    deficit=item.pop("deficit", True),
+                    confidence=item.pop("confidence", 0.9),
+                    evidence=item.pop("evidence", "quote"),
+                    cause=item.pop("cause", "policy"),
+                )
+            )
         return out
 
 
@@ -108,10 +112,12 @@ def labelled_cases(capability_id: str, sources=("s1", "s2", "s3", "s4"), per_sou
     for source in sources:
         for j in range(per_source):
             label = Verdict.PASS if j % 2 == 0 else Verdict.FAIL
-            cases.append(LabelledCase(
-                traj(f"{capability_id}-{source}-{j}", verdicts={capability_id: label}), label, source))
-        cases.append(LabelledCase(traj(f"{capability_id}-{source}-na", verdicts={capability_id: Verdict.NA}),
-                                  Verdict.NA, source))
+            cases.append(
+                LabelledCase(traj(f"{capability_id}-{source}-{j}", verdicts={capability_id: label}), label, source)
+            )
+        cases.append(
+            LabelledCase(traj(f"{capability_id}-{source}-na", verdicts={capability_id: Verdict.NA}), Verdict.NA, source)
+        )
     return cases
 
 

@@ -56,8 +56,9 @@ class StoreSnapshot:
         return cls(fmt, g_obs, g_unobs, cells)
 
     def to_bytes(self, count: int | None = None) -> bytes:
-        body = STORE_MAGIC + struct.pack("<IddQ", self.format, self.gamma_obs, self.gamma_unobs,
-                                         len(self.cells) if count is None else count)
+        body = STORE_MAGIC + struct.pack(
+            "<IddQ", self.format, self.gamma_obs, self.gamma_unobs, len(self.cells) if count is None else count
+        )
         for tag, rubric, s, f, v in self.cells:
             body += struct.pack("<IIddq", tag, rubric, s, f, v)
         return body + struct.pack("<Q", fnv1a64(body))
@@ -97,7 +98,7 @@ class SamplerSnapshot:
         offset += 32
         (size,) = struct.unpack_from("<Q", data, offset)
         offset += 8
-        store = bytes(data[offset:offset + size])
+        store = bytes(data[offset : offset + size])
         offset += size
         assert offset == len(data) - 8
         return cls(fmt, fingerprint, slot_capability, words, evaluated, applicable, attempts, rng, store)
@@ -106,9 +107,16 @@ class SamplerSnapshot:
         def vector(code: str, values) -> bytes:
             return struct.pack("<Q", len(values)) + struct.pack(f"<{len(values)}{code}", *values)
 
-        body = (SAMPLER_MAGIC + struct.pack("<IQ", self.format, self.fingerprint) + vector("i", self.slot_capability)
-                + struct.pack("<Q", self.words) + vector("Q", self.evaluated) + vector("Q", self.applicable)
-                + vector("q", self.attempts) + struct.pack("<4Q", *self.rng)
-                + struct.pack("<Q", len(self.store)) + self.store)
+        body = (
+            SAMPLER_MAGIC
+            + struct.pack("<IQ", self.format, self.fingerprint)
+            + vector("i", self.slot_capability)
+            + struct.pack("<Q", self.words)
+            + vector("Q", self.evaluated)
+            + vector("Q", self.applicable)
+            + vector("q", self.attempts)
+            + struct.pack("<4Q", *self.rng)
+            + struct.pack("<Q", len(self.store))
+            + self.store
+        )
         return body + struct.pack("<Q", fnv1a64(body))
-

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Hashable, Mapping, Sequence, Tuple
+from typing import Dict, Hashable, Mapping, Tuple
 
 import numpy as np
 
@@ -59,7 +59,9 @@ def chi2_sf(stat: float, dof: int) -> float:
     return _gammainc_upper_regularized(dof / 2.0, stat / 2.0)
 
 
-def gof_pvalue(counts: Mapping[Hashable, int], probs: Mapping[Hashable, float], min_expected: float = 5.0) -> Tuple[float, float, int]:
+def gof_pvalue(
+    counts: Mapping[Hashable, int], probs: Mapping[Hashable, float], min_expected: float = 5.0
+) -> Tuple[float, float, int]:
     """Pearson goodness-of-fit of observed ``counts`` against ``probs``.
 
     Cells whose expected count is below ``min_expected`` are pooled.  An
@@ -89,7 +91,9 @@ def gof_pvalue(counts: Mapping[Hashable, int], probs: Mapping[Hashable, float], 
     return chi2_sf(stat, dof), stat, dof
 
 
-def homogeneity_pvalue(counts_a: Mapping[Hashable, int], counts_b: Mapping[Hashable, int], min_expected: float = 5.0) -> Tuple[float, float, int]:
+def homogeneity_pvalue(
+    counts_a: Mapping[Hashable, int], counts_b: Mapping[Hashable, int], min_expected: float = 5.0
+) -> Tuple[float, float, int]:
     """Two-sample chi-square test that two count vectors share a distribution."""
     na, nb = sum(counts_a.values()), sum(counts_b.values())
     n = na + nb
@@ -116,8 +120,13 @@ def homogeneity_pvalue(counts_a: Mapping[Hashable, int], counts_b: Mapping[Hasha
     return chi2_sf(stat, dof), stat, dof
 
 
-def pair_q_monte_carlo(evidence: Mapping[Hashable, Tuple[float, float]], draws: int = 1_000_000, seed: int = 12345,
-                       weight=lambda p: p * (1.0 - p) ** 2, prior: float = 1.0) -> Dict[Hashable, Tuple[float, float]]:
+def pair_q_monte_carlo(
+    evidence: Mapping[Hashable, Tuple[float, float]],
+    draws: int = 1_000_000,
+    seed: int = 12345,
+    weight=lambda p: p * (1.0 - p) ** 2,
+    prior: float = 1.0,
+) -> Dict[Hashable, Tuple[float, float]]:
     """E[w_k / sum_j w_j] with p_k ~ Beta(prior + S_k, prior + F_k) independently.
 
     Returns key -> (estimate, standard error).
@@ -141,14 +150,15 @@ def pair_q_monte_carlo(evidence: Mapping[Hashable, Tuple[float, float]], draws: 
         sq += (r * r).sum(axis=0)
         done += m
     mean = sums / draws
-    var = np.maximum(sq / draws - mean ** 2, 0.0)
+    var = np.maximum(sq / draws - mean**2, 0.0)
     for i, k in enumerate(keys):
         out[k] = (float(mean[i]), float(math.sqrt(var[i] / draws)))
     return out
 
 
-def single_selection_probabilities(ref, q_pair: Mapping[Hashable, float], *, rho: float = None,
-                                   discovery_weight=lambda a: 1.0 / (1.0 + a)) -> Dict[Hashable, float]:
+def single_selection_probabilities(
+    ref, q_pair: Mapping[Hashable, float], *, rho: float = None, discovery_weight=lambda a: 1.0 / (1.0 + a)
+) -> Dict[Hashable, float]:
     """Exact probability that a batch of size 1 is task x, given the pair
     selection probabilities ``q_pair`` (pairs eligible at batch start).
 

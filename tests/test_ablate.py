@@ -14,7 +14,6 @@ from rwcore.trainer import ablate
 from rwcore.trainer.ablate import BASELINES, PAPERS, parse_seeds, plan_ablation, run_ablation, steps_to_reach
 from rwcore.trainer.cli import main
 
-
 # ---------------------------------------------------------------------------- bad input
 
 
@@ -29,16 +28,19 @@ def test_parse_seeds_rejects(text):
         parse_seeds(text)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--paper", "grpo"], "--paper must be one of arise, rewardweaver"),
-    (["--paper", "arise", "--variants", "arise,rw_static_topk"], "'rw_static_topk' not in the arise table"),
-    (["--paper", "arise", "--variants", "arise,nope"], "'nope' not in the arise table"),
-    (["--paper", "arise", "--variants", "arise_frozen_rubrics"], "add arise to --variants"),
-    (["--paper", "arise", "--variants", "arise,arise"], "repeats"),
-    (["--paper", "arise", "--seeds", "0,x"], "--seeds"),
-    (["--paper", "rewardweaver", "train.seed=3"], "rw ablate sets train.seed itself"),
-    (["--paper", "rewardweaver", "optim.lrr=1"], "optim.lrr"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--paper", "grpo"], "--paper must be one of arise, rewardweaver"),
+        (["--paper", "arise", "--variants", "arise,rw_static_topk"], "'rw_static_topk' not in the arise table"),
+        (["--paper", "arise", "--variants", "arise,nope"], "'nope' not in the arise table"),
+        (["--paper", "arise", "--variants", "arise_frozen_rubrics"], "add arise to --variants"),
+        (["--paper", "arise", "--variants", "arise,arise"], "repeats"),
+        (["--paper", "arise", "--seeds", "0,x"], "--seeds"),
+        (["--paper", "rewardweaver", "train.seed=3"], "rw ablate sets train.seed itself"),
+        (["--paper", "rewardweaver", "optim.lrr=1"], "optim.lrr"),
+    ],
+)
 def test_bad_input_fails_before_starting_anything(tmp_path, capsys, monkeypatch, argv, message):
     def no_launch(*args, **kwargs):
         raise AssertionError("nothing may start")
@@ -55,8 +57,9 @@ def test_tables_hold_each_papers_rows_and_baseline():
 
     for paper, rows in PAPERS.items():
         assert set(rows) <= set(VARIANTS) and BASELINES[paper] in rows
-    assert {v.name for v in VARIANTS.values() if v.paper_row.startswith("RewardWeaver table 2")} == \
-        set(PAPERS["rewardweaver"])
+    assert {v.name for v in VARIANTS.values() if v.paper_row.startswith("RewardWeaver table 2")} == set(
+        PAPERS["rewardweaver"]
+    )
     assert {v.name for v in VARIANTS.values() if v.paper_row.startswith("Arise fig. 3(a)")} == set(PAPERS["arise"])
 
 
@@ -71,8 +74,9 @@ class FakeProcess:
 
     def __init__(self, command, stdout=None, stderr=None, env=None, curve=(0.0, 0.5), code=0, polls=2):
         self.command, self.env, self.code, self.polls = command, env, code, polls
-        self.out = Path(command[command.index("--out") + 1] if "--out" in command
-                        else command[command.index("--resume") + 1])
+        self.out = Path(
+            command[command.index("--out") + 1] if "--out" in command else command[command.index("--resume") + 1]
+        )
         self.curve = curve
         FakeProcess.running += 1
         FakeProcess.peak = max(FakeProcess.peak, FakeProcess.running)
@@ -85,8 +89,10 @@ class FakeProcess:
         if self.polls > 0:
             return None
         if self.code == 0:
-            rows = [{"step": 2 * i, "kind": "eval", "eval/success_rate": v, "eval/success_se": 0.01}
-                    for i, v in enumerate(self.curve)]
+            rows = [
+                {"step": 2 * i, "kind": "eval", "eval/success_rate": v, "eval/success_se": 0.01}
+                for i, v in enumerate(self.curve)
+            ]
             (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         if self.polls == 0:
             FakeProcess.running -= 1
@@ -105,8 +111,14 @@ def fake_launcher(calls, curves=None, failing=()):
         seed = next((int(a.split("=", 1)[1]) for a in command if a.startswith("train.seed=")), None)
         calls.append((method, seed, command, kwargs["env"]))
         name = f"{method}-s{seed}"
-        return FakeProcess(command, stdout=kwargs.get("stdout"), env=kwargs["env"],
-                           curve=(curves or {}).get(name, (0.0, 0.5)), code=3 if name in failing else 0)
+        return FakeProcess(
+            command,
+            stdout=kwargs.get("stdout"),
+            env=kwargs["env"],
+            curve=(curves or {}).get(name, (0.0, 0.5)),
+            code=3 if name in failing else 0,
+        )
+
     return launch
 
 
@@ -143,6 +155,7 @@ def test_runs_in_parallel_with_a_thread_share_in_dependency_order_and_resumes(tm
     def launch(command, **kwargs):
         resumed.append(command)
         return FakeProcess(command, stdout=kwargs.get("stdout"))
+
     run_ablation(plan, progress=False, launch=launch)
     assert len(resumed) == 2
     assert any(c[c.index("--resume") + 1] == str(run) for c in resumed if "--resume" in c)
@@ -152,8 +165,12 @@ def test_runs_in_parallel_with_a_thread_share_in_dependency_order_and_resumes(tm
 def test_a_failed_run_is_reported_with_its_error_and_not_averaged_in(tmp_path, monkeypatch):
     monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
     plan = plan_ablation("arise", ["arise", "arise_frozen_rubrics", "outcome_only"], [0, 1], 4, 2, tmp_path / "o")
-    curves = {"arise-s0": (0.1, 0.6), "arise-s1": (0.1, 0.3, 0.8), "outcome_only-s0": (0.0, 0.2, 0.5),
-              "outcome_only-s1": (0.0, 0.3)}
+    curves = {
+        "arise-s0": (0.1, 0.6),
+        "arise-s1": (0.1, 0.3, 0.8),
+        "outcome_only-s0": (0.0, 0.2, 0.5),
+        "outcome_only-s1": (0.0, 0.3),
+    }
     summary = run_ablation(plan, progress=False, launch=fake_launcher([], curves, failing={"arise-s1"}))
     rows = {row["variant"]: row for row in summary["rows"]}
     # arise: only seed 0 finished (final 0.6, best 0.6); seed 1 failed with its last log line
@@ -164,7 +181,7 @@ def test_a_failed_run_is_reported_with_its_error_and_not_averaged_in(tmp_path, m
     assert rows["arise_frozen_rubrics"]["seeds"]["1"]["error"] == "needs arise-s1, which failed"
     # outcome_only: finals 0.5 and 0.3 -> mean 0.4, sd (ddof 1) sqrt(0.02) = 0.141421..
     assert abs(rows["outcome_only"]["final"]["mean"] - 0.4) < 1e-12
-    assert abs(rows["outcome_only"]["final"]["sd"] - 0.02 ** 0.5) < 1e-12
+    assert abs(rows["outcome_only"]["final"]["sd"] - 0.02**0.5) < 1e-12
     assert summary["baseline_final_mean"] == pytest.approx(0.4)
     # steps to 0.4: arise-s0 reaches it at step 2 (0.6); outcome_only-s0 at step 4 (0.5), s1 never (0.3)
     assert rows["arise"]["seeds"]["0"]["steps_to_baseline"] == 2
@@ -235,11 +252,35 @@ def test_a_real_table_with_real_rw_train_processes(tmp_path):
     """Two variants x one seed, two real `rw train` processes at a time (tiny settings), then a resume that
     starts nothing; the table's numbers are the runs' own final held-out evaluations."""
     out = tmp_path / "abl"
-    small = ["model.init=random", "env.options.num_train=24", "env.options.num_eval=6", "rollout.tasks_per_step=2",
-             "rollout.group_size=2", "train.eval_every=1", "train.checkpoint_every=1"]
-    command = [sys.executable, "-m", "rwcore.trainer", "ablate", "--paper", "rewardweaver", "--variants",
-               "rewardweaver,rw_outcome_grpo", "--seeds", "0", "--steps", "2", "--jobs", "2", "--quiet",
-               "--out", str(out), *small]
+    small = [
+        "model.init=random",
+        "env.options.num_train=24",
+        "env.options.num_eval=6",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=2",
+        "train.eval_every=1",
+        "train.checkpoint_every=1",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "rwcore.trainer",
+        "ablate",
+        "--paper",
+        "rewardweaver",
+        "--variants",
+        "rewardweaver,rw_outcome_grpo",
+        "--seeds",
+        "0",
+        "--steps",
+        "2",
+        "--jobs",
+        "2",
+        "--quiet",
+        "--out",
+        str(out),
+        *small,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
@@ -266,16 +307,24 @@ def test_the_machine_note_names_the_cpu_and_the_isa_torchs_kernels_use(tmp_path)
     assert note["cpu_capability"] in ("DEFAULT", "VSX", "ZVECTOR", "AVX2", "AVX512", "SVE256")
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():  # Linux: the first "model name" line, as lscpu prints it
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
+        names = [
+            line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")
+        ]
         assert note["cpu"] == (names[0] if names else None)
-    summary = {"paper": "rewardweaver", "seeds": [0], "baseline": "rw_outcome_grpo", "baseline_final_mean": 0.5,
-               "rows": [], "machine": {**note, "cpu": "Some CPU", "cpu_capability": "AVX512"}}
+    summary = {
+        "paper": "rewardweaver",
+        "seeds": [0],
+        "baseline": "rw_outcome_grpo",
+        "baseline_final_mean": 0.5,
+        "rows": [],
+        "machine": {**note, "cpu": "Some CPU", "cpu_capability": "AVX512"},
+    }
     text = ablate.render_markdown(summary)
     assert f"Machine: {note['processor']} (Some CPU, torch kernels AVX512), {note['cpu_count']} cores" in text
     older = {key: value for key, value in summary["machine"].items() if key not in ("cpu", "cpu_capability")}
     assert f"Machine: {note['processor']}, {note['cpu_count']} cores" in ablate.render_markdown(
-        {**summary, "machine": older})
+        {**summary, "machine": older}
+    )
 
 
 def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
@@ -285,10 +334,35 @@ def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
     import time
 
     out = tmp_path / "abl"
-    small = ["model.init=random", "env.options.num_train=24", "env.options.num_eval=6", "rollout.tasks_per_step=2",
-             "rollout.group_size=2", "train.eval_every=2", "train.checkpoint_every=1"]
-    command = [sys.executable, "-m", "rwcore.trainer", "ablate", "--paper", "rewardweaver", "--variants",
-               "rw_outcome_grpo", "--seeds", "0", "--steps", "40", "--jobs", "1", "--quiet", "--out", str(out), *small]
+    small = [
+        "model.init=random",
+        "env.options.num_train=24",
+        "env.options.num_eval=6",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=2",
+        "train.eval_every=2",
+        "train.checkpoint_every=1",
+    ]
+    command = [
+        sys.executable,
+        "-m",
+        "rwcore.trainer",
+        "ablate",
+        "--paper",
+        "rewardweaver",
+        "--variants",
+        "rw_outcome_grpo",
+        "--seeds",
+        "0",
+        "--steps",
+        "40",
+        "--jobs",
+        "1",
+        "--quiet",
+        "--out",
+        str(out),
+        *small,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     run = out / "runs" / "rw_outcome_grpo-s0"
@@ -305,8 +379,9 @@ def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert f"--resume {run}" in (run / "ablation.log").read_text()
-    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").open()
-             if json.loads(line).get("kind") == "train"]
+    steps = [
+        json.loads(line)["step"] for line in (run / "metrics.jsonl").open() if json.loads(line).get("kind") == "train"
+    ]
     assert steps[-1] == 40 and steps.count(1) == 1  # continued, not started over
     assert json.loads((run / "ablation_status.json").read_text())["status"] == "finished"
 
@@ -317,8 +392,18 @@ def test_resuming_with_other_settings_is_refused_before_anything_starts(tmp_path
     run_ablation(plan, progress=False, launch=fake_launcher([]))
     started = []
     monkeypatch.setattr(ablate.subprocess, "Popen", lambda *a, **k: started.append(a))
-    argv = ["ablate", "--paper", "arise", "--variants", "arise,outcome_only", "--seeds", "0", "--out",
-            str(tmp_path / "out"), "--quiet"]
+    argv = [
+        "ablate",
+        "--paper",
+        "arise",
+        "--variants",
+        "arise,outcome_only",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     assert main([*argv, "--steps", "3", "optim.lr=1e-3"]) == 2
     assert "steps: 2 then, 3 now" in capsys.readouterr().err
     assert main([*argv, "--steps", "2"]) == 2
@@ -326,6 +411,9 @@ def test_resuming_with_other_settings_is_refused_before_anything_starts(tmp_path
     assert started == []
     # the same settings, one more seed: resumes (the finished runs are not started again)
     calls = []
-    run_ablation(plan_ablation("arise", ["arise", "outcome_only"], [0, 1], 2, 2, tmp_path / "out", ["optim.lr=1e-3"]),
-                 progress=False, launch=fake_launcher(calls))
+    run_ablation(
+        plan_ablation("arise", ["arise", "outcome_only"], [0, 1], 2, 2, tmp_path / "out", ["optim.lr=1e-3"]),
+        progress=False,
+        launch=fake_launcher(calls),
+    )
     assert sorted((m, s) for m, s, _, _ in calls) == [("arise", 1), ("outcome_only", 1)]

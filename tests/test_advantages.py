@@ -18,10 +18,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from advantage_reference import ref_compute_advantages, ref_length_regularize, ref_task_advantage
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from advantage_reference import ref_compute_advantages, ref_length_regularize, ref_task_advantage
 
 NAN = float("nan")
 EPS = 1e-9
@@ -122,7 +121,7 @@ def hand_expected(lam=0.3, ddof=1):
     """
     if ddof == 1:
         sR10, sR3 = 1.0, 2.0
-        r0_10 = 0.5 / (1 / S2 + EPS)                     # |A_rub| for y=[1,0]
+        r0_10 = 0.5 / (1 / S2 + EPS)  # |A_rub| for y=[1,0]
         r3_lo, r3_hi = -(1 / 3) / (1 / S3 + EPS), (2 / 3) / (1 / S3 + EPS)
         r0_7 = r0_3 = r0_10
     else:
@@ -148,8 +147,9 @@ def test_hand_default_params(adv):
     got = adv(*hand_inputs())  # defaults: lam=0.3, eps=1e-9, ddof=1
     check(got, hand_expected(0.3, 1))
     # rounded values from the docstring arithmetic
-    check(got, [-0.6805365, -0.2121320, -0.4878680, -0.1926686, 0.2121320, 0.8732051, -0.2121320, 1.0],
-          rtol=0, atol=1e-7)
+    check(
+        got, [-0.6805365, -0.2121320, -0.4878680, -0.1926686, 0.2121320, 0.8732051, -0.2121320, 1.0], rtol=0, atol=1e-7
+    )
     # |I| is the group's varying-set size (2), not the applicable count at pos 5 (1)
     assert abs(as64(got)[5] - (0.7 + 0.3 * 2 / S3)) > 0.1
 
@@ -173,8 +173,7 @@ def test_hand_lam1(adv):
     #   pos7 has no feedback from I -> A_task = 1
     got = adv(*hand_inputs(), lam=1.0)
     check(got, hand_expected(1.0, 1))
-    check(got, [0.0648782, -0.7071068, 0.7071068, -0.6422285, 0.7071068, 0.5773503, -0.7071068, 1.0],
-          rtol=0, atol=1e-7)
+    check(got, [0.0648782, -0.7071068, 0.7071068, -0.6422285, 0.7071068, 0.5773503, -0.7071068, 1.0], rtol=0, atol=1e-7)
 
 
 def test_hand_lam0_is_task_advantage(adv):
@@ -251,13 +250,19 @@ def test_rubric_with_one_applicable_trajectory_is_ignored(adv):
     check(adv(r, np.array([[NAN], [0.0], [NAN]]), g), [-1 / (1 + EPS), 0.0, 1 / (1 + EPS)])
 
 
-@pytest.mark.parametrize("name,v", [
-    ("no rubrics (R=0)", np.zeros((5, 0))),
-    ("all inapplicable", np.full((5, 3), NAN)),
-    ("constant verdicts", np.array([[1, 0, NAN]] * 5, dtype=np.float64)),
-    ("constant within each group", np.array([[1, 0], [0, 1], [1, 0], [0, NAN], [NAN, 1]], dtype=np.float64)),
-    ("single applicable per group", np.array([[1, NAN], [NAN, 0], [NAN, NAN], [0, NAN], [NAN, NAN]], dtype=np.float64)),
-])
+@pytest.mark.parametrize(
+    "name,v",
+    [
+        ("no rubrics (R=0)", np.zeros((5, 0))),
+        ("all inapplicable", np.full((5, 3), NAN)),
+        ("constant verdicts", np.array([[1, 0, NAN]] * 5, dtype=np.float64)),
+        ("constant within each group", np.array([[1, 0], [0, 1], [1, 0], [0, NAN], [NAN, 1]], dtype=np.float64)),
+        (
+            "single applicable per group",
+            np.array([[1, NAN], [NAN, 0], [NAN, NAN], [0, NAN], [NAN, NAN]], dtype=np.float64),
+        ),
+    ],
+)
 def test_no_rubric_variance_gives_task_advantage_exactly(adv, name, v):
     # groups: id 1 -> pos 0, 2 (R 1, 3); id 0 -> pos 1, 3, 4 (R 0, 3, 6)
     # group 1: mean 2, std sqrt(2)   -> A_task = -+1/(sqrt2+eps)
@@ -318,9 +323,9 @@ def adv_batches(draw, max_groups=5, max_size=8, max_rubrics=5):
     single applicable trajectory, or all inapplicable."""
     n_groups = draw(st.integers(1, max_groups))
     sizes = [draw(st.integers(1, max_size)) for _ in range(n_groups)]
-    ids = draw(st.lists(st.integers(-2 ** 40, 2 ** 40), min_size=n_groups, max_size=n_groups, unique=True))
+    ids = draw(st.lists(st.integers(-(2**40), 2**40), min_size=n_groups, max_size=n_groups, unique=True))
     n_rub = draw(st.integers(0, max_rubrics))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     rewards, verdicts, gids = [], [], []
     for gid, size in zip(ids, sizes):
         rmode = draw(st.sampled_from(["binary", "grid", "constant", "few"]))
@@ -356,11 +361,14 @@ def adv_batches(draw, max_groups=5, max_size=8, max_rubrics=5):
     return r[perm], v[perm].reshape(len(r), n_rub), g[perm]
 
 
-PARAMS = st.fixed_dictionaries({}, optional={
-    "lam": st.sampled_from([0.0, 0.3, 1.0, 0.7, 0.125]),
-    "eps": st.sampled_from([1e-9, 1e-6, 0.5]),
-    "ddof": st.sampled_from([0, 1]),
-})
+PARAMS = st.fixed_dictionaries(
+    {},
+    optional={
+        "lam": st.sampled_from([0.0, 0.3, 1.0, 0.7, 0.125]),
+        "eps": st.sampled_from([1e-9, 1e-6, 0.5]),
+        "ddof": st.sampled_from([0, 1]),
+    },
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -409,7 +417,7 @@ def test_random_lam0_and_no_variance_equal_task_advantage_exactly(batch, ddof):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=adv_batches(), lens_seed=st.integers(0, 2 ** 32 - 1))
+@given(batch=adv_batches(), lens_seed=st.integers(0, 2**32 - 1))
 def test_random_pipeline_length_then_advantages(batch, lens_seed):
     # length_regularize feeds compute_advantages (eq. 17 precedes eq. 15)
     import rwcore
@@ -460,11 +468,11 @@ def test_shape_errors_name_the_argument(lib):
     r = _conv(lib, [0.0, 1.0, 2.0], "f")
     v = _conv(lib, [[1.0], [0.0], [NAN]], "f")
     g = _conv(lib, [0, 0, 1], "i")
-    _raises_naming("task_rewards", f, _conv(lib, [[0.0], [1.0], [2.0]], "f"), v, g)   # [N,1] rewards
-    _raises_naming("verdicts", f, r, _conv(lib, [1.0, 0.0, 1.0], "f"), g)            # 1-D verdicts
-    _raises_naming("verdicts", f, r, _conv(lib, [[1.0], [0.0]], "f"), g)             # N-1 rows
+    _raises_naming("task_rewards", f, _conv(lib, [[0.0], [1.0], [2.0]], "f"), v, g)  # [N,1] rewards
+    _raises_naming("verdicts", f, r, _conv(lib, [1.0, 0.0, 1.0], "f"), g)  # 1-D verdicts
+    _raises_naming("verdicts", f, r, _conv(lib, [[1.0], [0.0]], "f"), g)  # N-1 rows
     _raises_naming("verdicts", f, r, _conv(lib, [[1.0], [0.0], [1.0], [1.0]], "f"), g)  # N+1 rows
-    _raises_naming("verdicts", f, r, _conv(lib, np.zeros((3, 1, 1)), "f"), g)        # 3-D
+    _raises_naming("verdicts", f, r, _conv(lib, np.zeros((3, 1, 1)), "f"), g)  # 3-D
     _raises_naming("group_ids", f, r, v, _conv(lib, [0, 0], "i"))
     _raises_naming("group_ids", f, r, v, _conv(lib, [0, 0, 1, 1], "i"))
 

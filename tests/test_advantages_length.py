@@ -15,10 +15,9 @@ with the reference.
 import numpy as np
 import pytest
 import torch
+from advantage_reference import ref_length_regularize
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from advantage_reference import ref_length_regularize
 
 EPS = 1e-9
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -39,8 +38,7 @@ def lreg(request):
 
 
 def np_case(rewards, lengths, gids, dtype=np.float64):
-    return (np.asarray(rewards, dtype=dtype), np.asarray(lengths, dtype=np.int64),
-            np.asarray(gids, dtype=np.int64))
+    return (np.asarray(rewards, dtype=dtype), np.asarray(lengths, dtype=np.int64), np.asarray(gids, dtype=np.int64))
 
 
 def check(got, expected, rtol=1e-12, atol=1e-12):
@@ -67,8 +65,16 @@ def test_hand_two_interleaved_groups(lreg):
     lengths = [20000, 30000, 17000, 100, 18000, 5, 10000, 12000]
     gids = [3, 9, 3, 9, 3, 9, 3, 3]
     d = 10000 + EPS
-    expected = [1 * (1 + 0.5 * (1 - 2 * 10000 / d)), 2.0, 0.0, 3.0,
-                1 * (1 + 0.5 * (1 - 2 * 8000 / d)), 0.25, 0.5 * 1.5, -1.0]
+    expected = [
+        1 * (1 + 0.5 * (1 - 2 * 10000 / d)),
+        2.0,
+        0.0,
+        3.0,
+        1 * (1 + 0.5 * (1 - 2 * 8000 / d)),
+        0.25,
+        0.5 * 1.5,
+        -1.0,
+    ]
     got = lreg(*np_case(rewards, lengths, gids))
     check(got, expected)
     check(got, [0.5, 2.0, 0.0, 3.0, 0.7, 0.25, 0.75, -1.0], rtol=0, atol=1e-12)
@@ -87,16 +93,19 @@ def test_hand_base_group_active(lreg):
     check(got, [0.5, 0.0, 3.0], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("rewards,lengths,kw,why", [
-    ([1.0, 0.5, 2.0], BASE_L, {}, "all rewards positive"),
-    ([-1.0, 0.0, -2.0], BASE_L, {}, "no positive reward"),
-    ([0.0, 0.0, 0.0], BASE_L, {}, "all zero"),
-    (BASE_R, [16384, 16000, 15000], {}, "max length == threshold (strict >)"),
-    (BASE_R, [9000, 16000, 15000], {}, "max length < threshold"),
-    (BASE_R, [20000, 20000, 20000], {}, "lengths all equal"),
-    (BASE_R, BASE_L, dict(threshold=20000), "max length == custom threshold"),
-    (BASE_R, BASE_L, dict(threshold=10 ** 6), "custom threshold above max"),
-])
+@pytest.mark.parametrize(
+    "rewards,lengths,kw,why",
+    [
+        ([1.0, 0.5, 2.0], BASE_L, {}, "all rewards positive"),
+        ([-1.0, 0.0, -2.0], BASE_L, {}, "no positive reward"),
+        ([0.0, 0.0, 0.0], BASE_L, {}, "all zero"),
+        (BASE_R, [16384, 16000, 15000], {}, "max length == threshold (strict >)"),
+        (BASE_R, [9000, 16000, 15000], {}, "max length < threshold"),
+        (BASE_R, [20000, 20000, 20000], {}, "lengths all equal"),
+        (BASE_R, BASE_L, dict(threshold=20000), "max length == custom threshold"),
+        (BASE_R, BASE_L, dict(threshold=10**6), "custom threshold above max"),
+    ],
+)
 def test_single_condition_failing_leaves_rewards_unchanged(lreg, rewards, lengths, kw, why):
     r, l, g = np_case(rewards, lengths, [5, 5, 5])
     got = lreg(r, l, g, **kw)
@@ -187,8 +196,8 @@ def length_batches(draw):
     """Several groups of 1..8 trajectories, arbitrary distinct int ids, interleaved."""
     n_groups = draw(st.integers(1, 5))
     sizes = [draw(st.integers(1, 8)) for _ in range(n_groups)]
-    ids = draw(st.lists(st.integers(-2 ** 40, 2 ** 40), min_size=n_groups, max_size=n_groups, unique=True))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    ids = draw(st.lists(st.integers(-(2**40), 2**40), min_size=n_groups, max_size=n_groups, unique=True))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     rewards, lengths, gids = [], [], []
     for gid, size in zip(ids, sizes):
         rmode = draw(st.sampled_from(["mixed", "binary", "positive", "nonpositive", "grid"]))
@@ -219,11 +228,14 @@ def length_batches(draw):
     return rewards[perm].astype(np.float64), lengths[perm].astype(np.int64), gids[perm].astype(np.int64)
 
 
-PARAMS = st.fixed_dictionaries({}, optional={
-    "alpha": st.sampled_from([0.0, 0.25, 0.5, 1.0]),
-    "threshold": st.sampled_from([0, 100, 16384, 16385, 30000]),
-    "eps": st.sampled_from([1e-9, 1e-3, 1.0, 50.0]),
-})
+PARAMS = st.fixed_dictionaries(
+    {},
+    optional={
+        "alpha": st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+        "threshold": st.sampled_from([0, 100, 16384, 16385, 30000]),
+        "eps": st.sampled_from([1e-9, 1e-3, 1.0, 50.0]),
+    },
+)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -274,7 +286,11 @@ def _raises_naming(name, fn, *args, **kwargs):
 
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
 def test_length_mismatch(lib):
-    conv = (lambda x, dt=None: np.asarray(x, dtype=dt)) if lib == "numpy" else (lambda x, dt=None: torch.tensor(x, dtype=dt))
+    conv = (
+        (lambda x, dt=None: np.asarray(x, dtype=dt))
+        if lib == "numpy"
+        else (lambda x, dt=None: torch.tensor(x, dtype=dt))
+    )
     fdt, idt = (np.float64, np.int64) if lib == "numpy" else (torch.float64, torch.int64)
     r = conv([1.0, 0.0, 2.0], fdt)
     _raises_naming("lengths", _impl(), r, conv([20000, 17000], idt), conv([1, 1, 1], idt))

@@ -24,16 +24,27 @@ from rwcore.trainer.trainer import Trainer
 
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=3", "rollout.group_size=4",
-    "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=3", "rewardweaver.diagnostic_tasks=3",
+    "env.options.num_train=40",
+    "env.options.num_eval=8",
+    "rollout.tasks_per_step=3",
+    "rollout.group_size=4",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=3",
+    "rewardweaver.diagnostic_tasks=3",
     "optim.lr=3e-3",  # large steps, so a one-version lag moves the ratios visibly
 ]
 
 
 def rows(folder: Path, kind: str = "train") -> list[dict]:
-    return [row for row in (json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line)
-            if row["kind"] == kind]
+    return [
+        row
+        for row in (json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line)
+        if row["kind"] == kind
+    ]
 
 
 def without_timing(metrics: list[dict]) -> list[dict]:
@@ -79,13 +90,30 @@ def test_synchronous_engine_logprobs_match_the_training_model(tmp_path):
 
 @pytest.mark.parametrize("temperature,max_new_tokens,words", [(0.7, 1, "on"), (1.3, 3, "off")])
 def test_engine_logprobs_are_the_log_softmax_the_token_was_sampled_from(tmp_path, temperature, max_new_tokens, words):
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", f"rollout.temperature={temperature}",
-                                         f"rollout.max_new_tokens={max_new_tokens}", f"rollout.action_words={words}"]),
-                      tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(
+            None,
+            [
+                *SMALL,
+                "train.method=outcome_only",
+                f"rollout.temperature={temperature}",
+                f"rollout.max_new_tokens={max_new_tokens}",
+                f"rollout.action_words={words}",
+            ],
+        ),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     tasks = [trainer.train_tasks[t] for t in trainer.method.sample(0)]
-    rollouts = run_episodes(trainer.env, trainer.policy, [(task, 5 + i, "g") for i, task in enumerate(tasks)],
-                            trainer.env.system_prompt, temperature, max_new_tokens)
+    rollouts = run_episodes(
+        trainer.env,
+        trainer.policy,
+        [(task, 5 + i, "g") for i, task in enumerate(tasks)],
+        trainer.env.system_prompt,
+        temperature,
+        max_new_tokens,
+    )
     allowed = trainer.policy.allowed if words == "on" else torch.arange(len(trainer.policy.codec))
     checked = 0
     for rollout in rollouts:
@@ -173,8 +201,9 @@ def test_lag_settings_that_cannot_work_are_refused_before_anything_is_written(tm
     with pytest.raises(ValueError, match="rollout.max_lag.*rollout.behavior_logprobs.*engine"):
         load_config(None, ["rollout.max_lag=1", "rollout.behavior_logprobs=trainer"])
     monkeypatch.setenv("WORLD_SIZE", "2")
-    trainer = Trainer(load_config(None, [*SMALL, "rollout.max_lag=1", "train.engine=deepspeed"]), tmp_path / "run",
-                      quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "rollout.max_lag=1", "train.engine=deepspeed"]), tmp_path / "run", quiet=True
+    )
     with pytest.raises(ValueError, match=r"rollout.max_lag=1.*2 data-parallel processes"):
         trainer.setup()
     assert not (tmp_path / "run").exists()
@@ -184,12 +213,21 @@ def test_lag_settings_that_cannot_work_are_refused_before_anything_is_written(tm
 
 def test_trainer_scoring_without_full_logits_equals_the_engine_logprobs(tmp_path):
     # rollout.behavior_logprobs=trainer: hidden states -> chunked fused-linear log-probs over the action words
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.temperature=1.3"]),
-                      tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.method=outcome_only", "rollout.temperature=1.3"]),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     tasks = [trainer.train_tasks[t] for t in trainer.method.sample(0)]
-    rollouts = run_episodes(trainer.env, trainer.policy, [(task, 11 + i, "g") for i, task in enumerate(tasks)],
-                            trainer.env.system_prompt, 1.3, 1)
+    rollouts = run_episodes(
+        trainer.env,
+        trainer.policy,
+        [(task, 11 + i, "g") for i, task in enumerate(tasks)],
+        trainer.env.system_prompt,
+        1.3,
+        1,
+    )
     engine = [r.behavior_logprobs.clone() for r in rollouts]
     score_behavior(trainer.policy, rollouts, 1.3, "torch")
     for rollout, expected in zip(rollouts, engine):

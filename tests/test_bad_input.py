@@ -1,15 +1,13 @@
 """Bad input: a clear error naming the argument, and nothing half-applied
 (DESIGN.md "Rules every part keeps")."""
 
-import math
 import os
-import pickle
 
 import numpy as np
 import pytest
+from _util import normalize
 
 from rwcore import CapabilitySampler, EvidenceStore, OutcomeSampler, UniformSampler, Verdict
-from _util import normalize
 
 NAN, INF = float("nan"), float("inf")
 PASS, FAIL, NA, INVALID = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
@@ -34,11 +32,19 @@ def assert_raises_naming(exc, names, fn, *args, **kwargs):
 # ----------------------------------------------------------------------------
 # EvidenceStore
 # ----------------------------------------------------------------------------
-@pytest.mark.parametrize("kw,name", [
-    (dict(gamma_obs=0.0), "gamma_obs"), (dict(gamma_obs=-0.2), "gamma_obs"), (dict(gamma_obs=1.0001), "gamma_obs"),
-    (dict(gamma_obs=NAN), "gamma_obs"), (dict(gamma_unobs=0.0), "gamma_unobs"), (dict(gamma_unobs=2.0), "gamma_unobs"),
-    (dict(gamma_unobs=NAN), "gamma_unobs"), (dict(gamma_unobs=-INF), "gamma_unobs"),
-])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        (dict(gamma_obs=0.0), "gamma_obs"),
+        (dict(gamma_obs=-0.2), "gamma_obs"),
+        (dict(gamma_obs=1.0001), "gamma_obs"),
+        (dict(gamma_obs=NAN), "gamma_obs"),
+        (dict(gamma_unobs=0.0), "gamma_unobs"),
+        (dict(gamma_unobs=2.0), "gamma_unobs"),
+        (dict(gamma_unobs=NAN), "gamma_unobs"),
+        (dict(gamma_unobs=-INF), "gamma_unobs"),
+    ],
+)
 def test_store_bad_gamma(kw, name):
     assert_raises_naming(ValueError, name, EvidenceStore, **kw)
 
@@ -47,12 +53,25 @@ OBSERVE_OK = dict(tag=1, rubric=2, success=1.0, failure=0.5, version=3)
 ORDER = ["tag", "rubric", "success", "failure", "version"]
 
 
-@pytest.mark.parametrize("name,value", [
-    ("tag", -1), ("tag", 2 ** 32), ("tag", 2 ** 40), ("rubric", -1), ("rubric", 2 ** 32),
-    ("success", NAN), ("success", INF), ("success", -INF), ("success", -1.0), ("success", -1e-300),
-    ("failure", NAN), ("failure", INF), ("failure", -0.5),
-    ("version", -1),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("tag", -1),
+        ("tag", 2**32),
+        ("tag", 2**40),
+        ("rubric", -1),
+        ("rubric", 2**32),
+        ("success", NAN),
+        ("success", INF),
+        ("success", -INF),
+        ("success", -1.0),
+        ("success", -1e-300),
+        ("failure", NAN),
+        ("failure", INF),
+        ("failure", -0.5),
+        ("version", -1),
+    ],
+)
 def test_observe_rejects(name, value):
     s = filled_store()
     before = s.to_bytes()
@@ -62,7 +81,7 @@ def test_observe_rejects(name, value):
     assert len(s) == 12
 
 
-@pytest.mark.parametrize("name,value", [("version", 2 ** 63), ("version", 2 ** 64), ("tag", 2 ** 64), ("rubric", 2 ** 70)])
+@pytest.mark.parametrize("name,value", [("version", 2**63), ("version", 2**64), ("tag", 2**64), ("rubric", 2**70)])
 def test_observe_rejects_huge_integers_naming_the_argument(name, value):
     """Out-of-range integers are bad values, not bad types: a clear error
     naming the argument (an OverflowError is a ValueError-like choice too)."""
@@ -86,19 +105,34 @@ def test_observe_wrong_types(name, value):
 
 
 def _many(n=5):
-    return dict(tags=np.arange(n, dtype=np.int64), rubrics=np.full(n, 7, dtype=np.int64),
-                successes=np.linspace(0, 2, n), failures=np.ones(n), versions=np.arange(n, dtype=np.int64) + 20)
+    return dict(
+        tags=np.arange(n, dtype=np.int64),
+        rubrics=np.full(n, 7, dtype=np.int64),
+        successes=np.linspace(0, 2, n),
+        failures=np.ones(n),
+        versions=np.arange(n, dtype=np.int64) + 20,
+    )
 
 
 MANY_ORDER = ["tags", "rubrics", "successes", "failures", "versions"]
 
 
-@pytest.mark.parametrize("name,index,value", [
-    ("tags", 4, -1), ("tags", 4, 2 ** 32), ("rubrics", 4, -1), ("rubrics", 3, 2 ** 33),
-    ("successes", 4, NAN), ("successes", 4, INF), ("successes", 4, -1.0),
-    ("failures", 4, NAN), ("failures", 2, -INF), ("failures", 4, -0.1),
-    ("versions", 4, -1),
-])
+@pytest.mark.parametrize(
+    "name,index,value",
+    [
+        ("tags", 4, -1),
+        ("tags", 4, 2**32),
+        ("rubrics", 4, -1),
+        ("rubrics", 3, 2**33),
+        ("successes", 4, NAN),
+        ("successes", 4, INF),
+        ("successes", 4, -1.0),
+        ("failures", 4, NAN),
+        ("failures", 2, -INF),
+        ("failures", 4, -0.1),
+        ("versions", 4, -1),
+    ],
+)
 def test_observe_many_rejects_bad_element_without_applying_any(name, index, value):
     s = filled_store()
     before = s.to_bytes()
@@ -110,8 +144,9 @@ def test_observe_many_rejects_bad_element_without_applying_any(name, index, valu
     assert s.to_bytes() == before  # the valid elements before the bad one were not applied either
 
 
-@pytest.mark.parametrize("name,value", [("tags", 2 ** 64 - 1), ("rubrics", 2 ** 32), ("versions", 2 ** 63),
-                                        ("versions", 2 ** 64 - 1)])
+@pytest.mark.parametrize(
+    "name,value", [("tags", 2**64 - 1), ("rubrics", 2**32), ("versions", 2**63), ("versions", 2**64 - 1)]
+)
 def test_observe_many_rejects_huge_unsigned(name, value):
     s = filled_store()
     before = s.to_bytes()
@@ -129,7 +164,7 @@ def test_observe_many_length_mismatch(name):
     before = s.to_bytes()
     cols = _many()
     cols[name] = cols[name][:3]
-    e = assert_raises_naming(ValueError, ("length", "5", "3"), s.observe_many, *[cols[k] for k in MANY_ORDER])
+    assert_raises_naming(ValueError, ("length", "5", "3"), s.observe_many, *[cols[k] for k in MANY_ORDER])
     assert s.to_bytes() == before
 
 
@@ -150,8 +185,8 @@ def test_query_rejects():
     before = s.to_bytes()
     assert_raises_naming(ValueError, "version", s.query, 0, 0, -1)
     assert_raises_naming(ValueError, "tag", s.query, -1, 0, 0)
-    assert_raises_naming(ValueError, "tag", s.query, 2 ** 32, 0, 0)
-    assert_raises_naming(ValueError, "rubric", s.query, 0, 2 ** 32, 0)
+    assert_raises_naming(ValueError, "tag", s.query, 2**32, 0, 0)
+    assert_raises_naming(ValueError, "rubric", s.query, 0, 2**32, 0)
     assert_raises_naming(ValueError, "version", s.query_sum, 0, [0, 1], -1)
     assert_raises_naming(ValueError, "rubric", s.query_sum, 0, [0, -1], 0)
     assert_raises_naming(ValueError, ("length", "3", "2"), s.query_many, np.arange(3), np.arange(2), 0)
@@ -166,7 +201,9 @@ def test_query_rejects():
 # ----------------------------------------------------------------------------
 def _mentions_corruption(msg, path=None):
     low = msg.lower()
-    return any(w in low for w in ("corrupt", "truncat", "checksum", "magic", "invalid")) or (path is not None and str(path) in msg)
+    return any(w in low for w in ("corrupt", "truncat", "checksum", "magic", "invalid")) or (
+        path is not None and str(path) in msg
+    )
 
 
 def test_load_missing_file(tmp_path):
@@ -260,14 +297,23 @@ def full_snapshot(cs):
     )
 
 
-@pytest.mark.parametrize("kw,name", [
-    (dict(batch_size=5), "batch_size"), (dict(batch_size=0), "batch_size"), (dict(batch_size=-1), "batch_size"),
-    (dict(group_size=0), "group_size"),
-    (dict(rho_min=-0.01), "rho_min"), (dict(rho_min=1.01), "rho_min"), (dict(rho_min=NAN), "rho_min"),
-    (dict(quota_fraction=-0.5), "quota_fraction"), (dict(quota_fraction=1.5), "quota_fraction"),
-    (dict(quota_fraction=NAN), "quota_fraction"),
-    (dict(gamma_obs=0.0), "gamma_obs"), (dict(gamma_unobs=1.5), "gamma_unobs"),
-])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        (dict(batch_size=5), "batch_size"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(batch_size=-1), "batch_size"),
+        (dict(group_size=0), "group_size"),
+        (dict(rho_min=-0.01), "rho_min"),
+        (dict(rho_min=1.01), "rho_min"),
+        (dict(rho_min=NAN), "rho_min"),
+        (dict(quota_fraction=-0.5), "quota_fraction"),
+        (dict(quota_fraction=1.5), "quota_fraction"),
+        (dict(quota_fraction=NAN), "quota_fraction"),
+        (dict(gamma_obs=0.0), "gamma_obs"),
+        (dict(gamma_unobs=1.5), "gamma_unobs"),
+    ],
+)
 def test_sampler_bad_constructor_args(kw, name):
     args = dict(batch_size=2, group_size=3)
     args.update(kw)
@@ -276,7 +322,9 @@ def test_sampler_bad_constructor_args(kw, name):
 
 def test_sampler_boundary_constructor_args_are_fine():
     CapabilitySampler(TASKS, batch_size=4, group_size=1, rho_min=0.0, quota_fraction=0.0)
-    CapabilitySampler(TASKS, batch_size=1, group_size=1, rho_min=1.0, quota_fraction=1.0, gamma_obs=1.0, gamma_unobs=1.0)
+    CapabilitySampler(
+        TASKS, batch_size=1, group_size=1, rho_min=1.0, quota_fraction=1.0, gamma_obs=1.0, gamma_unobs=1.0
+    )
 
 
 def test_sampler_no_tasks():
@@ -333,9 +381,11 @@ def test_sampler_rejects_huge_policy_version(what):
     cs = sampler()
     before = full_snapshot(cs)
     if what == "record_group":
-        assert_raises_naming((ValueError, OverflowError), "policy_version", cs.record_group, "t0", {"e": [True] * 3}, 2 ** 63)
+        assert_raises_naming(
+            (ValueError, OverflowError), "policy_version", cs.record_group, "t0", {"e": [True] * 3}, 2**63
+        )
     else:
-        assert_raises_naming((ValueError, OverflowError), "policy_version", cs.sample, 2 ** 63)
+        assert_raises_naming((ValueError, OverflowError), "policy_version", cs.sample, 2**63)
     assert full_snapshot(cs) == before
 
 
@@ -349,9 +399,11 @@ def test_sample_rejects_negative_version():
 def test_load_state_dict_from_other_task_set():
     cs = sampler()
     before = full_snapshot(cs)
-    for tasks in ({"t0": ["A"], "t1": ["A", "B"], "t2": ["B"], "t9": ["C"]},
-                  {"t0": ["A"], "t1": ["A", "B"], "t2": ["B"], "t3": ["C"], "t4": ["C"]},
-                  {"t0": ["A"], "t1": ["A"], "t2": ["B"], "t3": ["C"]}):
+    for tasks in (
+        {"t0": ["A"], "t1": ["A", "B"], "t2": ["B"], "t9": ["C"]},
+        {"t0": ["A"], "t1": ["A", "B"], "t2": ["B"], "t3": ["C"], "t4": ["C"]},
+        {"t0": ["A"], "t1": ["A"], "t2": ["B"], "t3": ["C"]},
+    ):
         other = CapabilitySampler(tasks, batch_size=2, group_size=3, seed=1)
         with pytest.raises(ValueError):
             cs.load_state_dict(other.state_dict())

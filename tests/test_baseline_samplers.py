@@ -6,13 +6,12 @@ import math
 from collections import Counter
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from rwcore import OutcomeSampler, UniformSampler, Verdict
 from reference_sampler import RefEvidenceStore
 from stats_util import P_FAIL, gof_pvalue, pair_q_monte_carlo
+
+from rwcore import OutcomeSampler, UniformSampler, Verdict
 
 PROP = settings(max_examples=60, deadline=None, derandomize=True)
 
@@ -31,20 +30,28 @@ def test_outcome_evidence_hand_worked():
     assert close(os_.task_evidence("a", 0), (2.5, 1.5))
     os_.record_group("a", {}, 2, outcomes=[0.0, 0.0, 0.0, 0.0])  # (2.5, 1.5) * 0.2 * 0.999 + (0, 4)
     assert close(os_.task_evidence("a", 2), (2.5 * 0.1998, 1.5 * 0.1998 + 4.0))
-    assert close(os_.task_evidence("a", 5), (2.5 * 0.1998 * 0.999 ** 3, (1.5 * 0.1998 + 4.0) * 0.999 ** 3))
+    assert close(os_.task_evidence("a", 5), (2.5 * 0.1998 * 0.999**3, (1.5 * 0.1998 + 4.0) * 0.999**3))
     os_.record_group("a", {}, 1, outcomes=[1.0, 1.0, 1.0, 1.0])  # late by 1: * 0.2
     assert close(os_.task_evidence("a", 2), (2.5 * 0.1998 + 0.8, 1.5 * 0.1998 + 4.0))
     assert tuple(os_.task_evidence("b", 2)) == (0.0, 0.0)
 
 
 @PROP
-@given(gam=st.sampled_from([(0.2, 0.999), (0.5, 0.7)]),
-       ops=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]),
-                              st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=3, max_size=3),
-                              st.integers(0, 15)), max_size=30))
+@given(
+    gam=st.sampled_from([(0.2, 0.999), (0.5, 0.7)]),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0]), min_size=3, max_size=3),
+            st.integers(0, 15),
+        ),
+        max_size=30,
+    ),
+)
 def test_outcome_evidence_matches_reference_store(gam, ops):
-    os_ = OutcomeSampler({"a": ["X"], "b": ["X"], "c": ["Y"]}, batch_size=2, group_size=3,
-                         gamma_obs=gam[0], gamma_unobs=gam[1])
+    os_ = OutcomeSampler(
+        {"a": ["X"], "b": ["X"], "c": ["Y"]}, batch_size=2, group_size=3, gamma_obs=gam[0], gamma_unobs=gam[1]
+    )
     ref = RefEvidenceStore(*gam)
     for task, outs, v in ops:
         os_.record_group(task, {}, v, outcomes=outs)

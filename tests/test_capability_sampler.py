@@ -13,10 +13,9 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import rwcore
-from rwcore import CapabilitySampler, Verdict
 from reference_sampler import DEFAULT_CAPABILITIES, RefCapabilitySampler
+
+from rwcore import CapabilitySampler, Verdict
 
 PROP = settings(max_examples=800, deadline=None, derandomize=True)
 PASS, FAIL, NA, INVALID = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
@@ -72,7 +71,7 @@ def test_hand_worked_record_group():
         assert_close(cs.evidence(tag, "Verification", 0), (0.0, 1.0))
         assert tuple(cs.evidence(tag, "Debugging", 0)) == (0.0, 0.0)
         # query decay: 3 versions later * 0.999**3
-        assert_close(cs.evidence(tag, "Execution", 3), (0.999 ** 3, 0.999 ** 3))
+        assert_close(cs.evidence(tag, "Execution", 3), (0.999**3, 0.999**3))
     assert state_of(cs, "t0") == {"attempts": 1, "evaluated": {"r1", "r2"}, "applicable": {"r1", "r2", "r3"}}
     assert state_of(cs, "t1") == {"attempts": 0, "evaluated": set(), "applicable": set()}
     # Execution (2 rubrics), Verification (1): t0 -> 2/2 + 0/1; t1 -> 0. C = 1/(2*2)
@@ -97,7 +96,7 @@ def test_hand_worked_second_group_decays_and_na_only():
     # an all-INVALID verdict list: an attempt, no coverage, no evidence, no clock change
     cs.record_group("t0", {"r2": [INVALID, INVALID]}, 5)
     assert state_of(cs, "t0") == {"attempts": 3, "evaluated": {"r1", "r2"}, "applicable": {"r1", "r2", "r3"}}
-    assert_close(cs.rubric_evidence("A", "r2", 5), (0.5 * 0.999 ** 5, 0.0))
+    assert_close(cs.rubric_evidence("A", "r2", 5), (0.5 * 0.999**5, 0.0))
 
 
 def test_na_does_not_dilute_and_late_group():
@@ -113,7 +112,7 @@ def test_na_does_not_dilute_and_late_group():
     # a late group (version 2 < 4): discounted by 0.2 * 0.999, clock stays 4
     cs.record_group("y", {"a": [True, True, True]}, 2)
     assert_close(cs.rubric_evidence("T", "a", 4), (1 / 3 + 1 / 2 + 3 * 0.2 * 0.999, 1.0))
-    assert_close(cs.rubric_evidence("T", "a", 6), ((1 / 3 + 1 / 2 + 3 * 0.2 * 0.999) * 0.999 ** 2, 0.999 ** 2))
+    assert_close(cs.rubric_evidence("T", "a", 6), ((1 / 3 + 1 / 2 + 3 * 0.2 * 0.999) * 0.999**2, 0.999**2))
     # coverage: 3 rubrics of one capability; x has 2/3, y has 1/3 -> (2/3 + 1/3) / 2
     assert math.isclose(cs.coverage(), 0.5, rel_tol=1e-12)
 
@@ -204,8 +203,10 @@ def test_accepts_tuples_and_generators_for_verdicts():
 # Batches: structure
 # ----------------------------------------------------------------------------
 def populated_sampler(seed=0, batch_size=4):
-    tasks = {f"t{i}": tags for i, tags in enumerate(
-        [["A"], ["A", "B"], ["B"], ["C"], ["C", "A"], ["D"], ["B"], ["A"], ["C"], ["D", "B"]])}
+    tasks = {
+        f"t{i}": tags
+        for i, tags in enumerate([["A"], ["A", "B"], ["B"], ["C"], ["C", "A"], ["D"], ["B"], ["A"], ["C"], ["D", "B"]])
+    }
     cs = CapabilitySampler(tasks, batch_size=batch_size, group_size=2, seed=seed)
     cs.set_rubrics({"e": "Execution", "v": "Verification"})
     cs.record_group("t0", {"e": [True, False], "v": [NA, NA]}, 0)
@@ -261,15 +262,19 @@ def compare(cs, ref, tasks, versions):
             for c in DEFAULT_CAPABILITIES:
                 assert_close(cs.evidence(d, c, v), ref.evidence(d, c, v), rel=1e-11, what=f"evidence({d},{c},{v})")
             for r in ref.rubrics:
-                assert_close(cs.rubric_evidence(d, r, v), ref.rubric_evidence(d, r, v), what=f"rubric_evidence({d},{r},{v})")
+                assert_close(
+                    cs.rubric_evidence(d, r, v), ref.rubric_evidence(d, r, v), what=f"rubric_evidence({d},{r},{v})"
+                )
 
 
 @PROP
 @given(data=st.data())
 def test_random_operation_sequences_match_reference(data):
     n_tasks = data.draw(st.integers(2, 6), label="n_tasks")
-    tasks = {f"task{i}": data.draw(st.lists(st.sampled_from(TAGS), min_size=1, max_size=3, unique=True), label="tags")
-             for i in range(n_tasks)}
+    tasks = {
+        f"task{i}": data.draw(st.lists(st.sampled_from(TAGS), min_size=1, max_size=3, unique=True), label="tags")
+        for i in range(n_tasks)
+    }
     G = data.draw(st.integers(1, 3), label="G")
     g_obs, g_unobs = data.draw(st.sampled_from([(0.2, 0.999), (0.5, 0.8)]), label="gammas")
     kw = dict(batch_size=min(2, n_tasks), group_size=G, gamma_obs=g_obs, gamma_unobs=g_unobs, seed=3)
@@ -280,13 +285,19 @@ def test_random_operation_sequences_match_reference(data):
     for _ in range(n_ops):
         kind = data.draw(st.sampled_from(["set", "rec", "rec", "rec", "rec", "sample"]), label="op")
         if kind == "set":
-            pool = data.draw(st.dictionaries(st.sampled_from(RUBRIC_IDS), st.sampled_from(CAPS), max_size=6), label="pool")
+            pool = data.draw(
+                st.dictionaries(st.sampled_from(RUBRIC_IDS), st.sampled_from(CAPS), max_size=6), label="pool"
+            )
             cs.set_rubrics(pool)
             ref.set_rubrics(pool)
         elif kind == "rec":
             task = data.draw(st.sampled_from(sorted(tasks)), label="task")
             active = sorted(ref.rubrics)
-            chosen = data.draw(st.lists(st.sampled_from(active), unique=True, max_size=len(active)), label="rubrics") if active else []
+            chosen = (
+                data.draw(st.lists(st.sampled_from(active), unique=True, max_size=len(active)), label="rubrics")
+                if active
+                else []
+            )
             verdicts = {r: data.draw(st.lists(verdict_value, min_size=G, max_size=G), label="verdicts") for r in chosen}
             step = data.draw(st.sampled_from([0, 0, 1, 1, 2, 5, -1, -3]), label="dv")
             if step >= 0:

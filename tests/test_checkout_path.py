@@ -27,8 +27,7 @@ def _installed(tmp_path: Path) -> dict:
 
 
 def _python(code: str, env: dict) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout.split("\n")[:-1]
 
@@ -40,9 +39,12 @@ def test_the_working_directory_shadows_without_rwcore(tmp_path):
 
 
 def test_importing_rwcore_lets_installed_packages_win(tmp_path):
-    out = _python("import rwcore, kernels, trainer, sys; print(kernels.MARK); print(trainer.MARK); "
-                  "import rwcore.kernels, rwcore.trainer.config; print(rwcore.kernels.__file__); "
-                  "print(sys.path[-1])", _installed(tmp_path))
+    out = _python(
+        "import rwcore, kernels, trainer, sys; print(kernels.MARK); print(trainer.MARK); "
+        "import rwcore.kernels, rwcore.trainer.config; print(rwcore.kernels.__file__); "
+        "print(sys.path[-1])",
+        _installed(tmp_path),
+    )
     assert out[:2] == ["installed kernels", "installed trainer"]
     assert out[2] == str(ROOT / "kernels" / "__init__.py")  # rwcore's own still come from the checkout
     assert out[3] in ("", str(ROOT))  # the root stays on the path, last

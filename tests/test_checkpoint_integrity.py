@@ -32,10 +32,19 @@ from rwcore.trainer.trainer import Trainer
 REPO = Path(__file__).resolve().parents[1]
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40", "env.options.num_eval=4", "rollout.tasks_per_step=4", "rollout.group_size=4",
-    "train.eval_every=2", "train.checkpoint_every=1", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=4", "rewardweaver.diagnostic_tasks=4",
-    "train.method=combined", "train.steps=2",
+    "env.options.num_train=40",
+    "env.options.num_eval=4",
+    "rollout.tasks_per_step=4",
+    "rollout.group_size=4",
+    "train.eval_every=2",
+    "train.checkpoint_every=1",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=4",
+    "rewardweaver.diagnostic_tasks=4",
+    "train.method=combined",
+    "train.steps=2",
 ]
 FILES = ("model.pt", "optimizer.pt", "state.pt", "manifest.json")
 
@@ -134,8 +143,9 @@ def test_bit_flips_at_many_offsets_are_all_detected(run):
         path = folder / name
         original = path.read_bytes()
         size = len(original)
-        offsets = sorted({0, 1, size // 7, size // 3, size // 2, 2 * size // 3, size - 2, size - 1,
-                          *rng.sample(range(size), 8)})
+        offsets = sorted(
+            {0, 1, size // 7, size // 3, size // 2, 2 * size // 3, size - 2, size - 1, *rng.sample(range(size), 8)}
+        )
         for offset in offsets:
             bit = rng.randrange(8)
             flip(path, offset, bit)
@@ -238,11 +248,21 @@ def _torch_load_calls() -> list[tuple[str, int, object]]:
         for path in sorted((REPO / folder).rglob("*.py")):
             tree = ast.parse(path.read_text(), filename=str(path))
             for node in ast.walk(tree):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load" \
-                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch":
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "load"
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "torch"
+                ):
                     value = next((k.value for k in node.keywords if k.arg == "weights_only"), None)
-                    found.append((str(path.relative_to(REPO)), node.lineno,
-                                  value.value if isinstance(value, ast.Constant) else value))
+                    found.append(
+                        (
+                            str(path.relative_to(REPO)),
+                            node.lineno,
+                            value.value if isinstance(value, ast.Constant) else value,
+                        )
+                    )
     return found
 
 
@@ -285,8 +305,8 @@ def test_files_and_folders_are_fsynced_around_the_rename(tmp_path, monkeypatch):
     staging = str(target.parent / f".{target.name}.tmp")
     renames = [i for i, e in enumerate(events) if e[0] == "replace" and e[1] == staging and e[2] == str(target)]
     assert len(renames) == 1, events
-    before = {e[1] for e in events[:renames[0]] if e[0] == "fsync"}
-    after = {e[1] for e in events[renames[0]:] if e[0] == "fsync"}
+    before = {e[1] for e in events[: renames[0]] if e[0] == "fsync"}
+    after = {e[1] for e in events[renames[0] :] if e[0] == "fsync"}
     for name in ("model.pt", "optimizer.pt", "state.pt", "manifest.json"):
         assert f"{staging}/{name}" in before, name
     assert staging in before  # the staging folder's entries
@@ -294,8 +314,7 @@ def test_files_and_folders_are_fsynced_around_the_rename(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["model.pt", "state.pt", "manifest.json"])
-def test_disk_full_while_checkpointing_gives_one_line_and_leaves_no_temporaries(tmp_path, capsys, monkeypatch,
-                                                                                 name):
+def test_disk_full_while_checkpointing_gives_one_line_and_leaves_no_temporaries(tmp_path, capsys, monkeypatch, name):
     out = tmp_path / "run"
     real_save, real_fsync = torch.save, os.fsync
     state = {"armed": False}
@@ -379,8 +398,12 @@ def test_leftover_temporaries_are_removed_at_start_and_nothing_else(run, capsys)
     (project[0] / "model.pt").write_bytes(b"half")
     for path in project[1:]:
         path.write_bytes(b"half")
-    foreign = [run / "notes.tmp", run / ".mydata.abcd1234.tmp", run / "checkpoints" / ".other.tmp",
-               run / "checkpoints" / "step_000002.tmp"]
+    foreign = [
+        run / "notes.tmp",
+        run / ".mydata.abcd1234.tmp",
+        run / "checkpoints" / ".other.tmp",
+        run / "checkpoints" / "step_000002.tmp",
+    ]
     for path in foreign:
         path.write_bytes(b"keep")
     assert cli.main(["train", "--resume", str(run), "--quiet"]) == 0  # a finished run: nothing to train
@@ -398,12 +421,32 @@ def test_state_encoding_round_trips_exactly_and_refuses_other_objects(tmp_path):
 
     np.random.seed(5)
     np.random.random(3)
-    rollout = Rollout(Trajectory("t1", [Turn("user", "hi"), Turn("assistant", "yo", True)], 0.5, ("a",),
-                                 token_spans=((1, 3),), metadata={"env_state": {"offers": [1, 2]}}),
-                      Outcome(0.5, False, "why"), [1, 2, 3], [False, True, True], torch.tensor([0.0, -0.5, -1.25]), 7)
-    state = {"numpy": np.random.get_state(), "f32": np.float32(0.1), "i64": np.int64(-3),
-             "array": np.arange(6, dtype=np.uint32).reshape(2, 3), "tensor": torch.tensor([1.5]),
-             "tuple": (1, "a", None), "set": {1, 2}, "bytes": b"\x00\xff", "rollouts": {4: [rollout]}}
+    rollout = Rollout(
+        Trajectory(
+            "t1",
+            [Turn("user", "hi"), Turn("assistant", "yo", True)],
+            0.5,
+            ("a",),
+            token_spans=((1, 3),),
+            metadata={"env_state": {"offers": [1, 2]}},
+        ),
+        Outcome(0.5, False, "why"),
+        [1, 2, 3],
+        [False, True, True],
+        torch.tensor([0.0, -0.5, -1.25]),
+        7,
+    )
+    state = {
+        "numpy": np.random.get_state(),
+        "f32": np.float32(0.1),
+        "i64": np.int64(-3),
+        "array": np.arange(6, dtype=np.uint32).reshape(2, 3),
+        "tensor": torch.tensor([1.5]),
+        "tuple": (1, "a", None),
+        "set": {1, 2},
+        "bytes": b"\x00\xff",
+        "rollouts": {4: [rollout]},
+    }
     path = tmp_path / "state.pt"
     save(state, path)
     torch.load(path, weights_only=True)  # the restricted unpickler accepts the file as written

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from rwcore.trainer import cli
-from rwcore.trainer.config import Config, load_config
 from rwcore.trainer.cli import main
+from rwcore.trainer.config import Config, load_config
 
 
 class FakeTrainer:
@@ -63,8 +63,9 @@ def test_train_builds_config_and_runs(fake, tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text("train: {steps: 50, method: arise}\n")
     out = tmp_path / "run"
-    code = main(["train", "--config", str(path), "--out", str(out), "--quiet",
-                 "train.steps=3", "train.method=arise_no_skills"])
+    code = main(
+        ["train", "--config", str(path), "--out", str(out), "--quiet", "train.steps=3", "train.method=arise_no_skills"]
+    )
     assert code == 0
     assert names(fake.calls) == ["init", "setup", "train", "cleanup"]
     _, config, out_dir, quiet = fake.calls[0]
@@ -97,17 +98,22 @@ def test_interrupt_suggests_resume(fake, tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["train", "train.stepz=3"], "unknown config key 'train.stepz'"),
-    (["train", "train.steps=abc"], "'train.steps': expected int"),
-    (["train", "train.method=grpo"], "combined, rewardweaver, rw_outcome_grpo"),
-    (["train", "train.method=arise", "sampler.kind=uniform"],
-     "'sampler.kind': train.method=arise sets it to 'capability', got 'uniform'; "
-     "train.method=arise_no_adaptive_sampling is that variant"),
-    (["train", "train.method=arise_frozen_rubrics"], "'pool.frozen_from'"),
-    (["train", "--config", "/nonexistent/c.yaml"], "cannot read"),
-    (["train", "train.seed=666"], "environment 'nope' is not registered"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "train.stepz=3"], "unknown config key 'train.stepz'"),
+        (["train", "train.steps=abc"], "'train.steps': expected int"),
+        (["train", "train.method=grpo"], "combined, rewardweaver, rw_outcome_grpo"),
+        (
+            ["train", "train.method=arise", "sampler.kind=uniform"],
+            "'sampler.kind': train.method=arise sets it to 'capability', got 'uniform'; "
+            "train.method=arise_no_adaptive_sampling is that variant",
+        ),
+        (["train", "train.method=arise_frozen_rubrics"], "'pool.frozen_from'"),
+        (["train", "--config", "/nonexistent/c.yaml"], "cannot read"),
+        (["train", "train.seed=666"], "environment 'nope' is not registered"),
+    ],
+)
 def test_config_errors_are_one_line_exit_2(fake, tmp_path, monkeypatch, capsys, argv, message):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
@@ -157,10 +163,15 @@ def test_eval_prints_json(fake, tmp_path, capsys):
     assert fake.calls[-1] == ("evaluate", str(ckpt), "eval", None, "with_skills")
 
 
-@pytest.mark.parametrize("argv", [
-    ["eval"], ["eval", "x", "--split", "test"], ["eval", "x", "--tasks", "0"],
-    ["eval", "x", "--tasks", "many"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval"],
+        ["eval", "x", "--split", "test"],
+        ["eval", "x", "--tasks", "0"],
+        ["eval", "x", "--tasks", "many"],
+    ],
+)
 def test_eval_usage_errors(fake, argv):
     assert main(argv) == 2 and fake.calls == []
 

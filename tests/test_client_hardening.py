@@ -15,9 +15,15 @@ import time
 import zlib
 
 import pytest
+from judge_server import (
+    ChatServer,
+    Reply,
+    all_pass,
+    completion,
+    loopback_without_proxy,  # noqa: F401 - autouse fixture
+    verdict_line,
+)
 
-from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
-from judge_server import ChatServer, Reply, all_pass, completion, verdict_line
 from rwcore.judges import OpenAIJudge
 from rwcore.judges.cache import JudgmentCache, cache_key
 from rwcore.judges.client import ChatClient, ChatError, ClientOptions, run_sync
@@ -50,8 +56,12 @@ def serve():
 
 
 def trajectory() -> Trajectory:
-    return Trajectory("t1", [Turn("user", "Refund order 1234."), Turn("assistant", "Refunded 1234.", generated=True)],
-                      1.0, trajectory_id="t1/g/0")
+    return Trajectory(
+        "t1",
+        [Turn("user", "Refund order 1234."), Turn("assistant", "Refunded 1234.", generated=True)],
+        1.0,
+        trajectory_id="t1/g/0",
+    )
 
 
 def _compressed(payload_head: bytes, padding: int, coding: str) -> bytes:
@@ -67,8 +77,17 @@ def _compressed(payload_head: bytes, padding: int, coding: str) -> bytes:
 
 
 def _complete(server: ChatServer, **options) -> str:
-    client = ChatClient(ClientOptions(model="m", base_url=server.base_url, api_key_env=KEY_ENV, timeout=20.0,
-                                      max_retries=2, backoff=(0.01, 0.02), **options))
+    client = ChatClient(
+        ClientOptions(
+            model="m",
+            base_url=server.base_url,
+            api_key_env=KEY_ENV,
+            timeout=20.0,
+            max_retries=2,
+            backoff=(0.01, 0.02),
+            **options,
+        )
+    )
 
     async def go():
         async with client.session() as session:
@@ -83,8 +102,10 @@ def _max_rss_bytes() -> int:
 
 # ---- compressed and oversized answers -----------------------------------------------------------
 
-@pytest.mark.parametrize("coding,header", [("gzip", "gzip"), ("gzip", "x-gzip"), ("deflate", "deflate"),
-                                           ("raw-deflate", "deflate")])
+
+@pytest.mark.parametrize(
+    "coding,header", [("gzip", "gzip"), ("gzip", "x-gzip"), ("deflate", "deflate"), ("raw-deflate", "deflate")]
+)
 def test_a_compressed_bomb_is_refused_without_expanding_it(serve, key, coding, header):
     # A valid completion followed by 384 MiB of JSON whitespace: about 380 KB compressed. Expanded
     # whole (as httpx does by default), this process would grow by the decoded size at least.
@@ -158,6 +179,7 @@ def test_max_response_bytes_is_checked():
 
 # ---- chunked transfer, nested codings, many refusals in a row ------------------------------------
 
+
 class ChunkedServer:
     """A loopback HTTP/1.1 server that answers every request with a chunked body: `chunks()` gives the
     chunks, each written and flushed on its own after `pause` seconds (judge_server speaks HTTP/1.0, which
@@ -192,8 +214,12 @@ class ChunkedServer:
                 body += connection.recv(65536)
             extra = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
             try:
-                connection.sendall(("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                                    f"transfer-encoding: chunked\r\nconnection: close\r\n{extra}\r\n").encode())
+                connection.sendall(
+                    (
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                        f"transfer-encoding: chunked\r\nconnection: close\r\n{extra}\r\n"
+                    ).encode()
+                )
                 for chunk in self.chunks():
                     if self._stop.is_set():
                         return
@@ -247,8 +273,9 @@ def test_a_chunked_stream_longer_than_the_default_bound_is_cut_off(chunked, key)
 def test_a_chunked_compressed_bomb_is_refused_under_the_default_bound(chunked, key, coding):
     # 96 MiB of JSON whitespace, compressed to about 100 KB and sent in 4 KiB chunks.
     body = _compressed(json.dumps(completion("fine"))[:-1].encode(), 96 << 20, coding)
-    server = chunked(lambda: (body[i:i + 4096] for i in range(0, len(body), 4096)),
-                     headers={"content-encoding": coding})
+    server = chunked(
+        lambda: (body[i : i + 4096] for i in range(0, len(body), 4096)), headers={"content-encoding": coding}
+    )
     with pytest.raises(ChatError) as caught:
         _complete(server)
     assert "decoded answer is larger than max_response_bytes=8388608" in caught.value.message
@@ -262,8 +289,11 @@ def test_a_nested_encoding_is_decoded_when_it_arrives_a_few_bytes_at_a_time(chun
     once = inner.compress(plain) + inner.flush()
     outer = zlib.compressobj(6, zlib.DEFLATED, 31)
     twice = outer.compress(once) + outer.flush()
-    server = chunked(lambda: (twice[i:i + 3] for i in range(0, len(twice), 3)),
-                     headers={"content-encoding": "deflate, gzip"}, pause=0.002)
+    server = chunked(
+        lambda: (twice[i : i + 3] for i in range(0, len(twice), 3)),
+        headers={"content-encoding": "deflate, gzip"},
+        pause=0.002,
+    )
     assert _complete(server) == "nested"
 
 
@@ -275,8 +305,11 @@ def test_a_nested_bomb_that_pads_after_the_inner_stream_is_refused(chunked, key)
     member = inner.compress(json.dumps(completion("fine")).encode()) + inner.flush()
     outer = zlib.compressobj(9, zlib.DEFLATED, 31)
     body = outer.compress(member) + b"".join(outer.compress(b"\0" * (1 << 20)) for _ in range(64)) + outer.flush()
-    server = chunked(lambda: (body[i:i + 1024] for i in range(0, len(body), 1024)),
-                     headers={"content-encoding": "gzip, gzip"}, pause=0.001)
+    server = chunked(
+        lambda: (body[i : i + 1024] for i in range(0, len(body), 1024)),
+        headers={"content-encoding": "gzip, gzip"},
+        pause=0.001,
+    )
     with pytest.raises(ChatError) as caught:
         _complete(server, max_response_bytes=4 << 20)
     assert "max_response_bytes" in caught.value.message
@@ -291,10 +324,16 @@ def test_refused_bombs_do_not_accumulate_in_memory(serve, key):
     import tracemalloc
 
     body = _compressed(json.dumps(completion("fine"))[:-1].encode(), 64 << 20, "gzip")
-    server = serve(lambda request: Reply("warm") if request.user == "warm up"
-                   else Reply(body=body, headers={"content-encoding": "gzip"}))
-    client = ChatClient(ClientOptions(model="m", base_url=server.base_url, api_key_env=KEY_ENV, timeout=20.0,
-                                      max_retries=0, max_concurrency=8))
+    server = serve(
+        lambda request: (
+            Reply("warm") if request.user == "warm up" else Reply(body=body, headers={"content-encoding": "gzip"})
+        )
+    )
+    client = ChatClient(
+        ClientOptions(
+            model="m", base_url=server.base_url, api_key_env=KEY_ENV, timeout=20.0, max_retries=0, max_concurrency=8
+        )
+    )
 
     async def one(session):
         with pytest.raises(ChatError, match="max_response_bytes"):
@@ -326,6 +365,7 @@ def test_refused_bombs_do_not_accumulate_in_memory(serve, key):
 
 # ---- an API key echoed by the server ------------------------------------------------------------
 
+
 def _escaped(text: str, every: int) -> str:
     """`text` with every `every`-th character written as a JSON \\u escape (still the same string)."""
     return "".join(f"\\u{ord(c):04x}" if i % every == 0 else c for i, c in enumerate(text))
@@ -333,20 +373,32 @@ def _escaped(text: str, every: int) -> str:
 
 @pytest.mark.parametrize("spelling", ["plain", "escaped-all", "escaped-some", "twice", "mixed"])
 def test_an_echoed_key_never_reaches_the_judgment_or_the_cache(serve, key, tmp_path, spelling):
-    spelled = {"plain": key, "escaped-all": _escaped(key, 1), "escaped-some": _escaped(key, 3),
-               "twice": key + " and " + key, "mixed": key + " and " + _escaped(key, 2)}[spelling]
+    spelled = {
+        "plain": key,
+        "escaped-all": _escaped(key, 1),
+        "escaped-some": _escaped(key, 3),
+        "twice": key + " and " + key,
+        "mixed": key + " and " + _escaped(key, 2),
+    }[spelling]
 
     def script(request):
         line = verdict_line(request, RUBRIC.rubric_id, "pass")
         # Written into the JSON text by hand so that the escapes reach the client as escapes.
         line = line.replace('"evidence": "', f'"evidence": "the header said {spelled}; ', 1)
         diag = json.dumps({"request_id": request.request_id, "uncovered": ["x"]}).replace(
-            '["x"]', f'["seen {spelled} in turn 1"]')
+            '["x"]', f'["seen {spelled} in turn 1"]'
+        )
         return Reply(line + "\n" + diag)
 
     server = serve(script)
-    judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
-                        cache_dir=tmp_path / "cache")
+    judge = OpenAIJudge(
+        "judge-test",
+        base_url=server.base_url,
+        api_key_env=KEY_ENV,
+        timeout=5.0,
+        max_retries=0,
+        cache_dir=tmp_path / "cache",
+    )
     [report] = judge.evaluate([trajectory()], [RUBRIC])
     judgment = report.judgments[RUBRIC.rubric_id]
     assert judgment.verdict == Verdict.PASS
@@ -385,8 +437,15 @@ def test_a_password_in_base_url_is_redacted_like_the_key(serve, key, tmp_path):
 
     server = serve(script)
     url = server.base_url.replace("http://", f"http://judge:{password}@")
-    judge = OpenAIJudge("judge-test", base_url=url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
-                        diagnostics=False, cache_dir=tmp_path / "cache")
+    judge = OpenAIJudge(
+        "judge-test",
+        base_url=url,
+        api_key_env=KEY_ENV,
+        timeout=5.0,
+        max_retries=0,
+        diagnostics=False,
+        cache_dir=tmp_path / "cache",
+    )
     [report] = judge.evaluate([trajectory()], [RUBRIC])
     judgment = report.judgments[RUBRIC.rubric_id]
     assert judgment.verdict == Verdict.PASS and "auth was judge:***" in judgment.evidence
@@ -395,6 +454,7 @@ def test_a_password_in_base_url_is_redacted_like_the_key(serve, key, tmp_path):
 
 
 # ---- a damaged cache ----------------------------------------------------------------------------
+
 
 def _stored(tmp_path, **entry_fields):
     cache = JudgmentCache(tmp_path)
@@ -408,11 +468,23 @@ def _stored(tmp_path, **entry_fields):
 
 
 BAD_FIELDS = [
-    {"score": 1.0001}, {"score": -0.25}, {"score": 7}, {"score": "0.5"}, {"score": True},
-    {"confidence": 1.5}, {"confidence": -1e-9}, {"confidence": [0.5]},
-    {"verdict": "MAYBE"}, {"verdict": "INVALID"}, {"verdict": None}, {"verdict": "NA", "score": 0.5},
-    {"evidence": ["quoted"]}, {"evidence": 12},
-    {"key": "0" * 64}, {"format": 0}, {"kind": "diagnostics"},
+    {"score": 1.0001},
+    {"score": -0.25},
+    {"score": 7},
+    {"score": "0.5"},
+    {"score": True},
+    {"confidence": 1.5},
+    {"confidence": -1e-9},
+    {"confidence": [0.5]},
+    {"verdict": "MAYBE"},
+    {"verdict": "INVALID"},
+    {"verdict": None},
+    {"verdict": "NA", "score": 0.5},
+    {"evidence": ["quoted"]},
+    {"evidence": 12},
+    {"key": "0" * 64},
+    {"format": 0},
+    {"kind": "diagnostics"},
 ]
 
 
@@ -451,8 +523,14 @@ def test_an_entry_written_with_the_key_in_it_is_judged_again_and_replaced(serve,
     # What a version that did not redact replies left on disk: the key in a cached judgment's evidence and
     # in cached diagnostics. Served as is, it would carry the key into the run folder.
     server = serve(all_pass)
-    judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
-                        cache_dir=tmp_path / "cache")
+    judge = OpenAIJudge(
+        "judge-test",
+        base_url=server.base_url,
+        api_key_env=KEY_ENV,
+        timeout=5.0,
+        max_retries=0,
+        cache_dir=tmp_path / "cache",
+    )
     judge.evaluate([trajectory()], [RUBRIC])
     assert server.count == 1
     for path in (tmp_path / "cache").rglob("*.json"):
@@ -478,8 +556,10 @@ def test_a_good_entry_is_still_a_hit(tmp_path):
     assert judgment == RubricJudgment("relabelled", Verdict.PASS, score=0.8, confidence=0.9, evidence="e")
 
 
-@pytest.mark.parametrize("kind", ["fifo", "directory", "symlink-to-fifo", "symlink-to-good", "dev-zero",
-                                  "oversized", "truncated", "deep-json"])
+@pytest.mark.parametrize(
+    "kind",
+    ["fifo", "directory", "symlink-to-fifo", "symlink-to-good", "dev-zero", "oversized", "truncated", "deep-json"],
+)
 def test_a_cache_entry_that_is_not_a_small_regular_json_file_is_a_miss_without_hanging(tmp_path, kind):
     cache, key_, path, entry = _stored(tmp_path)
     good = path.read_bytes()
@@ -512,8 +592,14 @@ def test_a_cache_entry_that_is_not_a_small_regular_json_file_is_a_miss_without_h
 
 def test_a_judge_with_damaged_entries_asks_the_server_again_and_the_run_goes_on(serve, key, tmp_path):
     server = serve(all_pass)
-    judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=5.0, max_retries=0,
-                        cache_dir=tmp_path / "cache")
+    judge = OpenAIJudge(
+        "judge-test",
+        base_url=server.base_url,
+        api_key_env=KEY_ENV,
+        timeout=5.0,
+        max_retries=0,
+        cache_dir=tmp_path / "cache",
+    )
     judge.evaluate([trajectory()], [RUBRIC])
     assert server.count == 1
     [path] = [p for p in (tmp_path / "cache").rglob("*.json") if "judgment" in p.read_text()]
@@ -529,6 +615,7 @@ def test_a_judge_with_damaged_entries_asks_the_server_again_and_the_run_goes_on(
 
 # ---- a whole `rw train` against a server that answers every request with a bomb ------------------
 
+
 def test_rw_train_against_a_server_of_compressed_bombs_stays_under_one_gib(serve, key, tmp_path):
     """Arise on the embedded environment with the judge and the reflection model on a server whose
     every answer is 512 KB of gzip that expands to 512 MiB: the run finishes (the verdicts INVALID, the
@@ -540,17 +627,47 @@ def test_rw_train_against_a_server_of_compressed_bombs_stays_under_one_gib(serve
     bomb = _compressed(head, 512 << 20, "gzip")
     server = serve(lambda request: Reply(body=bomb, headers={"content-encoding": "gzip"}))
     run = tmp_path / "run"
-    overrides = ["model.init=random", "env.options.num_train=40", "env.options.num_eval=8",
-                 "rollout.tasks_per_step=4", "rollout.group_size=4", "train.eval_every=0",
-                 "train.checkpoint_every=0", "pool.delta_pool=2", "train.steps=3", "train.method=arise",
-                 "judge.kind=openai", "judge.model=judge-test", f"judge.base_url={server.base_url}",
-                 f"judge.api_key_env={KEY_ENV}"]
+    overrides = [
+        "model.init=random",
+        "env.options.num_train=40",
+        "env.options.num_eval=8",
+        "rollout.tasks_per_step=4",
+        "rollout.group_size=4",
+        "train.eval_every=0",
+        "train.checkpoint_every=0",
+        "pool.delta_pool=2",
+        "train.steps=3",
+        "train.method=arise",
+        "judge.kind=openai",
+        "judge.model=judge-test",
+        f"judge.base_url={server.base_url}",
+        f"judge.api_key_env={KEY_ENV}",
+    ]
     # The child's peak RSS, read by a parent that has no other children.
-    measure = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
-               "print('MAXRSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)")
+    measure = (
+        "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+        "print('MAXRSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)"
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
-    done = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "rwcore.trainer", "train", "--quiet",
-                           "--out", str(run), *overrides], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            measure,
+            sys.executable,
+            "-m",
+            "rwcore.trainer",
+            "train",
+            "--quiet",
+            "--out",
+            str(run),
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     peak = int(done.stdout.split("MAXRSS")[-1].split()[0]) * 1024
     print(f"rw train peak RSS against gzip bombs: {peak / 2**20:.0f} MiB; {server.count} requests")

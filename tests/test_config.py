@@ -39,7 +39,12 @@ def test_defaults():
     assert cfg.rewardweaver.adaptation_interval == 30 and cfg.rewardweaver.budget == 6
     assert cfg.rewardweaver.process_normalization == "active_set" and cfg.rewardweaver.rank_by == "rate"
     assert cfg.judge.kind == "rule" and cfg.judge.api_key_env == "OPENAI_API_KEY"
-    assert cfg.train.method == "rewardweaver" and cfg.train.steps == 500 and cfg.train.eval_every == 50 and cfg.train.engine == "torch"
+    assert (
+        cfg.train.method == "rewardweaver"
+        and cfg.train.steps == 500
+        and cfg.train.eval_every == 50
+        and cfg.train.engine == "torch"
+    )
 
 
 def test_defaults_are_not_shared():
@@ -50,15 +55,18 @@ def test_defaults_are_not_shared():
 
 def test_every_field_is_documented():
     for section in dataclasses.fields(Config):
-        for f in dataclasses.fields(section.type if isinstance(section.type, type)
-                                    else type(getattr(Config(), section.name))):
+        for f in dataclasses.fields(
+            section.type if isinstance(section.type, type) else type(getattr(Config(), section.name))
+        ):
             assert f.metadata.get("help"), f"{section.name}.{f.name}"
     text = describe_config()
     assert "train.steps = 500" in text and "sampler.gamma_unobs = 0.999" in text and "sampler.kind" not in text
 
 
 def test_yaml_then_overrides(tmp_path):
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
 train:
   steps: 50
   method: arise
@@ -68,7 +76,8 @@ pool:
   skills: off
 env:
   options: {difficulty: 2}
-""")
+""",
+    )
     with pytest.warns(DeprecationWarning, match="'pool.skills' is set by train.method"):
         cfg = load_config(path, ["train.method=arise_no_skills"])  # what the variant says: accepted, not stored
     assert cfg.train.steps == 50 and cfg.train.method == "arise_no_skills"
@@ -90,24 +99,27 @@ def test_empty_yaml_and_empty_sections(tmp_path):
     assert load_config(write(tmp_path, "train:\n", "b.yaml")) == load_config()
 
 
-@pytest.mark.parametrize("override, section, key, expected", [
-    ("train.steps=20", "train", "steps", 20),
-    ("train.steps=1_000", "train", "steps", 1000),
-    ("train.steps=2.0", "train", "steps", 2),
-    ("optim.lr=1e-3", "optim", "lr", 1e-3),  # YAML 1.1 reads 1e-3 as a string
-    ("optim.lr=1", "optim", "lr", 1.0),
-    ("rollout.action_words=on", "rollout", "action_words", "on"),
-    ("judge.base_url=http://localhost:8000/v1", "judge", "base_url", "http://localhost:8000/v1"),
-    ("judge.model=1.10", "judge", "model", "1.10"),  # a str field keeps the text as typed
-    ("judge.model=", "judge", "model", ""),
-    ("model.name=null", "model", "name", None),
-    ("model.name=Qwen/Qwen2.5-0.5B", "model", "name", "Qwen/Qwen2.5-0.5B"),
-    ("model.name='null'", "model", "name", "null"),
-    ("env.options={a: 1, b: [1, 2]}", "env", "options", {"a": 1, "b": [1, 2]}),
-    ("rewardweaver.expansion=off", "rewardweaver", "expansion", False),  # what earlier configs wrote
-    ("rewardweaver.expansion=false", "rewardweaver", "expansion", False),
-    ("judge.timeout=5", "judge", "timeout", 5.0),
-])
+@pytest.mark.parametrize(
+    "override, section, key, expected",
+    [
+        ("train.steps=20", "train", "steps", 20),
+        ("train.steps=1_000", "train", "steps", 1000),
+        ("train.steps=2.0", "train", "steps", 2),
+        ("optim.lr=1e-3", "optim", "lr", 1e-3),  # YAML 1.1 reads 1e-3 as a string
+        ("optim.lr=1", "optim", "lr", 1.0),
+        ("rollout.action_words=on", "rollout", "action_words", "on"),
+        ("judge.base_url=http://localhost:8000/v1", "judge", "base_url", "http://localhost:8000/v1"),
+        ("judge.model=1.10", "judge", "model", "1.10"),  # a str field keeps the text as typed
+        ("judge.model=", "judge", "model", ""),
+        ("model.name=null", "model", "name", None),
+        ("model.name=Qwen/Qwen2.5-0.5B", "model", "name", "Qwen/Qwen2.5-0.5B"),
+        ("model.name='null'", "model", "name", "null"),
+        ("env.options={a: 1, b: [1, 2]}", "env", "options", {"a": 1, "b": [1, 2]}),
+        ("rewardweaver.expansion=off", "rewardweaver", "expansion", False),  # what earlier configs wrote
+        ("rewardweaver.expansion=false", "rewardweaver", "expansion", False),
+        ("judge.timeout=5", "judge", "timeout", 5.0),
+    ],
+)
 def test_override_coercion(override, section, key, expected):
     value = getattr(getattr(load_config(None, [override]), section), key)
     assert value == expected and type(value) is type(expected)
@@ -136,16 +148,19 @@ def test_unknown_section_lists_sections(tmp_path):
         config_from_dict({"bogus": {}})
 
 
-@pytest.mark.parametrize("override, pieces", [
-    ("train.steps=abc", ["'train.steps'", "expected int", "'abc'"]),
-    ("train.steps=2.5", ["'train.steps'", "expected int", "2.5"]),
-    ("train.steps=true", ["'train.steps'", "expected int"]),
-    ("optim.lr=[1]", ["'optim.lr'", "expected float", "[1]"]),
-    ("optim.lr=nan", ["'optim.lr'", "expected float"]),
-    ("env.options=3", ["'env.options'", "expected dict"]),
-    ("model.name=[x]", ["'model.name'", "str | null"]),
-    ("train.steps.x=1", ["'train.steps.x'", "not a mapping"]),
-])
+@pytest.mark.parametrize(
+    "override, pieces",
+    [
+        ("train.steps=abc", ["'train.steps'", "expected int", "'abc'"]),
+        ("train.steps=2.5", ["'train.steps'", "expected int", "2.5"]),
+        ("train.steps=true", ["'train.steps'", "expected int"]),
+        ("optim.lr=[1]", ["'optim.lr'", "expected float", "[1]"]),
+        ("optim.lr=nan", ["'optim.lr'", "expected float"]),
+        ("env.options=3", ["'env.options'", "expected dict"]),
+        ("model.name=[x]", ["'model.name'", "str | null"]),
+        ("train.steps.x=1", ["'train.steps.x'", "not a mapping"]),
+    ],
+)
 def test_wrong_types(override, pieces):
     with pytest.raises(ValueError) as info:
         load_config(None, [override])
@@ -153,16 +168,19 @@ def test_wrong_types(override, pieces):
         assert piece in str(info.value)
 
 
-@pytest.mark.parametrize("override, allowed", [
-    ("train.method=grpo", "combined, rewardweaver, rw_outcome_grpo, rw_static_topk"),
-    ("rewardweaver.selection=best", "attribution, static_topk, random, dynamic_topk"),
-    ("sampler.kind=vade", "capability, outcome, uniform"),
-    ("train.engine=fsdp", "torch, deepspeed"),
-    ("rollout.engine=sglang", "hf, vllm"),
-    ("judge.kind=claude", "rule, openai"),
-    ("pool.skills=yes", "on, off"),
-    ("model.dtype=float64", "float32, bfloat16, float16"),
-])
+@pytest.mark.parametrize(
+    "override, allowed",
+    [
+        ("train.method=grpo", "combined, rewardweaver, rw_outcome_grpo, rw_static_topk"),
+        ("rewardweaver.selection=best", "attribution, static_topk, random, dynamic_topk"),
+        ("sampler.kind=vade", "capability, outcome, uniform"),
+        ("train.engine=fsdp", "torch, deepspeed"),
+        ("rollout.engine=sglang", "hf, vllm"),
+        ("judge.kind=claude", "rule, openai"),
+        ("pool.skills=yes", "on, off"),
+        ("model.dtype=float64", "float32, bfloat16, float16"),
+    ],
+)
 def test_enumerations(override, allowed):
     key, _, value = override.partition("=")
     with pytest.raises(ValueError) as info:
@@ -171,15 +189,18 @@ def test_enumerations(override, allowed):
     assert repr(value) in str(info.value)
 
 
-@pytest.mark.parametrize("override, match", [
-    ("train.steps=-1", "'train.steps': must be >= 0"),
-    ("rollout.group_size=0", "'rollout.group_size': must be > 0"),
-    ("optim.lr=0", "'optim.lr': must be > 0"),
-    ("advantage.lam=1.5", "'advantage.lam': must be <= 1"),
-    ("loss.ratio_low=6", "ratio_low < ratio_high"),
-    ("pool.eta_low=0.95", "eta_low < eta_high"),
-    ("model.num_heads=3", "num_heads must divide hidden_size"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("train.steps=-1", "'train.steps': must be >= 0"),
+        ("rollout.group_size=0", "'rollout.group_size': must be > 0"),
+        ("optim.lr=0", "'optim.lr': must be > 0"),
+        ("advantage.lam=1.5", "'advantage.lam': must be <= 1"),
+        ("loss.ratio_low=6", "ratio_low < ratio_high"),
+        ("pool.eta_low=0.95", "eta_low < eta_high"),
+        ("model.num_heads=3", "num_heads must divide hidden_size"),
+    ],
+)
 def test_ranges(override, match):
     with pytest.raises(ValueError, match=match):
         load_config(None, [override])
@@ -202,9 +223,17 @@ def test_malformed_overrides_and_files(tmp_path):
 
 
 def test_round_trip(tmp_path):
-    cfg = load_config(None, ["pool.skills=off", "model.name=null", "optim.lr=1e-4",
-                             "env.options={level: 3, names: [a, b]}", "judge.model=1.10",
-                             "train.method=arise_no_skills"])
+    cfg = load_config(
+        None,
+        [
+            "pool.skills=off",
+            "model.name=null",
+            "optim.lr=1e-4",
+            "env.options={level: 3, names: [a, b]}",
+            "judge.model=1.10",
+            "train.method=arise_no_skills",
+        ],
+    )
     path = tmp_path / "config.yaml"
     save_config(cfg, path)
     assert load_config(path) == cfg
@@ -222,8 +251,7 @@ def test_no_secrets(tmp_path, monkeypatch):
     save_config(cfg, path)
     text = path.read_text()
     assert "sk-very-secret" not in text and "api_key_env: OPENAI_API_KEY" in text
-    assert not any("key" in f.name and f.name != "api_key_env"
-                   for f in dataclasses.fields(type(cfg.judge)))
+    assert not any("key" in f.name and f.name != "api_key_env" for f in dataclasses.fields(type(cfg.judge)))
     with pytest.raises(ValueError) as info:
         load_config(None, ["judge.api_key_env=sk-very-secret"])
     assert "sk-very-secret" not in str(info.value) and "NAME" in str(info.value)

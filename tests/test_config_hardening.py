@@ -34,11 +34,11 @@ def no_trainer(monkeypatch):
 # ---- duplicate keys --------------------------------------------------------------------------------
 
 DUPLICATES = [
-    "train:\n  steps: 5\ntrain:\n  seed: 3\n",                        # a section twice
-    "optim:\n  lr: 0.1\n  lr: 0.2\n",                                # a key twice in a section
-    "env:\n  options:\n    num_train: 8\n    num_train: 9\n",          # nested inside a dict field
-    "train: {steps: 1, steps: 2}\n",                                 # flow style
-    "judge:\n  kind: rule\nrollout: {}\njudge: {model: x}\n",        # apart, with other sections between
+    "train:\n  steps: 5\ntrain:\n  seed: 3\n",  # a section twice
+    "optim:\n  lr: 0.1\n  lr: 0.2\n",  # a key twice in a section
+    "env:\n  options:\n    num_train: 8\n    num_train: 9\n",  # nested inside a dict field
+    "train: {steps: 1, steps: 2}\n",  # flow style
+    "judge:\n  kind: rule\nrollout: {}\njudge: {model: x}\n",  # apart, with other sections between
 ]
 
 
@@ -57,6 +57,7 @@ def test_a_duplicate_inside_an_override_value_is_refused():
 
 
 # ---- aliases ---------------------------------------------------------------------------------------
+
 
 def _alias_bomb(levels: int, width: int) -> str:
     lines = ["a0: &a0 [x]"]
@@ -99,8 +100,17 @@ def test_a_few_aliases_still_work(tmp_path):
 # ---- numbers ---------------------------------------------------------------------------------------
 
 NON_FINITE = [".inf", "-.inf", ".nan", "1e400", "-1e999"]
-FLOAT_KEYS = ["optim.lr", "rollout.temperature", "loss.entropy_coef", "loss.clip_c", "advantage.eps",
-              "judge.timeout", "prior.lr", "rewardweaver.low_outcome", "optim.grad_clip"]
+FLOAT_KEYS = [
+    "optim.lr",
+    "rollout.temperature",
+    "loss.entropy_coef",
+    "loss.clip_c",
+    "advantage.eps",
+    "judge.timeout",
+    "prior.lr",
+    "rewardweaver.low_outcome",
+    "optim.grad_clip",
+]
 
 
 @pytest.mark.parametrize("key", FLOAT_KEYS)
@@ -110,14 +120,21 @@ def test_a_non_finite_number_is_refused_naming_the_key(key, value):
         load_config(None, [f"{key}={value}"])
 
 
-@pytest.mark.parametrize("override,key", [
-    ("rollout.temperature=1e-300", "rollout.temperature"), ("rollout.temperature=0.001", "rollout.temperature"),
-    ("rollout.temperature=1000", "rollout.temperature"), ("train.seed=-3", "train.seed"),
-    ("train.seed=4294967296", "train.seed"), ("prior.seed=18446744073709551616", "prior.seed"),
-    ("train.steps=1e30", "train.steps"), ("rollout.tasks_per_step=99999999999999999999", "rollout.tasks_per_step"),
-    ("env.options.wall_seconds=.inf", "env.options.wall_seconds"),
-    ("env.options={kind_weights: [1, .nan, 1]}", "env.options.kind_weights[1]"),
-])
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("rollout.temperature=1e-300", "rollout.temperature"),
+        ("rollout.temperature=0.001", "rollout.temperature"),
+        ("rollout.temperature=1000", "rollout.temperature"),
+        ("train.seed=-3", "train.seed"),
+        ("train.seed=4294967296", "train.seed"),
+        ("prior.seed=18446744073709551616", "prior.seed"),
+        ("train.steps=1e30", "train.steps"),
+        ("rollout.tasks_per_step=99999999999999999999", "rollout.tasks_per_step"),
+        ("env.options.wall_seconds=.inf", "env.options.wall_seconds"),
+        ("env.options={kind_weights: [1, .nan, 1]}", "env.options.kind_weights[1]"),
+    ],
+)
 def test_an_out_of_range_number_is_refused_naming_the_key(override, key):
     with pytest.raises(ValueError) as caught:
         load_config(None, [override])
@@ -133,8 +150,10 @@ def test_the_ranges_keep_the_values_a_user_needs():
 @example("optim.lr", math.inf)  # cases the generator may not draw: finite checks that ranges alone missed
 @example("loss.entropy_coef", -math.inf)
 @example("train.steps", 2**70)
-@given(st.sampled_from(FLOAT_KEYS + ["train.steps", "train.seed", "rollout.group_size"]),
-       st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-2**80, max_value=2**80)))
+@given(
+    st.sampled_from(FLOAT_KEYS + ["train.steps", "train.seed", "rollout.group_size"]),
+    st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-(2**80), max_value=2**80)),
+)
 def test_any_number_either_loads_finite_and_in_range_or_is_refused_naming_the_key(key, value):
     text = repr(value) if isinstance(value, int) else {math.inf: ".inf", -math.inf: "-.inf"}.get(value, repr(value))
     if isinstance(value, float) and math.isnan(value):
@@ -151,18 +170,24 @@ def test_any_number_either_loads_finite_and_in_range_or_is_refused_naming_the_ke
 
 # ---- environment options ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("env,option", [("negotiation", "num_tasks"), ("negotiation", "wall_seconds"),
-                                        ("tools", "timeout"), ("tools", "Wall_seconds")])
+
+@pytest.mark.parametrize(
+    "env,option",
+    [("negotiation", "num_tasks"), ("negotiation", "wall_seconds"), ("tools", "timeout"), ("tools", "Wall_seconds")],
+)
 def test_an_unknown_environment_option_is_refused_naming_it_and_the_choices(tmp_path, capsys, env, option):
     out = tmp_path / "run"
-    assert main(["train", "--out", str(out), "--quiet", "model.init=random", f"env.name={env}",
-                 f"env.options.{option}=3"]) == 2
+    assert (
+        main(["train", "--out", str(out), "--quiet", "model.init=random", f"env.name={env}", f"env.options.{option}=3"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"'env.options.{option}'" in err and "its options:" in err and err.count("\n") == 1
     assert not (out / "config.yaml").exists()
 
 
 # ---- the sampler's snapshot -------------------------------------------------------------------------
+
 
 def _sampler_state():
     from test_capability_sampler import populated_sampler

@@ -25,14 +25,26 @@ def _model(name: str):
     torch.manual_seed(0)
     if name == "built-in llama":
         return build_model(VOCAB, 32, 2, 4, 48, 256, 0, True).eval()
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2,
-                                        max_position_embeddings=256)).eval()
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+        )
+    ).eval()
 
 
 def _policy(model, shared: bool, allowed=None) -> Policy:
-    policy = Policy(model, WordCodec(NegotiationEnv(num_train=4, num_eval=2).vocabulary()), torch.device("cpu"),
-                    shared_prefix=shared)
+    policy = Policy(
+        model,
+        WordCodec(NegotiationEnv(num_train=4, num_eval=2).vocabulary()),
+        torch.device("cpu"),
+        shared_prefix=shared,
+    )
     policy.allowed = None if allowed is None else torch.tensor(sorted(allowed))
     return policy
 
@@ -72,8 +84,10 @@ def test_decode_makes_what_generate_makes(name, temperature, greedy, shared, sup
     prompts = _prompts()
     assert (HFGenerator(policy)._inputs(prompts)[2] is not None) == shared
     policy.codec.end_id = _end_token(policy, prompts, temperature, greedy)
-    (own, own_logp, own_rng), (ref, ref_logp, ref_rng) = (_run(policy, prompts, True, temperature, greedy),
-                                                         _run(policy, prompts, False, temperature, greedy))
+    (own, own_logp, own_rng), (ref, ref_logp, ref_rng) = (
+        _run(policy, prompts, True, temperature, greedy),
+        _run(policy, prompts, False, temperature, greedy),
+    )
     assert torch.equal(own, ref)
     assert torch.equal(own_rng, ref_rng)
     if greedy:
@@ -96,8 +110,10 @@ def test_decode_stops_when_every_row_has_ended(name):
     policy = _policy(model, True, allowed=[5, 6])
     policy.codec.end_id = 5
     prompts = _prompts(seed=8)
-    (own, own_logp, own_rng), (ref, ref_logp, ref_rng) = (_run(policy, prompts, True, 1.0, False),
-                                                         _run(policy, prompts, False, 1.0, False))
+    (own, own_logp, own_rng), (ref, ref_logp, ref_rng) = (
+        _run(policy, prompts, True, 1.0, False),
+        _run(policy, prompts, False, 1.0, False),
+    )
     assert own.shape[1] < BUDGET and (own == 5).any(dim=1).all()
     assert torch.equal(own, ref) and torch.equal(own_logp, ref_logp) and torch.equal(own_rng, ref_rng)
 
@@ -117,9 +133,17 @@ def test_completions_carry_the_decoded_tokens_and_log_probs():
 def test_which_models_the_own_loop_decodes():
     assert own_decoding(_model("built-in llama")) and own_decoding(_model("qwen2 gqa"))
     # a sliding window keeps only part of the cache: generate's own cache handling decodes it
-    mistral = MistralForCausalLM(MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                               sliding_window=4))
+    mistral = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            sliding_window=4,
+        )
+    )
     assert not own_decoding(mistral)
 
 

@@ -78,8 +78,9 @@ def _bench_module(name: str):
 
 
 def test_scoring_memory_bench_compares_the_same_log_probs(tmp_path):
-    report = _bench_module("bench_scoring_memory").main(["--tokens", "512", "--hidden", "64", "--vocab", "20000",
-                                                         "--out", str(tmp_path / "m.json")])
+    report = _bench_module("bench_scoring_memory").main(
+        ["--tokens", "512", "--hidden", "64", "--vocab", "20000", "--out", str(tmp_path / "m.json")]
+    )
     (row,) = report["rows"]
     assert row["max_abs_difference"] < 1e-4  # the fused path scores the same tokens
     assert row["materialized_peak_mib"] > 0 and row["logits_mib"] == 512 * 20000 * 4 / 2**20

@@ -55,8 +55,23 @@ assert any("rwcore.arise.sampler" in str(w.message) for w in caught)
 
 
 def test_the_old_demo_command_still_runs():
-    result = subprocess.run([sys.executable, "-W", "always", "-m", "rwcore.demo_sampler", "--steps", "2", "--tasks", "40",
-                             "--batch-size", "4"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "always",
+            "-m",
+            "rwcore.demo_sampler",
+            "--steps",
+            "2",
+            "--tasks",
+            "40",
+            "--batch-size",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     assert "rwcore.sampling.demo" in result.stderr
 

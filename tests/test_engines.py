@@ -22,19 +22,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _util import normalize
+
 from rwcore.trainer.config import load_config
 from rwcore.trainer.engines import deepspeed_config
 from rwcore.trainer.trainer import Trainer
 
-
 HERE = Path(__file__).parent
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=5", "rollout.group_size=4",
-    "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "train.steps=4", "optim.minibatches=2", "rewardweaver.diagnosis_tasks=4",
+    "env.options.num_train=40",
+    "env.options.num_eval=8",
+    "rollout.tasks_per_step=5",
+    "rollout.group_size=4",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "train.steps=4",
+    "optim.minibatches=2",
+    "rewardweaver.diagnosis_tasks=4",
     "rewardweaver.diagnostic_tasks=4",
 ]
 
@@ -53,8 +61,15 @@ def _environment() -> dict:
 
 
 def torchrun(*args: str, processes: int = 2, timeout: int = 600) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
-               "--master_addr=127.0.0.1", f"--master_port={_free_port()}", *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={processes}",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        *args,
+    ]
     done = subprocess.run(command, env=_environment(), capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
@@ -85,9 +100,23 @@ def test_two_process_zero_update_equals_one_process_update_on_the_whole_batch(tm
 
 def test_one_process_deepspeed_run_logs_what_the_torch_engine_logs(tmp_path):
     for engine in ("torch", "deepspeed"):
-        done = subprocess.run([sys.executable, "-m", "rwcore.trainer", "train", "--quiet", "--out",
-                               str(tmp_path / engine), *SMALL, f"train.engine={engine}"],
-                              env=_environment(), capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rwcore.trainer",
+                "train",
+                "--quiet",
+                "--out",
+                str(tmp_path / engine),
+                *SMALL,
+                f"train.engine={engine}",
+            ],
+            env=_environment(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     torch_rows, deepspeed_rows = rows(tmp_path / "torch"), rows(tmp_path / "deepspeed")
     assert len(torch_rows) == len(deepspeed_rows) == 4 + 3
@@ -120,8 +149,11 @@ def test_two_processes_share_one_state_write_once_and_resume_exactly(tmp_path):
     assert all(r["eval/episodes"] == 8 for r in straight if r["kind"] == "eval")  # both ranks' halves
     assert without_timing(rows(tmp_path / "cut")) == without_timing(straight)
 
-    states = {(name, rank): pickle.loads((tmp_path / name / f"state.{rank}.pkl").read_bytes())
-              for name in ("straight", "cut") for rank in (0, 1)}
+    states = {
+        (name, rank): pickle.loads((tmp_path / name / f"state.{rank}.pkl").read_bytes())
+        for name in ("straight", "cut")
+        for rank in (0, 1)
+    }
     reference = normalize(states["straight", 0])
     assert states["straight", 0]["step"] == 4 and states["straight", 0]["pool"] is not None
     for key, state in states.items():
@@ -132,10 +164,16 @@ def test_two_processes_share_one_state_write_once_and_resume_exactly(tmp_path):
 
 
 def test_resume_with_another_number_of_processes_is_refused(tmp_path):
-    torchrun(str(HERE / "dp_worker.py"), "straight", str(tmp_path / "run"), *SMALL, "train.engine=deepspeed",
-             "train.steps=2")
-    done = subprocess.run([sys.executable, "-m", "rwcore.trainer", "train", "--resume", str(tmp_path / "run")],
-                          env=_environment(), capture_output=True, text=True, timeout=600)
+    torchrun(
+        str(HERE / "dp_worker.py"), "straight", str(tmp_path / "run"), *SMALL, "train.engine=deepspeed", "train.steps=2"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "rwcore.trainer", "train", "--resume", str(tmp_path / "run")],
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode != 0
     assert "2 process(es)" in done.stderr and "same number" in done.stderr
 
@@ -176,8 +214,10 @@ def test_batch_too_small_for_the_processes_or_micro_batches_names_the_setting(tm
     with pytest.raises(ValueError, match=r"rollout.tasks_per_step=3 .* \(4\)"):
         trainer.setup()
     monkeypatch.delenv("WORLD_SIZE")
-    trainer = Trainer(load_config(None, [*SMALL, "rollout.tasks_per_step=1", "rollout.group_size=2",
-                                         "optim.minibatches=3"]), tmp_path / "b")
+    trainer = Trainer(
+        load_config(None, [*SMALL, "rollout.tasks_per_step=1", "rollout.group_size=2", "optim.minibatches=3"]),
+        tmp_path / "b",
+    )
     with pytest.raises(ValueError, match="optim.minibatches=3"):
         trainer.setup()
     assert not (tmp_path / "b").exists()  # nothing written before the check

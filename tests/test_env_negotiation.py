@@ -11,13 +11,14 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rwcore.trainer.envs import Environment, NegotiationEnv, Task, make
 from rwcore.trainer.envs.negotiation import (
     ACTION_PHRASES,
-    KINDS,
     KIND_WEIGHTS,
+    KINDS,
     PRICES,
     VERB_PHRASES,
     build_trajectory,
@@ -38,17 +39,26 @@ KNOWN_VOCABULARY_GAPS: set[str] = set()  # every word an observation can say is 
 
 def _task(kind="standard", **over):
     """A hand-made task (the shape make_task_data produces): a lamp costing 60, budget 100, list 120."""
-    data = {"kind": kind, "item": "lamp", "cost": 60, "bundle_cost": None, "bundle_budget": None,
-            "budget": 100, "list": 120, "feasible": True, "winnable": kind not in ("hostile", "sold_out")}
+    data = {
+        "kind": kind,
+        "item": "lamp",
+        "cost": 60,
+        "bundle_cost": None,
+        "bundle_budget": None,
+        "budget": 100,
+        "list": 120,
+        "feasible": True,
+        "winnable": kind not in ("hostile", "sold_out"),
+    }
     data.update(over)
     return Task("t-" + kind, KINDS[kind], data)
 
 
 STANDARD = _task()
-BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)            # list 120 = bundle budget
+BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)  # list 120 = bundle budget
 BUNDLE_DEAR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120, list=140)  # list above it
-HAGGLER = _task("haggler")                       # list 120 = budget 100 + 20
-QUOTE = _task("quote", list=100)                 # list 100 = budget
+HAGGLER = _task("haggler")  # list 120 = budget 100 + 20
+QUOTE = _task("quote", list=100)  # list 100 = budget
 NO_DEAL = _task("no_deal", cost=80, budget=60, list=140, feasible=False)
 HOSTILE = _task("hostile")
 SOLD_OUT = _task("sold_out")
@@ -91,11 +101,22 @@ def test_registered_and_protocol():
     assert make("negotiation", price_words=False).price_words is False
 
 
-@pytest.mark.parametrize("options", [
-    {"num_train": 0}, {"num_eval": 0}, {"max_turns": 0}, {"seed": 1.5}, {"seed": True}, {"num_train": "10"},
-    {"kind_weights": {"nope": 1.0}}, {"kind_weights": {}}, {"kind_weights": {"standard": -1.0}},
-    {"kind_weights": {"standard": 0.0}}, {"kind_weights": {"standard": True}},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_train": 0},
+        {"num_eval": 0},
+        {"max_turns": 0},
+        {"seed": 1.5},
+        {"seed": True},
+        {"num_train": "10"},
+        {"kind_weights": {"nope": 1.0}},
+        {"kind_weights": {}},
+        {"kind_weights": {"standard": -1.0}},
+        {"kind_weights": {"standard": 0.0}},
+        {"kind_weights": {"standard": True}},
+    ],
+)
 def test_bad_options_refused(options):
     with pytest.raises(ValueError):
         NegotiationEnv(**options)
@@ -145,16 +166,30 @@ def test_splits_disjoint():
     assert {t.data["kind"] for t in evals} == ALL_KINDS == {t.data["kind"] for t in train}
 
 
-@pytest.mark.parametrize("split, expected", [
-    # weights .15 x 4, .14, .13 x 2 sum to 1: size * weight is a whole number for 300 and 400 (by hand)
-    ("eval", {"standard": 45, "bundle": 45, "haggler": 45, "quote": 45, "no_deal": 42, "hostile": 39,
-              "sold_out": 39}),
-    ("train", {"standard": 60, "bundle": 60, "haggler": 60, "quote": 60, "no_deal": 56, "hostile": 52,
-               "sold_out": 52}),
-])
+@pytest.mark.parametrize(
+    "split, expected",
+    [
+        # weights .15 x 4, .14, .13 x 2 sum to 1: size * weight is a whole number for 300 and 400 (by hand)
+        (
+            "eval",
+            {"standard": 45, "bundle": 45, "haggler": 45, "quote": 45, "no_deal": 42, "hostile": 39, "sold_out": 39},
+        ),
+        (
+            "train",
+            {"standard": 60, "bundle": 60, "haggler": 60, "quote": 60, "no_deal": 56, "hostile": 52, "sold_out": 52},
+        ),
+    ],
+)
 def test_splits_stratified_by_kind(split, expected):
-    assert KIND_WEIGHTS == {"standard": 0.15, "bundle": 0.15, "haggler": 0.15, "quote": 0.15, "no_deal": 0.14,
-                            "hostile": 0.13, "sold_out": 0.13}
+    assert KIND_WEIGHTS == {
+        "standard": 0.15,
+        "bundle": 0.15,
+        "haggler": 0.15,
+        "quote": 0.15,
+        "no_deal": 0.14,
+        "hostile": 0.13,
+        "sold_out": 0.13,
+    }
     for seed in (0, 1, 7):  # fixed counts, whatever the seed
         assert Counter(t.data["kind"] for t in NegotiationEnv(seed=seed).tasks(split)) == expected
 
@@ -203,60 +238,63 @@ def test_task_data_follows_each_kind_rules():
 # -- parsing -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("ask", ("ask", None)),
-    ("ASK!", ("ask", None)),
-    ("ask budget", ("ask", None)),
-    ("budget?", ("ask", None)),
-    ("ask 100", ("ask", None)),
-    ("100", ("offer", 100)),
-    ("hello 75", ("offer", 80)),          # a price without a verb is an offer
-    ("offer 80", ("offer", 80)),
-    ("OFFER 80!", ("offer", 80)),
-    ("i offer 85 now", ("offer", 90)),    # halves round up
-    ("offer 84", ("offer", 80)),
-    ("offer 500", ("offer", 200)),
-    ("offer 0", ("offer", 10)),
-    ("price 70", ("offer", 70)),
-    ("sell it for $95", ("offer", 100)),
-    ("offer", ("unclear", None)),
-    ("price", ("unclear", None)),
-    ("price list", ("unclear", None)),    # `price` comes first: an offer without a number
-    ("bundle", ("bundle", None)),
-    ("bundle 120", ("bundle", 120)),
-    ("bundle offer 90", ("bundle", 90)),
-    ("offer bundle 90", ("offer", 90)),
-    ("match", ("match", None)),
-    ("MATCH.", ("match", None)),
-    ("match 80", ("match", None)),        # match names its own price: the number is ignored
-    ("match offer 80", ("match", None)),
-    ("list", ("list", None)),
-    ("list price", ("list", None)),
-    ("list 90", ("list", None)),
-    ("80 list", ("list", None)),
-    ("accept", ("accept", None)),
-    ("yes", ("accept", None)),
-    ("agree", ("accept", None)),
-    ("accept 80 offer", ("accept", None)),
-    ("75 yes", ("accept", None)),
-    ("confirm", ("confirm", None)),       # confirm and deal no longer mean accept
-    ("confirm 100", ("confirm", None)),
-    ("confirm deal", ("confirm", None)),
-    ("close", ("close", None)),
-    ("deal", ("close", None)),
-    ("deal 100", ("close", None)),
-    ("close the deal", ("close", None)),
-    ("yes confirm", ("accept", None)),
-    ("end", ("end", None)),
-    ("stop", ("end", None)),
-    ("quit", ("end", None)),
-    ("bye", ("end", None)),
-    ("reject", ("unclear", None)),
-    ("the item", ("unclear", None)),
-    ("", ("unclear", None)),
-    (None, ("unclear", None)),
-    (42, ("unclear", None)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("ask", ("ask", None)),
+        ("ASK!", ("ask", None)),
+        ("ask budget", ("ask", None)),
+        ("budget?", ("ask", None)),
+        ("ask 100", ("ask", None)),
+        ("100", ("offer", 100)),
+        ("hello 75", ("offer", 80)),  # a price without a verb is an offer
+        ("offer 80", ("offer", 80)),
+        ("OFFER 80!", ("offer", 80)),
+        ("i offer 85 now", ("offer", 90)),  # halves round up
+        ("offer 84", ("offer", 80)),
+        ("offer 500", ("offer", 200)),
+        ("offer 0", ("offer", 10)),
+        ("price 70", ("offer", 70)),
+        ("sell it for $95", ("offer", 100)),
+        ("offer", ("unclear", None)),
+        ("price", ("unclear", None)),
+        ("price list", ("unclear", None)),  # `price` comes first: an offer without a number
+        ("bundle", ("bundle", None)),
+        ("bundle 120", ("bundle", 120)),
+        ("bundle offer 90", ("bundle", 90)),
+        ("offer bundle 90", ("offer", 90)),
+        ("match", ("match", None)),
+        ("MATCH.", ("match", None)),
+        ("match 80", ("match", None)),  # match names its own price: the number is ignored
+        ("match offer 80", ("match", None)),
+        ("list", ("list", None)),
+        ("list price", ("list", None)),
+        ("list 90", ("list", None)),
+        ("80 list", ("list", None)),
+        ("accept", ("accept", None)),
+        ("yes", ("accept", None)),
+        ("agree", ("accept", None)),
+        ("accept 80 offer", ("accept", None)),
+        ("75 yes", ("accept", None)),
+        ("confirm", ("confirm", None)),  # confirm and deal no longer mean accept
+        ("confirm 100", ("confirm", None)),
+        ("confirm deal", ("confirm", None)),
+        ("close", ("close", None)),
+        ("deal", ("close", None)),
+        ("deal 100", ("close", None)),
+        ("close the deal", ("close", None)),
+        ("yes confirm", ("accept", None)),
+        ("end", ("end", None)),
+        ("stop", ("end", None)),
+        ("quit", ("end", None)),
+        ("bye", ("end", None)),
+        ("reject", ("unclear", None)),
+        ("the item", ("unclear", None)),
+        ("", ("unclear", None)),
+        (None, ("unclear", None)),
+        (42, ("unclear", None)),
+    ],
+)
 def test_parse_action_lenient(text, expected):
     assert parse_action(text) == expected
 
@@ -270,37 +308,53 @@ def test_parse_action_rounds_any_number(n, verb):
     assert parse_action(f"{verb}{n}") == (expected_verb, rounded)
 
 
-@pytest.mark.parametrize("observation, expected", [
-    (HEAD + "buyer wants item", {}),
-    (HEAD + "buyer budget 100 above", {"budget": 100}),
-    (BUNDLE_HEAD + "buyer wants bundle", {"wants_bundle": True}),
-    (BUNDLE_HEAD + "buyer budget 40 below bundle budget 120 above", {"budget": 40, "bundle_budget": 120}),
-    (BUNDLE_HEAD + "buyer likes bundle budget 120 above", {"bundle_on": True, "bundle_budget": 120}),
-    (BUNDLE_HEAD + "buyer likes bundle", {"bundle_on": True}),
-    (HEAD + "buyer haggles", {"haggles": True}),
-    (HEAD + "buyer secret", {"secret": True}),
-    (HEAD + "buyer wants price", {"quote": True}),
-    (HEAD + "buyer too high offer 100 above", {"counter": 100}),
-    (HEAD + "buyer agrees 100 above", {"agreed": 100}),
-    (HEAD + "buyer agrees 40 below", {"agreed": 40}),
-    (BUNDLE_HEAD + "buyer agrees bundle 120 above", {"agreed": 120}),
-    (HEAD + "buyer confirms", {"confirmed": True}),
-    (HEAD + "buyer agrees 100 above time up", {"agreed": 100, "over": True}),
-    (HEAD + "buyer confirms time up", {"confirmed": True, "over": True}),
-    (HEAD + "deal 100 above", {"over": True}),
-    (BUNDLE_HEAD + "deal bundle 120 above", {"over": True}),
-    (HEAD + "buyer not interested leaves", {"over": True}),
-    (HEAD + "buyer changed mind leaves", {"over": True}),
-    (HEAD + "buyer leaves", {"over": True}),
-    (HEAD + "item sold out", {"over": True}),
-    (HEAD + "no deal", {"over": True}),
-    (HEAD + "buyer budget 100 above time up", {"budget": 100, "over": True}),
-])
+@pytest.mark.parametrize(
+    "observation, expected",
+    [
+        (HEAD + "buyer wants item", {}),
+        (HEAD + "buyer budget 100 above", {"budget": 100}),
+        (BUNDLE_HEAD + "buyer wants bundle", {"wants_bundle": True}),
+        (BUNDLE_HEAD + "buyer budget 40 below bundle budget 120 above", {"budget": 40, "bundle_budget": 120}),
+        (BUNDLE_HEAD + "buyer likes bundle budget 120 above", {"bundle_on": True, "bundle_budget": 120}),
+        (BUNDLE_HEAD + "buyer likes bundle", {"bundle_on": True}),
+        (HEAD + "buyer haggles", {"haggles": True}),
+        (HEAD + "buyer secret", {"secret": True}),
+        (HEAD + "buyer wants price", {"quote": True}),
+        (HEAD + "buyer too high offer 100 above", {"counter": 100}),
+        (HEAD + "buyer agrees 100 above", {"agreed": 100}),
+        (HEAD + "buyer agrees 40 below", {"agreed": 40}),
+        (BUNDLE_HEAD + "buyer agrees bundle 120 above", {"agreed": 120}),
+        (HEAD + "buyer confirms", {"confirmed": True}),
+        (HEAD + "buyer agrees 100 above time up", {"agreed": 100, "over": True}),
+        (HEAD + "buyer confirms time up", {"confirmed": True, "over": True}),
+        (HEAD + "deal 100 above", {"over": True}),
+        (BUNDLE_HEAD + "deal bundle 120 above", {"over": True}),
+        (HEAD + "buyer not interested leaves", {"over": True}),
+        (HEAD + "buyer changed mind leaves", {"over": True}),
+        (HEAD + "buyer leaves", {"over": True}),
+        (HEAD + "item sold out", {"over": True}),
+        (HEAD + "no deal", {"over": True}),
+        (HEAD + "buyer budget 100 above time up", {"budget": 100, "over": True}),
+    ],
+)
 def test_parse_observation(observation, expected):
     bundle = observation.startswith(BUNDLE_HEAD)
-    facts = {"cost": 60, "list": 120, "bundle_cost": 80 if bundle else None, "budget": None, "bundle_budget": None,
-             "counter": None, "wants_bundle": False, "bundle_on": False, "haggles": False, "secret": False,
-             "over": False, "quote": False, "agreed": None, "confirmed": False}
+    facts = {
+        "cost": 60,
+        "list": 120,
+        "bundle_cost": 80 if bundle else None,
+        "budget": None,
+        "bundle_budget": None,
+        "counter": None,
+        "wants_bundle": False,
+        "bundle_on": False,
+        "haggles": False,
+        "secret": False,
+        "over": False,
+        "quote": False,
+        "agreed": None,
+        "confirmed": False,
+    }
     facts.update(expected)
     assert parse_observation(observation) == facts
 
@@ -317,8 +371,10 @@ def test_observation_reveals_private_facts_only_when_asked():
     assert env.reset(HOSTILE, 0).observation == HEAD + "buyer wants item"  # a hostile buyer looks like any other
     assert env.reset(SOLD_OUT, 0).observation == HEAD + "buyer wants item"
     assert env.step(env.reset(STANDARD, 0), "ask").observation == HEAD + "buyer budget 100 above"
-    assert (env.step(env.reset(BUNDLE, 0), "ask").observation
-            == BUNDLE_HEAD + "buyer budget 40 below bundle budget 120 above")
+    assert (
+        env.step(env.reset(BUNDLE, 0), "ask").observation
+        == BUNDLE_HEAD + "buyer budget 40 below bundle budget 120 above"
+    )
     assert env.step(env.reset(HAGGLER, 0), "ask").observation == HEAD + "buyer secret"
     assert env.step(env.reset(QUOTE, 0), "ask").observation == QUOTE_HEAD + "buyer secret"
     assert env.step(env.reset(NO_DEAL, 0), "ask").observation == NO_DEAL_HEAD + "buyer budget 60 below"
@@ -343,8 +399,10 @@ def test_hints_mark_each_buyer_number_against_the_cost_it_must_cover():
     # hand-written: a bundle number compares with the bundle cost 80, a plain one with the item cost 60
     assert _play(env, BUNDLE, ["ask", "bundle"]).observation == BUNDLE_HEAD + "buyer likes bundle budget 120 above"
     assert _play(env, BUNDLE, ["ask", "bundle", "60"]).observation == BUNDLE_HEAD + "buyer agrees bundle 60 below"
-    assert (_play(env, BUNDLE, ["ask", "bundle", "60", "confirm", "close"]).observation
-            == BUNDLE_HEAD + "deal bundle 60 below")
+    assert (
+        _play(env, BUNDLE, ["ask", "bundle", "60", "confirm", "close"]).observation
+        == BUNDLE_HEAD + "deal bundle 60 below"
+    )
     assert _play(env, STANDARD, ["ask", "60"]).observation == HEAD + "buyer agrees 60 above"
     assert _play(env, STANDARD, ["ask", "60", "confirm", "close"]).observation == HEAD + "deal 60 above"
     assert _play(env, STANDARD, ["ask", "40"]).observation == HEAD + "buyer agrees 40 below"
@@ -353,8 +411,11 @@ def test_hints_mark_each_buyer_number_against_the_cost_it_must_cover():
     assert _play(env, HAGGLER, ["list"]).observation == HEAD + "buyer too high offer 100 above"
     # every buyer number in rollouts is followed by its hint; header numbers are not
     checked = 0
-    policies = (lambda o, r: scripted_policy(o), random_policy,
-                lambda o, r: r.choice(HAND_VERBS) if r.random() < 0.5 else scripted_policy(o))
+    policies = (
+        lambda o, r: scripted_policy(o),
+        random_policy,
+        lambda o, r: r.choice(HAND_VERBS) if r.random() < 0.5 else scripted_policy(o),
+    )
     for task in env.tasks("eval")[:120]:
         d = task.data
         for p, policy in enumerate(policies):
@@ -370,7 +431,7 @@ def test_hints_mark_each_buyer_number_against_the_cost_it_must_cover():
                 for i in range(start, len(words)):
                     if not words[i].isdigit():
                         continue
-                    before = " ".join(words[max(start, i - 2):i])
+                    before = " ".join(words[max(start, i - 2) : i])
                     bundle = before in ("bundle budget", "deal bundle", "agrees bundle")
                     cost = d["bundle_cost"] if bundle else d["cost"]
                     assert words[i + 1] == ("above" if int(words[i]) >= cost else "below"), turn.content
@@ -389,25 +450,25 @@ EPISODES = [
     (STANDARD, ["budget?", "offer 100", "confirm", "deal"], True, "deal 100 above", "deal"),
     (STANDARD, ["ask", "sell it at 95", "confirm", "close"], True, "deal 100 above", "deal"),
     (STANDARD, ["ask", "match 80", "confirm", "close"], True, "deal 100 above", "deal"),  # match ignores the 80
-    (STANDARD, ["100"], False, "buyer not interested leaves", "walkout"),       # a price before asking
-    (STANDARD, ["list"], False, "buyer not interested leaves", "walkout"),      # the list price is a price
-    (STANDARD, ["match"], False, "buyer leaves", "walkout"),                    # no number stated yet
-    (STANDARD, ["ask", "list"], False, "buyer too high leaves", "walkout"),     # 120 > 100
-    (STANDARD, ["ask", "80", "confirm", "close"], False, "deal 80 above", "deal"),   # money left on the table
-    (STANDARD, ["ask", "40", "confirm", "close"], False, "deal 40 below", "deal"),   # below cost
+    (STANDARD, ["100"], False, "buyer not interested leaves", "walkout"),  # a price before asking
+    (STANDARD, ["list"], False, "buyer not interested leaves", "walkout"),  # the list price is a price
+    (STANDARD, ["match"], False, "buyer leaves", "walkout"),  # no number stated yet
+    (STANDARD, ["ask", "list"], False, "buyer too high leaves", "walkout"),  # 120 > 100
+    (STANDARD, ["ask", "80", "confirm", "close"], False, "deal 80 above", "deal"),  # money left on the table
+    (STANDARD, ["ask", "40", "confirm", "close"], False, "deal 40 below", "deal"),  # below cost
     (STANDARD, ["ask", "120"], False, "buyer too high leaves", "walkout"),
     (STANDARD, ["ask", "ask"], False, "buyer leaves", "walkout"),
-    (STANDARD, ["accept"], False, "buyer leaves", "walkout"),                   # no counter to accept
+    (STANDARD, ["accept"], False, "buyer leaves", "walkout"),  # no counter to accept
     (STANDARD, ["ask", "yes"], False, "buyer leaves", "walkout"),
-    (STANDARD, ["confirm"], False, "buyer leaves", "walkout"),                  # nothing agreed to confirm
+    (STANDARD, ["confirm"], False, "buyer leaves", "walkout"),  # nothing agreed to confirm
     (STANDARD, ["close"], False, "buyer leaves", "walkout"),
     (STANDARD, ["ask", "confirm"], False, "buyer leaves", "walkout"),
     (STANDARD, ["ask", "deal"], False, "buyer leaves", "walkout"),
     (STANDARD, ["hello"], False, "buyer leaves", "walkout"),
-    (STANDARD, ["ask", "bundle"], False, "buyer leaves", "walkout"),            # nobody wants a bundle
+    (STANDARD, ["ask", "bundle"], False, "buyer leaves", "walkout"),  # nobody wants a bundle
     (STANDARD, ["end"], False, "no deal", "agent"),
     # the agreement phase: after "buyer agrees" only confirm / end, after "buyer confirms" only close / end
-    (STANDARD, ["ask", "100", "close"], False, "buyer leaves", "walkout"),      # closing before confirming
+    (STANDARD, ["ask", "100", "close"], False, "buyer leaves", "walkout"),  # closing before confirming
     (STANDARD, ["ask", "100", "accept"], False, "buyer leaves", "walkout"),
     (STANDARD, ["ask", "100", "100"], False, "buyer leaves", "walkout"),
     (STANDARD, ["ask", "match", "match"], False, "buyer leaves", "walkout"),
@@ -424,12 +485,12 @@ EPISODES = [
     (BUNDLE, ["bundle", "ask", "match", "confirm", "close"], True, "deal bundle 120 above", "deal"),
     (BUNDLE, ["bundle", "ask", "120", "confirm", "close"], True, "deal bundle 120 above", "deal"),
     (BUNDLE, ["ask", "bundle 120", "confirm", "close"], True, "deal bundle 120 above", "deal"),
-    (BUNDLE_DEAR, ["ask", "bundle", "list"], False, "buyer too high leaves", "walkout"),   # list 140 > 120
+    (BUNDLE_DEAR, ["ask", "bundle", "list"], False, "buyer too high leaves", "walkout"),  # list 140 > 120
     (BUNDLE_DEAR, ["ask", "bundle", "match", "confirm", "close"], True, "deal bundle 120 above", "deal"),
     (BUNDLE, ["ask", "match"], False, "buyer wants bundle leaves", "walkout"),  # match: the plain budget 40
-    (BUNDLE, ["bundle", "match"], False, "buyer leaves", "walkout"),            # no number stated yet
+    (BUNDLE, ["bundle", "match"], False, "buyer leaves", "walkout"),  # no number stated yet
     (BUNDLE, ["ask", "40"], False, "buyer wants bundle leaves", "walkout"),
-    (BUNDLE, ["ask", "list"], False, "buyer wants bundle leaves", "walkout"),   # a plain offer at 120
+    (BUNDLE, ["ask", "list"], False, "buyer wants bundle leaves", "walkout"),  # a plain offer at 120
     (BUNDLE, ["ask", "bundle", "100", "confirm", "close"], False, "deal bundle 100 above", "deal"),
     (BUNDLE, ["ask", "bundle", "60", "confirm", "close"], False, "deal bundle 60 below", "deal"),
     (BUNDLE, ["ask", "bundle", "140"], False, "buyer too high leaves", "walkout"),
@@ -448,15 +509,15 @@ EPISODES = [
     (HAGGLER, ["100", "match", "confirm", "close"], False, "deal 80 above", "deal"),
     (HAGGLER, ["120", "80", "confirm", "close"], False, "deal 80 above", "deal"),
     (HAGGLER, ["120", "110"], False, "buyer too high leaves", "walkout"),
-    (HAGGLER, ["120", "120"], False, "buyer leaves", "walkout"),                 # a repeated offer
-    (HAGGLER, ["120", "list"], False, "buyer leaves", "walkout"),                # the same offer again
-    (HAGGLER, ["120", "bundle 100"], False, "buyer leaves", "walkout"),          # a bundle nobody wants
-    (HAGGLER, ["140"], False, "buyer leaves", "walkout"),                        # insulted: more than 20 above
+    (HAGGLER, ["120", "120"], False, "buyer leaves", "walkout"),  # a repeated offer
+    (HAGGLER, ["120", "list"], False, "buyer leaves", "walkout"),  # the same offer again
+    (HAGGLER, ["120", "bundle 100"], False, "buyer leaves", "walkout"),  # a bundle nobody wants
+    (HAGGLER, ["140"], False, "buyer leaves", "walkout"),  # insulted: more than 20 above
     (HAGGLER, ["match"], False, "buyer leaves", "walkout"),
     (HAGGLER, ["accept"], False, "buyer leaves", "walkout"),
     (HAGGLER, ["ask", "ask"], False, "buyer leaves", "walkout"),
     (HAGGLER, ["ask", "list", "ask"], False, "buyer leaves", "walkout"),
-    (HAGGLER, ["list", "confirm"], False, "buyer leaves", "walkout"),            # nothing agreed yet
+    (HAGGLER, ["list", "confirm"], False, "buyer leaves", "walkout"),  # nothing agreed yet
     (HAGGLER, ["list", "accept", "close"], False, "buyer leaves", "walkout"),
     (HAGGLER, ["list", "accept", "accept"], False, "buyer leaves", "walkout"),
     (HAGGLER, ["120", "end"], False, "no deal", "agent"),
@@ -464,11 +525,11 @@ EPISODES = [
     (QUOTE, ["list", "confirm", "close"], True, "deal 100 above", "deal"),
     (QUOTE, ["100", "confirm", "close"], True, "deal 100 above", "deal"),
     (QUOTE, ["ask", "list", "confirm", "deal"], True, "deal 100 above", "deal"),
-    (QUOTE, ["80", "confirm", "close"], False, "deal 80 above", "deal"),       # takes a lower first offer too
+    (QUOTE, ["80", "confirm", "close"], False, "deal 80 above", "deal"),  # takes a lower first offer too
     (QUOTE, ["40", "confirm", "close"], False, "deal 40 below", "deal"),
     (QUOTE, ["120"], False, "buyer too high leaves", "walkout"),
     (QUOTE, ["match"], False, "buyer leaves", "walkout"),
-    (QUOTE, ["ask", "match"], False, "buyer leaves", "walkout"),               # "secret" states no number
+    (QUOTE, ["ask", "match"], False, "buyer leaves", "walkout"),  # "secret" states no number
     (QUOTE, ["ask", "ask"], False, "buyer leaves", "walkout"),
     (QUOTE, ["bundle"], False, "buyer leaves", "walkout"),
     (QUOTE, ["accept"], False, "buyer leaves", "walkout"),
@@ -480,9 +541,9 @@ EPISODES = [
     # no deal: ask, then end at once
     (NO_DEAL, ["ask", "end"], True, "no deal", "agent"),
     (NO_DEAL, ["ask", "stop"], True, "no deal", "agent"),
-    (NO_DEAL, ["end"], False, "no deal", "agent"),                               # not informed
+    (NO_DEAL, ["end"], False, "no deal", "agent"),  # not informed
     (NO_DEAL, ["ask", "match", "confirm", "close"], False, "deal 60 below", "deal"),
-    (NO_DEAL, ["ask", "60", "end"], False, "no deal", "agent"),                  # not right after the budget
+    (NO_DEAL, ["ask", "60", "end"], False, "no deal", "agent"),  # not right after the budget
     (NO_DEAL, ["ask", "60", "confirm", "close"], False, "deal 60 below", "deal"),
     (NO_DEAL, ["ask", "80"], False, "buyer too high leaves", "walkout"),
     (NO_DEAL, ["ask", "list"], False, "buyer too high leaves", "walkout"),
@@ -531,36 +592,57 @@ def test_deal_takes_agreement_confirmation_and_close():
     # the reply kinds, as the rules read them
     assert [e["reply"] for e in closed.state["events"]] == ["budget", "agrees", "confirms", "deal"]
     # deals record what was sold
-    assert (_play(env, BUNDLE, ["ask", "bundle", "match", "confirm", "close"]).state["deal"]
-            == {"price": 120, "kind": "bundle", "cost": 80})
+    assert _play(env, BUNDLE, ["ask", "bundle", "match", "confirm", "close"]).state["deal"] == {
+        "price": 120,
+        "kind": "bundle",
+        "cost": 80,
+    }
     assert _play(env, BUNDLE, ["ask", "bundle", "list"]).state["agreed"] == {"price": 120, "kind": "bundle", "cost": 80}
-    assert (_play(env, HAGGLER, ["list", "accept", "confirm", "close"]).state["deal"]
-            == {"price": 100, "kind": "plain", "cost": 60})
+    assert _play(env, HAGGLER, ["list", "accept", "confirm", "close"]).state["deal"] == {
+        "price": 100,
+        "kind": "plain",
+        "cost": 60,
+    }
     assert _play(env, QUOTE, ["list", "confirm", "close"]).state["deal"] == {"price": 100, "kind": "plain", "cost": 60}
     # a hostile buyer never agrees; a sold-out item agrees and confirms but is never sold
     for messages in (["ask", "100"], ["ask", "end"]):
         state = _play(env, HOSTILE, messages).state
         assert state["deal"] is None and state["agreed"] is None
     state = _play(env, SOLD_OUT, ["ask", "100", "confirm", "close"]).state
-    assert state["deal"] is None and state["confirmed"] and state["agreed"] == {"price": 100, "kind": "plain",
-                                                                                "cost": 60}
+    assert (
+        state["deal"] is None and state["confirmed"] and state["agreed"] == {"price": 100, "kind": "plain", "cost": 60}
+    )
 
 
-@pytest.mark.parametrize("task, messages, expected", [
-    # (said, verb, price) of each event: match and list are resolved into offers at the named price
-    (STANDARD, ["ask", "match", "confirm", "close"],
-     [("ask", "ask", None), ("match", "offer", 100), ("confirm", "confirm", None), ("close", "close", None)]),
-    (STANDARD, ["ask", "list"], [("ask", "ask", None), ("list", "offer", 120)]),
-    (STANDARD, ["match"], [("match", "unclear", None)]),
-    (STANDARD, ["deal"], [("close", "close", None)]),
-    (BUNDLE, ["ask", "bundle", "list"], [("ask", "ask", None), ("bundle", "bundle", None), ("list", "bundle", 120)]),
-    (BUNDLE, ["bundle", "ask", "match"], [("bundle", "bundle", None), ("ask", "ask", None), ("match", "bundle", 120)]),
-    (BUNDLE, ["ask", "match"], [("ask", "ask", None), ("match", "offer", 40)]),
-    (HAGGLER, ["list", "match"], [("list", "offer", 120), ("match", "offer", 100)]),
-    (HAGGLER, ["100", "match"], [("offer", "offer", 100), ("match", "offer", 80)]),
-    (QUOTE, ["ask", "list"], [("ask", "ask", None), ("list", "offer", 100)]),
-    (QUOTE, ["ask", "match"], [("ask", "ask", None), ("match", "unclear", None)]),
-])
+@pytest.mark.parametrize(
+    "task, messages, expected",
+    [
+        # (said, verb, price) of each event: match and list are resolved into offers at the named price
+        (
+            STANDARD,
+            ["ask", "match", "confirm", "close"],
+            [("ask", "ask", None), ("match", "offer", 100), ("confirm", "confirm", None), ("close", "close", None)],
+        ),
+        (STANDARD, ["ask", "list"], [("ask", "ask", None), ("list", "offer", 120)]),
+        (STANDARD, ["match"], [("match", "unclear", None)]),
+        (STANDARD, ["deal"], [("close", "close", None)]),
+        (
+            BUNDLE,
+            ["ask", "bundle", "list"],
+            [("ask", "ask", None), ("bundle", "bundle", None), ("list", "bundle", 120)],
+        ),
+        (
+            BUNDLE,
+            ["bundle", "ask", "match"],
+            [("bundle", "bundle", None), ("ask", "ask", None), ("match", "bundle", 120)],
+        ),
+        (BUNDLE, ["ask", "match"], [("ask", "ask", None), ("match", "offer", 40)]),
+        (HAGGLER, ["list", "match"], [("list", "offer", 120), ("match", "offer", 100)]),
+        (HAGGLER, ["100", "match"], [("offer", "offer", 100), ("match", "offer", 80)]),
+        (QUOTE, ["ask", "list"], [("ask", "ask", None), ("list", "offer", 100)]),
+        (QUOTE, ["ask", "match"], [("ask", "ask", None), ("match", "unclear", None)]),
+    ],
+)
 def test_events_record_the_spoken_verb_and_the_resolved_move(task, messages, expected):
     events = _play(NegotiationEnv(), task, messages).state["events"]
     assert [(e["said"], e["verb"], e["price"]) for e in events] == expected
@@ -598,17 +680,25 @@ def test_episode_mechanics():
     # a close on the last turn counts: a sale takes four turns, a bundle sale five, a quote three
     assert env.outcome(_play(env, STANDARD, ["ask", "match", "confirm", "close"])).success
     assert not env.outcome(_play(env, BUNDLE, ["ask", "bundle", "match", "confirm", "close"])).success
-    assert NegotiationEnv(max_turns=5).outcome(_play(NegotiationEnv(max_turns=5), BUNDLE,
-                                                     ["ask", "bundle", "match", "confirm", "close"])).success
+    assert (
+        NegotiationEnv(max_turns=5)
+        .outcome(_play(NegotiationEnv(max_turns=5), BUNDLE, ["ask", "bundle", "match", "confirm", "close"]))
+        .success
+    )
     three = NegotiationEnv(max_turns=3)
     assert three.outcome(_play(three, QUOTE, ["list", "confirm", "close"])).success
     assert not three.outcome(_play(three, STANDARD, ["ask", "match", "confirm", "close"])).success
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(HAND_TASKS),
-       st.lists(st.sampled_from(list(ACTION_PHRASES) + ["hello", "yes", "deal", "bundle 120", "offer 110", "match 80"]),
-                min_size=1, max_size=6))
+@given(
+    st.sampled_from(HAND_TASKS),
+    st.lists(
+        st.sampled_from(list(ACTION_PHRASES) + ["hello", "yes", "deal", "bundle 120", "offer 110", "match 80"]),
+        min_size=1,
+        max_size=6,
+    ),
+)
 def test_step_never_mutates_its_episode(task, messages):
     env = NegotiationEnv(max_turns=6)
     episode = env.reset(task, 0)
@@ -643,12 +733,19 @@ def test_trajectory_contract():
     trajectory = run_episode(env, BUNDLE, scripted_policy, seed=2, group_id="g")
     assert [t.role for t in trajectory.turns] == ["system", "partner"] + ["assistant", "partner"] * 5
     assert [t.content for t in trajectory.turns] == [
-        env.system_prompt, BUNDLE_HEAD + "buyer wants bundle",
-        "ask", BUNDLE_HEAD + "buyer budget 40 below bundle budget 120 above",
-        "bundle", BUNDLE_HEAD + "buyer likes bundle budget 120 above",
-        "120", BUNDLE_HEAD + "buyer agrees bundle 120 above",
-        "confirm", BUNDLE_HEAD + "buyer confirms",
-        "close", BUNDLE_HEAD + "deal bundle 120 above"]
+        env.system_prompt,
+        BUNDLE_HEAD + "buyer wants bundle",
+        "ask",
+        BUNDLE_HEAD + "buyer budget 40 below bundle budget 120 above",
+        "bundle",
+        BUNDLE_HEAD + "buyer likes bundle budget 120 above",
+        "120",
+        BUNDLE_HEAD + "buyer agrees bundle 120 above",
+        "confirm",
+        BUNDLE_HEAD + "buyer confirms",
+        "close",
+        BUNDLE_HEAD + "deal bundle 120 above",
+    ]
     assert all(t.generated == (t.role == "assistant") for t in trajectory.turns)
     assert trajectory.tags == ("bundle",) and trajectory.task_id == "t-bundle"
     assert trajectory.outcome == 1.0 and trajectory.group_id == "g" and trajectory.trajectory_id == "t-bundle/g/2"
@@ -671,8 +768,14 @@ def test_trajectory_contract():
         episode = env.step(episode, message)
         partner.append(episode.observation)
     built = build_trajectory(env, episode, ["ask", "end"], partner, system_prompt="custom", trajectory_id="x")
-    assert [t.content for t in built.turns] == ["custom", NO_DEAL_HEAD + "buyer wants item", "ask",
-                                                NO_DEAL_HEAD + "buyer budget 60 below", "end", NO_DEAL_HEAD + "no deal"]
+    assert [t.content for t in built.turns] == [
+        "custom",
+        NO_DEAL_HEAD + "buyer wants item",
+        "ask",
+        NO_DEAL_HEAD + "buyer budget 60 below",
+        "end",
+        NO_DEAL_HEAD + "no deal",
+    ]
     assert built.trajectory_id == "x" and built.outcome == 1.0 and built.metadata["success"] is True
     assert built.metadata["env_state"] is episode.state
     failed = build_trajectory(env, _play(env, STANDARD, ["end"]), ["end"], ["a", "b"])
@@ -694,10 +797,13 @@ def test_action_vocabulary_follows_price_words():
     assert default.action_vocabulary() == sorted(verbs | prices if default.price_words else verbs)
     # without price words the verbs alone still win every winnable kind (match and list name the prices)
     env = NegotiationEnv(price_words=False)
-    for task, messages in ((STANDARD, ["ask", "match", "confirm", "close"]),
-                           (BUNDLE, ["ask", "bundle", "match", "confirm", "close"]),
-                           (HAGGLER, ["list", "accept", "confirm", "close"]), (QUOTE, ["list", "confirm", "close"]),
-                           (NO_DEAL, ["ask", "end"])):
+    for task, messages in (
+        (STANDARD, ["ask", "match", "confirm", "close"]),
+        (BUNDLE, ["ask", "bundle", "match", "confirm", "close"]),
+        (HAGGLER, ["list", "accept", "confirm", "close"]),
+        (QUOTE, ["list", "confirm", "close"]),
+        (NO_DEAL, ["ask", "end"]),
+    ):
         assert set(messages) <= set(env.action_vocabulary())
         assert env.outcome(_play(env, task, messages)).success, task.task_id
 
@@ -723,8 +829,25 @@ def test_vocabulary_covers_everything():
                     if turn.role != "assistant" or name in ("scripted", "random"):
                         seen |= set(turn.content.split())
     assert seen - vocab <= KNOWN_VOCABULARY_GAPS, seen - vocab - KNOWN_VOCABULARY_GAPS
-    assert {"haggles", "secret", "sold", "changed", "mind", "above", "below", "time", "up", "agrees", "confirms",
-            "price", "deal", "confirm", "close", "match", "list"} <= seen
+    assert {
+        "haggles",
+        "secret",
+        "sold",
+        "changed",
+        "mind",
+        "above",
+        "below",
+        "time",
+        "up",
+        "agrees",
+        "confirms",
+        "price",
+        "deal",
+        "confirm",
+        "close",
+        "match",
+        "list",
+    } <= seen
 
 
 # -- policies -------------------------------------------------------------------------------
@@ -775,16 +898,30 @@ def _random_success_probability(env, task):
 #   no_deal    ask, end                                                                    = 1/81
 # and no episode outlives 5 messages (one ask, one bundle proposal or counter, agree, confirm, close).
 RANDOM_SUCCESS = {
-    "standard": Fraction(11, 65610), "bundle": Fraction(7, 98415), "bundle_dear": Fraction(11, 295245),
-    "haggler": Fraction(847, 1968300), "quote": Fraction(11, 6561), "no_deal": Fraction(1, 81),
-    "hostile": Fraction(0), "sold_out": Fraction(0),
+    "standard": Fraction(11, 65610),
+    "bundle": Fraction(7, 98415),
+    "bundle_dear": Fraction(11, 295245),
+    "haggler": Fraction(847, 1968300),
+    "quote": Fraction(11, 6561),
+    "no_deal": Fraction(1, 81),
+    "hostile": Fraction(0),
+    "sold_out": Fraction(0),
 }
 
 
-@pytest.mark.parametrize("task, name", [
-    (STANDARD, "standard"), (BUNDLE, "bundle"), (BUNDLE_DEAR, "bundle_dear"), (HAGGLER, "haggler"),
-    (QUOTE, "quote"), (NO_DEAL, "no_deal"), (HOSTILE, "hostile"), (SOLD_OUT, "sold_out"),
-])
+@pytest.mark.parametrize(
+    "task, name",
+    [
+        (STANDARD, "standard"),
+        (BUNDLE, "bundle"),
+        (BUNDLE_DEAR, "bundle_dear"),
+        (HAGGLER, "haggler"),
+        (QUOTE, "quote"),
+        (NO_DEAL, "no_deal"),
+        (HOSTILE, "hostile"),
+        (SOLD_OUT, "sold_out"),
+    ],
+)
 def test_random_policy_success_probability_by_hand(task, name):
     probability, deepest = _random_success_probability(NegotiationEnv(), task)
     assert probability == RANDOM_SUCCESS[name]

@@ -127,20 +127,44 @@ def test_best_fixed_sequence_bounds_every_sequence_on_the_default_eval_split(pri
     assert _exhaustive_best(env, tasks, vocabulary, env.max_turns) == 45
 
 
-@pytest.mark.parametrize("options, split, max_length, phrases", [
-    ({"price_words": False}, "train", None, None),
-    ({"num_train": 10, "num_eval": 120, "kind_weights": {"haggler": 1, "bundle": 1, "standard": 1}}, "eval", None,
-     None),
-    ({"num_train": 10, "num_eval": 120, "kind_weights": {"haggler": 3, "quote": 2, "no_deal": 1}, "max_turns": 4},
-     "eval", None, None),
-    ({"num_train": 10, "num_eval": 80, "kind_weights": {"bundle": 1}, "max_turns": 4}, "eval", None, None),
-    ({"num_train": 10, "num_eval": 80, "kind_weights": {"bundle": 1}}, "eval", None,
-     ("ask", "bundle", "list", "confirm", "close", "end", "100", "120")),        # no match: list or a price
-    ({"num_train": 10, "num_eval": 120, "kind_weights": {"standard": 1, "quote": 1}, "price_words": False}, "eval",
-     None, ("ask", "list", "confirm", "close", "end")),                        # no match: only quotes are won
-    ({"num_train": 10, "num_eval": 150, "max_turns": 3}, "eval", 2, None),
-    ({"num_train": 10, "num_eval": 150}, "eval", 3, None),
-])
+@pytest.mark.parametrize(
+    "options, split, max_length, phrases",
+    [
+        ({"price_words": False}, "train", None, None),
+        (
+            {"num_train": 10, "num_eval": 120, "kind_weights": {"haggler": 1, "bundle": 1, "standard": 1}},
+            "eval",
+            None,
+            None,
+        ),
+        (
+            {
+                "num_train": 10,
+                "num_eval": 120,
+                "kind_weights": {"haggler": 3, "quote": 2, "no_deal": 1},
+                "max_turns": 4,
+            },
+            "eval",
+            None,
+            None,
+        ),
+        ({"num_train": 10, "num_eval": 80, "kind_weights": {"bundle": 1}, "max_turns": 4}, "eval", None, None),
+        (
+            {"num_train": 10, "num_eval": 80, "kind_weights": {"bundle": 1}},
+            "eval",
+            None,
+            ("ask", "bundle", "list", "confirm", "close", "end", "100", "120"),
+        ),  # no match: list or a price
+        (
+            {"num_train": 10, "num_eval": 120, "kind_weights": {"standard": 1, "quote": 1}, "price_words": False},
+            "eval",
+            None,
+            ("ask", "list", "confirm", "close", "end"),
+        ),  # no match: only quotes are won
+        ({"num_train": 10, "num_eval": 150, "max_turns": 3}, "eval", 2, None),
+        ({"num_train": 10, "num_eval": 150}, "eval", 3, None),
+    ],
+)
 def test_best_fixed_sequence_equals_an_exhaustive_search(options, split, max_length, phrases):
     env = NegotiationEnv(seed=5, **options)
     tasks = env.tasks(split)
@@ -178,12 +202,37 @@ def test_every_winning_sequence_says_a_needed_move_at_every_step():
     vocabulary, found by walking each task's whole episode tree)."""
     env = NegotiationEnv(seed=7, num_train=10, num_eval=140)
     tasks = env.tasks("eval") + [
-        Task("bundle-list", KINDS["bundle"], {"kind": "bundle", "item": "lamp", "cost": 60, "bundle_cost": 80,
-                                              "bundle_budget": 120, "budget": 40, "list": 120, "feasible": True,
-                                              "winnable": True}),
-        Task("standard-list", KINDS["standard"], {"kind": "standard", "item": "lamp", "cost": 60, "bundle_cost": None,
-                                                  "bundle_budget": None, "budget": 100, "list": 100,
-                                                  "feasible": True, "winnable": True})]
+        Task(
+            "bundle-list",
+            KINDS["bundle"],
+            {
+                "kind": "bundle",
+                "item": "lamp",
+                "cost": 60,
+                "bundle_cost": 80,
+                "bundle_budget": 120,
+                "budget": 40,
+                "list": 120,
+                "feasible": True,
+                "winnable": True,
+            },
+        ),
+        Task(
+            "standard-list",
+            KINDS["standard"],
+            {
+                "kind": "standard",
+                "item": "lamp",
+                "cost": 60,
+                "bundle_cost": None,
+                "bundle_budget": None,
+                "budget": 100,
+                "list": 100,
+                "feasible": True,
+                "winnable": True,
+            },
+        ),
+    ]
     checked = Counter()
 
     def walk(path):
@@ -222,8 +271,18 @@ def test_no_constant_message_passes_a_rubric_on_more_than_5_percent():
     reported = constant_action_rates(DEFAULT)
     assert set(reported) == set(VOCABULARY[True])
     # the vocabulary, and synonyms and free text a policy could say instead
-    for phrase in VOCABULARY[True] + ["yes", "budget", "stop", "deal", "agree", "offer 100", "offer 110",
-                                      "bundle 120", "match 100", "hello"]:
+    for phrase in VOCABULARY[True] + [
+        "yes",
+        "budget",
+        "stop",
+        "deal",
+        "agree",
+        "offer 100",
+        "offer 110",
+        "bundle 120",
+        "match 100",
+        "hello",
+    ]:
         trajectories = [run_episode(DEFAULT, task, lambda obs, p=phrase: p) for task in tasks]
         passes = dict.fromkeys(rules, 0)
         for report in judge.evaluate(trajectories, specs):
@@ -244,9 +303,31 @@ def test_no_constant_message_passes_a_rubric_on_more_than_5_percent():
 
 def _perturbed(rng):
     """Scripted play with mistakes: another move, a synonym, a near-miss price, a multi-word message."""
-    pool = VERBS + ["yes", "budget", "hello", "offer", "deal", "agree", "bundle 120", "bundle 100", "offer bundle 100",
-                    "110", "95", "sell 85", "ask 100", "accept 100", "match 80", "list 100", "confirm 100",
-                    "close deal", ""] + PRICE_WORDS
+    pool = (
+        VERBS
+        + [
+            "yes",
+            "budget",
+            "hello",
+            "offer",
+            "deal",
+            "agree",
+            "bundle 120",
+            "bundle 100",
+            "offer bundle 100",
+            "110",
+            "95",
+            "sell 85",
+            "ask 100",
+            "accept 100",
+            "match 80",
+            "list 100",
+            "confirm 100",
+            "close deal",
+            "",
+        ]
+        + PRICE_WORDS
+    )
 
     def policy(observation):
         if rng.random() < 0.3:
@@ -265,8 +346,10 @@ def test_annotator_agrees_with_the_rules():
     judge = RuleJudge({rid: rule.check for rid, rule in rules.items()})
     trajectories = []
     # the default turns, and a short limit that cuts episodes off mid-sale
-    for env in (NegotiationEnv(seed=11, num_train=10, num_eval=150), NegotiationEnv(seed=12, num_train=10,
-                                                                                    num_eval=60, max_turns=3)):
+    for env in (
+        NegotiationEnv(seed=11, num_train=10, num_eval=150),
+        NegotiationEnv(seed=12, num_train=10, num_eval=60, max_turns=3),
+    ):
         for task in env.tasks("eval"):
             for name, policy in _bad_policies().items():  # the scripted, random and deliberately bad policies
                 rng = random.Random(f"{task.task_id}/{name}")

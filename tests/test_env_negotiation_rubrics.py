@@ -31,25 +31,44 @@ ENV = NegotiationEnv(seed=0, num_train=80, num_eval=60)
 RULES = {rule.spec.rubric_id: rule for rule in ENV.rules()}
 SPECS = [rule.spec for rule in RULES.values()]
 P, F, NA = True, False, None
-RULE_IDS = ["asks_budget_first", "offers_at_budget", "proposes_bundle_when_wanted", "offers_bundle_when_wanted",
-            "opens_at_list_with_haggler", "quotes_list_price", "confirms_agreement", "closes_after_confirmation",
-            "accepts_counter", "ends_hopeless_negotiation", "clear_actions"]
+RULE_IDS = [
+    "asks_budget_first",
+    "offers_at_budget",
+    "proposes_bundle_when_wanted",
+    "offers_bundle_when_wanted",
+    "opens_at_list_with_haggler",
+    "quotes_list_price",
+    "confirms_agreement",
+    "closes_after_confirmation",
+    "accepts_counter",
+    "ends_hopeless_negotiation",
+    "clear_actions",
+]
 
 
 def _task(kind="standard", **over):
     """A hand-made task: a lamp costing 60, budget 100, list 120 (the shape make_task_data produces)."""
-    data = {"kind": kind, "item": "lamp", "cost": 60, "bundle_cost": None, "bundle_budget": None,
-            "budget": 100, "list": 120, "feasible": True, "winnable": kind not in ("hostile", "sold_out")}
+    data = {
+        "kind": kind,
+        "item": "lamp",
+        "cost": 60,
+        "bundle_cost": None,
+        "bundle_budget": None,
+        "budget": 100,
+        "list": 120,
+        "feasible": True,
+        "winnable": kind not in ("hostile", "sold_out"),
+    }
     data.update(over)
     return Task("t-" + kind, KINDS[kind], data)
 
 
 STANDARD = _task()
-BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)                 # list 120 = bundle budget
+BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)  # list 120 = bundle budget
 BUNDLE_DEAR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120, list=140)  # list above it
 BUNDLE_POOR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=60, feasible=False)  # cannot afford it
-HAGGLER = _task("haggler")                                                             # list 120 = budget + 20
-QUOTE = _task("quote", list=100)                                                       # list 100 = budget
+HAGGLER = _task("haggler")  # list 120 = budget + 20
+QUOTE = _task("quote", list=100)  # list 100 = budget
 NO_DEAL = _task("no_deal", cost=80, budget=60, list=140, feasible=False)
 HOSTILE = _task("hostile")
 SOLD_OUT = _task("sold_out")
@@ -79,61 +98,61 @@ CASES = [
     ("asks_budget_first", STANDARD, ["ask", "match"], P),
     ("asks_budget_first", SOLD_OUT, ["ask", "match", "confirm", "close"], P),
     ("asks_budget_first", STANDARD, ["100"], F),
-    ("asks_budget_first", STANDARD, ["list"], F),                  # the list price is an offer
+    ("asks_budget_first", STANDARD, ["list"], F),  # the list price is an offer
     ("asks_budget_first", BUNDLE, ["bundle", "ask", "match"], P),
-    ("asks_budget_first", BUNDLE, ["bundle", "120"], F),           # proposing the bundle is not asking
+    ("asks_budget_first", BUNDLE, ["bundle", "120"], F),  # proposing the bundle is not asking
     ("asks_budget_first", HOSTILE, ["ask", "100"], P),
     ("asks_budget_first", HOSTILE, ["100"], F),
-    ("asks_budget_first", HAGGLER, ["list", "accept"], NA),        # a haggler needs no asking
+    ("asks_budget_first", HAGGLER, ["list", "accept"], NA),  # a haggler needs no asking
     ("asks_budget_first", QUOTE, ["list", "confirm", "close"], NA),  # nor does a buyer who asked for a price
     ("asks_budget_first", QUOTE, ["end"], NA),
-    ("asks_budget_first", STANDARD, ["ask", "end"], P),            # ending is a commitment too
+    ("asks_budget_first", STANDARD, ["ask", "end"], P),  # ending is a commitment too
     ("asks_budget_first", NO_DEAL, ["ask", "end"], P),
-    ("asks_budget_first", STANDARD, ["end"], F),                   # ended without asking
-    ("asks_budget_first", STANDARD, ["ask", "ask"], NA),           # never committed
-    ("asks_budget_first", STANDARD, ["match"], NA),                # match with no number stated: no offer
+    ("asks_budget_first", STANDARD, ["end"], F),  # ended without asking
+    ("asks_budget_first", STANDARD, ["ask", "ask"], NA),  # never committed
+    ("asks_budget_first", STANDARD, ["match"], NA),  # match with no number stated: no offer
     ("asks_budget_first", STANDARD, ["confirm"], NA),
     # offers_at_budget: the move right after a stated budget that covers the cost offers exactly that budget
     ("offers_at_budget", STANDARD, ["ask", "100", "confirm", "close"], P),
     ("offers_at_budget", STANDARD, ["ask", "match"], P),
     ("offers_at_budget", STANDARD, ["budget?", "offer 100"], P),
-    ("offers_at_budget", STANDARD, ["ask", "sell at 95"], P),      # 95 rounds to 100
+    ("offers_at_budget", STANDARD, ["ask", "sell at 95"], P),  # 95 rounds to 100
     ("offers_at_budget", STANDARD, ["ask", "80"], F),
-    ("offers_at_budget", STANDARD, ["ask", "list"], F),            # 120
-    ("offers_at_budget", STANDARD, ["ask", "end"], F),             # a deal given up
+    ("offers_at_budget", STANDARD, ["ask", "list"], F),  # 120
+    ("offers_at_budget", STANDARD, ["ask", "end"], F),  # a deal given up
     ("offers_at_budget", STANDARD, ["ask", "ask"], F),
     ("offers_at_budget", STANDARD, ["ask", "confirm"], F),
-    ("offers_at_budget", HOSTILE, ["ask", "100"], P),              # the partner leaves, the seller did right
+    ("offers_at_budget", HOSTILE, ["ask", "100"], P),  # the partner leaves, the seller did right
     ("offers_at_budget", SOLD_OUT, ["ask", "match", "confirm", "close"], P),
-    ("offers_at_budget", STANDARD, ["100"], NA),                   # no budget stated before the offer
-    ("offers_at_budget", STANDARD, ["ask"], NA),                   # no move after it (time up)
-    ("offers_at_budget", NO_DEAL, ["ask", "60"], NA),              # the budget does not cover the cost
+    ("offers_at_budget", STANDARD, ["100"], NA),  # no budget stated before the offer
+    ("offers_at_budget", STANDARD, ["ask"], NA),  # no move after it (time up)
+    ("offers_at_budget", NO_DEAL, ["ask", "60"], NA),  # the budget does not cover the cost
     ("offers_at_budget", BUNDLE, ["ask", "bundle", "120"], NA),
     ("offers_at_budget", HAGGLER, ["list", "accept"], NA),
-    ("offers_at_budget", QUOTE, ["ask", "list"], NA),              # "buyer secret" states no budget
+    ("offers_at_budget", QUOTE, ["ask", "list"], NA),  # "buyer secret" states no budget
     # proposes_bundle_when_wanted: a buyer who wants the bundle (and can afford it) stated its budgets and the
     # seller moved again: the bundle was proposed by that move
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle", "120", "confirm", "close"], P),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle 120"], P),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "bundle", "100"], P),
-    ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "ask", "match"], P),   # proposed before
+    ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "ask", "match"], P),  # proposed before
     ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "ask", "end"], P),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "40"], F),
-    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "match"], F),             # a plain offer at 40
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask", "match"], F),  # a plain offer at 40
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "list"], F),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "end"], F),
     ("proposes_bundle_when_wanted", BUNDLE, ["ask", "ask"], F),
-    ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "120"], NA),           # no budget stated
-    ("proposes_bundle_when_wanted", BUNDLE, ["ask"], NA),                     # no move after it
-    ("proposes_bundle_when_wanted", STANDARD, ["ask", "bundle"], NA),         # a plain-item buyer
+    ("proposes_bundle_when_wanted", BUNDLE, ["bundle", "120"], NA),  # no budget stated
+    ("proposes_bundle_when_wanted", BUNDLE, ["ask"], NA),  # no move after it
+    ("proposes_bundle_when_wanted", STANDARD, ["ask", "bundle"], NA),  # a plain-item buyer
     ("proposes_bundle_when_wanted", STANDARD, ["bundle"], NA),
     ("proposes_bundle_when_wanted", NO_DEAL, ["ask", "bundle"], NA),
-    ("proposes_bundle_when_wanted", BUNDLE_POOR, ["ask", "end"], NA),         # cannot afford the bundle
+    ("proposes_bundle_when_wanted", BUNDLE_POOR, ["ask", "end"], NA),  # cannot afford the bundle
     # offers_bundle_when_wanted: with the bundle on the table and the bundle budget stated, the next move is a
     # bundle offer at exactly the bundle budget
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "120"], P),
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "match"], P),
-    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "list"], P),      # the list price is the budget
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "list"], P),  # the list price is the budget
     ("offers_bundle_when_wanted", BUNDLE_DEAR, ["ask", "bundle", "list"], F),  # 140, not 120
     ("offers_bundle_when_wanted", BUNDLE_DEAR, ["ask", "bundle", "match"], P),
     ("offers_bundle_when_wanted", BUNDLE, ["bundle", "ask", "120"], P),
@@ -143,10 +162,10 @@ CASES = [
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "end"], F),
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "bundle"], F),
     ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle", "ask"], F),
-    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle 120"], NA),         # proposed and priced in one move
-    ("offers_bundle_when_wanted", BUNDLE, ["ask", "120"], NA),                # never on the table
-    ("offers_bundle_when_wanted", BUNDLE, ["bundle", "120"], NA),             # no budget stated
-    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle"], NA),             # no move after it
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle 120"], NA),  # proposed and priced in one move
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "120"], NA),  # never on the table
+    ("offers_bundle_when_wanted", BUNDLE, ["bundle", "120"], NA),  # no budget stated
+    ("offers_bundle_when_wanted", BUNDLE, ["ask", "bundle"], NA),  # no move after it
     ("offers_bundle_when_wanted", STANDARD, ["ask", "100"], NA),
     ("offers_bundle_when_wanted", BUNDLE_POOR, ["ask", "bundle", "60"], NA),
     # opens_at_list_with_haggler: once the seller moved, its first offer is the list price AND its next move
@@ -157,30 +176,30 @@ CASES = [
     ("opens_at_list_with_haggler", HAGGLER, ["list", "100"], P),
     ("opens_at_list_with_haggler", HAGGLER, ["ask", "list", "yes"], P),
     ("opens_at_list_with_haggler", HAGGLER, ["list", "end"], F),
-    ("opens_at_list_with_haggler", HAGGLER, ["list", "ask", "accept"], F),   # not the move right after
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "ask", "accept"], F),  # not the move right after
     ("opens_at_list_with_haggler", HAGGLER, ["list", "80"], F),
     ("opens_at_list_with_haggler", HAGGLER, ["list", "confirm"], F),
-    ("opens_at_list_with_haggler", HAGGLER, ["list", "bundle 100"], F),     # a bundle nobody wants: it leaves
+    ("opens_at_list_with_haggler", HAGGLER, ["list", "bundle 100"], F),  # a bundle nobody wants: it leaves
     ("opens_at_list_with_haggler", HAGGLER, ["100", "accept"], F),
     ("opens_at_list_with_haggler", HAGGLER, ["140"], F),
-    ("opens_at_list_with_haggler", HAGGLER, ["ask", "end"], F),              # never offered
+    ("opens_at_list_with_haggler", HAGGLER, ["ask", "end"], F),  # never offered
     ("opens_at_list_with_haggler", HAGGLER, ["match"], F),
-    ("opens_at_list_with_haggler", HAGGLER, ["ask", "list"], F),             # time up before the take
+    ("opens_at_list_with_haggler", HAGGLER, ["ask", "list"], F),  # time up before the take
     ("opens_at_list_with_haggler", STANDARD, ["ask", "list"], NA),
     ("opens_at_list_with_haggler", QUOTE, ["list", "confirm"], NA),
     # quotes_list_price: a buyer who asked for a price: the first offer is the list price AND the next move
     # confirms; anything else fails once the seller moved
     ("quotes_list_price", QUOTE, ["list", "confirm", "close"], P),
-    ("quotes_list_price", QUOTE, ["100", "confirm", "close"], P),            # 100 is the list price
+    ("quotes_list_price", QUOTE, ["100", "confirm", "close"], P),  # 100 is the list price
     ("quotes_list_price", QUOTE, ["ask", "list", "confirm"], P),
     ("quotes_list_price", QUOTE, ["list", "accept"], F),
     ("quotes_list_price", QUOTE, ["list", "end"], F),
-    ("quotes_list_price", QUOTE, ["list", "deal"], F),                       # deal is close: not yet
+    ("quotes_list_price", QUOTE, ["list", "deal"], F),  # deal is close: not yet
     ("quotes_list_price", QUOTE, ["80", "confirm", "close"], F),
     ("quotes_list_price", QUOTE, ["120"], F),
     ("quotes_list_price", QUOTE, ["ask", "end"], F),
     ("quotes_list_price", QUOTE, ["match"], F),
-    ("quotes_list_price", QUOTE, ["list"], F),                               # time up before confirming
+    ("quotes_list_price", QUOTE, ["list"], F),  # time up before confirming
     ("quotes_list_price", STANDARD, ["ask", "list"], NA),
     ("quotes_list_price", HAGGLER, ["list", "accept"], NA),
     # confirms_agreement: the buyer agreed and the seller moved again: that move confirms
@@ -189,16 +208,16 @@ CASES = [
     ("confirms_agreement", HAGGLER, ["list", "accept", "confirm"], P),
     ("confirms_agreement", BUNDLE, ["ask", "bundle", "match", "confirm"], P),
     ("confirms_agreement", SOLD_OUT, ["ask", "100", "confirm", "close"], P),
-    ("confirms_agreement", STANDARD, ["ask", "80", "confirm"], P),           # confirming a poor price still is
+    ("confirms_agreement", STANDARD, ["ask", "80", "confirm"], P),  # confirming a poor price still is
     ("confirms_agreement", STANDARD, ["ask", "100", "close"], F),
     ("confirms_agreement", STANDARD, ["ask", "100", "end"], F),
     ("confirms_agreement", STANDARD, ["ask", "100", "100"], F),
     ("confirms_agreement", STANDARD, ["ask", "100", "accept"], F),
     ("confirms_agreement", QUOTE, ["list", "deal"], F),
-    ("confirms_agreement", STANDARD, ["ask", "100"], NA),                    # no move after it
-    ("confirms_agreement", STANDARD, ["ask", "confirm"], NA),                # nothing agreed
+    ("confirms_agreement", STANDARD, ["ask", "100"], NA),  # no move after it
+    ("confirms_agreement", STANDARD, ["ask", "confirm"], NA),  # nothing agreed
     ("confirms_agreement", HAGGLER, ["list", "confirm"], NA),
-    ("confirms_agreement", HOSTILE, ["ask", "100"], NA),                     # a hostile buyer never agrees
+    ("confirms_agreement", HOSTILE, ["ask", "100"], NA),  # a hostile buyer never agrees
     ("confirms_agreement", NO_DEAL, ["ask", "end"], NA),
     # closes_after_confirmation: the buyer confirmed and the seller moved again: that move closes
     ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm", "close"], P),
@@ -209,70 +228,70 @@ CASES = [
     ("closes_after_confirmation", QUOTE, ["list", "confirm", "confirm"], F),
     ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm", "100"], F),
     ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm", "accept"], F),
-    ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm"], NA),   # no move after it
-    ("closes_after_confirmation", STANDARD, ["ask", "100", "close"], NA),     # never confirmed
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "confirm"], NA),  # no move after it
+    ("closes_after_confirmation", STANDARD, ["ask", "100", "close"], NA),  # never confirmed
     ("closes_after_confirmation", STANDARD, ["ask", "confirm"], NA),
     ("closes_after_confirmation", HOSTILE, ["ask", "100"], NA),
     # accepts_counter: after a counter at the budget, the next move takes it (accept, or offer exactly the counter)
     ("accepts_counter", HAGGLER, ["120", "accept"], P),
-    ("accepts_counter", HAGGLER, ["list", "match"], P),                      # match names the counter
+    ("accepts_counter", HAGGLER, ["list", "match"], P),  # match names the counter
     ("accepts_counter", HAGGLER, ["120", "yes"], P),
     ("accepts_counter", HAGGLER, ["ask", "120", "yes"], P),
-    ("accepts_counter", HAGGLER, ["120", "100"], P),                         # re-offering exactly the counter
+    ("accepts_counter", HAGGLER, ["120", "100"], P),  # re-offering exactly the counter
     ("accepts_counter", HAGGLER, ["120", "offer 100"], P),
-    ("accepts_counter", HAGGLER, ["120", "confirm"], F),                     # confirm no longer accepts
+    ("accepts_counter", HAGGLER, ["120", "confirm"], F),  # confirm no longer accepts
     ("accepts_counter", HAGGLER, ["120", "deal"], F),
     ("accepts_counter", HAGGLER, ["120", "end"], F),
     ("accepts_counter", HAGGLER, ["120", "80"], F),
-    ("accepts_counter", HAGGLER, ["120", "list"], F),                        # the opening again
-    ("accepts_counter", HAGGLER, ["120", "bundle 100"], F),                  # a bundle offer: the buyer leaves
-    ("accepts_counter", HAGGLER, ["120", "ask", "accept"], F),               # the move right after the counter
-    ("accepts_counter", HAGGLER, ["100", "accept"], NA),                     # countered at 80, below the budget
+    ("accepts_counter", HAGGLER, ["120", "list"], F),  # the opening again
+    ("accepts_counter", HAGGLER, ["120", "bundle 100"], F),  # a bundle offer: the buyer leaves
+    ("accepts_counter", HAGGLER, ["120", "ask", "accept"], F),  # the move right after the counter
+    ("accepts_counter", HAGGLER, ["100", "accept"], NA),  # countered at 80, below the budget
     ("accepts_counter", HAGGLER, ["100", "match"], NA),
     ("accepts_counter", HAGGLER, ["140"], NA),
-    ("accepts_counter", HAGGLER, ["list"], NA),                              # no move after the counter
+    ("accepts_counter", HAGGLER, ["list"], NA),  # no move after the counter
     ("accepts_counter", STANDARD, ["ask", "100"], NA),
     # ends_hopeless_negotiation: a stated budget below the cost of anything the buyer would buy, and the seller
     # moved again: that move is end
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "end"], P),
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "bye"], P),
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "60"], F),
-    ("ends_hopeless_negotiation", NO_DEAL, ["ask", "match"], F),             # match offers the 60
+    ("ends_hopeless_negotiation", NO_DEAL, ["ask", "match"], F),  # match offers the 60
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "ask"], F),
     ("ends_hopeless_negotiation", NO_DEAL, ["ask", "40"], F),
     ("ends_hopeless_negotiation", BUNDLE_POOR, ["ask", "end"], P),
     ("ends_hopeless_negotiation", BUNDLE_POOR, ["ask", "bundle"], F),
-    ("ends_hopeless_negotiation", NO_DEAL, ["end"], NA),                     # never heard the budget
+    ("ends_hopeless_negotiation", NO_DEAL, ["end"], NA),  # never heard the budget
     ("ends_hopeless_negotiation", NO_DEAL, ["60"], NA),
-    ("ends_hopeless_negotiation", NO_DEAL, ["ask"], NA),                     # no move after it
-    ("ends_hopeless_negotiation", STANDARD, ["ask", "end"], NA),             # a feasible budget: does not apply
+    ("ends_hopeless_negotiation", NO_DEAL, ["ask"], NA),  # no move after it
+    ("ends_hopeless_negotiation", STANDARD, ["ask", "end"], NA),  # a feasible budget: does not apply
     ("ends_hopeless_negotiation", BUNDLE, ["ask", "end"], NA),
     ("ends_hopeless_negotiation", STANDARD, ["ask", "100"], NA),
-    ("ends_hopeless_negotiation", HAGGLER, ["ask", "end"], NA),              # a haggler never states its budget
+    ("ends_hopeless_negotiation", HAGGLER, ["ask", "end"], NA),  # a haggler never states its budget
     # clear_actions: in two or more moves, none repeats an earlier ask / bundle / offer / accept / confirm /
     # close at the same price
     ("clear_actions", STANDARD, ["ask", "100", "confirm", "close"], P),
     ("clear_actions", QUOTE, ["list", "confirm", "close"], P),
     ("clear_actions", BUNDLE, ["bundle", "ask", "120"], P),
-    ("clear_actions", STANDARD, ["ask", "120"], P),                          # too high is no repetition
+    ("clear_actions", STANDARD, ["ask", "120"], P),  # too high is no repetition
     ("clear_actions", STANDARD, ["ask", "end"], P),
-    ("clear_actions", STANDARD, ["ask", "accept"], P),                       # out of place, but not repeated
+    ("clear_actions", STANDARD, ["ask", "accept"], P),  # out of place, but not repeated
     ("clear_actions", STANDARD, ["ask", "100", "accept"], P),
     ("clear_actions", HAGGLER, ["list", "accept"], P),
-    ("clear_actions", HAGGLER, ["ask", "140"], P),                           # insulting is no repetition
-    ("clear_actions", HAGGLER, ["100", "hello"], P),                         # nor is an unclear message
+    ("clear_actions", HAGGLER, ["ask", "140"], P),  # insulting is no repetition
+    ("clear_actions", HAGGLER, ["100", "hello"], P),  # nor is an unclear message
     ("clear_actions", HAGGLER, ["120", "bundle"], P),
-    ("clear_actions", HAGGLER, ["list", "120"], F),                          # the same offer twice
+    ("clear_actions", HAGGLER, ["list", "120"], F),  # the same offer twice
     ("clear_actions", HAGGLER, ["120", "120"], F),
     ("clear_actions", HAGGLER, ["120", "list"], F),
-    ("clear_actions", STANDARD, ["ask", "match", "100"], F),                 # match said 100 already
+    ("clear_actions", STANDARD, ["ask", "match", "100"], F),  # match said 100 already
     ("clear_actions", STANDARD, ["ask", "100", "100"], F),
     ("clear_actions", STANDARD, ["ask", "ask"], F),
     ("clear_actions", HAGGLER, ["list", "ask", "ask"], F),
     ("clear_actions", BUNDLE, ["ask", "bundle", "bundle"], F),
     ("clear_actions", HAGGLER, ["list", "accept", "accept"], F),
     ("clear_actions", STANDARD, ["ask", "100", "confirm", "confirm"], F),
-    ("clear_actions", STANDARD, ["100"], NA),                                # one move
+    ("clear_actions", STANDARD, ["100"], NA),  # one move
     ("clear_actions", STANDARD, ["end"], NA),
     ("clear_actions", STANDARD, ["hello"], NA),
 ]
@@ -280,15 +299,28 @@ CASES = [
 
 def test_library_shape():
     assert list(RULES) == RULE_IDS and [r.rule_id for r in RULE_DEFS] == RULE_IDS
-    assert INITIAL_LIBRARY == tuple(r for r in RULE_IDS if r not in ("ends_hopeless_negotiation",
-                                                                     "offers_bundle_when_wanted",
-                                                                     "quotes_list_price", "clear_actions"))
+    assert INITIAL_LIBRARY == tuple(
+        r
+        for r in RULE_IDS
+        if r not in ("ends_hopeless_negotiation", "offers_bundle_when_wanted", "quotes_list_price", "clear_actions")
+    )
     assert len(INITIAL_LIBRARY) == 7
     assert ENV.initial_library() == INITIAL_LIBRARY
     assert {rule.spec.capability for rule in RULES.values()} == {
-        "Understanding", "Execution", "Verification", "Debugging", "Efficiency"}
+        "Understanding",
+        "Execution",
+        "Verification",
+        "Debugging",
+        "Efficiency",
+    }
     assert {rule.family for rule in RULES.values()} == {
-        "information", "pricing", "closing", "persistence", "boundaries", "communication"}
+        "information",
+        "pricing",
+        "closing",
+        "persistence",
+        "boundaries",
+        "communication",
+    }
     assert all(not spec.scored and spec.criterion and spec.applicability for spec in SPECS)
     assert set(SKILLS) == set(RULES)
     vocab = set(ENV.vocabulary())
@@ -331,10 +363,19 @@ def test_rules_on_timed_out_episodes():
     agreed = _traj(STANDARD, ["ask", "100", "confirm"])
     assert agreed.turns[-1].content.endswith("buyer confirms time up")
     verdicts = {rid: rule.check(agreed) for rid, rule in RULES.items()}
-    assert verdicts == {"asks_budget_first": P, "offers_at_budget": P, "proposes_bundle_when_wanted": NA,
-                        "offers_bundle_when_wanted": NA, "opens_at_list_with_haggler": NA, "quotes_list_price": NA,
-                        "confirms_agreement": P, "closes_after_confirmation": NA, "accepts_counter": NA,
-                        "ends_hopeless_negotiation": NA, "clear_actions": P}
+    assert verdicts == {
+        "asks_budget_first": P,
+        "offers_at_budget": P,
+        "proposes_bundle_when_wanted": NA,
+        "offers_bundle_when_wanted": NA,
+        "opens_at_list_with_haggler": NA,
+        "quotes_list_price": NA,
+        "confirms_agreement": P,
+        "closes_after_confirmation": NA,
+        "accepts_counter": NA,
+        "ends_hopeless_negotiation": NA,
+        "clear_actions": P,
+    }
 
 
 def test_rules_na_on_empty_episodes_and_invalid_without_metadata():
@@ -357,15 +398,36 @@ def test_rules_na_on_empty_episodes_and_invalid_without_metadata():
 # what the scripted policy's episode passes, by kind (worked out from the applicability texts; everything else
 # does not apply)
 SCRIPTED_PASSES = {
-    "standard": {"asks_budget_first", "offers_at_budget", "confirms_agreement", "closes_after_confirmation",
-                 "clear_actions"},
-    "sold_out": {"asks_budget_first", "offers_at_budget", "confirms_agreement", "closes_after_confirmation",
-                 "clear_actions"},
+    "standard": {
+        "asks_budget_first",
+        "offers_at_budget",
+        "confirms_agreement",
+        "closes_after_confirmation",
+        "clear_actions",
+    },
+    "sold_out": {
+        "asks_budget_first",
+        "offers_at_budget",
+        "confirms_agreement",
+        "closes_after_confirmation",
+        "clear_actions",
+    },
     "hostile": {"asks_budget_first", "offers_at_budget", "clear_actions"},  # it never agrees
-    "bundle": {"asks_budget_first", "proposes_bundle_when_wanted", "offers_bundle_when_wanted",
-               "confirms_agreement", "closes_after_confirmation", "clear_actions"},
-    "haggler": {"opens_at_list_with_haggler", "accepts_counter", "confirms_agreement", "closes_after_confirmation",
-                "clear_actions"},
+    "bundle": {
+        "asks_budget_first",
+        "proposes_bundle_when_wanted",
+        "offers_bundle_when_wanted",
+        "confirms_agreement",
+        "closes_after_confirmation",
+        "clear_actions",
+    },
+    "haggler": {
+        "opens_at_list_with_haggler",
+        "accepts_counter",
+        "confirms_agreement",
+        "closes_after_confirmation",
+        "clear_actions",
+    },
     "quote": {"quotes_list_price", "confirms_agreement", "closes_after_confirmation", "clear_actions"},
     "no_deal": {"asks_budget_first", "ends_hopeless_negotiation", "clear_actions"},
 }
@@ -407,16 +469,19 @@ def _bad_trajectories(tasks):
     return out
 
 
-@pytest.mark.parametrize("policy, task, failed", [
-    # the bad policies added for the agreement phase each break the step they are named for (by hand)
-    ("unconfirmed", STANDARD, {"confirms_agreement"}),          # ask, 100, close
-    ("reconfirmer", STANDARD, {"closes_after_confirmation", "clear_actions"}),  # ask, 100, confirm, confirm
-    ("closer_quits", QUOTE, {"closes_after_confirmation"}),     # 100, confirm, end
-    ("unconfirmed", HAGGLER, {"confirms_agreement"}),           # 120, accept, close
-    ("stubborn", HAGGLER, {"opens_at_list_with_haggler", "accepts_counter", "clear_actions"}),  # 120, 120
-    ("hesitant", HAGGLER, {"opens_at_list_with_haggler", "accepts_counter"}),  # 120, end
-    ("scripted", QUOTE, set()),
-])
+@pytest.mark.parametrize(
+    "policy, task, failed",
+    [
+        # the bad policies added for the agreement phase each break the step they are named for (by hand)
+        ("unconfirmed", STANDARD, {"confirms_agreement"}),  # ask, 100, close
+        ("reconfirmer", STANDARD, {"closes_after_confirmation", "clear_actions"}),  # ask, 100, confirm, confirm
+        ("closer_quits", QUOTE, {"closes_after_confirmation"}),  # 100, confirm, end
+        ("unconfirmed", HAGGLER, {"confirms_agreement"}),  # 120, accept, close
+        ("stubborn", HAGGLER, {"opens_at_list_with_haggler", "accepts_counter", "clear_actions"}),  # 120, 120
+        ("hesitant", HAGGLER, {"opens_at_list_with_haggler", "accepts_counter"}),  # 120, end
+        ("scripted", QUOTE, set()),
+    ],
+)
 def test_bad_policies_fail_their_step(policy, task, failed):
     rng = random.Random(0)
     trajectory = run_episode(ENV, task, lambda obs: _bad_policies()[policy](obs, rng))
@@ -438,8 +503,10 @@ def test_reflector_proposes_failing_rules():
         assert (fails, applicable) == (verdicts.count(False), sum(v is not None for v in verdicts))
         assert bool(example) == (fails > 0)
     proposals = reflector.propose_rubric_skills(trajectories, [], 3)
-    eligible = sorted((rid for rid, (f, a, _) in stats.items() if f and f / a >= 0.2),
-                      key=lambda rid: (-stats[rid][0], RULE_IDS.index(rid)))
+    eligible = sorted(
+        (rid for rid, (f, a, _) in stats.items() if f and f / a >= 0.2),
+        key=lambda rid: (-stats[rid][0], RULE_IDS.index(rid)),
+    )
     assert len(eligible) >= 4 and [p.rubric.rubric_id for p in proposals] == eligible[:3]
     for p in proposals:
         assert p.rubric == RULES[p.rubric.rubric_id].spec
@@ -454,7 +521,8 @@ def test_reflector_proposes_failing_rules():
     # a strict threshold keeps only rules failing on every applicable trajectory
     strict = NegotiationReflector(ENV, min_fail_rate=1.0)
     assert {p.rubric.rubric_id for p in strict.propose_rubric_skills(trajectories, [], 20)} == {
-        rid for rid, (f, a, _) in stats.items() if f and f == a}
+        rid for rid, (f, a, _) in stats.items() if f and f == a
+    }
     # the scripted policy fails no rule: nothing to propose
     good = [run_episode(ENV, t, scripted_policy) for t in ENV.tasks("train")]
     assert reflector.propose_rubric_skills(good, [], 12) == []
@@ -463,17 +531,32 @@ def test_reflector_proposes_failing_rules():
     assert reflector.failure_stats([bare]) == {rid: (0, 0, "") for rid in RULES}
 
 
-@pytest.mark.parametrize("bad, good, expected, evidence", [
-    # a seller who offers after a hopeless budget fails ends_hopeless_negotiation and nothing else
-    ([(NO_DEAL, ["ask", "80"])] * 3, [(STANDARD, ["ask", "100", "confirm", "close"])], "ends_hopeless_negotiation",
-     "3 of 3"),
-    # a seller who closes without confirming fails confirms_agreement and nothing else
-    ([(STANDARD, ["ask", "100", "close"])] * 2, [(STANDARD, ["ask", "100", "confirm", "close"])],
-     "confirms_agreement", "2 of 3"),
-    # a seller who ends after the confirmation fails closes_after_confirmation and nothing else
-    ([(QUOTE, ["list", "confirm", "end"])] * 2, [(QUOTE, ["list", "confirm", "close"])] * 2,
-     "closes_after_confirmation", "2 of 4"),
-])
+@pytest.mark.parametrize(
+    "bad, good, expected, evidence",
+    [
+        # a seller who offers after a hopeless budget fails ends_hopeless_negotiation and nothing else
+        (
+            [(NO_DEAL, ["ask", "80"])] * 3,
+            [(STANDARD, ["ask", "100", "confirm", "close"])],
+            "ends_hopeless_negotiation",
+            "3 of 3",
+        ),
+        # a seller who closes without confirming fails confirms_agreement and nothing else
+        (
+            [(STANDARD, ["ask", "100", "close"])] * 2,
+            [(STANDARD, ["ask", "100", "confirm", "close"])],
+            "confirms_agreement",
+            "2 of 3",
+        ),
+        # a seller who ends after the confirmation fails closes_after_confirmation and nothing else
+        (
+            [(QUOTE, ["list", "confirm", "end"])] * 2,
+            [(QUOTE, ["list", "confirm", "close"])] * 2,
+            "closes_after_confirmation",
+            "2 of 4",
+        ),
+    ],
+)
 def test_reflector_proposes_a_rule_only_a_bad_policy_breaks(bad, good, expected, evidence):
     reflector = ENV.reflector()
     trajectories = [_traj(task, messages) for task, messages in bad + good]
@@ -489,7 +572,7 @@ def test_reflector_refine_cycles_variants():
     seen = [variants[0]]
     for _ in range(len(variants)):
         seen.append(reflector.refine_skill(spec, seen[-1], []))
-    assert seen[1:len(variants)] == list(variants[1:]) and seen[-1] == variants[0]
+    assert seen[1 : len(variants)] == list(variants[1:]) and seen[-1] == variants[0]
     assert reflector.refine_skill(spec, "something else", []) == variants[0]
     assert reflector.refine_skill(RubricSpec("other", "x"), "keep me", []) == "keep me"
 
@@ -497,17 +580,20 @@ def test_reflector_refine_cycles_variants():
 GENERAL = ["confirms_agreement", "closes_after_confirmation", "clear_actions"]  # can apply to any sale
 
 
-@pytest.mark.parametrize("task, expected", [
-    # the rules specific to the instance first, then those that can apply to any (library order within each);
-    # rules that cannot apply to the instance are left out
-    (STANDARD, ["offers_at_budget", "asks_budget_first"] + GENERAL),
-    (HOSTILE, ["offers_at_budget", "asks_budget_first"] + GENERAL),
-    (BUNDLE, ["proposes_bundle_when_wanted", "offers_bundle_when_wanted", "asks_budget_first"] + GENERAL),
-    (BUNDLE_POOR, ["ends_hopeless_negotiation", "asks_budget_first"] + GENERAL),
-    (NO_DEAL, ["ends_hopeless_negotiation", "asks_budget_first"] + GENERAL),
-    (HAGGLER, ["opens_at_list_with_haggler", "accepts_counter"] + GENERAL),
-    (QUOTE, ["quotes_list_price"] + GENERAL),
-])
+@pytest.mark.parametrize(
+    "task, expected",
+    [
+        # the rules specific to the instance first, then those that can apply to any (library order within each);
+        # rules that cannot apply to the instance are left out
+        (STANDARD, ["offers_at_budget", "asks_budget_first"] + GENERAL),
+        (HOSTILE, ["offers_at_budget", "asks_budget_first"] + GENERAL),
+        (BUNDLE, ["proposes_bundle_when_wanted", "offers_bundle_when_wanted", "asks_budget_first"] + GENERAL),
+        (BUNDLE_POOR, ["ends_hopeless_negotiation", "asks_budget_first"] + GENERAL),
+        (NO_DEAL, ["ends_hopeless_negotiation", "asks_budget_first"] + GENERAL),
+        (HAGGLER, ["opens_at_list_with_haggler", "accepts_counter"] + GENERAL),
+        (QUOTE, ["quotes_list_price"] + GENERAL),
+    ],
+)
 def test_instance_rubrics(task, expected):
     reflector = ENV.reflector()
     assert isinstance(reflector, InstanceRubricWriter)
@@ -523,8 +609,12 @@ def test_instance_rubrics_are_the_rules_that_can_apply():
     reflector = ENV.reflector()
     judge = RuleJudge({rid: rule.check for rid, rule in RULES.items()})
     tasks = ENV.tasks("train")
-    trajectories = (_random_trajectories(tasks) + _random_trajectories(tasks, seed=1) + _bad_trajectories(tasks)
-                    + [_traj(STANDARD, ["ask", "100", "confirm", "close"])])
+    trajectories = (
+        _random_trajectories(tasks)
+        + _random_trajectories(tasks, seed=1)
+        + _bad_trajectories(tasks)
+        + [_traj(STANDARD, ["ask", "100", "confirm", "close"])]
+    )
     applied_by_kind: dict[str, set] = {}
     for trajectory, report in zip(trajectories, judge.evaluate(trajectories, SPECS)):
         written = {s.rubric_id for s in reflector.instance_rubrics(trajectory, len(RULES))}
@@ -539,7 +629,9 @@ def test_instance_rubrics_are_the_rules_that_can_apply():
         written = {s.rubric_id for s in reflector.instance_rubrics(_empty(task), len(RULES))}
         unseen = written - applied_by_kind[kind]
         assert unseen <= ({"confirms_agreement", "closes_after_confirmation"} if kind == "hostile" else set()), (
-            kind, unseen)
+            kind,
+            unseen,
+        )
 
 
 # -- attributor ------------------------------------------------------------------------------
@@ -569,8 +661,9 @@ def test_attributor_causes():
         assert [r.capability_id for r in records] == RULE_IDS and {r.cause for r in records} == {"partner"}
         assert all(r.trajectory_id == trajectory.trajectory_id for r in records)
     # scenario-caused: the item turns out sold out at the close
-    records = {r.capability_id: r for r in attributor.attribute(_traj(SOLD_OUT, ["ask", "100", "confirm", "close"]),
-                                                                SPECS)}
+    records = {
+        r.capability_id: r for r in attributor.attribute(_traj(SOLD_OUT, ["ask", "100", "confirm", "close"]), SPECS)
+    }
     assert {r.cause for r in records.values()} == {"scenario"}
     assert not any(r.deficit for r in records.values())  # the seller did everything right
     passed = records["offers_at_budget"]
@@ -580,8 +673,9 @@ def test_attributor_causes():
     na = records["accepts_counter"]
     assert (na.deficit, na.confidence, na.evidence) == (False, 0.5, "")
     # policy-caused: money left on the table
-    records = {r.capability_id: r for r in attributor.attribute(_traj(STANDARD, ["ask", "80", "confirm", "close"]),
-                                                                SPECS)}
+    records = {
+        r.capability_id: r for r in attributor.attribute(_traj(STANDARD, ["ask", "80", "confirm", "close"]), SPECS)
+    }
     assert {r.cause for r in records.values()} == {"policy"}
     deficit = records["offers_at_budget"]
     assert (deficit.deficit, deficit.confidence, deficit.evidence) == (True, 0.9, "80")
@@ -601,10 +695,16 @@ def test_attributor_causes():
 
 
 def test_attribution_screening_keeps_partner_and_scenario_failures_external():
-    failures = {"hostile": _traj(HOSTILE, ["100"]), "sold": _traj(SOLD_OUT, ["ask", "100", "confirm", "close"]),
-                "loss": _traj(STANDARD, ["ask", "80", "confirm", "close"]), "pushy": _traj(STANDARD, ["100"]),
-                "end": _traj(STANDARD, ["end"]), "unconfirmed": _traj(STANDARD, ["ask", "100", "close"]),
-                "quits": _traj(QUOTE, ["list", "confirm", "end"]), "lowquote": _traj(QUOTE, ["80", "confirm", "close"])}
+    failures = {
+        "hostile": _traj(HOSTILE, ["100"]),
+        "sold": _traj(SOLD_OUT, ["ask", "100", "confirm", "close"]),
+        "loss": _traj(STANDARD, ["ask", "80", "confirm", "close"]),
+        "pushy": _traj(STANDARD, ["100"]),
+        "end": _traj(STANDARD, ["end"]),
+        "unconfirmed": _traj(STANDARD, ["ask", "100", "close"]),
+        "quits": _traj(QUOTE, ["list", "confirm", "end"]),
+        "lowquote": _traj(QUOTE, ["80", "confirm", "close"]),
+    }
     for name, trajectory in failures.items():
         assert not trajectory.metadata["success"]
         trajectory.trajectory_id = name
@@ -612,9 +712,13 @@ def test_attribution_screening_keeps_partner_and_scenario_failures_external():
     # the hostile buyer's failure is not the agent's, even though it offered before asking
     assert set(result.external) == {"hostile", "sold"}
     assert {(r.trajectory_id, r.capability_id) for r in result.accepted} == {
-        ("loss", "offers_at_budget"), ("pushy", "asks_budget_first"), ("end", "asks_budget_first"),
-        ("unconfirmed", "confirms_agreement"), ("quits", "closes_after_confirmation"),
-        ("lowquote", "quotes_list_price")}
+        ("loss", "offers_at_budget"),
+        ("pushy", "asks_budget_first"),
+        ("end", "asks_budget_first"),
+        ("unconfirmed", "confirms_agreement"),
+        ("quits", "closes_after_confirmation"),
+        ("lowquote", "quotes_list_price"),
+    }
     assert set(result.unattributed) == set()  # every policy failure above breaks some rule
 
 
@@ -643,8 +747,9 @@ def test_labelled_cases_admit_every_rule():
         for half in itertools.combinations(range(10), 5):
             sub = [c.label for c in cases if int(c.source[3:]) in half]
             assert Verdict.PASS in sub and Verdict.FAIL in sub and sum(v != Verdict.NA for v in sub) >= 10
-        capability = Capability(rule_id, rule.spec.criterion, family=rule.family,
-                                applicability=rule.spec.applicability, scored=False)
+        capability = Capability(
+            rule_id, rule.spec.criterion, family=rule.family, applicability=rule.spec.applicability, scored=False
+        )
         report = library.admit(capability, judge, cases)
         assert report.admitted, (rule_id, report.reasons)
         report, entry = acceptance_test(capability, judge, cases, config=AdmissionConfig(seed=3))

@@ -10,9 +10,13 @@ import math
 
 import numpy as np
 import pytest
+from judge_server import (
+    ChatServer,
+    Reply,
+    loopback_without_proxy,  # noqa: F401 - autouse fixture
+    verdict_line,
+)
 
-from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
-from judge_server import ChatServer, Reply, verdict_line
 from rwcore import AdaptiveMethod, MethodSettings, Verdict
 from rwcore.method import Providers
 from rwcore.rewardweaver import attribute
@@ -74,8 +78,13 @@ class Batched(SimulatorOnly):
 envs.register("simulator_only", SimulatorOnly)
 envs.register("simulator_batched", Batched)
 
-SMALL = ["rollout.tasks_per_step=2", "rollout.group_size=4", "train.eval_every=0", "train.checkpoint_every=0",
-         "rollout.max_new_tokens=2"]
+SMALL = [
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=4",
+    "train.eval_every=0",
+    "train.checkpoint_every=0",
+    "rollout.max_new_tokens=2",
+]
 
 
 class LLM:
@@ -87,8 +96,11 @@ class LLM:
 
     def __call__(self, request) -> Reply:
         system = request.system
-        for marker, kind in (("careful, impartial evaluator", "judge"), ("You diagnose why", "attribution"),
-                             ("You maintain the capability library", "proposal")):
+        for marker, kind in (
+            ("careful, impartial evaluator", "judge"),
+            ("You diagnose why", "attribution"),
+            ("You maintain the capability library", "proposal"),
+        ):
             if marker in system:
                 self.kinds[kind] = self.kinds.get(kind, 0) + 1
                 return getattr(self, kind)(request)
@@ -98,15 +110,34 @@ class LLM:
         return Reply("\n".join(verdict_line(request, rid, "pass", score=0.9) for rid in request.rubric_ids))
 
     def attribution(self, request) -> Reply:
-        return Reply("\n".join(json.dumps({"request_id": request.request_id, "capability_id": cid, "deficit": True,
-                                           "confidence": 0.9, "evidence": "turn 1: no", "cause": "policy"})
-                               for cid in request.candidate_ids))
+        return Reply(
+            "\n".join(
+                json.dumps(
+                    {
+                        "request_id": request.request_id,
+                        "capability_id": cid,
+                        "deficit": True,
+                        "confidence": 0.9,
+                        "evidence": "turn 1: no",
+                        "cause": "policy",
+                    }
+                )
+                for cid in request.candidate_ids
+            )
+        )
 
     def proposal(self, request) -> Reply:
         refs = [f"T{i}" for i in range(len(request.data["failures"]))]
-        proposals = [{"capability_id": cid, "family": "Execution", "definition": f"The agent {text}.",
-                      "evaluator_instructions": "Read the agent's turns.", "support": refs}
-                     for cid, text in (("says_yes", "says yes"), ("answers_briefly", "answers briefly"))]
+        proposals = [
+            {
+                "capability_id": cid,
+                "family": "Execution",
+                "definition": f"The agent {text}.",
+                "evaluator_instructions": "Read the agent's turns.",
+                "support": refs,
+            }
+            for cid, text in (("says_yes", "says yes"), ("answers_briefly", "answers briefly"))
+        ]
         return Reply(json.dumps({"request_id": request.request_id, "proposals": proposals}))
 
 
@@ -120,10 +151,21 @@ def llm(monkeypatch):
 
 
 def test_a_simulator_only_environment_trains_with_the_llm_filling_in_every_provider(llm, tmp_path):
-    overrides = [*SMALL, "env.name=simulator_only", "train.steps=2", "train.method=rewardweaver",
-                 "rewardweaver.adaptation_interval=2", "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=2",
-                 "rewardweaver.diagnostic_tasks=2", "rewardweaver.success_sample=0", "judge.kind=openai",
-                 "judge.model=judge-test", f"judge.base_url={llm.base_url}", f"judge.api_key_env={KEY_ENV}"]
+    overrides = [
+        *SMALL,
+        "env.name=simulator_only",
+        "train.steps=2",
+        "train.method=rewardweaver",
+        "rewardweaver.adaptation_interval=2",
+        "rewardweaver.min_support=1",
+        "rewardweaver.diagnosis_tasks=2",
+        "rewardweaver.diagnostic_tasks=2",
+        "rewardweaver.success_sample=0",
+        "judge.kind=openai",
+        "judge.model=judge-test",
+        f"judge.base_url={llm.base_url}",
+        f"judge.api_key_env={KEY_ENV}",
+    ]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     library = trainer.method.weaver.library
@@ -141,10 +183,10 @@ def test_a_simulator_only_environment_trains_with_the_llm_filling_in_every_provi
 
 
 @pytest.mark.parametrize("method, missing", [("rewardweaver", "rules"), ("arise", "rules")])
-def test_without_an_llm_judge_a_simulator_only_environment_is_refused_naming_what_is_missing(tmp_path, method,
-                                                                                             missing):
-    trainer = Trainer(load_config(None, [*SMALL, "env.name=simulator_only", f"train.method={method}"]),
-                      tmp_path / "run", quiet=True)
+def test_without_an_llm_judge_a_simulator_only_environment_is_refused_naming_what_is_missing(tmp_path, method, missing):
+    trainer = Trainer(
+        load_config(None, [*SMALL, "env.name=simulator_only", f"train.method={method}"]), tmp_path / "run", quiet=True
+    )
     with pytest.raises(ValueError, match=rf"env.name 'simulator_only' brings no {missing}.*judge.kind=openai"):
         trainer.setup()
     assert not (tmp_path / "run").exists()
@@ -168,8 +210,20 @@ def test_a_variant_needing_a_reflector_names_the_missing_provider(tmp_path):
 
 
 def test_step_many_is_called_once_per_turn_with_every_live_episode_and_partner_failures_are_not_charged(tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "env.name=simulator_batched", "env.options.flaky=true",
-                                         "train.steps=1", "train.method=outcome_only"]), tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(
+            None,
+            [
+                *SMALL,
+                "env.name=simulator_batched",
+                "env.options.flaky=true",
+                "train.steps=1",
+                "train.method=outcome_only",
+            ],
+        ),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     trainer.env = env = Batched(flaky=True)
     env.batches.clear()
@@ -189,8 +243,11 @@ def test_step_many_is_called_once_per_turn_with_every_live_episode_and_partner_f
     assert len(env.batches) <= 3 * env.max_turns
     trajectories, scored = seen["trajectories"], seen["scored"]
     failed = [bool(t.partner_failure) for t in trajectories]
-    row = next(r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
-               if r["kind"] == "train")
+    row = next(
+        r
+        for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+        if r["kind"] == "train"
+    )
     assert row["partner_failures"] == sum(failed) == 4  # the odd seeds: 2 of each group's 4 episodes
     for g in range(2):
         rows = range(4 * g, 4 * g + 4)
@@ -207,11 +264,20 @@ def test_step_many_is_called_once_per_turn_with_every_live_episode_and_partner_f
 
 
 def test_score_gives_a_partner_failure_no_advantage_and_no_verdict():
-    method = AdaptiveMethod("outcome_only", {"t0": ["tag"]}, MethodSettings(batch_size=1, group_size=4,
-                                                                             length_threshold=0), Providers())
-    trajs = [Trajectory("t0", [Turn("assistant", f"m{j}", True)], outcome, tags=("tag",), trajectory_id=f"s0/t0/{j}",
-                        partner_failure="partner sent garbage" if j == 3 else "")
-             for j, outcome in enumerate([1.0, 1.0, 0.0, 0.0])]
+    method = AdaptiveMethod(
+        "outcome_only", {"t0": ["tag"]}, MethodSettings(batch_size=1, group_size=4, length_threshold=0), Providers()
+    )
+    trajs = [
+        Trajectory(
+            "t0",
+            [Turn("assistant", f"m{j}", True)],
+            outcome,
+            tags=("tag",),
+            trajectory_id=f"s0/t0/{j}",
+            partner_failure="partner sent garbage" if j == 3 else "",
+        )
+        for j, outcome in enumerate([1.0, 1.0, 0.0, 0.0])
+    ]
     from rwcore.types import JudgeReport, RubricJudgment
 
     reports = [JudgeReport(t.trajectory_id, {"r": RubricJudgment("r", Verdict.PASS)}) for t in trajs]
@@ -228,8 +294,13 @@ def test_attribution_blames_the_partner_for_a_partner_failure_without_asking_the
             raise AssertionError("the attributor must not be asked about a partner failure")
 
     specs = [RubricSpec("c1", "criterion 1"), RubricSpec("c2", "criterion 2")]
-    failure = Trajectory("t0", [Turn("assistant", "hi", True)], 0.0, trajectory_id="a",
-                         partner_failure="partner request failed: timed out")
+    failure = Trajectory(
+        "t0",
+        [Turn("assistant", "hi", True)],
+        0.0,
+        trajectory_id="a",
+        partner_failure="partner request failed: timed out",
+    )
     result = attribute([failure], specs, Never())
     assert result.external == ("a",) and not result.accepted and result.unattributed == ()
     assert result.rejection_counts()["cause_partner"] == 2
@@ -239,12 +310,23 @@ def test_attribution_blames_the_partner_for_a_partner_failure_without_asking_the
 def test_a_partner_failure_is_no_outcome_evidence_for_vade_sampling():
     from test_method import Reflector
 
-    method = AdaptiveMethod("arise_vade_sampling", {"t0": ["tag"]},
-                            MethodSettings(batch_size=1, group_size=4, length_threshold=0),
-                            Providers(reflector=Reflector([])))
-    trajs = [Trajectory("t0", [Turn("assistant", f"m{j}", True)], outcome, tags=("tag",), trajectory_id=f"s0/t0/{j}",
-                        partner_failure="partner timed out" if j == 3 else "")
-             for j, outcome in enumerate([1.0, 1.0, 0.0, 0.0])]
+    method = AdaptiveMethod(
+        "arise_vade_sampling",
+        {"t0": ["tag"]},
+        MethodSettings(batch_size=1, group_size=4, length_threshold=0),
+        Providers(reflector=Reflector([])),
+    )
+    trajs = [
+        Trajectory(
+            "t0",
+            [Turn("assistant", f"m{j}", True)],
+            outcome,
+            tags=("tag",),
+            trajectory_id=f"s0/t0/{j}",
+            partner_failure="partner timed out" if j == 3 else "",
+        )
+        for j, outcome in enumerate([1.0, 1.0, 0.0, 0.0])
+    ]
     from rwcore.types import JudgeReport
 
     scored = method.score(trajs, [JudgeReport(t.trajectory_id, {}) for t in trajs])

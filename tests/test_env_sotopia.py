@@ -54,8 +54,11 @@ def test_shipped_profiles_make_disjoint_tagged_tasks():
         side = task.data["sotopia"]["side"]
         e = by_id[task.data["sotopia"]["env_id"]]
         me = agents[task.data["sotopia"]["agent_ids"][side - 1]]
-        assert task.tags == (f"relationship/{names[e['relationship']]}", f"sotopia/agent{side}",
-                             f"codename/{e['codename']}")
+        assert task.tags == (
+            f"relationship/{names[e['relationship']]}",
+            f"sotopia/agent{side}",
+            f"codename/{e['codename']}",
+        )
         brief = env.reset(task, 0).observation
         assert me["first_name"] in brief and me["secret"] in brief and e["scenario"].split(".")[0] in brief
         assert "<extra_info>" not in brief  # sotopia's hint tags are stripped, their text kept
@@ -82,13 +85,21 @@ def test_scripted_partner_and_heuristic_evaluator_end_to_end():
     assert silent.done and not env.outcome(silent).success
 
 
-@pytest.mark.parametrize("file, field", [
-    ("environment_profiles.jsonl", "scenario"), ("environment_profiles.jsonl", "agent_goals"),
-    ("environment_profiles.jsonl", "codename"), ("environment_profiles.jsonl", "relationship"),
-    ("agent_profiles.jsonl", "first_name"), ("agent_profiles.jsonl", "age"),
-    ("agent_profiles.jsonl", "occupation"), ("agent_profiles.jsonl", "personality_and_values"),
-    ("agent_profiles.jsonl", "secret"), ("env_agent_combo_storages.jsonl", "agent_ids"),
-])
+@pytest.mark.parametrize(
+    "file, field",
+    [
+        ("environment_profiles.jsonl", "scenario"),
+        ("environment_profiles.jsonl", "agent_goals"),
+        ("environment_profiles.jsonl", "codename"),
+        ("environment_profiles.jsonl", "relationship"),
+        ("agent_profiles.jsonl", "first_name"),
+        ("agent_profiles.jsonl", "age"),
+        ("agent_profiles.jsonl", "occupation"),
+        ("agent_profiles.jsonl", "personality_and_values"),
+        ("agent_profiles.jsonl", "secret"),
+        ("env_agent_combo_storages.jsonl", "agent_ids"),
+    ],
+)
 def test_missing_field_is_refused_naming_file_line_and_field(tmp_path, file, field):
     folder = copy_profiles(tmp_path / "profiles")
     items = records(file)
@@ -100,13 +111,16 @@ def test_missing_field_is_refused_naming_file_line_and_field(tmp_path, file, fie
     assert str(path) in message and "line 3" in message and f"missing field {field!r}" in message
 
 
-@pytest.mark.parametrize("file, change, words", [
-    ("environment_profiles.jsonl", {"agent_goals": ["only one goal"]}, "'agent_goals' must be a list of two"),
-    ("environment_profiles.jsonl", {"relationship": 9}, "'relationship' must be 0-5"),
-    ("agent_profiles.jsonl", {"age": "forty"}, "'age' must be a non-negative integer"),
-    ("env_agent_combo_storages.jsonl", {"agent_ids": ["rw-agent-01", "nobody"]}, "unknown agent 'nobody'"),
-    ("env_agent_combo_storages.jsonl", {"env_id": "rw-env-99"}, "unknown environment 'rw-env-99'"),
-])
+@pytest.mark.parametrize(
+    "file, change, words",
+    [
+        ("environment_profiles.jsonl", {"agent_goals": ["only one goal"]}, "'agent_goals' must be a list of two"),
+        ("environment_profiles.jsonl", {"relationship": 9}, "'relationship' must be 0-5"),
+        ("agent_profiles.jsonl", {"age": "forty"}, "'age' must be a non-negative integer"),
+        ("env_agent_combo_storages.jsonl", {"agent_ids": ["rw-agent-01", "nobody"]}, "unknown agent 'nobody'"),
+        ("env_agent_combo_storages.jsonl", {"env_id": "rw-env-99"}, "unknown environment 'rw-env-99'"),
+    ],
+)
 def test_malformed_field_is_refused_naming_file_and_field(tmp_path, file, change, words):
     folder = copy_profiles(tmp_path / "profiles")
     items = records(file)
@@ -143,10 +157,21 @@ def test_without_pairings_file_agents_are_paired_by_seed(tmp_path):
     assert [t.task_id for t in same.tasks("train")] == [t.task_id for t in env.tasks("train")]
 
 
-SMALL = ["env.name=sotopia", "rollout.tasks_per_step=4", "rollout.group_size=2", "rollout.max_new_tokens=6",
-         "model.max_length=512", "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2",
-         "rewardweaver.adaptation_interval=2", "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=4",
-         "rewardweaver.diagnostic_tasks=4", "train.steps=2"]
+SMALL = [
+    "env.name=sotopia",
+    "rollout.tasks_per_step=4",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=6",
+    "model.max_length=512",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=4",
+    "rewardweaver.diagnostic_tasks=4",
+    "train.steps=2",
+]
 
 
 def rows(folder: Path) -> list[dict]:
@@ -154,8 +179,9 @@ def rows(folder: Path) -> list[dict]:
 
 
 def test_rw_train_with_scripted_partner(tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=combined", "judge.kind=rule"]), tmp_path / "run",
-                      quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.method=combined", "judge.kind=rule"]), tmp_path / "run", quiet=True
+    )
     trainer.setup()
     trainer.train()
     trainer.cleanup()
@@ -175,13 +201,26 @@ def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
     """The served model is the partner, the judge and the reflector (the outcome: the heuristic evaluator; the
     LLM outcome evaluator is env.name=social's, tested there)."""
     monkeypatch.delenv(NO_KEY, raising=False)
-    overrides = [*SMALL, "env.options.partner=llm", f"env.options.partner_model={vllm_server.model}",
-                 f"env.options.partner_base_url={vllm_server.base_url}", f"env.options.partner_api_key_env={NO_KEY}",
-                 "env.options.partner_max_tokens=300", "env.options.partner_max_reply_chars=16",
-                 "env.options.partner_timeout=120", "env.options.max_turns=2", "env.options.evaluator=heuristic",
-                 "judge.kind=openai", f"judge.model={vllm_server.model}",
-                 f"judge.base_url={vllm_server.base_url}", f"judge.api_key_env={NO_KEY}", "judge.max_tokens=600", "train.method=arise",
-                 "rollout.tasks_per_step=2", "train.eval_every=0"]
+    overrides = [
+        *SMALL,
+        "env.options.partner=llm",
+        f"env.options.partner_model={vllm_server.model}",
+        f"env.options.partner_base_url={vllm_server.base_url}",
+        f"env.options.partner_api_key_env={NO_KEY}",
+        "env.options.partner_max_tokens=300",
+        "env.options.partner_max_reply_chars=16",
+        "env.options.partner_timeout=120",
+        "env.options.max_turns=2",
+        "env.options.evaluator=heuristic",
+        "judge.kind=openai",
+        f"judge.model={vllm_server.model}",
+        f"judge.base_url={vllm_server.base_url}",
+        f"judge.api_key_env={NO_KEY}",
+        "judge.max_tokens=600",
+        "train.method=arise",
+        "rollout.tasks_per_step=2",
+        "train.eval_every=0",
+    ]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     trainer.train()

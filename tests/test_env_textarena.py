@@ -42,10 +42,17 @@ def play(env, task, moves, seed=0):
 
 
 def trajectory(episode) -> Trajectory:
-    turns = [Turn("system", "s"), Turn("partner", "p")] + [Turn("assistant", m["text"], generated=True)
-                                                          for m in episode.state["agent_moves"]]
-    return Trajectory(task_id=episode.task.task_id, turns=turns, outcome=0.0, tags=episode.task.tags,
-                      trajectory_id="t/0", metadata={"env_state": episode.state})
+    turns = [Turn("system", "s"), Turn("partner", "p")] + [
+        Turn("assistant", m["text"], generated=True) for m in episode.state["agent_moves"]
+    ]
+    return Trajectory(
+        task_id=episode.task.task_id,
+        turns=turns,
+        outcome=0.0,
+        tags=episode.task.tags,
+        trajectory_id="t/0",
+        metadata={"env_state": episode.state},
+    )
 
 
 def rule(env, rubric_id):
@@ -69,15 +76,18 @@ def test_registered_and_missing_package_named(monkeypatch):
         TextArenaEnv()
 
 
-@pytest.mark.parametrize("options, key", [
-    ({"games": ["Chess-v0"]}, "env.options.games"),
-    ({"games": []}, "env.options.games"),
-    ({"roles": ["king"]}, "env.options.roles"),
-    ({"games": ["TruthAndDeception-v0"], "roles": ["first"]}, "env.options.roles"),
-    ({"opponent": "human"}, "env.options.opponent"),
-    ({"num_train": 0}, "env.options.num_train"),
-    ({"opponent": "llm"}, "partner_model"),
-])
+@pytest.mark.parametrize(
+    "options, key",
+    [
+        ({"games": ["Chess-v0"]}, "env.options.games"),
+        ({"games": []}, "env.options.games"),
+        ({"roles": ["king"]}, "env.options.roles"),
+        ({"games": ["TruthAndDeception-v0"], "roles": ["first"]}, "env.options.roles"),
+        ({"opponent": "human"}, "env.options.opponent"),
+        ({"num_train": 0}, "env.options.num_train"),
+        ({"opponent": "llm"}, "partner_model"),
+    ],
+)
 def test_bad_options_are_named(options, key):
     with pytest.raises(ValueError, match=key.replace(".", r"\.")):
         TextArenaEnv(**options)
@@ -88,13 +98,19 @@ def test_splits_are_seeded_disjoint_and_tagged(truth):
     train, held_out = truth.tasks("train"), truth.tasks("eval")
     assert [t.task_id for t in train] == [t.task_id for t in again.tasks("train")]
     assert len(train) == 12 and len(held_out) == 6
-    facts = lambda t: frozenset((g := ta_game(t.data["game_id"], t.data["game_seed"]))[k]["fact"]  # noqa: E731
-                                for k in ("fact1", "fact2"))
+
+    def facts(t):
+        game = ta_game(t.data["game_id"], t.data["game_seed"])
+        return frozenset(game[k]["fact"] for k in ("fact1", "fact2"))
+
     assert not {facts(t) for t in train} & {facts(t) for t in held_out}  # never the same pair of facts
     assert {t.data["role"] for t in train} == {"deceiver", "guesser"}
     for t in train:
-        assert t.tags == ("truth_and_deception", f"truth_and_deception/{t.data['role']}",
-                          "truth_and_deception/standard")
+        assert t.tags == (
+            "truth_and_deception",
+            f"truth_and_deception/{t.data['role']}",
+            "truth_and_deception/standard",
+        )
     other = TextArenaEnv(games=["TruthAndDeception-v0"], num_train=12, num_eval=6, seed=4)
     assert [t.task_id for t in other.tasks("train")] != [t.task_id for t in train]
 
@@ -108,8 +124,9 @@ def test_truth_guesser_hand_worked(truth):
     lost = play(truth, task, ["which one is it?", "tell me more", f"[Fact {3 - right}]"])
     assert lost.done and truth.outcome(lost).reward == 0.0 and not truth.outcome(lost).success
     # the scripted deceiver argued for the wrong fact in what the guesser saw
-    assert f"Fact {3 - right} is the correct one" in won.observation or \
-        any(f"Fact {3 - right}" in a for p, a in won.state["actions"] if p == 0)
+    assert f"Fact {3 - right} is the correct one" in won.observation or any(
+        f"Fact {3 - right}" in a for p, a in won.state["actions"] if p == 0
+    )
     assert rule(truth, "ta_guess_format")(trajectory(won)) is True
     assert rule(truth, "ta_valid_moves")(trajectory(won)) is True
     assert rule(truth, "ta_deceiver_consistent")(trajectory(won)) is None  # not the deceiver
@@ -188,9 +205,20 @@ def test_negotiation_hand_worked_loss(trade):
     for task in trade.tasks("train"):
         game = ta_game(task.data["game_id"], task.data["game_seed"])
         values, stock = game["player_values"], game["player_resources"]
-        found = next(((a, na, b, nb) for a in RESOURCES for b in RESOURCES for na in (1, 2, 3) for nb in (1, 2, 3)
-                      if a != b and na * values[1][a] - nb * values[1][b] > 0
-                      and nb * values[0][b] - na * values[0][a] < 0 and stock[1][b] >= nb), None)
+        found = next(
+            (
+                (a, na, b, nb)
+                for a in RESOURCES
+                for b in RESOURCES
+                for na in (1, 2, 3)
+                for nb in (1, 2, 3)
+                if a != b
+                and na * values[1][a] - nb * values[1][b] > 0
+                and nb * values[0][b] - na * values[0][a] < 0
+                and stock[1][b] >= nb
+            ),
+            None,
+        )
         if found:
             break
     assert found
@@ -229,9 +257,17 @@ def test_llm_opponent_down_is_a_partner_failure():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed when the block ends: connections are refused
-    env = TextArenaEnv(games=["TruthAndDeception-v0"], roles=["guesser"], opponent="llm", num_train=2, num_eval=2,
-                       partner_model="nobody", partner_base_url=f"http://127.0.0.1:{port}/v1",
-                       partner_api_key_env="", partner_timeout=2.0)
+    env = TextArenaEnv(
+        games=["TruthAndDeception-v0"],
+        roles=["guesser"],
+        opponent="llm",
+        num_train=2,
+        num_eval=2,
+        partner_model="nobody",
+        partner_base_url=f"http://127.0.0.1:{port}/v1",
+        partner_api_key_env="",
+        partner_timeout=2.0,
+    )
     episode = env.reset(env.tasks("train")[0], 0)  # the deceiver opens: its request fails
     assert episode.done and "request failed" in episode.state["partner_failure"]
     out = env.outcome(episode)
@@ -275,18 +311,37 @@ def test_labelled_cases_admit_the_rules_and_reject_a_collapsed_evaluator():
         admit_library(env, RuleJudge({rid: (lambda t: True) for rid in ids}), ids)  # passes everything
 
 
-SMALL = ["env.name=textarena", "env.options.num_train=12", "env.options.num_eval=4",
-         "env.options.games=[SimpleNegotiation-v0-short, TruthAndDeception-v0]", "rollout.tasks_per_step=4",
-         "rollout.group_size=2", "rollout.max_new_tokens=8", "model.max_length=1024", "train.eval_every=2",
-         "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-         "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=4", "rewardweaver.diagnostic_tasks=4",
-         "train.steps=2"]
+SMALL = [
+    "env.name=textarena",
+    "env.options.num_train=12",
+    "env.options.num_eval=4",
+    "env.options.games=[SimpleNegotiation-v0-short, TruthAndDeception-v0]",
+    "rollout.tasks_per_step=4",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "model.max_length=1024",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=4",
+    "rewardweaver.diagnostic_tasks=4",
+    "train.steps=2",
+]
 
 
 def test_rw_train_self_play(tmp_path):
     """The policy being trained also writes the deceiver's moves (the trainer attaches it)."""
-    overrides = [*SMALL, "env.options.games=[TruthAndDeception-v0]", "env.options.roles=[guesser]",
-                 "env.options.opponent=self", "train.method=outcome_only", "judge.kind=rule", "train.eval_every=0"]
+    overrides = [
+        *SMALL,
+        "env.options.games=[TruthAndDeception-v0]",
+        "env.options.roles=[guesser]",
+        "env.options.opponent=self",
+        "train.method=outcome_only",
+        "judge.kind=rule",
+        "train.eval_every=0",
+    ]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     trainer.train()
@@ -301,8 +356,9 @@ def rows(folder: Path) -> list[dict]:
 
 @pytest.mark.parametrize("method", ["outcome_only", "combined"])
 def test_rw_train_with_scripted_opponent(tmp_path, method):
-    trainer = Trainer(load_config(None, [*SMALL, f"train.method={method}", "judge.kind=rule"]), tmp_path / "run",
-                      quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, f"train.method={method}", "judge.kind=rule"]), tmp_path / "run", quiet=True
+    )
     trainer.setup()
     trainer.train()
     trainer.cleanup()
@@ -324,10 +380,19 @@ def test_llm_opponent_is_a_real_vllm_server(vllm_server, monkeypatch):
     """The deceiver is the served model: its replies come back as moves of the game (free text is valid for a
     deceiver), all episodes of a turn in one batch."""
     monkeypatch.delenv(NO_KEY, raising=False)
-    env = TextArenaEnv(games=["TruthAndDeception-v0"], roles=["guesser"], opponent="llm", num_train=3, num_eval=2,
-                       partner_model=vllm_server.model, partner_base_url=vllm_server.base_url,
-                       partner_api_key_env=NO_KEY, partner_max_tokens=300, partner_max_reply_chars=16,
-                       partner_timeout=120)
+    env = TextArenaEnv(
+        games=["TruthAndDeception-v0"],
+        roles=["guesser"],
+        opponent="llm",
+        num_train=3,
+        num_eval=2,
+        partner_model=vllm_server.model,
+        partner_base_url=vllm_server.base_url,
+        partner_api_key_env=NO_KEY,
+        partner_max_tokens=300,
+        partner_max_reply_chars=16,
+        partner_timeout=120,
+    )
     episodes = [env.reset(task, 0) for task in env.tasks("train")]
     assert all(not e.done and "partner_failure" not in e.state for e in episodes)
     for e in episodes:
@@ -341,14 +406,28 @@ def test_llm_opponent_is_a_real_vllm_server(vllm_server, monkeypatch):
 def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
     """rw train with the served model as the opponent, the judge and the reflector (a tiny random model)."""
     monkeypatch.delenv(NO_KEY, raising=False)
-    overrides = [*SMALL, "env.options.games=[TruthAndDeception-v0]", "env.options.roles=[guesser]",
-                 "env.options.opponent=llm", f"env.options.partner_model={vllm_server.model}",
-                 f"env.options.partner_base_url={vllm_server.base_url}", f"env.options.partner_api_key_env={NO_KEY}",
-                 "env.options.partner_max_tokens=300", "env.options.partner_max_reply_chars=16",
-                 "env.options.partner_timeout=120", "env.options.num_eval=2",
-                 "judge.kind=openai", f"judge.model={vllm_server.model}", f"judge.base_url={vllm_server.base_url}",
-                 f"judge.api_key_env={NO_KEY}", "judge.max_tokens=600", "train.method=arise", "rollout.tasks_per_step=2", "train.steps=2",
-                 "train.eval_every=0"]
+    overrides = [
+        *SMALL,
+        "env.options.games=[TruthAndDeception-v0]",
+        "env.options.roles=[guesser]",
+        "env.options.opponent=llm",
+        f"env.options.partner_model={vllm_server.model}",
+        f"env.options.partner_base_url={vllm_server.base_url}",
+        f"env.options.partner_api_key_env={NO_KEY}",
+        "env.options.partner_max_tokens=300",
+        "env.options.partner_max_reply_chars=16",
+        "env.options.partner_timeout=120",
+        "env.options.num_eval=2",
+        "judge.kind=openai",
+        f"judge.model={vllm_server.model}",
+        f"judge.base_url={vllm_server.base_url}",
+        f"judge.api_key_env={NO_KEY}",
+        "judge.max_tokens=600",
+        "train.method=arise",
+        "rollout.tasks_per_step=2",
+        "train.steps=2",
+        "train.eval_every=0",
+    ]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     trainer.train()

@@ -83,8 +83,12 @@ def test_verifiers_refuse_wrong_or_unverified_work(env):
     wrong = run_episode(env, compute, lambda obs: json.dumps({"answer": str(float(compute.data["expected"]) + 1)}))
     assert wrong.outcome == 0.0
     write = _task(env, "write_file")
-    bad_file = iter([json.dumps({"tool": "shell", "cmd": "mkdir -p notes && echo wrong > notes/summary.txt"}),
-                     json.dumps({"answer": "done"})])
+    bad_file = iter(
+        [
+            json.dumps({"tool": "shell", "cmd": "mkdir -p notes && echo wrong > notes/summary.txt"}),
+            json.dumps({"answer": "done"}),
+        ]
+    )
     assert run_episode(env, write, lambda obs: next(bad_file)).outcome == 0.0
     silent = run_episode(env, _task(env, "search"), lambda obs: json.dumps({"tool": "shell", "cmd": "ls docs"}))
     assert silent.outcome == 0.0 and len(silent.metadata["env_state"]["events"]) == env.max_turns
@@ -98,13 +102,24 @@ def test_parse_call_formats():
     assert parse_call('{"answer": 42}') == ("answer", "42")
     qwen = '<tool_call>\n{"name": "python", "arguments": {"code": "print(2)"}}\n</tool_call>'
     assert parse_call(qwen) == ("python", "print(2)")
-    assert parse_call('<tool_call>{"name": "shell", "arguments": "{\\"cmd\\": \\"pwd\\"}"}</tool_call>') == ("shell", "pwd")
-    assert parse_call('<tool_call>{"name": "answer", "arguments": {"answer": "teal"}}</tool_call>') == ("answer", "teal")
-    for bad, why in [("hello", "no tool call"), ('{"tool": "rm", "cmd": "x"}', "unknown tool"),
-                     ('{"tool": "python"}', "non-empty string 'code'"), ('{"tool": "shell", "cmd": 5}', "'cmd'"),
-                     ('{"answer": [1]}', "answer must be a string"), ("x" * 9000, "9000 characters"),
-                     (None, "not text"), ('<tool_call>{"name": "python", "arguments": "{oops"}</tool_call>',
-                                          "not valid JSON")]:
+    assert parse_call('<tool_call>{"name": "shell", "arguments": "{\\"cmd\\": \\"pwd\\"}"}</tool_call>') == (
+        "shell",
+        "pwd",
+    )
+    assert parse_call('<tool_call>{"name": "answer", "arguments": {"answer": "teal"}}</tool_call>') == (
+        "answer",
+        "teal",
+    )
+    for bad, why in [
+        ("hello", "no tool call"),
+        ('{"tool": "rm", "cmd": "x"}', "unknown tool"),
+        ('{"tool": "python"}', "non-empty string 'code'"),
+        ('{"tool": "shell", "cmd": 5}', "'cmd'"),
+        ('{"answer": [1]}', "answer must be a string"),
+        ("x" * 9000, "9000 characters"),
+        (None, "not text"),
+        ('<tool_call>{"name": "python", "arguments": "{oops"}</tool_call>', "not valid JSON"),
+    ]:
         kind, message = parse_call(bad)
         assert kind == "error" and why in message, (bad, message)
     # the schemas are OpenAI function schemas naming the three tools
@@ -122,9 +137,15 @@ def test_bad_and_hostile_calls_are_tool_errors_in_the_transcript(env, monkeypatc
         "let me think",  # no call
         "x" * 700,  # too long
         json.dumps({"tool": "python", "code": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), 2)"}),
-        json.dumps({"tool": "shell", "cmd": "echo key=$OPENAI_API_KEY; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"
-                                            " | grep -c sk-never"}),
-        json.dumps({"tool": "shell", "cmd": f"echo x > /rw-tools-escape-{port} ; echo y > /tmp/rw-tools-escape-{port}"}),
+        json.dumps(
+            {
+                "tool": "shell",
+                "cmd": "echo key=$OPENAI_API_KEY; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c sk-never",
+            }
+        ),
+        json.dumps(
+            {"tool": "shell", "cmd": f"echo x > /rw-tools-escape-{port} ; echo y > /tmp/rw-tools-escape-{port}"}
+        ),
         json.dumps({"tool": "python", "code": "while True: pass"}),
         json.dumps({"tool": "python", "code": "import os\nwhile True: os.fork()"}),
         json.dumps({"tool": "python", "code": "print('still alive')"}),
@@ -155,23 +176,33 @@ def test_a_sandbox_fault_is_a_partner_failure_not_the_agents(env, monkeypatch):
 
     task = _task(env, "compute")
     episode = env.reset(task, 0)
-    monkeypatch.setattr(Sandbox, "run_shell", lambda self, cmd: ToolResult(False, 111, "", "sandbox setup failed: x",
-                                                                           error="sandbox_setup"))
+    monkeypatch.setattr(
+        Sandbox,
+        "run_shell",
+        lambda self, cmd: ToolResult(False, 111, "", "sandbox setup failed: x", error="sandbox_setup"),
+    )
     after = env.step(episode, json.dumps({"tool": "shell", "cmd": "ls"}))
     assert after.done and "tool sandbox failed" in after.state["partner_failure"]
     outcome = env.outcome(after)
     assert outcome.failure and outcome.reward == 0.0
     trajectory_state = {"env_state": after.state, "partner_failure": after.state["partner_failure"]}
     from rwcore.types import Trajectory
-    records = R.ToolsAttributor().attribute(Trajectory("t", [], 0.0, metadata=trajectory_state),
-                                            [R.rule_spec(R.RULES_BY_ID["inspects_input"])])
+
+    records = R.ToolsAttributor().attribute(
+        Trajectory("t", [], 0.0, metadata=trajectory_state), [R.rule_spec(R.RULES_BY_ID["inspects_input"])]
+    )
     assert records[0].cause == "partner"
 
 
 def test_options_are_checked_by_name():
-    for options, name in [({"num_train": 0}, "num_train"), ({"kinds": ["compute", "poetry"]}, "kinds"),
-                          ({"call_format": "xml"}, "call_format"), ({"isolation": "vm"}, "isolation"),
-                          ({"wall_seconds": -1}, "wall_seconds"), ({"max_turns": True}, "max_turns")]:
+    for options, name in [
+        ({"num_train": 0}, "num_train"),
+        ({"kinds": ["compute", "poetry"]}, "kinds"),
+        ({"call_format": "xml"}, "call_format"),
+        ({"isolation": "vm"}, "isolation"),
+        ({"wall_seconds": -1}, "wall_seconds"),
+        ({"max_turns": True}, "max_turns"),
+    ]:
         with pytest.raises(ValueError, match=f"env.options.{name}"):
             ToolsEnv(**options)
 
@@ -181,8 +212,9 @@ def test_chat_template_format_ends_on_a_plain_message():
     assert '"tool"' not in env.system_prompt
     task = _task(env, "search")
     pattern = f"the {task.data['key']} of {task.data['entity']} is"
-    script = iter([f'<tool_call>\n{{"name": "shell", "arguments": {{"cmd": "grep -rh \'{pattern}\' docs"}}}}\n</tool_call>',
-                   None])
+    script = iter(
+        [f'<tool_call>\n{{"name": "shell", "arguments": {{"cmd": "grep -rh \'{pattern}\' docs"}}}}\n</tool_call>', None]
+    )
 
     def policy(obs):
         message = next(script)
@@ -190,14 +222,21 @@ def test_chat_template_format_ends_on_a_plain_message():
 
     trajectory = run_episode(env, task, policy)
     assert trajectory.metadata["success"] and [e["kind"] for e in trajectory.metadata["env_state"]["events"]] == [
-        "shell", "answer"]
+        "shell",
+        "answer",
+    ]
     env.close()
 
 
 def test_rules_read_observable_behaviour(env):
     rules = {r.spec.rubric_id: r for r in env.rules()}
-    assert {r.spec.capability for r in rules.values()} == {"Understanding", "Execution", "Verification", "Debugging",
-                                                           "Efficiency"}
+    assert {r.spec.capability for r in rules.values()} == {
+        "Understanding",
+        "Execution",
+        "Verification",
+        "Debugging",
+        "Efficiency",
+    }
     for kind in KINDS:  # the oracle passes every rule that applies
         task = _task(env, kind)
         trajectory = run_episode(env, task, OraclePolicy(task))
@@ -206,16 +245,26 @@ def test_rules_read_observable_behaviour(env):
         assert verdicts["runs_code_before_answer"] is True and verdicts["answer_format"] is True
     # a careless agent on a transform task: writes without looking, never checks, repeats a failing call, rambles
     task = _task(env, "transform")
-    code = ("import csv, json\njson.dump([r['name'] for r in csv.DictReader(open('people.csv'))], "
-            "open('out.json', 'w'))")
-    script = iter([json.dumps({"tool": "python", "code": "print(undefined)"}),
-                   json.dumps({"tool": "python", "code": "print(undefined)"}),
-                   json.dumps({"tool": "python", "code": code}), json.dumps({"answer": "i wrote it"})])
+    code = "import csv, json\njson.dump([r['name'] for r in csv.DictReader(open('people.csv'))], open('out.json', 'w'))"
+    script = iter(
+        [
+            json.dumps({"tool": "python", "code": "print(undefined)"}),
+            json.dumps({"tool": "python", "code": "print(undefined)"}),
+            json.dumps({"tool": "python", "code": code}),
+            json.dumps({"answer": "i wrote it"}),
+        ]
+    )
     careless = run_episode(env, task, lambda obs: next(script))
     verdicts = {rid: rule.check(careless) for rid, rule in rules.items()}
-    assert verdicts == {"inspects_input": False, "runs_code_before_answer": True, "checks_output": False,
-                        "reruns_after_fix": None, "recovers_from_errors": False, "answer_format": False,
-                        "efficient_calls": False}
+    assert verdicts == {
+        "inspects_input": False,
+        "runs_code_before_answer": True,
+        "checks_output": False,
+        "reruns_after_fix": None,
+        "recovers_from_errors": False,
+        "answer_format": False,
+        "efficient_calls": False,
+    }
 
 
 def test_labelled_cases_admit_the_initial_library(env):
@@ -239,11 +288,23 @@ def test_the_word_level_policy_can_spell_a_tool_call(env):
     assert parse_call(codec.decode(codec._words('{ "answer" : "done" }'))) == ("answer", "done")
 
 
-SMALL = ["env.name=tools", "env.options.num_train=8", "env.options.num_eval=4", "env.options.max_turns=3",
-         "rollout.tasks_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=12", "train.eval_every=2",
-         "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-         "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=2", "rewardweaver.diagnostic_tasks=2",
-         "train.steps=2"]
+SMALL = [
+    "env.name=tools",
+    "env.options.num_train=8",
+    "env.options.num_eval=4",
+    "env.options.max_turns=3",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=12",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=2",
+    "rewardweaver.diagnostic_tasks=2",
+    "train.steps=2",
+]
 
 
 def rows(folder: Path) -> list[dict]:
@@ -279,11 +340,22 @@ def test_rw_train_with_a_real_vllm_judge_and_reflector(tmp_path, vllm_server, mo
     monkeypatch.delenv(NO_KEY, raising=False)
     # one step, one group of two: the pool update at step 1 asks the served model to reflect (kept short: the
     # tiny model is slow on a CPU and tool transcripts are long)
-    overrides = [*SMALL, "env.options.num_eval=2", "env.options.max_turns=2", "env.options.max_observation_chars=200",
-                 "rollout.tasks_per_step=1", "train.steps=1", "pool.delta_pool=1", "train.checkpoint_every=1",
-                 "train.eval_every=0", "train.method=arise", "judge.kind=openai",
-                 f"judge.model={vllm_server.model}", f"judge.base_url={vllm_server.base_url}",
-                 f"judge.api_key_env={NO_KEY}"]
+    overrides = [
+        *SMALL,
+        "env.options.num_eval=2",
+        "env.options.max_turns=2",
+        "env.options.max_observation_chars=200",
+        "rollout.tasks_per_step=1",
+        "train.steps=1",
+        "pool.delta_pool=1",
+        "train.checkpoint_every=1",
+        "train.eval_every=0",
+        "train.method=arise",
+        "judge.kind=openai",
+        f"judge.model={vllm_server.model}",
+        f"judge.base_url={vllm_server.base_url}",
+        f"judge.api_key_env={NO_KEY}",
+    ]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     trainer.train()

@@ -17,10 +17,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-import rwcore
-from rwcore import EvidenceStore
 from reference_sampler import RefEvidenceStore
+
+from rwcore import EvidenceStore
 
 PROP = settings(max_examples=600, deadline=None, derandomize=True)
 REL = 1e-12
@@ -55,7 +54,7 @@ def test_first_observation_sets_cell():
     assert len(s) == 1
     assert tuple(s.query(3, 9, 4)) == (1.5, 0.25)
     # 2 versions later without observation: * 0.999**2
-    assert_close(s.query(3, 9, 6), (1.5 * 0.999 ** 2, 0.25 * 0.999 ** 2))
+    assert_close(s.query(3, 9, 6), (1.5 * 0.999**2, 0.25 * 0.999**2))
     # query before v_last: no decay (documented choice)
     assert tuple(s.query(3, 9, 0)) == (1.5, 0.25)
     # other cells are empty
@@ -70,7 +69,7 @@ def test_in_order_decay_example_from_brief():
     s.observe(0, 0, 0.0, 1.0, 2)
     assert_close(s.query(0, 0, 2), (0.2 * 0.999, 1.0))
     # query at v=5: * 0.999**3
-    assert_close(s.query(0, 0, 5), (0.2 * 0.999 * 0.999 ** 3, 0.999 ** 3))
+    assert_close(s.query(0, 0, 5), (0.2 * 0.999 * 0.999**3, 0.999**3))
 
 
 def test_dv_one_is_gamma_obs_only():
@@ -95,10 +94,10 @@ def test_late_observation_discounted_and_version_kept():
     s.observe(0, 5, 2.0, 0.0, 10)
     # late by 3 versions: contribution * 0.2 * 0.999**2; v_last stays 10
     s.observe(0, 5, 0.0, 3.0, 7)
-    late = 0.2 * 0.999 ** 2
+    late = 0.2 * 0.999**2
     assert_close(s.query(0, 5, 10), (2.0, 3.0 * late))
     # v_last is still 10: query at 12 decays by 0.999**2 (not 0.999**5)
-    assert_close(s.query(0, 5, 12), (2.0 * 0.999 ** 2, 3.0 * late * 0.999 ** 2))
+    assert_close(s.query(0, 5, 12), (2.0 * 0.999**2, 3.0 * late * 0.999**2))
     # and the next in-order observation at 11 decays from 10 (dv = 1)
     s.observe(0, 5, 1.0, 0.0, 11)
     assert_close(s.query(0, 5, 11), (2.0 * 0.2 + 1.0, 3.0 * late * 0.2))
@@ -111,12 +110,12 @@ def test_late_by_one_is_gamma_obs():
     assert_close(s.query(0, 0, 4), (1.5, 2.0))
     # late by 4 with other gammas: 0.5 * 0.9**3
     s.observe(0, 0, 1.0, 0.0, 0)
-    assert_close(s.query(0, 0, 4), (1.5 + 0.5 * 0.9 ** 3, 2.0))
+    assert_close(s.query(0, 0, 4), (1.5 + 0.5 * 0.9**3, 2.0))
 
 
 def test_non_default_gammas_and_large_versions():
     s = EvidenceStore(gamma_obs=0.3, gamma_unobs=0.5)
-    v0 = 10 ** 9
+    v0 = 10**9
     s.observe(7, 7, 4.0, 8.0, v0)
     s.observe(7, 7, 1.0, 1.0, v0 + 3)  # factor 0.3 * 0.5**2 = 0.075
     assert_close(s.query(7, 7, v0 + 3), (4 * 0.075 + 1, 8 * 0.075 + 1))
@@ -162,7 +161,7 @@ def test_query_sum_and_remove_rubric():
 
 def test_id_range_extremes():
     s = EvidenceStore()
-    top = 2 ** 32 - 1
+    top = 2**32 - 1
     s.observe(top, top, 1.0, 2.0, 0)
     s.observe(0, top, 3.0, 0.0, 0)
     s.observe(top, 0, 0.0, 5.0, 0)
@@ -196,8 +195,12 @@ def compare_all(store, ref, versions):
             for v in versions:
                 assert_close(store.query(tag, rub, v), ref.query(tag, rub, v), what=f"query({tag},{rub},{v})")
         for v in versions:
-            assert_close(store.query_sum(tag, [0, 1, 2, 3, 4], v), ref.query_sum(tag, range(5), v),
-                         rel=1e-11, what=f"query_sum({tag},{v})")
+            assert_close(
+                store.query_sum(tag, [0, 1, 2, 3, 4], v),
+                ref.query_sum(tag, range(5), v),
+                rel=1e-11,
+                what=f"query_sum({tag},{v})",
+            )
 
 
 @PROP
@@ -219,17 +222,25 @@ def test_random_streams_match_reference(gammas, ops):
 
 
 @PROP
-@given(gammas=gamma_pair, ops=st.lists(
-    st.tuples(st.integers(0, 3), st.integers(0, 3), evidence_value, evidence_value, version_value), max_size=80))
+@given(
+    gammas=gamma_pair,
+    ops=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 3), evidence_value, evidence_value, version_value), max_size=80
+    ),
+)
 def test_observe_many_equals_sequence_of_observe(gammas, ops):
     a = EvidenceStore(gamma_obs=gammas[0], gamma_unobs=gammas[1])
     b = EvidenceStore(gamma_obs=gammas[0], gamma_unobs=gammas[1])
     for t, r, s_, f_, v in ops:
         a.observe(t, r, s_, f_, v)
     cols = list(zip(*ops)) if ops else [(), (), (), (), ()]
-    b.observe_many(np.array(cols[0], dtype=np.int64), np.array(cols[1], dtype=np.int64),
-                   np.array(cols[2], dtype=np.float64), np.array(cols[3], dtype=np.float64),
-                   np.array(cols[4], dtype=np.int64))
+    b.observe_many(
+        np.array(cols[0], dtype=np.int64),
+        np.array(cols[1], dtype=np.int64),
+        np.array(cols[2], dtype=np.float64),
+        np.array(cols[3], dtype=np.float64),
+        np.array(cols[4], dtype=np.int64),
+    )
     assert len(a) == len(b)
     for tag in range(4):
         for rub in range(4):
@@ -245,8 +256,13 @@ def test_observe_many_accepts_lists_and_other_dtypes():
     tags, rubs = [0, 1, 0, 2], [5, 5, 6, 5]
     succ, fail, vers = [1.0, 0.5, 0.0, 2.0], [0.0, 0.5, 1.0, 0.0], [0, 1, 1, 3]
     a.observe_many(tags, rubs, succ, fail, vers)
-    b.observe_many(np.array(tags, np.uint32), np.array(rubs, np.uint32), np.array(succ, np.float32),
-                   np.array(fail, np.float32), np.array(vers, np.int32))
+    b.observe_many(
+        np.array(tags, np.uint32),
+        np.array(rubs, np.uint32),
+        np.array(succ, np.float32),
+        np.array(fail, np.float32),
+        np.array(vers, np.int32),
+    )
     for args in zip(tags, rubs, succ, fail, vers):
         c.observe(*args)
     for t in range(3):
@@ -259,9 +275,13 @@ def test_observe_many_accepts_lists_and_other_dtypes():
 
 
 @PROP
-@given(ops=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), evidence_value, evidence_value,
-                              st.integers(0, 20)), max_size=40),
-       qtags=st.lists(st.integers(0, 4), max_size=30), data=st.data())
+@given(
+    ops=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 3), evidence_value, evidence_value, st.integers(0, 20)), max_size=40
+    ),
+    qtags=st.lists(st.integers(0, 4), max_size=30),
+    data=st.data(),
+)
 def test_query_many_and_query_sum_consistent(ops, qtags, data):
     s = EvidenceStore()
     for op in ops:
@@ -412,7 +432,7 @@ def test_concurrent_observe_many_equals_sequential(shared_tags):
     seq = EvidenceStore()
     for b in batches:
         for k in range(0, n, 10_000):
-            seq.observe_many(*(x[k:k + 10_000] for x in b))
+            seq.observe_many(*(x[k : k + 10_000] for x in b))
     par = EvidenceStore()
     barrier = threading.Barrier(n_threads)
     errors = []
@@ -421,7 +441,7 @@ def test_concurrent_observe_many_equals_sequential(shared_tags):
         try:
             barrier.wait()
             for k in range(0, n, 10_000):
-                par.observe_many(*(x[k:k + 10_000] for x in b))
+                par.observe_many(*(x[k : k + 10_000] for x in b))
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
@@ -460,8 +480,13 @@ def test_observe_many_releases_the_gil():
     # its free rate (measured against a sleeping thread).
     n = 2_000_000
     rng = np.random.default_rng(0)
-    cols = (rng.integers(0, 1000, n), rng.integers(0, 10, n), rng.random(n), rng.random(n),
-            np.sort(rng.integers(0, 100, n)))
+    cols = (
+        rng.integers(0, 1000, n),
+        rng.integers(0, 10, n),
+        rng.random(n),
+        rng.random(n),
+        np.sort(rng.integers(0, 100, n)),
+    )
     best = 0.0
     for _ in range(3):
         s = EvidenceStore()
@@ -498,7 +523,7 @@ def test_concurrent_readers_and_writers_do_not_crash():
     def writer(b):
         try:
             for k in range(0, 50_000, 5_000):
-                s.observe_many(*(x[k:k + 5_000] for x in b))
+                s.observe_many(*(x[k : k + 5_000] for x in b))
         except Exception as e:  # pragma: no cover
             errors.append(e)
 

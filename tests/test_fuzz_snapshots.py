@@ -65,8 +65,13 @@ def base_stores():
         small.observe(tag, rubric, s, f, v)
     stores.append(small)
     mixed = EvidenceStore(0.5, 1.0)
-    mixed.observe_many([1, 70000, 2**32 - 1, 3], [2, 5, 2**32 - 1, 4096], [1.0, 2.0, 1e300, 0.0], [0.0, 1.0, 5.0, 7.0],
-                       [1, 2, 3, 2**62])
+    mixed.observe_many(
+        [1, 70000, 2**32 - 1, 3],
+        [2, 5, 2**32 - 1, 4096],
+        [1.0, 2.0, 1e300, 0.0],
+        [0.0, 1.0, 5.0, 7.0],
+        [1, 2, 3, 2**62],
+    )
     stores.append(mixed)
     return [s.to_bytes() for s in stores]
 
@@ -118,7 +123,7 @@ def byte_overwrite(rng, data, other):
 
 
 def truncate(rng, data, other):
-    return data[:rng.randrange(len(data))]
+    return data[: rng.randrange(len(data))]
 
 
 def extend(rng, data, other):
@@ -126,7 +131,7 @@ def extend(rng, data, other):
 
 
 def splice(rng, data, other):
-    return data[:rng.randrange(len(data) + 1)] + other[rng.randrange(len(other) + 1):]
+    return data[: rng.randrange(len(data) + 1)] + other[rng.randrange(len(other) + 1) :]
 
 
 def insert_chunk(rng, data, other):
@@ -136,13 +141,13 @@ def insert_chunk(rng, data, other):
 
 def delete_chunk(rng, data, other):
     i = rng.randrange(len(data))
-    return data[:i] + data[i + rng.choice([1, 4, 8, 24]):]
+    return data[:i] + data[i + rng.choice([1, 4, 8, 24]) :]
 
 
 def duplicate_chunk(rng, data, other):
     i = rng.randrange(len(data))
     size = rng.choice([8, 24, 32, 40])
-    return data[:i] + data[i:i + size] + data[i:]
+    return data[:i] + data[i : i + size] + data[i:]
 
 
 RAW = [bit_flip, byte_overwrite, truncate, extend, splice, insert_chunk, delete_chunk, duplicate_chunk]
@@ -155,8 +160,11 @@ def store_field_edit(rng, data):
     """One edit of a parsed store snapshot; returns (name, resealed bytes)."""
     snap = StoreSnapshot.parse(data)
     count = None
-    choice = rng.choice(["cell_float", "cell_version", "cell_id", "count", "gamma", "order", "drop", "duplicate",
-                         "format"] if snap.cells else ["count", "gamma", "format", "add_cell"])
+    choice = rng.choice(
+        ["cell_float", "cell_version", "cell_id", "count", "gamma", "order", "drop", "duplicate", "format"]
+        if snap.cells
+        else ["count", "gamma", "format", "add_cell"]
+    )
     if choice == "cell_float":
         cell = rng.choice(snap.cells)
         cell[rng.choice([2, 3])] = rng.choice(SPECIAL_FLOATS + [rng.uniform(0, 10)])
@@ -203,8 +211,22 @@ def _vector_offsets(snap: SamplerSnapshot) -> dict:
 
 def sampler_field_edit(rng, data):
     snap = SamplerSnapshot.parse(data)
-    choice = rng.choice(["rng_zero", "rng_one_word", "rng_random", "attempts", "bits", "words", "slot_table",
-                         "length_lie", "store_length_lie", "fingerprint", "inner_store", "inner_store_raw"])
+    choice = rng.choice(
+        [
+            "rng_zero",
+            "rng_one_word",
+            "rng_random",
+            "attempts",
+            "bits",
+            "words",
+            "slot_table",
+            "length_lie",
+            "store_length_lie",
+            "fingerprint",
+            "inner_store",
+            "inner_store_raw",
+        ]
+    )
     lie = None
     if choice == "rng_zero":
         snap.rng = [0, 0, 0, 0]
@@ -229,8 +251,10 @@ def sampler_field_edit(rng, data):
         else:
             table.append(rng.choice([-1, 0, 3]))
     elif choice == "length_lie":
-        lie = (rng.choice(["slot_capability", "evaluated", "applicable", "attempts"]),
-               rng.choice([0, 1, 2, 17, 2**32, 2**64 - 1]))
+        lie = (
+            rng.choice(["slot_capability", "evaluated", "applicable", "attempts"]),
+            rng.choice([0, 1, 2, 17, 2**32, 2**64 - 1]),
+        )
     elif choice == "store_length_lie":
         lie = ("store", rng.choice([0, 8, len(snap.store) - 1, len(snap.store) + 1, 2**63]))
     elif choice == "fingerprint":
@@ -242,7 +266,7 @@ def sampler_field_edit(rng, data):
     out = snap.to_bytes()
     if lie is not None:
         offset = _vector_offsets(snap)[lie[0]]
-        out = reseal(out[:offset] + struct.pack("<Q", lie[1]) + out[offset + 8:])
+        out = reseal(out[:offset] + struct.pack("<Q", lie[1]) + out[offset + 8 :])
     return "sampler." + choice, out
 
 
@@ -336,11 +360,17 @@ def worker(budget_s: float, max_cases: int) -> int:
 
 def test_fuzz_snapshot_loaders():
     with tempfile.TemporaryFile(mode="w+") as stderr:
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(BUDGET_S), str(MAX_CASES)],
-                                stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=HERE)
+        proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", str(BUDGET_S), str(MAX_CASES)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            cwd=HERE,
+        )
         lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)],
-                         daemon=True).start()
+        threading.Thread(
+            target=lambda: [lines.put(line) for line in proc.stdout] + [lines.put(None)], daemon=True
+        ).start()
         started, log = None, []
         while True:
             try:

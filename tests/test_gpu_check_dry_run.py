@@ -5,16 +5,26 @@ this keeps the script working until one is)."""
 from __future__ import annotations
 
 import json
-import re
-import tarfile
 import os
+import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = ["environment", "install", "flash_attn", "compile", "kernels", "benchmark", "model", "train", "train_vllm",
-         "export"]
+STEPS = [
+    "environment",
+    "install",
+    "flash_attn",
+    "compile",
+    "kernels",
+    "benchmark",
+    "model",
+    "train",
+    "train_vllm",
+    "export",
+]
 # What the device tool returns from $OUT: at most 8 files, at most two folders down, plain names.
 DEVICE_FILES, DEVICE_NAME = 8, re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -25,8 +35,14 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     device_out = tmp_path / "device-out"  # as the device tool sets OUT: the export step copies the results there
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", RWCORE_PYTHON=sys.executable, OUT=str(device_out))
-    done = subprocess.run(["bash", str(ROOT / "bench" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    done = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu_check.sh"), "--dry-run", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
     steps = [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()]
@@ -68,12 +84,22 @@ def test_gpu_check_dry_run_end_to_end(tmp_path):
     for path in exported:
         parts = path.relative_to(device_out).parts
         assert len(parts) <= 3 and all(DEVICE_NAME.match(part) for part in parts), path
-    assert {p.name for p in exported} == {"summary.md", "steps.tsv", "kernel-check.json", "kernels-cuda.json",
-                                          "results.tar.gz"}
+    assert {p.name for p in exported} == {
+        "summary.md",
+        "steps.tsv",
+        "kernel-check.json",
+        "kernels-cuda.json",
+        "results.tar.gz",
+    }
     assert (device_out / "gpu-check" / "summary.md").read_text() == summary
     with tarfile.open(device_out / "gpu-check" / "results.tar.gz") as archive:
         names = archive.getnames()
-    for member in ("gpu-check/logs/train.log", "gpu-check/train/metrics.jsonl", "gpu-check/model/config.json",
-                   "gpu-check/kernels-cuda.json", "gpu-check/versions.txt"):
+    for member in (
+        "gpu-check/logs/train.log",
+        "gpu-check/train/metrics.jsonl",
+        "gpu-check/model/config.json",
+        "gpu-check/kernels-cuda.json",
+        "gpu-check/versions.txt",
+    ):
         assert member in names, (member, names)
     assert not [n for n in names if n.endswith((".safetensors", ".bin", ".pt")) or "/checkpoints" in n]

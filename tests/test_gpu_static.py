@@ -25,9 +25,11 @@ def gpu_static():
 
 def test_bounds_hand_worked(gpu_static):
     device = {"bandwidth": 1e12, "bf16": 1e15, "fp32": 1e14}
-    phases = [gpu_static._phase("gemm", 1e9, 2e12),  # 2 ms of compute, 1 ms of memory: compute bound
-              gpu_static._phase("pass", 3e9),  # 3 ms of memory
-              gpu_static._phase("fp32 gemm", 0.0, 1e11, "fp32")]  # 1 ms at the fp32 rate
+    phases = [
+        gpu_static._phase("gemm", 1e9, 2e12),  # 2 ms of compute, 1 ms of memory: compute bound
+        gpu_static._phase("pass", 3e9),  # 3 ms of memory
+        gpu_static._phase("fp32 gemm", 0.0, 1e11, "fp32"),
+    ]  # 1 ms at the fp32 rate
     result = gpu_static.bounds(phases, device, useful_flops=2e12)
     assert result["in_sequence_s"] == pytest.approx(2e-3 + 3e-3 + 1e-3)
     assert result["overlapped_s"] == pytest.approx(max(2e-3 + 1e-3, 4e-3))

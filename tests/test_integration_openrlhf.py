@@ -25,7 +25,9 @@ from rwcore.kernels import filtered_dual_clip_loss
 def _load_openrlhf_loss():
     spec = importlib.util.find_spec("openrlhf")
     if spec is None:  # a clear message, never a skip: CI installs it
-        raise ImportError("these tests need openrlhf 0.11.2: RWCORE_EXTRAS=test,bench,vllm,upstream bash scripts/setup.sh")
+        raise ImportError(
+            "these tests need openrlhf 0.11.2: RWCORE_EXTRAS=test,bench,vllm,upstream bash scripts/setup.sh"
+        )
     if "openrlhf.models" not in sys.modules:
         package = types.ModuleType("openrlhf.models")
         package.__path__ = [os.path.join(spec.submodule_search_locations[0], "models")]
@@ -50,11 +52,19 @@ def test_constructor_takes_policy_loss_keywords():
     ours = [(n, k) for n, k, _ in _params(RwcorePolicyLoss.__init__)]
     ref = [(n, k) for n, k, _ in _params(PolicyLoss.__init__)]
     assert ours[: len(ref)] == ref  # same names, order and kinds; then keyword-only `backend`
-    assert ours[len(ref):] == [("backend", inspect.Parameter.KEYWORD_ONLY)]
+    assert ours[len(ref) :] == [("backend", inspect.Parameter.KEYWORD_ONLY)]
     # Every keyword OpenRLHF's PolicyLoss takes, as ppo_actor.py passes them (with --actor.dual_clip set):
-    kwargs = dict(clip_eps_low=0.2, clip_eps_high=0.28, dual_clip=3.0, token_level_loss=True,
-                  policy_loss_type="ppo", is_correction_level="off", is_correction_mode="mask",
-                  is_correction_gating="ratio", is_correction_threshold=(0.5, 5.0))
+    kwargs = dict(
+        clip_eps_low=0.2,
+        clip_eps_high=0.28,
+        dual_clip=3.0,
+        token_level_loss=True,
+        policy_loss_type="ppo",
+        is_correction_level="off",
+        is_correction_mode="mask",
+        is_correction_gating="ratio",
+        is_correction_threshold=(0.5, 5.0),
+    )
     PolicyLoss(**kwargs)  # OpenRLHF's own class accepts them ...
     module = RwcorePolicyLoss(**kwargs)  # ... and so does ours
     assert (module.ratio_low, module.ratio_high, module.clip_c) == pytest.approx((0.8, 1.28, 3.0))
@@ -107,10 +117,12 @@ def test_token_level_equals_filtered_dual_clip_loss(seed):
     assert set(module.last_stats) == set(stats)
 
     # Data-parallel normalizer (OpenRLHF's get_loss_batch_info): sum / batch_num_tokens * dp_size.
-    loss_dp, *_ = module(log_probs, old, advantages, action_mask=mask, dp_size=4, batch_num_tokens=123.0,
-                         global_batch_size=17.0)
-    ref_dp, _ = filtered_dual_clip_loss(log_probs, old, advantages, mask, 0.5, 5.0, 3.0,
-                                        num_model_tokens=torch.tensor(123.0 / 4))
+    loss_dp, *_ = module(
+        log_probs, old, advantages, action_mask=mask, dp_size=4, batch_num_tokens=123.0, global_batch_size=17.0
+    )
+    ref_dp, _ = filtered_dual_clip_loss(
+        log_probs, old, advantages, mask, 0.5, 5.0, 3.0, num_model_tokens=torch.tensor(123.0 / 4)
+    )
     torch.testing.assert_close(loss_dp, ref_dp, rtol=1e-6, atol=0)
     torch.testing.assert_close(_grad(loss_dp, log_probs), _grad(ref_dp, log_probs), rtol=1e-6, atol=0)
 
@@ -119,8 +131,14 @@ def test_token_level_equals_filtered_dual_clip_loss(seed):
 def test_sequence_level_is_the_mean_of_per_sequence_token_means(global_batch_size):
     log_probs, old, advantages, mask = _case(3)
     module = RwcorePolicyLoss.arise(token_level_loss=False)
-    loss, *_ = module(log_probs, old, advantages, action_mask=mask, dp_size=3 if global_batch_size else 1,
-                      global_batch_size=global_batch_size)
+    loss, *_ = module(
+        log_probs,
+        old,
+        advantages,
+        action_mask=mask,
+        dp_size=3 if global_batch_size else 1,
+        global_batch_size=global_batch_size,
+    )
     # float64 from the definition: per sequence, sum of filtered dual-clip terms / (n_b + 1e-8);
     # then / global_batch_size * dp_size (or the mean over non-empty sequences).
     w = torch.exp((log_probs.detach().double() - old.double()).clamp(-20, 20))

@@ -1,7 +1,7 @@
 """rwcore.integrations.trl with the real TRL (GRPOTrainer) on the CPU: a tiny random Llama, a word-level
 tokenizer and in-memory datasets, all built locally (nothing is downloaded).
 
-Must show: the loss our trainer hands to TRL's `Trainer` equals `filtered_dual_clip_loss` on the same
+Shown here: the loss our trainer hands to TRL's `Trainer` equals `filtered_dual_clip_loss` on the same
 inputs (TRL's per-token log-probs, old log-probs, advantages and completion mask), recomputed
 independently at every loss call; and equals TRL's own "dapo" loss (value and gradients) where the two
 must coincide (on-policy, ratio 1).
@@ -13,12 +13,10 @@ import math
 import subprocess
 import sys
 
-import pytest
-
-import trl  # noqa: E402,F401 - the real TRL (installed by the test extra)
 import datasets  # noqa: E402,F401
-
+import pytest
 import torch  # noqa: E402
+import trl  # noqa: E402,F401 - the real TRL (installed by the test extra)
 from datasets import Dataset  # noqa: E402
 from kernel_reference import ref_dual_clip  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
@@ -54,13 +52,23 @@ def model_dir(tmp_path_factory):
     vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                        bos_token="<bos>", eos_token="<end>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<bos>", eos_token="<end>"
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-                         bos_token_id=vocab["<bos>"], eos_token_id=vocab["<end>"], pad_token_id=vocab["<pad>"],
-                         tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=vocab["<bos>"],
+        eos_token_id=vocab["<end>"],
+        pad_token_id=vocab["<pad>"],
+        tie_word_embeddings=False,
+    )
     with torch.random.fork_rng():
         torch.manual_seed(0)
         LlamaForCausalLM(config).save_pretrained(path)
@@ -75,15 +83,31 @@ def load_tokenizer(model_dir):
 
 
 def make_rows(n=6):
-    return [{"prompt": [{"role": "user", "content": f"please {WORDS[i]} {WORDS[i + 1]}"}], "task_id": f"t{i}",
-             "tags": ["refund" if i % 2 else "search"]} for i in range(n)]
+    return [
+        {
+            "prompt": [{"role": "user", "content": f"please {WORDS[i]} {WORDS[i + 1]}"}],
+            "task_id": f"t{i}",
+            "tags": ["refund" if i % 2 else "search"],
+        }
+        for i in range(n)
+    ]
 
 
 def grpo_config(tmp_path, **overrides):
     settings = dict(
-        output_dir=str(tmp_path / "out"), max_steps=3, per_device_train_batch_size=4, num_generations=2,
-        max_completion_length=6, report_to=[], use_cpu=True, bf16=False, logging_steps=1, save_strategy="no",
-        learning_rate=1e-3, seed=0, loss_type="dapo",
+        output_dir=str(tmp_path / "out"),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=6,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        learning_rate=1e-3,
+        seed=0,
+        loss_type="dapo",
     )
     settings.update(overrides)
     return GRPOConfig(**settings)
@@ -100,11 +124,13 @@ RUBRICS = [
 
 
 def make_judge():
-    return RuleJudge({
-        "short": lambda t: len(generated(t).split()) <= 4,
-        # NA on tasks that are not about refunds
-        "says-refund": lambda t: ("refund" in generated(t)) if "refund" in t.tags else None,
-    })
+    return RuleJudge(
+        {
+            "short": lambda t: len(generated(t).split()) <= 4,
+            # NA on tasks that are not about refunds
+            "says-refund": lambda t: ("refund" in generated(t)) if "refund" in t.tags else None,
+        }
+    )
 
 
 def completion_logps(model, inputs):
@@ -115,7 +141,7 @@ def completion_logps(model, inputs):
     length = completion_ids.size(1)
     with torch.no_grad():
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # temperature is 1.0
-    logits = logits[:, -length - 1:-1].double()
+    logits = logits[:, -length - 1 : -1].double()
     return torch.log_softmax(logits, dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
@@ -135,7 +161,9 @@ class LossProbe(RWGRPOTrainer):
         mask = inputs["completion_mask"]
         with torch.no_grad():
             length = inputs["completion_ids"].size(1)
-            logps = self._get_per_token_logps_and_entropies(model, ids, attention, length)[0]  # 2 or 3 values by release
+            logps = self._get_per_token_logps_and_entropies(model, ids, attention, length)[
+                0
+            ]  # 2 or 3 values by release
         old = inputs.get("old_per_token_logps")
         behavior = logps if old is None else old
         # The denominator D: model tokens of the whole generation batch (one process here), which TRL
@@ -146,8 +174,13 @@ class LossProbe(RWGRPOTrainer):
         if accumulation == per_generation == 1:
             assert denominator == int(mask.sum())  # one micro-batch: D is this batch's model tokens
         expected, stats = filtered_dual_clip_loss(
-            logps, behavior, inputs["advantages"], mask,
-            ratio_low=self.rw_ratio_low, ratio_high=self.rw_ratio_high, clip_c=self.rw_clip_c,
+            logps,
+            behavior,
+            inputs["advantages"],
+            mask,
+            ratio_low=self.rw_ratio_low,
+            ratio_high=self.rw_ratio_high,
+            clip_c=self.rw_clip_c,
             num_model_tokens=denominator,
         )
         if self.beta != 0.0:  # TRL's k3 KL to the reference model, same denominator
@@ -160,8 +193,13 @@ class LossProbe(RWGRPOTrainer):
         plain = completion_logps(model, inputs)
         record["logp_gap"] = float(((plain - logps.double()).abs() * mask).max())
         record["reference"] = ref_dual_clip(
-            plain, plain if old is None else old.double(), inputs["advantages"].double(), mask,
-            ratio_low=self.rw_ratio_low, ratio_high=self.rw_ratio_high, clip_c=self.rw_clip_c,
+            plain,
+            plain if old is None else old.double(),
+            inputs["advantages"].double(),
+            mask,
+            ratio_low=self.rw_ratio_low,
+            ratio_high=self.rw_ratio_high,
+            clip_c=self.rw_clip_c,
             num_model_tokens=denominator,
         )["loss"]
         if self.beta != 0.0:
@@ -186,8 +224,9 @@ class LossProbe(RWGRPOTrainer):
                 ours_grads = torch.autograd.grad(ours, params, allow_unused=True)
                 theirs = GRPOTrainer._compute_loss(self, model, inputs)
                 theirs_grads = torch.autograd.grad(theirs, params, allow_unused=True)
-                record["grad_pairs"] = [(a, b) for a, b in zip(ours_grads, theirs_grads)
-                                        if a is not None or b is not None]
+                record["grad_pairs"] = [
+                    (a, b) for a, b in zip(ours_grads, theirs_grads) if a is not None or b is not None
+                ]
         self.probe.append(record)
         return loss
 
@@ -232,8 +271,12 @@ def test_grpo_steps_with_rw_loss_capability_sampler_and_rubric_feedback(model_di
     funcs.recorder.record = record
 
     trainer = LossProbe(
-        model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path), train_dataset=Dataset.from_list(rows),
-        processing_class=load_tokenizer(model_dir), task_sampler=sampler,
+        model=model_dir,
+        reward_funcs=funcs,
+        args=grpo_config(tmp_path),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=load_tokenizer(model_dir),
+        task_sampler=sampler,
     )
     output = trainer.train()
 
@@ -265,8 +308,14 @@ def test_grpo_steps_with_rw_loss_capability_sampler_and_rubric_feedback(model_di
     assert versions[0] == 0 and versions == sorted(versions) and versions[-1] >= 1
 
     logged = {key for entry in trainer.state.log_history for key in entry}
-    assert {"rw/kept_fraction", "rw/dual_clipped_fraction", "rw/mean_ratio", "rw/sampler_coverage",
-            "rewards/rubric/short/mean", "rewards/rubric/says-refund/mean"} <= logged
+    assert {
+        "rw/kept_fraction",
+        "rw/dual_clipped_fraction",
+        "rw/mean_ratio",
+        "rw/sampler_coverage",
+        "rewards/rubric/short/mean",
+        "rewards/rubric/says-refund/mean",
+    } <= logged
     first = trainer.state.log_history[0]
     assert first["rw/kept_fraction"] == 1.0 and first["rw/mean_ratio"] == pytest.approx(1.0)
 
@@ -283,10 +332,19 @@ def test_gradient_accumulation_keeps_group_structure_and_normalization(model_dir
     original_record = funcs.recorder.record
     funcs.recorder.record = lambda task_ids, *rest: (seen.append(list(task_ids)), original_record(task_ids, *rest))
     trainer = LossProbe(
-        model=model_dir, reward_funcs=funcs,
-        args=grpo_config(tmp_path, max_steps=2, per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                         beta=0.1, learning_rate=0.05),
-        train_dataset=Dataset.from_list(rows), processing_class=load_tokenizer(model_dir), task_sampler=sampler,
+        model=model_dir,
+        reward_funcs=funcs,
+        args=grpo_config(
+            tmp_path,
+            max_steps=2,
+            per_device_train_batch_size=2,
+            gradient_accumulation_steps=2,
+            beta=0.1,
+            learning_rate=0.05,
+        ),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=load_tokenizer(model_dir),
+        task_sampler=sampler,
     )
     assert trainer.args.steps_per_generation == 2 and trainer.args.generation_batch_size == 4
     trainer.train()
@@ -312,8 +370,11 @@ def test_feedback_callback_groups_completions_and_refuses_broken_groups():
     args = SimpleNamespace(num_generations=2, world_size=1)
     callback.on_train_begin(args, SimpleNamespace(global_step=0), None)
     assert sampler.rubrics == {"short": "Efficiency"}
-    recorder.record(["a", "a", "b", "b"], [{"short": Verdict.PASS}, {"short": Verdict.FAIL},
-                                           {"short": Verdict.NA}, {"short": Verdict.INVALID}], policy_version=0)
+    recorder.record(
+        ["a", "a", "b", "b"],
+        [{"short": Verdict.PASS}, {"short": Verdict.FAIL}, {"short": Verdict.NA}, {"short": Verdict.INVALID}],
+        policy_version=0,
+    )
     callback.on_step_end(args, SimpleNamespace(global_step=1), None)
     assert callback.groups_recorded == 2 and callback.policy_version == 1 and len(recorder) == 0
     assert sampler.task_state("a") == {"attempts": 1, "evaluated": {"short"}, "applicable": {"short"}}
@@ -337,10 +398,14 @@ def test_off_policy_loss_filters_and_clips_and_still_matches(model_dir, tmp_path
         return [float(len(c[0]["content"].split())) for c in completions]
 
     trainer = LossProbe(
-        model=model_dir, reward_funcs=length_reward,
+        model=model_dir,
+        reward_funcs=length_reward,
         args=grpo_config(tmp_path, max_steps=6, num_iterations=2, learning_rate=0.1, seed=0),
-        train_dataset=Dataset.from_list(rows), processing_class=load_tokenizer(model_dir),
-        ratio_low=0.8, ratio_high=2.0, clip_c=1.05,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=load_tokenizer(model_dir),
+        ratio_low=0.8,
+        ratio_high=2.0,
+        clip_c=1.05,
     )
     trainer.train()
     probe = trainer.probe
@@ -374,9 +439,13 @@ def test_rubric_reward_funcs_signature_values_and_single_judge_call():
             raise RuntimeError("judge down")
         return 0.75
 
-    judge = CountingJudge({"short": lambda t: len(generated(t).split()) <= 2,
-                           "says-refund": lambda t: ("refund" in generated(t)) if "refund" in t.tags else None,
-                           "graded": flaky})
+    judge = CountingJudge(
+        {
+            "short": lambda t: len(generated(t).split()) <= 2,
+            "says-refund": lambda t: ("refund" in generated(t)) if "refund" in t.tags else None,
+            "graded": flaky,
+        }
+    )
     rubrics = RUBRICS + [RubricSpec("graded", "graded", capability="Execution", scored=True)]
     recorder = RubricRecorder()
     funcs = rubric_reward_funcs(judge, rubrics, tags_column="tags", recorder=recorder, invalid_value=-1.0)
@@ -384,11 +453,21 @@ def test_rubric_reward_funcs_signature_values_and_single_judge_call():
     assert funcs.recorder is recorder and all(f.rw_recorder is recorder for f in funcs)
 
     prompts = [[{"role": "user", "content": "please refund"}]] * 2 + ["search the order"] * 2
-    completions = [[{"role": "assistant", "content": "refund done"}], [{"role": "assistant", "content": "no boom"}],
-                   "the order is done", "yes"]
-    kwargs = dict(completion_ids=[[1]] * 4, task_id=["t1", "t1", "t0", "t0"],
-                  tags=[["refund"], ["refund"], ["search"], ["search"]], answer=["a", "a", "b", "b"],
-                  trainer_state=type("State", (), {"global_step": 7})(), log_extra=None, log_metric=None)
+    completions = [
+        [{"role": "assistant", "content": "refund done"}],
+        [{"role": "assistant", "content": "no boom"}],
+        "the order is done",
+        "yes",
+    ]
+    kwargs = dict(
+        completion_ids=[[1]] * 4,
+        task_id=["t1", "t1", "t0", "t0"],
+        tags=[["refund"], ["refund"], ["search"], ["search"]],
+        answer=["a", "a", "b", "b"],
+        trainer_state=type("State", (), {"global_step": 7})(),
+        log_extra=None,
+        log_metric=None,
+    )
     results = [f(prompts=prompts, completions=completions, **kwargs) for f in funcs]
     assert calls == [4]  # one judge call for the batch, shared by the three functions
     assert results[0] == [1.0, 1.0, 0.0, 1.0]
@@ -409,16 +488,24 @@ def test_rubric_reward_funcs_signature_values_and_single_judge_call():
 def test_trajectory_from_trl_marks_generated_turns():
     trajectory = trajectory_from_trl(
         [{"role": "developer", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-        [{"role": "assistant", "content": "calling"}, {"role": "tool", "content": "42"},
-         {"role": "assistant", "content": "it is 42"}],
-        task_id=3, tags=["math"],
+        [
+            {"role": "assistant", "content": "calling"},
+            {"role": "tool", "content": "42"},
+            {"role": "assistant", "content": "it is 42"},
+        ],
+        task_id=3,
+        tags=["math"],
     )
     assert [(t.role, t.generated) for t in trajectory.turns] == [
-        ("system", False), ("user", False), ("assistant", True), ("tool", False), ("assistant", True)]
+        ("system", False),
+        ("user", False),
+        ("assistant", True),
+        ("tool", False),
+        ("assistant", True),
+    ]
     assert trajectory.turns[1].content == "hi" and trajectory.task_id == "3" and trajectory.tags == ("math",)
     plain = trajectory_from_trl("q?", "a.", "t")
-    assert [(t.role, t.content, t.generated) for t in plain.turns] == [
-        ("user", "q?", False), ("assistant", "a.", True)]
+    assert [(t.role, t.content, t.generated) for t in plain.turns] == [("user", "q?", False), ("assistant", "a.", True)]
 
 
 # --------------------------------------------------------------------------- sampler structure and checks
@@ -431,8 +518,12 @@ def test_group_repeat_sampler_keeps_trl_repeat_structure():
     sampler = UniformSampler(tasks, batch_size=2, group_size=3, seed=1)
     dataset_ids = ["t4", "t3", "t2", "t1", "t0", "extra"]  # row i holds task dataset_ids[i]
     batches = AdaptiveBatchSampler(sampler, dataset_ids, num_batches=2)
-    reference = [b for b in AdaptiveBatchSampler(UniformSampler(tasks, batch_size=2, group_size=3, seed=1),
-                                                 dataset_ids, num_batches=2)]
+    reference = [
+        b
+        for b in AdaptiveBatchSampler(
+            UniformSampler(tasks, batch_size=2, group_size=3, seed=1), dataset_ids, num_batches=2
+        )
+    ]
     repeat = GroupRepeatSampler(batches, mini_repeat_count=3, repeat_count=2)
     indices = list(repeat)
     assert len(indices) == len(repeat) == 2 * 2 * 3 * 2
@@ -450,42 +541,90 @@ def test_trainer_refuses_mismatched_sampler_and_unsupported_features(model_dir, 
     tasks = {row["task_id"]: row["tags"] for row in rows}
     funcs = rubric_reward_funcs(make_judge(), RUBRICS)
     with pytest.raises(ValueError, match="batch_size"):
-        RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path), train_dataset=dataset,
-                      processing_class=tokenizer, task_sampler=CapabilitySampler(tasks, batch_size=3, group_size=2))
+        RWGRPOTrainer(
+            model=model_dir,
+            reward_funcs=funcs,
+            args=grpo_config(tmp_path),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            task_sampler=CapabilitySampler(tasks, batch_size=3, group_size=2),
+        )
     with pytest.raises(ValueError, match="group_size"):
-        RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path), train_dataset=dataset,
-                      processing_class=tokenizer, task_sampler=CapabilitySampler(tasks, batch_size=2, group_size=4))
+        RWGRPOTrainer(
+            model=model_dir,
+            reward_funcs=funcs,
+            args=grpo_config(tmp_path),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            task_sampler=CapabilitySampler(tasks, batch_size=2, group_size=4),
+        )
     with pytest.raises(ValueError, match="task_id_column"):
-        RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path), train_dataset=dataset,
-                      processing_class=tokenizer, task_sampler=CapabilitySampler(tasks, batch_size=2, group_size=2),
-                      task_id_column="id")
+        RWGRPOTrainer(
+            model=model_dir,
+            reward_funcs=funcs,
+            args=grpo_config(tmp_path),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            task_sampler=CapabilitySampler(tasks, batch_size=2, group_size=2),
+            task_id_column="id",
+        )
     with pytest.raises(ValueError, match="top_entropy_quantile"):
-        RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path, top_entropy_quantile=0.5),
-                      train_dataset=dataset, processing_class=tokenizer)
+        RWGRPOTrainer(
+            model=model_dir,
+            reward_funcs=funcs,
+            args=grpo_config(tmp_path, top_entropy_quantile=0.5),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
     with pytest.raises(ValueError, match="clip_c"):
-        RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path), train_dataset=dataset,
-                      processing_class=tokenizer, clip_c=1.0)
+        RWGRPOTrainer(
+            model=model_dir,
+            reward_funcs=funcs,
+            args=grpo_config(tmp_path),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            clip_c=1.0,
+        )
     # an adaptive sampler that would never get feedback is refused at start, naming what to pass
     plain_reward = [lambda prompts, completions, **kwargs: [0.0] * len(completions)]
     with pytest.raises(ValueError, match="rubric_reward_funcs"):
-        RWGRPOTrainer(model=model_dir, reward_funcs=plain_reward, args=grpo_config(tmp_path), train_dataset=dataset,
-                      processing_class=tokenizer, task_sampler=CapabilitySampler(tasks, batch_size=2, group_size=2))
-    uniform = RWGRPOTrainer(model=model_dir, reward_funcs=plain_reward, args=grpo_config(tmp_path),
-                            train_dataset=dataset, processing_class=tokenizer,
-                            task_sampler=UniformSampler(tasks, batch_size=2, group_size=2))
+        RWGRPOTrainer(
+            model=model_dir,
+            reward_funcs=plain_reward,
+            args=grpo_config(tmp_path),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            task_sampler=CapabilitySampler(tasks, batch_size=2, group_size=2),
+        )
+    uniform = RWGRPOTrainer(
+        model=model_dir,
+        reward_funcs=plain_reward,
+        args=grpo_config(tmp_path),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        task_sampler=UniformSampler(tasks, batch_size=2, group_size=2),
+    )
     assert uniform.rw_batch_sampler is not None and uniform.rw_feedback_callback is None  # needs none
     # rw_loss=False keeps TRL's loss (and its loss-type settings)
-    kept = RWGRPOTrainer(model=model_dir, reward_funcs=funcs, args=grpo_config(tmp_path, top_entropy_quantile=0.5),
-                         train_dataset=dataset, processing_class=tokenizer, rw_loss=False)
+    kept = RWGRPOTrainer(
+        model=model_dir,
+        reward_funcs=funcs,
+        args=grpo_config(tmp_path, top_entropy_quantile=0.5),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rw_loss=False,
+    )
     assert kept.rw_batch_sampler is None and kept.rw_recorder is funcs.recorder
 
 
 def test_trl_is_imported_lazily_and_missing_trl_says_pip_install(monkeypatch):
-    code = ("import sys, rwcore.integrations.trl as m; "
-            "assert 'trl' not in sys.modules, 'imported trl'; m.rubric_reward_funcs; m.RubricRecorder(); "
-            "sys.modules['trl'] = None\n"
-            "try:\n    m.RWGRPOTrainer\nexcept ImportError as e:\n    assert 'pip install trl' in str(e), e\n"
-            "else:\n    raise SystemExit('no ImportError')")
+    code = (
+        "import sys, rwcore.integrations.trl as m; "
+        "assert 'trl' not in sys.modules, 'imported trl'; m.rubric_reward_funcs; m.RubricRecorder(); "
+        "sys.modules['trl'] = None\n"
+        "try:\n    m.RWGRPOTrainer\nexcept ImportError as e:\n    assert 'pip install trl' in str(e), e\n"
+        "else:\n    raise SystemExit('no ImportError')"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     monkeypatch.setitem(sys.modules, "trl", None)

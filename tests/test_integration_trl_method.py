@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer driven by rwcore.AdaptiveMethod (rwcore.integrations.trl.method), on the CPU.
 
-Must show: the rewards TRL logs and the advantages its loss receives are the method's own on the same
+Shown here: the rewards TRL logs and the advantages its loss receives are the method's own on the same
 trajectories. The run is examples/trl_adaptive_method.py; the reference is a FRESH AdaptiveMethod (same
 variant, settings and providers) replayed step by step on the trajectories the run produced: sample,
 judge (`judge_groups` on its own `rubrics_to_judge`), score, observe, adapt -- the method's documented
@@ -59,10 +59,12 @@ def test_trl_rewards_and_advantages_are_the_methods_own(run):
         # advantages: the tensor TRL's loss received (TRL may shuffle rows within the batch)
         expected = torch.tensor(scored.advantages, dtype=loss_advantages.dtype)
         torch.testing.assert_close(record["advantages_used"], expected, rtol=0, atol=0)
-        torch.testing.assert_close(torch.sort(loss_advantages.flatten()).values, torch.sort(expected).values,
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            torch.sort(loss_advantages.flatten()).values, torch.sort(expected).values, rtol=0, atol=0
+        )
         rubric_term_seen |= bool(scored.advantage_rubrics) and not np.allclose(
-            scored.advantages, reference.score(trajectories, [type(r)(r.trajectory_id, {}) for r in reports]).advantages)
+            scored.advantages, reference.score(trajectories, [type(r)(r.trajectory_id, {}) for r in reports]).advantages
+        )
         reference.observe(step, task_ids, trajectories, scored.judged)
         reference.adapt(step)
     assert rubric_term_seen  # the pool's rubric term really entered TRL's advantages
@@ -86,19 +88,32 @@ def test_refuses_a_setup_the_method_cannot_drive(tmp_path):
     model = example.make_tiny_model(str(tmp_path / "m"))
     common = dict(judge=example.make_judge(), train_dataset=Dataset.from_list(rows))
     with pytest.raises(ValueError, match="generation_batch_size"):
-        AdaptiveGRPOTrainer(model, method=example.make_method(rows), args=example.grpo_args(
-            str(tmp_path), 1, generation_batch_size=8, per_device_train_batch_size=8), **common)
+        AdaptiveGRPOTrainer(
+            model,
+            method=example.make_method(rows),
+            args=example.grpo_args(str(tmp_path), 1, generation_batch_size=8, per_device_train_batch_size=8),
+            **common,
+        )
     with pytest.raises(ValueError, match="reward_funcs"):
-        AdaptiveGRPOTrainer(model, method=example.make_method(rows), args=example.grpo_args(str(tmp_path), 1),
-                            reward_funcs=[lambda **_: [0.0]], **common)
+        AdaptiveGRPOTrainer(
+            model,
+            method=example.make_method(rows),
+            args=example.grpo_args(str(tmp_path), 1),
+            reward_funcs=[lambda **_: [0.0]],
+            **common,
+        )
     from rwcore.method import AdaptiveMethod, MethodSettings, Providers
 
     class NoProposals:
         def propose_capabilities(self, failures, library, max_new):
             return []
 
-    staged = AdaptiveMethod("rw_open_vocabulary", {r["task_id"]: r["tags"] for r in rows},
-                            MethodSettings(batch_size=2, group_size=2), Providers(proposer=NoProposals()))
+    staged = AdaptiveMethod(
+        "rw_open_vocabulary",
+        {r["task_id"]: r["tags"] for r in rows},
+        MethodSettings(batch_size=2, group_size=2),
+        Providers(proposer=NoProposals()),
+    )
     assert staged.variant.has_stages
     with pytest.raises(ValueError, match="diagnose="):
         AdaptiveGRPOTrainer(model, method=staged, args=example.grpo_args(str(tmp_path), 1), **common)

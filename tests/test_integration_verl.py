@@ -48,16 +48,18 @@ try:
     from verl.workers.config.actor import PolicyLossConfig
     from verl.workers.utils.losses import ppo_loss
 except ImportError as error:  # a clear message, never a skip: CI installs them
-    raise ImportError(f"these tests need verl 0.9.1 and its CPU-importable dependencies: "
-                      f"RWCORE_EXTRAS=test,bench,vllm,upstream bash scripts/setup.sh ({error})") from error
+    raise ImportError(
+        f"these tests need verl 0.9.1 and its CPU-importable dependencies: "
+        f"RWCORE_EXTRAS=test,bench,vllm,upstream bash scripts/setup.sh ({error})"
+    ) from error
+
+from _util import normalize
 
 import rwcore
 import rwcore.integrations.verl as rv
 from rwcore import Verdict
 from rwcore.integrations.verl.advantage import verdicts_in_scope
 from rwcore.integrations.verl.trainer_v1 import check_v1_config
-
-from _util import normalize
 
 # The environment's verl is 0.9.1; tests/test_integration_versions.py runs the tests that exist on the low
 # end of the range (verl 0.8.0: no V1 trainer, no plugin discovery) again with RWCORE_EXPECT_VERL=0.8.0.
@@ -69,7 +71,6 @@ if "rwcore.integrations.verl.plugin" not in sys.modules:
     # verl 0.8 loads no verl.plugins entry points: the explicit call docs/integrations.md gives for it
     assert not HAS_V1, "verl >= 0.9 should have loaded rwcore's verl.plugins entry point"
     rv.register()
-
 
 
 def _verl_aggregates(mode):
@@ -90,32 +91,61 @@ assert VERL_AGG_MODES == (list(rv.LOSS_AGG_MODES) if HAS_V1 else [m for m in rv.
 # =============================================================================================
 
 
-def through_ppo_loss(loss_mode, old, log_prob, advantages, mask, agg, clip, dp_size=1, batch_num_tokens=None,
-                     global_batch_size=None, loss_scale_factor=None, weights=None, prompt_len=3):
+def through_ppo_loss(
+    loss_mode,
+    old,
+    log_prob,
+    advantages,
+    mask,
+    agg,
+    clip,
+    dp_size=1,
+    batch_num_tokens=None,
+    global_batch_size=None,
+    loss_scale_factor=None,
+    weights=None,
+    prompt_len=3,
+):
     """verl's actor loss (`ppo_loss`) on a padded batch; returns (loss, metrics, d loss / d log_prob [B, T]).
 
     The model output is what verl's engines produce: log-probs of the unpadded token stream (prompt +
     response per sequence), which `ppo_loss` slices back to [B, T] with `no_padding_2_padding`.
     """
     B, T = old.shape
-    config = FSDPActorConfig(strategy="fsdp", ppo_mini_batch_size=B, ppo_micro_batch_size_per_gpu=1, rollout_n=1,
-                             loss_agg_mode=agg, loss_scale_factor=loss_scale_factor,
-                             policy_loss=PolicyLossConfig(loss_mode=loss_mode), **clip)
+    config = FSDPActorConfig(
+        strategy="fsdp",
+        ppo_mini_batch_size=B,
+        ppo_micro_batch_size_per_gpu=1,
+        rollout_n=1,
+        loss_agg_mode=agg,
+        loss_scale_factor=loss_scale_factor,
+        policy_loss=PolicyLossConfig(loss_mode=loss_mode),
+        **clip,
+    )
     leaf = log_prob.detach().clone().requires_grad_(True)
     stream = []
     for b in range(B):
         r = int(mask[b].sum())
         assert bool(mask[b, :r].all()), "verl's response masks are prefixes"
         stream.append(torch.cat([torch.zeros(prompt_len - 1), leaf[b, :r], torch.zeros(1)]))
-    data = TensorDict({
-        "prompts": torch.zeros(B, prompt_len, dtype=torch.long), "responses": torch.zeros(B, T, dtype=torch.long),
-        "attention_mask": torch.cat([torch.ones(B, prompt_len, dtype=torch.long), mask.long()], dim=1),
-        "response_mask": mask.long(), "old_log_probs": old, "advantages": advantages,
-    }, batch_size=B)
+    data = TensorDict(
+        {
+            "prompts": torch.zeros(B, prompt_len, dtype=torch.long),
+            "responses": torch.zeros(B, T, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(B, prompt_len, dtype=torch.long), mask.long()], dim=1),
+            "response_mask": mask.long(),
+            "old_log_probs": old,
+            "advantages": advantages,
+        },
+        batch_size=B,
+    )
     if weights is not None:
         data["rollout_is_weights"] = weights
-    for key, value in (("dp_size", dp_size), ("batch_num_tokens", batch_num_tokens),
-                       ("global_batch_size", global_batch_size)):
+    for key, value in (
+        ("dp_size", dp_size),
+        ("batch_num_tokens", batch_num_tokens),
+        ("global_batch_size", global_batch_size),
+    ):
         tu.assign_non_tensor_data(data, key, value)
     loss, metrics = ppo_loss(config, {"log_probs": torch.cat(stream)}, data)
     loss.backward()
@@ -169,7 +199,9 @@ def test_ppo_loss_with_rwcore_equals_ppo_loss_with_vanilla_inside_the_bounds(mod
     old, log_prob, advantages, mask = _inside_case(seed=100 * info + len(mode) + with_weights)
     weights = torch.rand(old.shape, generator=torch.Generator().manual_seed(7)) * 2.0 if with_weights else None
     kwargs = dict(GLOBAL_INFOS[info], weights=weights)
-    ours, ours_m, ours_grad = through_ppo_loss(rv.POLICY_LOSS_NAME, old, log_prob, advantages, mask, mode, WIDE, **kwargs)
+    ours, ours_m, ours_grad = through_ppo_loss(
+        rv.POLICY_LOSS_NAME, old, log_prob, advantages, mask, mode, WIDE, **kwargs
+    )
     ref, ref_m, ref_grad = through_ppo_loss("vanilla", old, log_prob, advantages, mask, mode, WIDE, **kwargs)
     assert _metric(ref_m, "actor/pg_clipfrac") == 0.0  # the regime: verl's PPO clip never engages ...
     assert _metric(ref_m, "actor/pg_clipfrac_lower") > 0.0  # ... and its dual clip does
@@ -199,8 +231,15 @@ def test_outside_the_bounds_rwcore_filters_where_verl_clips():
 
 
 def test_loss_reads_verls_actor_config_and_refuses_a_disabled_dual_clip():
-    config = FSDPActorConfig(strategy="fsdp", ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=1, rollout_n=1,
-                             clip_ratio_low=0.5, clip_ratio_high=4.0, clip_ratio_c=2.5)
+    config = FSDPActorConfig(
+        strategy="fsdp",
+        ppo_mini_batch_size=2,
+        ppo_micro_batch_size_per_gpu=1,
+        rollout_n=1,
+        clip_ratio_low=0.5,
+        clip_ratio_high=4.0,
+        clip_ratio_c=2.5,
+    )
     assert rv.loss_params_from_config(config) == (0.5, 5.0, 2.5)
     old, log_prob, advantages, mask = _inside_case(seed=3, low=0.3, high=8.0)
     ours, _ = rv.compute_policy_loss_rwcore(old, log_prob, advantages, mask, "token-mean", config)
@@ -210,7 +249,9 @@ def test_loss_reads_verls_actor_config_and_refuses_a_disabled_dual_clip():
     with pytest.raises(ValueError, match="clip_ratio_c"):
         through_ppo_loss(rv.POLICY_LOSS_NAME, old, log_prob, advantages, mask, "token-mean", no_dual)
     # ... and at start, naming the key, before any step (the V1 trainer's check).
-    cfg = OmegaConf.create({"actor_rollout_ref": {"actor": {**no_dual, "policy_loss": {"loss_mode": rv.POLICY_LOSS_NAME}}}})
+    cfg = OmegaConf.create(
+        {"actor_rollout_ref": {"actor": {**no_dual, "policy_loss": {"loss_mode": rv.POLICY_LOSS_NAME}}}}
+    )
     with pytest.raises(ValueError, match=r"actor_rollout_ref.actor: .*clip_ratio_c"):
         check_v1_config(cfg)
 
@@ -275,8 +316,14 @@ def test_advantage_estimator_is_compute_advantages_broadcast_over_the_mask(seed)
     rewards_tok, mask, index, rows = _estimator_case(seed)
     non_tensor = {"uid": index, "rwcore_verdicts": np.array(rows, dtype=object)}
     config = {"rwcore": {"lam": 0.4}}
-    advantages, returns = rv.compute_arise_advantage(token_level_rewards=rewards_tok, response_mask=mask, index=index,
-                                                     config=config, non_tensor_batch=non_tensor, batch={})
+    advantages, returns = rv.compute_arise_advantage(
+        token_level_rewards=rewards_tok,
+        response_mask=mask,
+        index=index,
+        config=config,
+        non_tensor_batch=non_tensor,
+        batch={},
+    )
     matrix = _expected_matrix(rows)
     assert np.isfinite(matrix).any()
     per_response = rwcore.compute_advantages(rewards_tok.sum(-1).numpy(), matrix, _int_groups(index), lam=0.4)
@@ -286,24 +333,27 @@ def test_advantage_estimator_is_compute_advantages_broadcast_over_the_mask(seed)
     assert advantages.dtype == torch.float32 and advantages.shape == mask.shape
     assert (advantages[~mask] == 0).all()
     # The rubric term matters: lam = 0 gives the task-only advantages.
-    task_only, _ = rv.compute_arise_advantage(rewards_tok, mask, index, config={"rwcore": {"lam": 0.0}},
-                                              non_tensor_batch=non_tensor)
+    task_only, _ = rv.compute_arise_advantage(
+        rewards_tok, mask, index, config={"rwcore": {"lam": 0.0}}, non_tensor_batch=non_tensor
+    )
     assert not torch.allclose(task_only, advantages)
 
 
 def test_advantage_estimator_reads_per_rubric_keys_and_defaults():
     rewards_tok, mask, index, rows = _estimator_case(7)
-    columns = {f"rwcore_verdicts/{r}": np.array([row.get(r, "invalid") for row in rows], dtype=object)
-               for r in RUBRICS}
-    advantages, _ = rv.compute_arise_advantage(rewards_tok, mask, index, config=None,
-                                               non_tensor_batch={"uid": index, **columns})
+    columns = {f"rwcore_verdicts/{r}": np.array([row.get(r, "invalid") for row in rows], dtype=object) for r in RUBRICS}
+    advantages, _ = rv.compute_arise_advantage(
+        rewards_tok, mask, index, config=None, non_tensor_batch={"uid": index, **columns}
+    )
     # A rubric missing from a mapping row is INVALID, written "invalid" in the per-rubric layout.
-    expected, _ = rv.compute_arise_advantage(rewards_tok, mask, index, non_tensor_batch={
-        "uid": index, "rwcore_verdicts": np.array(rows, dtype=object)})
+    expected, _ = rv.compute_arise_advantage(
+        rewards_tok, mask, index, non_tensor_batch={"uid": index, "rwcore_verdicts": np.array(rows, dtype=object)}
+    )
     torch.testing.assert_close(advantages, expected)
     per_response = rwcore.compute_advantages(rewards_tok.sum(-1).numpy(), _expected_matrix(rows), _int_groups(index))
-    torch.testing.assert_close(advantages, torch.from_numpy(per_response).float().unsqueeze(-1) * mask,
-                               rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        advantages, torch.from_numpy(per_response).float().unsqueeze(-1) * mask, rtol=1e-6, atol=1e-6
+    )
 
 
 def test_advantage_estimator_refuses_to_drop_the_rubric_term_silently():
@@ -313,11 +363,16 @@ def test_advantage_estimator_refuses_to_drop_the_rubric_term_silently():
     with pytest.raises(ValueError, match="rwcore_verdicts"):
         rv.compute_arise_advantage(rewards_tok, mask, index, non_tensor_batch={"uid": index})
     with pytest.raises(ValueError, match="unknown keys"):
-        rv.compute_arise_advantage(rewards_tok, mask, index, config={"rwcore": {"lamda": 0.3}},
-                                   non_tensor_batch={"uid": index})
+        rv.compute_arise_advantage(
+            rewards_tok, mask, index, config={"rwcore": {"lamda": 0.3}}, non_tensor_batch={"uid": index}
+        )
     with pytest.raises(ValueError, match="not a verdict"):
-        rv.compute_arise_advantage(rewards_tok, mask, index, non_tensor_batch={
-            "uid": index, "rwcore_verdicts": np.array([{"x": 0.7}] * len(index), dtype=object)})
+        rv.compute_arise_advantage(
+            rewards_tok,
+            mask,
+            index,
+            non_tensor_batch={"uid": index, "rwcore_verdicts": np.array([{"x": 0.7}] * len(index), dtype=object)},
+        )
     # Explicitly task-only: equals compute_advantages with no rubric columns.
     task_only, _ = rv.compute_arise_advantage(rewards_tok, mask, index, config={"rwcore": {"verdicts_key": None}})
     expected = rwcore.compute_advantages(rewards_tok.sum(-1).numpy(), np.zeros((len(index), 0)), _int_groups(index))
@@ -325,13 +380,16 @@ def test_advantage_estimator_refuses_to_drop_the_rubric_term_silently():
 
 
 def _data_proto(rewards_tok, mask, index, non_tensor):
-    return DataProto.from_dict(tensors={"token_level_rewards": rewards_tok, "response_mask": mask.long()},
-                               non_tensors={"uid": index, **{k: v for k, v in non_tensor.items() if k != "uid"}})
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": rewards_tok, "response_mask": mask.long()},
+        non_tensors={"uid": index, **{k: v for k, v in non_tensor.items() if k != "uid"}},
+    )
 
 
 def _reference(rewards_tok, mask, index, rows, lam):
-    per_response = rwcore.compute_advantages(rewards_tok.sum(-1).numpy(), _expected_matrix(rows), _int_groups(index),
-                                             lam=lam)
+    per_response = rwcore.compute_advantages(
+        rewards_tok.sum(-1).numpy(), _expected_matrix(rows), _int_groups(index), lam=lam
+    )
     return torch.from_numpy(per_response).float().unsqueeze(-1) * mask
 
 
@@ -344,13 +402,16 @@ def test_legacy_compute_advantage_routes_the_verdicts_to_rwcore_arise():
     # verl's own compute_advantage passes non_tensor_batch only to "gdpo": without the forwarder, refused.
     with pytest.raises(ValueError, match="forwards it only to 'gdpo'"):
         stock(_data_proto(rewards_tok, mask, index, verdicts), rv.ADV_ESTIMATOR_NAME, config=config)
-    assert "verl.trainer.ppo.ray_trainer" in rv.install_advantage_forwarding() or \
-        getattr(ray_trainer.compute_advantage, "__rwcore_forwarding__", False)
+    assert "verl.trainer.ppo.ray_trainer" in rv.install_advantage_forwarding() or getattr(
+        ray_trainer.compute_advantage, "__rwcore_forwarding__", False
+    )
     for cfg, lam in ((config, 0.3), (config_lam, 0.4)):
-        data = ray_trainer.compute_advantage(_data_proto(rewards_tok, mask, index, verdicts), rv.ADV_ESTIMATOR_NAME,
-                                             num_repeat=4, config=cfg)
-        torch.testing.assert_close(data.batch["advantages"], _reference(rewards_tok, mask, index, rows, lam),
-                                   rtol=1e-6, atol=1e-6)
+        data = ray_trainer.compute_advantage(
+            _data_proto(rewards_tok, mask, index, verdicts), rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=cfg
+        )
+        torch.testing.assert_close(
+            data.batch["advantages"], _reference(rewards_tok, mask, index, rows, lam), rtol=1e-6, atol=1e-6
+        )
     # every other estimator still goes to verl's own code: GRPO's advantages are verl's
     grpo = ray_trainer.compute_advantage(_data_proto(rewards_tok, mask, index, verdicts), "grpo", config=config)
     ref = stock(_data_proto(rewards_tok, mask, index, verdicts), "grpo", config=config)
@@ -365,17 +426,21 @@ def test_v1_compute_advantage_gets_the_verdicts_from_the_trainers_scope():
     keys = [f"{uid}_0_{i}" for i, uid in enumerate(index)]
     config = OmegaConf.create({"adv_estimator": rv.ADV_ESTIMATOR_NAME, "rwcore": {"lam": 0.25}})
     with pytest.raises(ValueError, match="rwcore_verdicts|trainer.v1.trainer_mode=rwcore_sync"):
-        v1_utils.compute_advantage_for_multi_trajectories(_data_proto(rewards_tok, mask, index, {}), keys,
-                                                          rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=config)
+        v1_utils.compute_advantage_for_multi_trajectories(
+            _data_proto(rewards_tok, mask, index, {}), keys, rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=config
+        )
     with verdicts_in_scope({"rwcore_verdicts": np.array(rows, dtype=object)}):
-        data = v1_utils.compute_advantage_for_multi_trajectories(_data_proto(rewards_tok, mask, index, {}), keys,
-                                                                 rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=config)
-    torch.testing.assert_close(data.batch["advantages"], _reference(rewards_tok, mask, index, rows, 0.25),
-                               rtol=1e-6, atol=1e-6)
+        data = v1_utils.compute_advantage_for_multi_trajectories(
+            _data_proto(rewards_tok, mask, index, {}), keys, rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=config
+        )
+    torch.testing.assert_close(
+        data.batch["advantages"], _reference(rewards_tok, mask, index, rows, 0.25), rtol=1e-6, atol=1e-6
+    )
     with pytest.raises(ValueError, match="entries, expected"):  # a scope from another batch is refused
         with verdicts_in_scope({"rwcore_verdicts": np.array(rows[:-1], dtype=object)}):
-            v1_utils.compute_advantage_for_multi_trajectories(_data_proto(rewards_tok, mask, index, {}), keys,
-                                                              rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=config)
+            v1_utils.compute_advantage_for_multi_trajectories(
+                _data_proto(rewards_tok, mask, index, {}), keys, rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=config
+            )
 
 
 def test_v1_trainer_mode_is_registered_with_verls_trainer_registry():
@@ -388,13 +453,25 @@ def test_v1_trainer_mode_is_registered_with_verls_trainer_registry():
 
 
 def _v1_config(**over):
-    base = {"actor_rollout_ref": {"actor": {"clip_ratio_low": 0.5, "clip_ratio_high": 4.0, "clip_ratio_c": 3.0,
-                                            "policy_loss": {"loss_mode": rv.POLICY_LOSS_NAME}},
-                                  "rollout": {"n": 3}},
-            "algorithm": {"adv_estimator": rv.ADV_ESTIMATOR_NAME, "filter_groups": {"enable": False}},
-            "data": {"train_batch_size": 4, "gen_batch_size": None, "dataloader_num_workers": 0,
-                     "rwcore_sampler": {"rubrics": dict(CAPABILITY)}},
-            "trainer": {"v1": {"trainer_mode": "rwcore_sync", "sampler": {"sync_refill_failed_groups": False}}}}
+    base = {
+        "actor_rollout_ref": {
+            "actor": {
+                "clip_ratio_low": 0.5,
+                "clip_ratio_high": 4.0,
+                "clip_ratio_c": 3.0,
+                "policy_loss": {"loss_mode": rv.POLICY_LOSS_NAME},
+            },
+            "rollout": {"n": 3},
+        },
+        "algorithm": {"adv_estimator": rv.ADV_ESTIMATOR_NAME, "filter_groups": {"enable": False}},
+        "data": {
+            "train_batch_size": 4,
+            "gen_batch_size": None,
+            "dataloader_num_workers": 0,
+            "rwcore_sampler": {"rubrics": dict(CAPABILITY)},
+        },
+        "trainer": {"v1": {"trainer_mode": "rwcore_sync", "sampler": {"sync_refill_failed_groups": False}}},
+    }
     return OmegaConf.merge(OmegaConf.create(base), OmegaConf.create(over))
 
 
@@ -415,7 +492,7 @@ def test_v1_config_errors_name_the_key_at_start():
             check_v1_config(_v1_config(**over))
 
 
-PLUGIN_SCRIPT = '''
+PLUGIN_SCRIPT = """
 import sys
 import verl                                         # verl's plugin discovery imports rwcore's entry point
 assert "rwcore.integrations.verl.plugin" in sys.modules, "verl did not load rwcore's verl.plugins entry point"
@@ -426,12 +503,13 @@ assert ca.get_adv_estimator_fn("rwcore_arise") is compute_arise_advantage
 assert "verl.trainer.ppo.v1" not in sys.modules     # the heavy V1 trainer is not imported by the plugin
 hooks = [f for f in sys.meta_path if type(f).__name__ == "_RegisterAfterImport"]
 print(len(hooks))                                   # ... it registers "rwcore_sync" when that module loads
-'''
+"""
 
 
 def test_import_verl_loads_rwcore_as_a_verl_plugin():
-    result = subprocess.run([sys.executable, "-W", "ignore", "-c", PLUGIN_SCRIPT], capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", PLUGIN_SCRIPT], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "1"
     # In this process verl was imported the same way (top of this file), and importing verl.trainer.ppo.v1
@@ -443,8 +521,11 @@ def test_import_verl_loads_rwcore_as_a_verl_plugin():
 # =============================================================================================
 
 TAGS = ["refund", "search", "bulk_import"]
-CAPABILITY = {"cites-order-id": "Verification", "no-duplicate-calls": "Efficiency",
-              "asks-before-refund": "Understanding"}
+CAPABILITY = {
+    "cites-order-id": "Verification",
+    "no-duplicate-calls": "Efficiency",
+    "asks-before-refund": "Understanding",
+}
 
 
 class FakeFrame:
@@ -461,12 +542,14 @@ class FakeFrame:
 class FakeRLHFDataset:
     def __init__(self, num_tasks):
         ids = [f"task-{i}" for i in range(num_tasks)]
-        self.dataframe = FakeFrame({
-            "data_source": ["negotiation"] * num_tasks,
-            "rwcore_task_id": ids,
-            "rwcore_tags": [[TAGS[i % 3]] + (["search"] if i % 4 == 0 else []) for i in range(num_tasks)],
-            "prompt": [f"prompt {i}" for i in range(num_tasks)],
-        })
+        self.dataframe = FakeFrame(
+            {
+                "data_source": ["negotiation"] * num_tasks,
+                "rwcore_task_id": ids,
+                "rwcore_tags": [[TAGS[i % 3]] + (["search"] if i % 4 == 0 else []) for i in range(num_tasks)],
+                "prompt": [f"prompt {i}" for i in range(num_tasks)],
+            }
+        )
         self.ids = ids
 
     def __len__(self):
@@ -478,10 +561,21 @@ class FakeRLHFDataset:
 
 def _data_config(batch_size=4, group_size=3, **extra):
     # What verl hands the sampler: config.data, with the rwcore keys added under data.sampler.
-    sampler = {"class_path": "pkg://rwcore.integrations.verl", "class_name": "RwcoreCurriculumSampler",
-               "group_size": group_size, "rubrics": dict(CAPABILITY), "seed": 11, **extra}
-    return {"train_batch_size": batch_size, "gen_batch_size": None, "seed": None, "dataloader_num_workers": 0,
-            "sampler": sampler}
+    sampler = {
+        "class_path": "pkg://rwcore.integrations.verl",
+        "class_name": "RwcoreCurriculumSampler",
+        "group_size": group_size,
+        "rubrics": dict(CAPABILITY),
+        "seed": 11,
+        **extra,
+    }
+    return {
+        "train_batch_size": batch_size,
+        "gen_batch_size": None,
+        "seed": None,
+        "dataloader_num_workers": 0,
+        "sampler": sampler,
+    }
 
 
 def _judge(task_id, step, k):
@@ -505,11 +599,15 @@ def _verl_batch(dataset, indices, group_size, step):
             rows.append((uid, dataset.ids[index], _judge(dataset.ids[index], step, k)))
     order = np.random.default_rng(step).permutation(len(rows))  # balance_batch reorders
     rows = [rows[i] for i in order]
-    return SimpleNamespace(batch={}, meta_info={}, non_tensor_batch={
-        "uid": np.array([r[0] for r in rows], dtype=object),
-        "rwcore_task_id": np.array([r[1] for r in rows], dtype=object),
-        "rwcore_verdicts": np.array([r[2] for r in rows], dtype=object),
-    })
+    return SimpleNamespace(
+        batch={},
+        meta_info={},
+        non_tensor_batch={
+            "uid": np.array([r[0] for r in rows], dtype=object),
+            "rwcore_task_id": np.array([r[1] for r in rows], dtype=object),
+            "rwcore_verdicts": np.array([r[2] for r in rows], dtype=object),
+        },
+    )
 
 
 def _run(sampler, dataset, loader_iter, steps, first_step, group_size=3):
@@ -524,8 +622,14 @@ def _run(sampler, dataset, loader_iter, steps, first_step, group_size=3):
 def _loader(sampler, dataset, batch_size):
     # verl: StatefulDataLoader(dataset, batch_size=..., num_workers=0, drop_last=True, sampler=sampler);
     # a plain DataLoader has the same index flow (torchdata's BatchSampler draws batch_size indices lazily).
-    return DataLoader(list(range(len(dataset))), batch_size=batch_size, sampler=sampler, num_workers=0,
-                      drop_last=True, collate_fn=lambda items: items)
+    return DataLoader(
+        list(range(len(dataset))),
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=0,
+        drop_last=True,
+        collate_fn=lambda items: items,
+    )
 
 
 def test_sampler_builds_from_verl_config_and_yields_distinct_task_batches():
@@ -585,7 +689,9 @@ def test_sampler_update_is_all_or_nothing_and_skips_incomplete_groups():
     # a group with a missing response is skipped (with a warning), the rest recorded
     partial = _verl_batch(dataset, [0, 1], 3, step=0)
     uids = list(partial.non_tensor_batch["uid"])
-    keep = [i for i, uid in enumerate(uids) if uid == "uid-0-0"] + [i for i, uid in enumerate(uids) if uid == "uid-0-1"][:2]
+    keep = [i for i, uid in enumerate(uids) if uid == "uid-0-0"] + [
+        i for i, uid in enumerate(uids) if uid == "uid-0-1"
+    ][:2]
     partial.non_tensor_batch = {k: v[keep] for k, v in partial.non_tensor_batch.items()}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -615,9 +721,9 @@ def test_sampler_reads_task_ids_from_extra_info_and_rows_and_accepts_a_ready_sam
     with pytest.raises(ValueError, match="group_size is required"):
         rv.RwcoreCurriculumSampler(dataset, {"train_batch_size": 3, "sampler": {}})
     with pytest.raises(ValueError, match="no task id"):
-        rv.RwcoreCurriculumSampler(RowsDataset([{"data_source": "x"}]), {"train_batch_size": 1,
-                                                                          "sampler": {"group_size": 2}})
-
+        rv.RwcoreCurriculumSampler(
+            RowsDataset([{"data_source": "x"}]), {"train_batch_size": 1, "sampler": {"group_size": 2}}
+        )
 
 
 def test_sampler_resumes_exactly_through_torchdatas_stateful_dataloader():
@@ -626,8 +732,14 @@ def test_sampler_resumes_exactly_through_torchdatas_stateful_dataloader():
     config = _data_config(batch_size=4, num_batches=5)
 
     def loader(sampler):
-        return StatefulDataLoader(list(range(len(dataset))), batch_size=4, sampler=sampler, num_workers=0,
-                                  drop_last=True, collate_fn=lambda items: items)
+        return StatefulDataLoader(
+            list(range(len(dataset))),
+            batch_size=4,
+            sampler=sampler,
+            num_workers=0,
+            drop_last=True,
+            collate_fn=lambda items: items,
+        )
 
     a = rv.RwcoreCurriculumSampler(dataset, config)
     loader_a = loader(a)
@@ -709,8 +821,11 @@ class KVStore:
         for name in select_fields:
             if all(name in self.rows[key] for key in keys):
                 values = [self.rows[key][name] for key in keys]
-                out[name] = (torch.nested.as_nested_tensor(values, layout=torch.jagged)
-                             if isinstance(values[0], torch.Tensor) else values)
+                out[name] = (
+                    torch.nested.as_nested_tensor(values, layout=torch.jagged)
+                    if isinstance(values[0], torch.Tensor)
+                    else values
+                )
         return tu.get_tensordict(out)
 
 
@@ -725,10 +840,19 @@ def test_rwcore_sync_hands_the_verdicts_to_the_estimator_and_feeds_the_sampler(m
     monkeypatch.setattr(transfer_queue, "kv_batch_get", store.kv_batch_get)
     cls = trainer_class()
     trainer = cls.__new__(cls)  # the hooks only; __init__ would start Ray workers
-    trainer.config = OmegaConf.create({
-        "algorithm": {"adv_estimator": rv.ADV_ESTIMATOR_NAME, "use_kl_in_reward": False, "gamma": 1.0, "lam": 1.0,
-                      "norm_adv_by_std_in_grpo": True, "rwcore": {"lam": 0.4}},
-        "actor_rollout_ref": {"rollout": {"n": 3}}})
+    trainer.config = OmegaConf.create(
+        {
+            "algorithm": {
+                "adv_estimator": rv.ADV_ESTIMATOR_NAME,
+                "use_kl_in_reward": False,
+                "gamma": 1.0,
+                "lam": 1.0,
+                "norm_adv_by_std_in_grpo": True,
+                "rwcore": {"lam": 0.4},
+            },
+            "actor_rollout_ref": {"rollout": {"n": 3}},
+        }
+    )
     dataset = FakeRLHFDataset(8)
     trainer.rwcore_sampler = rv.RwcoreCurriculumSampler(dataset, _data_config(batch_size=4, group_size=3))
     rewards_tok, mask, index, rows = _estimator_case(5, groups=4, n=3, T=6)
@@ -739,9 +863,13 @@ def test_rwcore_sync_hands_the_verdicts_to_the_estimator_and_feeds_the_sampler(m
     keys = [f"{uid}_0_{i}" for i, uid in enumerate(index)]
     for i, key in enumerate(keys):
         n = int(mask[i].sum())
-        store.rows[key] = {"uid": index[i], "response_mask": torch.ones(n, dtype=torch.long),
-                           "rm_scores": rewards_tok[i, :n].clone(), "rwcore_verdicts": rows[i],
-                           "rwcore_task_id": task_of[index[i]]}
+        store.rows[key] = {
+            "uid": index[i],
+            "response_mask": torch.ones(n, dtype=torch.long),
+            "rm_scores": rewards_tok[i, :n].clone(),
+            "rwcore_verdicts": rows[i],
+            "rwcore_task_id": task_of[index[i]],
+        }
     metrics = {}
     trainer._compute_advantage(KVBatchMeta(keys=keys, tags=[{} for _ in keys], partition_id="train"), metrics)
     expected = _reference(rewards_tok, mask, index, rows, 0.4)
@@ -760,8 +888,11 @@ def test_rwcore_sync_refused_where_verl_has_no_trainer_registry(monkeypatch):
     if HAS_V1:  # verl 0.9: hide its V1 package (on verl 0.8.0, run by test_integration_versions.py, it is absent)
         monkeypatch.setattr(trainer_v1, "_registered", lambda: None)  # as if nothing were registered yet
         real = importlib.util.find_spec
-        monkeypatch.setattr(trainer_v1.importlib.util, "find_spec",
-                            lambda name, *args: None if name == "verl.trainer.ppo.v1" else real(name, *args))
+        monkeypatch.setattr(
+            trainer_v1.importlib.util,
+            "find_spec",
+            lambda name, *args: None if name == "verl.trainer.ppo.v1" else real(name, *args),
+        )
     with pytest.raises(RuntimeError, match=r"trainer\.v1\.trainer_mode=rwcore_sync needs .*verl >= 0\.9.*legacy"):
         trainer_v1.trainer_class()
 
@@ -794,37 +925,62 @@ def test_legacy_task_runner_hands_verl_the_curriculum_sampler_and_feeds_it(monke
             rewards_tok = torch.zeros(n, 5)
             rewards_tok[:, -1] = torch.randint(0, 2, (n,), generator=g).float()
             mask = torch.ones(n, 5, dtype=torch.bool)
-            data = ray_trainer.compute_advantage(_data_proto(rewards_tok, mask, batch.non_tensor_batch["uid"],
-                                                             batch.non_tensor_batch),
-                                                 config.algorithm.adv_estimator, num_repeat=3, config=config.algorithm)
+            data = ray_trainer.compute_advantage(
+                _data_proto(rewards_tok, mask, batch.non_tensor_batch["uid"], batch.non_tensor_batch),
+                config.algorithm.adv_estimator,
+                num_repeat=3,
+                config=config.algorithm,
+            )
             rows = list(batch.non_tensor_batch["rwcore_verdicts"])
-            torch.testing.assert_close(data.batch["advantages"],
-                                       _reference(rewards_tok, mask, batch.non_tensor_batch["uid"], rows, 0.3),
-                                       rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(
+                data.batch["advantages"],
+                _reference(rewards_tok, mask, batch.non_tensor_batch["uid"], rows, 0.3),
+                rtol=1e-6,
+                atol=1e-6,
+            )
             steps.append((list(indices), sampler.policy_version, dict(sampler.last_update)))
         return sampler
 
     monkeypatch.setattr(base, "run", verls_run)
-    config = OmegaConf.create({
-        "actor_rollout_ref": {"actor": {"clip_ratio_low": 0.5, "clip_ratio_high": 4.0, "clip_ratio_c": 3.0,
-                                        "policy_loss": {"loss_mode": rv.POLICY_LOSS_NAME}}, "rollout": {"n": 3}},
-        "algorithm": {"adv_estimator": rv.ADV_ESTIMATOR_NAME},
-        "data": {"train_batch_size": 4, "gen_batch_size": None, "dataloader_num_workers": 0, "seed": None,
-                 "rwcore_sampler": {"rubrics": dict(CAPABILITY), "seed": 11}}})
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "actor": {
+                    "clip_ratio_low": 0.5,
+                    "clip_ratio_high": 4.0,
+                    "clip_ratio_c": 3.0,
+                    "policy_loss": {"loss_mode": rv.POLICY_LOSS_NAME},
+                },
+                "rollout": {"n": 3},
+            },
+            "algorithm": {"adv_estimator": rv.ADV_ESTIMATOR_NAME},
+            "data": {
+                "train_batch_size": 4,
+                "gen_batch_size": None,
+                "dataloader_num_workers": 0,
+                "seed": None,
+                "rwcore_sampler": {"rubrics": dict(CAPABILITY), "seed": 11},
+            },
+        }
+    )
     sampler = cls().run(config)
     assert isinstance(sampler, rv.RwcoreCurriculumSampler) and sampler.sampler.rubrics == CAPABILITY
     assert sampler.sampler.group_size == 3  # data.rwcore_sampler.group_size defaults to rollout.n
     # fed once per step, by the forwarded compute_advantage, with every uid group of the step
-    assert [(version, update) for _, version, update in steps] == [(1, {"groups": 4, "skipped_groups": 0}),
-                                                                     (2, {"groups": 4, "skipped_groups": 0})]
+    assert [(version, update) for _, version, update in steps] == [
+        (1, {"groups": 4, "skipped_groups": 0}),
+        (2, {"groups": 4, "skipped_groups": 0}),
+    ]
     assert sum(sampler.sampler.task_state(t)["attempts"] for t in dataset.ids) == 8
     assert all(len(set(indices)) == 4 for indices, _, _ in steps)
     assert module.create_rl_sampler is original  # nothing left behind
     assert getattr(ray_trainer.compute_advantage, "rwcore_after_arise", None) is None
     # bad settings are refused at start, naming the key, before verl builds anything
     steps.clear()
-    for key, value, named in (("dataloader_num_workers", 2, "data.dataloader_num_workers=0"),
-                              ("rwcore_sampler", {"group_size": 4}, "actor_rollout_ref.rollout.n")):
+    for key, value, named in (
+        ("dataloader_num_workers", 2, "data.dataloader_num_workers=0"),
+        ("rwcore_sampler", {"group_size": 4}, "actor_rollout_ref.rollout.n"),
+    ):
         bad = OmegaConf.merge(config, OmegaConf.create({"data": {key: value}}))
         with pytest.raises(ValueError, match=re.escape(named)):
             cls().run(bad)
@@ -840,7 +996,10 @@ def test_documented_legacy_configuration_composes_with_verls_config_and_passes_t
     from rwcore.integrations.verl import legacy
 
     overrides = _documented_overrides("### verl 0.8.0 (and 0.9's legacy trainer)")
-    assert "actor_rollout_ref.model.external_lib=rwcore.integrations.verl.autoregister" in overrides and len(overrides) >= 10
+    assert (
+        "actor_rollout_ref.model.external_lib=rwcore.integrations.verl.autoregister" in overrides
+        and len(overrides) >= 10
+    )
     import verl.trainer.main_ppo as main_ppo
 
     config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")  # what legacy.main() composes

@@ -16,10 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torchdata.stateful_dataloader import StatefulDataLoader
-
 import verl.trainer.ppo.ray_trainer as ray_trainer
 from omegaconf import OmegaConf
+from torchdata.stateful_dataloader import StatefulDataLoader
 from verl import DataProto
 
 import rwcore.integrations.verl as rv
@@ -55,8 +54,15 @@ def _responses(task_ids, step, rubrics):
     for j, task_id in enumerate(task_ids):
         for k in range(G):
             length = int(rng.integers(1, T + 1))
-            rows.append(dict(uid=f"uid-{step}-{j}", task_id=task_id, length=length, outcome=float(rng.random() < 0.5),
-                             verdicts={spec.rubric_id: _verdict(task_id, step, k, spec.rubric_id) for spec in rubrics[j]}))
+            rows.append(
+                dict(
+                    uid=f"uid-{step}-{j}",
+                    task_id=task_id,
+                    length=length,
+                    outcome=float(rng.random() < 0.5),
+                    verdicts={spec.rubric_id: _verdict(task_id, step, k, spec.rubric_id) for spec in rubrics[j]},
+                )
+            )
     return [rows[i] for i in rng.permutation(len(rows))]
 
 
@@ -65,15 +71,18 @@ def _data(rows, only_uid=False):
     mask = torch.zeros(n, T, dtype=torch.long)
     rewards = torch.zeros(n, T)
     for i, row in enumerate(rows):
-        mask[i, :row["length"]] = 1
+        mask[i, : row["length"]] = 1
         rewards[i, row["length"] - 1] = row["outcome"]  # verl puts the score on the last response token
     non_tensor = {"uid": np.array([r["uid"] for r in rows], dtype=object)}
-    extra = {"rwcore_task_id": np.array([r["task_id"] for r in rows], dtype=object),
-             "rwcore_verdicts": np.array([r["verdicts"] for r in rows], dtype=object)}
+    extra = {
+        "rwcore_task_id": np.array([r["task_id"] for r in rows], dtype=object),
+        "rwcore_verdicts": np.array([r["verdicts"] for r in rows], dtype=object),
+    }
     if not only_uid:
         non_tensor.update(extra)
-    return DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
-                               non_tensors=non_tensor), extra
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors=non_tensor
+    ), extra
 
 
 def _reference_advantages(method, step, rows):
@@ -82,11 +91,21 @@ def _reference_advantages(method, step, rows):
     for i, row in enumerate(rows):
         groups.setdefault(row["uid"], []).append(i)
     order = [i for members in groups.values() for i in members]
-    trajectories = [Trajectory(task_id=rows[i]["task_id"], turns=[], outcome=rows[i]["outcome"],
-                               generated_length=rows[i]["length"], trajectory_id=f"r{i}") for i in order]
+    trajectories = [
+        Trajectory(
+            task_id=rows[i]["task_id"],
+            turns=[],
+            outcome=rows[i]["outcome"],
+            generated_length=rows[i]["length"],
+            trajectory_id=f"r{i}",
+        )
+        for i in order
+    ]
     verdict = {True: Verdict.PASS, False: Verdict.FAIL, None: Verdict.NA}
-    reports = [JudgeReport(f"r{i}", {rid: RubricJudgment(rid, verdict[v]) for rid, v in rows[i]["verdicts"].items()})
-               for i in order]
+    reports = [
+        JudgeReport(f"r{i}", {rid: RubricJudgment(rid, verdict[v]) for rid, v in rows[i]["verdicts"].items()})
+        for i in order
+    ]
     scored = method.score(trajectories, reports)
     method.observe(step, [rows[members[0]]["task_id"] for members in groups.values()], trajectories, scored.judged)
     method.adapt(step)
@@ -96,8 +115,14 @@ def _reference_advantages(method, step, rows):
 
 
 def _loader(driver):
-    return StatefulDataLoader(list(range(len(ROWS))), batch_size=driver.method.settings.batch_size,
-                              sampler=driver.sampler(ROWS), num_workers=0, drop_last=True, collate_fn=list)
+    return StatefulDataLoader(
+        list(range(len(ROWS))),
+        batch_size=driver.method.settings.batch_size,
+        sampler=driver.sampler(ROWS),
+        num_workers=0,
+        drop_last=True,
+        collate_fn=list,
+    )
 
 
 def test_verl_driven_by_adaptive_method_equals_the_methods_own():
@@ -119,12 +144,14 @@ def test_verl_driven_by_adaptive_method_equals_the_methods_own():
             data, extra = _data(rows, only_uid=True)
             keys = [f"{r['uid']}_0_{i}" for i, r in enumerate(rows)]
             with verdicts_in_scope(extra):
-                data = v1_utils.compute_advantage_for_multi_trajectories(data, keys, METHOD_ESTIMATOR_NAME,
-                                                                         num_repeat=G, config=config)
+                data = v1_utils.compute_advantage_for_multi_trajectories(
+                    data, keys, METHOD_ESTIMATOR_NAME, num_repeat=G, config=config
+                )
         expected, scored = _reference_advantages(reference, step, rows)
         mask = data.batch["response_mask"].float()
-        torch.testing.assert_close(data.batch["advantages"],
-                                   torch.tensor(expected, dtype=torch.float32).unsqueeze(-1) * mask, rtol=0, atol=0)
+        torch.testing.assert_close(
+            data.batch["advantages"], torch.tensor(expected, dtype=torch.float32).unsqueeze(-1) * mask, rtol=0, atol=0
+        )
         rubric_term_seen |= bool(scored.advantage_rubrics)
         if step % 2 == 1 and HAS_V1:  # the V1 trainer ends the step in on_step_end; the legacy one at the next draw
             driver.end_step()
@@ -146,9 +173,12 @@ def test_the_method_is_checkpointed_with_verls_loader_state():
         data, _ = _data(rows)
         from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
-        get_adv_estimator_fn(METHOD_ESTIMATOR_NAME)(data.batch["token_level_rewards"], data.batch["response_mask"],
-                                                    index=data.non_tensor_batch["uid"],
-                                                    non_tensor_batch=data.non_tensor_batch)
+        get_adv_estimator_fn(METHOD_ESTIMATOR_NAME)(
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            non_tensor_batch=data.non_tensor_batch,
+        )
     saved = pickle.loads(pickle.dumps(loader.state_dict()))  # verl: torch.save(train_dataloader.state_dict())
     following = [ROWS[i]["rwcore_task_id"] for i in next(it)]
 
@@ -170,11 +200,19 @@ def test_bad_batches_and_setups_are_refused():
     with pytest.raises(ValueError, match="group_size=2"):
         from rwcore.integrations.verl.method import compute_method_advantage
 
-        compute_method_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
-                                 index=data.non_tensor_batch["uid"], non_tensor_batch=data.non_tensor_batch)
+        compute_method_advantage(
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            non_tensor_batch=data.non_tensor_batch,
+        )
     with pytest.raises(ValueError, match="rwcore_task_id"):
-        compute_method_advantage(data.batch["token_level_rewards"], data.batch["response_mask"],
-                                 index=data.non_tensor_batch["uid"], non_tensor_batch={"uid": data.non_tensor_batch["uid"]})
+        compute_method_advantage(
+            data.batch["token_level_rewards"],
+            data.batch["response_mask"],
+            index=data.non_tensor_batch["uid"],
+            non_tensor_batch={"uid": data.non_tensor_batch["uid"]},
+        )
     with pytest.raises(ValueError, match="no dataset row"):
         driver.sampler(ROWS[:3])
     with pytest.raises(ValueError, match="keep_steps"):

@@ -22,8 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _low_dir(trainer: str = "trl") -> Path:
-    cache = os.environ.get("RWCORE_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                           os.path.expanduser("~/.cache"), "rwcore")
+    cache = os.environ.get("RWCORE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rwcore"
+    )
     return Path(cache) / f"{trainer}-{versions.TESTED[trainer][1]}"
 
 
@@ -38,16 +39,41 @@ def test_declared_range_is_the_tested_one():
 def test_integration_tests_pass_on_the_lowest_declared_trl():
     target = _low_dir()
     assert (target / "trl" / "__init__.py").is_file(), (
-        f"trl=={LOW} is not installed in {target}: run scripts/setup.sh with RWCORE_EXTRAS including test")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-    version = subprocess.run([sys.executable, "-c", "import trl; print(trl.__version__)"], env=env, cwd=ROOT,
-                             capture_output=True, text=True, timeout=120)
+        f"trl=={LOW} is not installed in {target}: run scripts/setup.sh with RWCORE_EXTRAS including test"
+    )
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    )
+    version = subprocess.run(
+        [sys.executable, "-c", "import trl; print(trl.__version__)"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert version.stdout.strip() == LOW, version.stderr[-2000:]
     # every test of the TRL integration (pieces and the method driver) but the one that checks the import
     # without TRL (version-free)
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/test_integration_trl.py", "tests/test_integration_trl_method.py", "-k", "not imported_lazily"],
-                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_integration_trl.py",
+            "tests/test_integration_trl_method.py",
+            "-k",
+            "not imported_lazily",
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\b11 passed\b", result.stdout), result.stdout[-2000:]
     assert "is tested with trl" not in result.stdout  # inside the range: no version warning
@@ -94,14 +120,34 @@ def test_verl_integration_tests_pass_on_the_lowest_declared_verl():
     target = _low_dir("verl")
     low = versions.TESTED["verl"][1]
     assert (target / "verl" / "__init__.py").is_file(), (
-        f"verl=={low} is not installed in {target}: run scripts/setup.sh with RWCORE_EXTRAS including upstream")
-    env = dict(os.environ, RWCORE_EXPECT_VERL=low,
-               PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        f"verl=={low} is not installed in {target}: run scripts/setup.sh with RWCORE_EXTRAS including upstream"
+    )
+    env = dict(
+        os.environ,
+        RWCORE_EXPECT_VERL=low,
+        PYTHONPATH=os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     selection = " and ".join(f"not {name}" for name in VERL_09_ONLY)
     # the module asserts verl.__version__ == RWCORE_EXPECT_VERL, so the low end is what runs
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "tests/test_integration_verl.py", "tests/test_integration_verl_method.py", "-k", selection],
-                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_integration_verl.py",
+            "tests/test_integration_verl_method.py",
+            "-k",
+            selection,
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert re.search(r"\b44 passed, 6 deselected\b", result.stdout), result.stdout[-2000:]
     assert "is tested with verl" not in result.stdout  # inside the range: no version warning

@@ -14,11 +14,15 @@ import logging
 import numpy as np
 import pytest
 import torch
+from judge_server import (
+    ChatServer,
+    Reply,
+    all_pass,
+    loopback_without_proxy,  # noqa: F401 - autouse fixture
+)
 from rewardweaver_fakes import ScriptedAttributor, build_library, deficit
-from test_method import Reflector, reports_for, trajectories, traj_with
+from test_method import Reflector, reports_for, traj_with, trajectories
 
-from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
-from judge_server import ChatServer, Reply, all_pass
 from rwcore import AdaptiveMethod, JudgedBatch, MethodSettings, Verdict
 from rwcore.judges import OpenAIJudge, OpenAIReflector, ReflectionError
 from rwcore.method import Providers
@@ -32,11 +36,21 @@ KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
 def combined(normalization: str) -> AdaptiveMethod:
     """Process rubrics c1, c2 (RewardWeaver's active set) and pool rubric a1 (Arise's advantages)."""
     library = build_library(ids=("c1", "c2", "c3"))
-    method = AdaptiveMethod("combined", {"t0": ["tag"], "t1": ["tag"]},
-                            MethodSettings(batch_size=2, group_size=4, delta_pool=1, budget=2, length_threshold=0,
-                                           success_sample=0, min_support=1, process_normalization=normalization),
-                            Providers(library=library, attributor=ScriptedAttributor(),
-                                      reflector=Reflector([proposal_pair("a1")])))
+    method = AdaptiveMethod(
+        "combined",
+        {"t0": ["tag"], "t1": ["tag"]},
+        MethodSettings(
+            batch_size=2,
+            group_size=4,
+            delta_pool=1,
+            budget=2,
+            length_threshold=0,
+            success_sample=0,
+            min_support=1,
+            process_normalization=normalization,
+        ),
+        Providers(library=library, attributor=ScriptedAttributor(), reflector=Reflector([proposal_pair("a1")])),
+    )
     diag = [traj_with(f"d{i}", 0.0, attribution=[deficit("c1"), deficit("c2")]) for i in range(3)]
     method.adapt(-1, diagnosis=(diag, reports_for(diag, {"c1": [F] * 3, "c2": [F] * 3, "c3": [P] * 3})))
     task_ids = method.sample(0)
@@ -90,7 +104,7 @@ def test_rubric_advantages_score_invalid_as_a_fail_and_evidence_keeps_it_invalid
     # The pool's window counts (pass, fail, na, invalid) of a1: INVALID is not a FAIL there.
     window = method.pool.state_dict()
     assert json.dumps(window).count("s1/t1/2") == 1  # the FAILed trajectory id is recorded once ...
-    assert "s1/t1/3" not in json.dumps(window)       # ... the INVALID one is not a failure
+    assert "s1/t1/3" not in json.dumps(window)  # ... the INVALID one is not a failure
 
 
 def test_rewardweaver_reward_scores_invalid_as_a_fail():
@@ -111,10 +125,10 @@ def test_judged_batch_reward_view_and_invalid_rates():
     trajs = trajectories(0, ["t0"], 4)
     reports = reports_for(trajs, {"a": [P, (F, 0.25), NA, INV], "b": [INV, INV, P, P]})
     judged = JudgedBatch.from_reports(reports, ["a", "b"])
-    assert np.array_equal(judged.reward_values(), [[1.0, 0.0], [0.25, 0.0], [np.nan, 1.0], [0.0, 1.0]],
-                          equal_nan=True)
-    assert np.array_equal(judged.reward_verdict_matrix(), [[1.0, 0.0], [0.0, 0.0], [np.nan, 1.0], [0.0, 1.0]],
-                          equal_nan=True)
+    assert np.array_equal(judged.reward_values(), [[1.0, 0.0], [0.25, 0.0], [np.nan, 1.0], [0.0, 1.0]], equal_nan=True)
+    assert np.array_equal(
+        judged.reward_verdict_matrix(), [[1.0, 0.0], [0.0, 0.0], [np.nan, 1.0], [0.0, 1.0]], equal_nan=True
+    )
     assert judged.invalid_rates() == {"a": 0.25, "b": 0.5}
     assert judged.invalid_rate_metrics() == {"judge/invalid_rate/a": 0.25, "judge/invalid_rate/b": 0.5}
     # the evidence views are unchanged
@@ -127,8 +141,10 @@ def test_trl_reward_functions_score_invalid_no_higher_than_a_fail():
     class Judge:
         def evaluate(self, trajectories, rubrics):
             verdicts = [P, F, NA, INV]
-            return [JudgeReport(t.trajectory_id, {"r": RubricJudgment("r", verdicts[i])})
-                    for i, t in enumerate(trajectories)]
+            return [
+                JudgeReport(t.trajectory_id, {"r": RubricJudgment("r", verdicts[i])})
+                for i, t in enumerate(trajectories)
+            ]
 
     funcs = rubric_reward_funcs(Judge(), [RubricSpec("r", "x")])
     values = funcs[0](["p"] * 4, ["c"] * 4, task_id=["t"] * 4)
@@ -148,13 +164,15 @@ def test_verl_advantages_score_invalid_as_a_fail():
     rewards = torch.zeros(4, 2)
     index = np.array(["g"] * 4, dtype=object)
     rows = np.array([{"r": "pass"}, {"r": "pass"}, {"r": "fail"}, {"r": Verdict.INVALID}], dtype=object)
-    advantages, _ = rv.compute_arise_advantage(rewards, mask, index, config={"rwcore": {"lam": 0.3}},
-                                               non_tensor_batch={"uid": index, "rwcore_verdicts": rows})
+    advantages, _ = rv.compute_arise_advantage(
+        rewards, mask, index, config={"rwcore": {"lam": 0.3}}, non_tensor_batch={"uid": index, "rwcore_verdicts": rows}
+    )
     # A_task = 0; y = [1, 1, 0, INVALID->0] -> A = 0.3 * +-0.866025 = +-0.259808 (before: INVALID got 0)
     assert torch.allclose(advantages[:, 0], torch.tensor([0.259808, 0.259808, -0.259808, -0.259808]), atol=1e-5)
 
 
 # ---------------------------------------------------------------- exceptions -> INVALID
+
 
 class ExplodingJudge:
     def __init__(self) -> None:
@@ -203,8 +221,15 @@ def test_openai_judge_turns_an_unexpected_error_into_invalid(monkeypatch, caplog
     monkeypatch.setattr(module, "parse_judge_answer", broken)
     trajectory = Trajectory("t", [Turn("assistant", "x", generated=True)], 0.0)
     with ChatServer(all_pass) as server:
-        judge = OpenAIJudge("judge-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0, max_retries=0,
-                            diagnostics=False, max_reasks=1)
+        judge = OpenAIJudge(
+            "judge-test",
+            base_url=server.base_url,
+            api_key_env=KEY_ENV,
+            timeout=2.0,
+            max_retries=0,
+            diagnostics=False,
+            max_reasks=1,
+        )
         [report] = judge.evaluate([trajectory], [RubricSpec("a", "x")])
         assert server.count == 2  # retried once with a fresh request, then final
     judgment = report.judgments["a"]
@@ -224,8 +249,9 @@ def test_reflector_errors_become_reflection_errors(monkeypatch):
     monkeypatch.setattr(module, "answer_parts", broken, raising=False)
     trajectory = Trajectory("t", [Turn("assistant", "x", generated=True)], 0.0, trajectory_id="t/0")
     with ChatServer(lambda request: Reply("{}")) as server:
-        reflector = OpenAIReflector("reflect-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0,
-                                    max_retries=0, max_reasks=0)
+        reflector = OpenAIReflector(
+            "reflect-test", base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0, max_retries=0, max_reasks=0
+        )
         with pytest.raises(ReflectionError, match="TypeError"):
             reflector.propose_rubric_skills([trajectory], [], 2)
         with pytest.raises(ReflectionError, match="TypeError"):
@@ -245,9 +271,12 @@ def test_a_failing_capability_proposer_keeps_the_dimensions_and_training_goes_on
             return [RubricSpec("d1", "first dimension")]
 
     proposer = Proposer()
-    method = AdaptiveMethod("rw_open_vocabulary", {"t0": ["tag"], "t1": ["tag"]},
-                            MethodSettings(batch_size=2, group_size=2, adaptation_interval=1),
-                            Providers(proposer=proposer))
+    method = AdaptiveMethod(
+        "rw_open_vocabulary",
+        {"t0": ["tag"], "t1": ["tag"]},
+        MethodSettings(batch_size=2, group_size=2, adaptation_interval=1),
+        Providers(proposer=proposer),
+    )
     low = [traj_with(f"d{i}", 0.0) for i in range(2)]
     assert method.adapt(-1, diagnosis=(low, [JudgeReport(t.trajectory_id, {}) for t in low])).stage == 0
     with caplog.at_level(logging.WARNING, logger="rwcore.method"):

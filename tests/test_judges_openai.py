@@ -9,9 +9,15 @@ import threading
 import time
 
 import pytest
+from judge_server import (
+    ChatServer,
+    Reply,
+    all_pass,
+    diagnostics_line,
+    loopback_without_proxy,  # noqa: F401 - autouse fixture
+    verdict_line,
+)
 
-from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
-from judge_server import ChatServer, Reply, all_pass, diagnostics_line, verdict_line
 from rwcore.judges import MissingAPIKeyError, OpenAIJudge
 from rwcore.types import JudgeReport, RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
@@ -19,15 +25,24 @@ from rwcore.verdict import Verdict
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
 SECRET = "sk-test-DO-NOT-LEAK-5f3a9c"
 
-R1 = RubricSpec("cites-order-id", "The agent cites the order id before issuing a refund.",
-                applicability="A refund is issued.", capability="Verification")
+R1 = RubricSpec(
+    "cites-order-id",
+    "The agent cites the order id before issuing a refund.",
+    applicability="A refund is issued.",
+    capability="Verification",
+)
 R2 = RubricSpec("no-duplicate-calls", "The agent does not repeat an identical tool call.", capability="Efficiency")
 R3 = RubricSpec("states-benefit", "The agent states a concrete benefit for the buyer.", scored=True)
 
 
 def trajectory(task_id: str = "t1", text: str = "Refund issued for order 1234.", outcome: float = 1.0) -> Trajectory:
-    return Trajectory(task_id, [Turn("user", "Please refund order 1234."), Turn("assistant", text, generated=True)],
-                      outcome, tags=("refund",), trajectory_id=f"{task_id}/g/0")
+    return Trajectory(
+        task_id,
+        [Turn("user", "Please refund order 1234."), Turn("assistant", text, generated=True)],
+        outcome,
+        tags=("refund",),
+        trajectory_id=f"{task_id}/g/0",
+    )
 
 
 @pytest.fixture
@@ -51,8 +66,14 @@ def serve():
 
 
 def make_judge(server: ChatServer, **options) -> OpenAIJudge:
-    settings = dict(base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0, max_retries=2,
-                    backoff=(0.01, 0.05), max_concurrency=4)
+    settings = dict(
+        base_url=server.base_url,
+        api_key_env=KEY_ENV,
+        timeout=2.0,
+        max_retries=2,
+        backoff=(0.01, 0.05),
+        max_concurrency=4,
+    )
     settings.update(options)
     return OpenAIJudge("judge-test", **settings)
 
@@ -63,14 +84,19 @@ def verdicts(report: JudgeReport) -> dict[str, Verdict]:
 
 # ---- well-formed and tolerated answers ---------------------------------------------------------
 
+
 def test_correct_jsonl_gives_verdicts_scores_evidence_and_diagnostics(serve, key):
     def script(request):
-        return Reply("\n".join([
-            verdict_line(request, "cites-order-id", "pass", confidence=0.8),
-            verdict_line(request, "no-duplicate-calls", "NA", evidence="no tool calls"),
-            verdict_line(request, "states-benefit", "fail", score=0.7),
-            diagnostics_line(request, ["turn 1: never confirms the refund amount"]),
-        ]))
+        return Reply(
+            "\n".join(
+                [
+                    verdict_line(request, "cites-order-id", "pass", confidence=0.8),
+                    verdict_line(request, "no-duplicate-calls", "NA", evidence="no tool calls"),
+                    verdict_line(request, "states-benefit", "fail", score=0.7),
+                    diagnostics_line(request, ["turn 1: never confirms the refund amount"]),
+                ]
+            )
+        )
 
     server = serve(script)
     judge = make_judge(server)
@@ -112,9 +138,13 @@ def test_array_and_wrapper_forms_are_read(serve, key):
         if request.data["trajectory"]["task_id"] == "a":
             text = json.dumps(objects, indent=2)  # one JSON array, pretty-printed
         else:  # one wrapper object; the items inherit its request id
-            text = json.dumps({"request_id": request.request_id,
-                               "verdicts": [{k: v for k, v in o.items() if k != "request_id"} for o in objects],
-                               "diagnostics": {"uncovered": ["x"]}})
+            text = json.dumps(
+                {
+                    "request_id": request.request_id,
+                    "verdicts": [{k: v for k, v in o.items() if k != "request_id"} for o in objects],
+                    "diagnostics": {"uncovered": ["x"]},
+                }
+            )
         return Reply(text)
 
     judge = make_judge(serve(script))
@@ -134,6 +164,7 @@ def test_reasoning_drafts_inside_think_blocks_are_ignored(serve, key):
 
 # ---- partial, missing and wrong answers --------------------------------------------------------
 
+
 def test_jsonl_with_one_bad_line_keeps_the_valid_lines_and_reasks_the_rest(serve, key):
     def script(request):
         if len(server.requests) == 1:
@@ -145,8 +176,7 @@ def test_jsonl_with_one_bad_line_keeps_the_valid_lines_and_reasks_the_rest(serve
     server = serve(script)
     [report] = make_judge(server, diagnostics=False).evaluate([trajectory()], [R1, R2])
     assert verdicts(report) == {"cites-order-id": Verdict.PASS, "no-duplicate-calls": Verdict.FAIL}
-    assert [r.rubric_ids for r in server.requests] == [["cites-order-id", "no-duplicate-calls"],
-                                                      ["no-duplicate-calls"]]
+    assert [r.rubric_ids for r in server.requests] == [["cites-order-id", "no-duplicate-calls"], ["no-duplicate-calls"]]
     assert server.requests[0].request_id != server.requests[1].request_id
 
 
@@ -162,8 +192,11 @@ def test_rubrics_missing_after_reasks_are_invalid(serve, key):
 
 def test_wrong_rubric_ids_are_ignored(serve, key):
     def script(request):
-        return Reply("\n".join([verdict_line(request, "some-other-rubric", "fail"),
-                                verdict_line(request, "CITES-ORDER-ID", "fail")]))
+        return Reply(
+            "\n".join(
+                [verdict_line(request, "some-other-rubric", "fail"), verdict_line(request, "CITES-ORDER-ID", "fail")]
+            )
+        )
 
     server = serve(script)
     [report] = make_judge(server, diagnostics=False, max_reasks=0).evaluate([trajectory()], [R1])
@@ -172,18 +205,26 @@ def test_wrong_rubric_ids_are_ignored(serve, key):
     assert list(report.judgments) == ["cites-order-id"]
 
 
-@pytest.mark.parametrize("fields, message", [
-    ({"verdict": "maybe"}, '"verdict"'),
-    ({"confidence": 1.5}, '"confidence"'),
-    ({"confidence": "high"}, '"confidence"'),
-    ({"evidence": ["a list"]}, '"evidence"'),
-    ({"score": None}, '"score" is required'),
-    ({"score": True}, '"score"'),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"verdict": "maybe"}, '"verdict"'),
+        ({"confidence": 1.5}, '"confidence"'),
+        ({"confidence": "high"}, '"confidence"'),
+        ({"evidence": ["a list"]}, '"evidence"'),
+        ({"score": None}, '"score" is required'),
+        ({"score": True}, '"score"'),
+    ],
+)
 def test_schema_violations_are_invalid(serve, key, fields, message):
     rubric = R3 if "score" in fields else R1
-    server = serve(lambda request: Reply(verdict_line(request, rubric.rubric_id, **{"score": 0.5, **fields})
-                                         if rubric.scored else verdict_line(request, rubric.rubric_id, **fields)))
+    server = serve(
+        lambda request: Reply(
+            verdict_line(request, rubric.rubric_id, **{"score": 0.5, **fields})
+            if rubric.scored
+            else verdict_line(request, rubric.rubric_id, **fields)
+        )
+    )
     [report] = make_judge(server, diagnostics=False, max_reasks=1).evaluate([trajectory()], [rubric])
     judgment = report.judgments[rubric.rubric_id]
     assert judgment.verdict == Verdict.INVALID
@@ -192,16 +233,18 @@ def test_schema_violations_are_invalid(serve, key, fields, message):
 
 
 def test_nan_in_an_answer_is_not_accepted(serve, key):
-    server = serve(lambda request: Reply(verdict_line(request, "states-benefit").replace('"confidence": 0.9',
-                                                                                         '"score": NaN')))
+    server = serve(
+        lambda request: Reply(verdict_line(request, "states-benefit").replace('"confidence": 0.9', '"score": NaN'))
+    )
     [report] = make_judge(server, diagnostics=False, max_reasks=0).evaluate([trajectory()], [R3])
     assert report.judgments["states-benefit"].verdict == Verdict.INVALID
 
 
 def test_two_answers_for_one_rubric_are_ambiguous(serve, key):
     def script(request):
-        return Reply(verdict_line(request, "cites-order-id", "pass") + "\n"
-                     + verdict_line(request, "cites-order-id", "fail"))
+        return Reply(
+            verdict_line(request, "cites-order-id", "pass") + "\n" + verdict_line(request, "cites-order-id", "fail")
+        )
 
     [report] = make_judge(serve(script), diagnostics=False, max_reasks=0).evaluate([trajectory()], [R1])
     judgment = report.judgments["cites-order-id"]
@@ -231,6 +274,7 @@ def test_empty_or_null_content_is_reasked_then_invalid(serve, key):
 
 
 # ---- transport failures: time-outs, retries, status codes --------------------------------------
+
 
 def test_slow_responses_time_out_and_become_invalid(serve, key):
     server = serve(lambda request: Reply(verdict_line(request, "cites-order-id"), delay=5.0))
@@ -311,8 +355,9 @@ def test_malformed_body_then_success(serve, key):
 def test_connection_refused_is_retried_then_invalid(key):
     with ChatServer(all_pass) as server:
         base_url = server.base_url  # a loopback port nobody listens on once the server is gone
-    judge = OpenAIJudge("judge-test", base_url=base_url, api_key_env=KEY_ENV, timeout=1.0, max_retries=1,
-                        backoff=(0.01, 0.02))
+    judge = OpenAIJudge(
+        "judge-test", base_url=base_url, api_key_env=KEY_ENV, timeout=1.0, max_retries=1, backoff=(0.01, 0.02)
+    )
     [report] = judge.evaluate([trajectory()], [R1])
     judgment = report.judgments["cites-order-id"]
     assert judgment.verdict == Verdict.INVALID and "connection error" in judgment.error
@@ -327,6 +372,7 @@ def test_error_messages_never_echo_the_key(serve, key):
 
 
 # ---- batching, concurrency, cache --------------------------------------------------------------
+
 
 def test_batching_and_diagnostics_only_in_the_first_request(serve, key):
     rubrics = [RubricSpec(f"r{i}", f"criterion {i}") for i in range(6)]
@@ -388,8 +434,10 @@ def test_cache_hits_make_no_request_and_keys_follow_content(serve, key, tmp_path
     assert server.count == 3 and server.requests[-1].rubric_ids == ["cites-order-id", "no-duplicate-calls"]
     assert judge.judgment_key(R1, trajectory()) != judge.judgment_key(R1, trajectory(text="Refund issued."))
     assert judge.judgment_key(R1, trajectory()) != judge.judgment_key(changed, trajectory())
-    assert judge.judgment_key(R1, trajectory()) != OpenAIJudge("other-model", base_url=server.base_url,
-                                                               ).judgment_key(R1, trajectory())
+    assert judge.judgment_key(R1, trajectory()) != OpenAIJudge(
+        "other-model",
+        base_url=server.base_url,
+    ).judgment_key(R1, trajectory())
 
     files = list((tmp_path / "cache").rglob("*"))
     assert any(f.suffix == ".json" for f in files)
@@ -426,6 +474,7 @@ def test_corrupt_cache_entry_is_a_miss(serve, key, tmp_path):
 
 
 # ---- keys, repr, sync/async entry points, bad arguments ----------------------------------------
+
 
 def test_key_is_read_at_call_time_and_never_shown(serve, monkeypatch, tmp_path):
     server = serve(all_pass)
@@ -493,18 +542,21 @@ def test_empty_inputs_make_no_request(serve, key):
     assert server.count == 0
 
 
-@pytest.mark.parametrize("kwargs, argument", [
-    ({"max_concurrency": 0}, "max_concurrency"),
-    ({"timeout": -1}, "timeout"),
-    ({"max_retries": -1}, "max_retries"),
-    ({"backoff": (2.0, 1.0)}, "backoff"),
-    ({"rubrics_per_request": 0}, "rubrics_per_request"),
-    ({"requests_per_minute": 0}, "requests_per_minute"),
-    ({"tokens_per_minute": float("nan")}, "tokens_per_minute"),
-    ({"pass_threshold": 1.5}, "pass_threshold"),
-    ({"temperature": 3.0}, "temperature"),
-    ({"api_key_env": ""}, "api_key_env"),
-])
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"timeout": -1}, "timeout"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"backoff": (2.0, 1.0)}, "backoff"),
+        ({"rubrics_per_request": 0}, "rubrics_per_request"),
+        ({"requests_per_minute": 0}, "requests_per_minute"),
+        ({"tokens_per_minute": float("nan")}, "tokens_per_minute"),
+        ({"pass_threshold": 1.5}, "pass_threshold"),
+        ({"temperature": 3.0}, "temperature"),
+        ({"api_key_env": ""}, "api_key_env"),
+    ],
+)
 def test_bad_options_name_the_argument(kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         OpenAIJudge("m", base_url="http://127.0.0.1:9/v1", **kwargs)

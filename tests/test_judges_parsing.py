@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from rwcore.judges import SlidingWindowLimiter
 from rwcore.judges.parsing import answer_objects, json_objects
 from rwcore.judges.templates import (
-    TEMPLATE_NAMES,
     PLACEHOLDER,
+    TEMPLATE_NAMES,
     load_template,
     render,
     render_file,
@@ -31,9 +31,12 @@ RUBRICS = {"a": RubricSpec("a", "x"), "b": RubricSpec("b", "y", scored=True)}
 
 # ---- JSON extraction ---------------------------------------------------------------------------
 
+
 def test_json_objects_tolerates_fences_prose_and_broken_lines():
-    text = ('Sure {not json}. Here:\n```json\n{"x": 1}\n{"y": [1, 2, {"z": 3}]}\n{"broken": \n'
-            '[{"in": "array"}, 5]\n```\ntrailing } prose {')
+    text = (
+        'Sure {not json}. Here:\n```json\n{"x": 1}\n{"y": [1, 2, {"z": 3}]}\n{"broken": \n'
+        '[{"in": "array"}, 5]\n```\ntrailing } prose {'
+    )
     assert json_objects(text) == [{"x": 1}, {"y": [1, 2, {"z": 3}]}, {"in": "array"}]
 
 
@@ -50,16 +53,21 @@ def test_answer_objects_leave_out_reasoning():
 
 def test_think_tags_quoted_inside_answers_are_not_structural():
     # A verdict quoting the policy's "</think>" or "<think>" stays a verdict (else: a way to force INVALID).
-    lines = ['{"rubric_id": "a", "verdict": "fail", "evidence": "turn 2: </think> {x}"}',
-             '{"rubric_id": "b", "verdict": "fail", "evidence": "turn 3: <think>"}',
-             '{"rubric_id": "c", "verdict": "pass"}']
+    lines = [
+        '{"rubric_id": "a", "verdict": "fail", "evidence": "turn 2: </think> {x}"}',
+        '{"rubric_id": "b", "verdict": "fail", "evidence": "turn 3: <think>"}',
+        '{"rubric_id": "c", "verdict": "pass"}',
+    ]
     assert [o["rubric_id"] for o in answer_objects("\n".join(lines))] == ["a", "b", "c"]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), max_size=5),
-       st.lists(st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=8), max_size=3),
-                min_size=1, max_size=4))
+@given(
+    st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), max_size=5),
+    st.lists(
+        st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=8), max_size=3), min_size=1, max_size=4
+    ),
+)
 def test_json_objects_finds_every_object_between_prose(prose, objects):
     # Prose without braces or brackets, objects each on their own line: all found, in order.
     prose = [p.replace("{", "").replace("[", "").replace("}", "").replace("]", "") for p in prose]
@@ -87,8 +95,9 @@ def test_parse_judge_answer_rules():
         {"request_id": rid, "rubric_id": "a", "criterion": "echoed prompt, no verdict key"},
         {"request_id": rid, "diagnostics": {"uncovered": ["one", {"behavior": "two"}, "  "]}},
     ]
-    answer = parse_judge_answer("\n".join(json.dumps(line) for line in lines), RUBRICS, request_id=rid,
-                                want_diagnostics=True)
+    answer = parse_judge_answer(
+        "\n".join(json.dumps(line) for line in lines), RUBRICS, request_id=rid, want_diagnostics=True
+    )
     a, b = answer.judgments["a"], answer.judgments["b"]
     assert (a.verdict, a.score, a.confidence) == (Verdict.PASS, None, 0.5)  # unscored: score dropped
     assert (b.verdict, b.score) == (Verdict.NA, None)
@@ -101,6 +110,7 @@ def test_parse_judge_answer_rules():
 
 
 # ---- templates -----------------------------------------------------------------------------------
+
 
 def test_every_template_is_package_data_and_loads():
     folder = resources.files("rwcore.judges").joinpath("prompts")
@@ -125,8 +135,10 @@ def test_render_substitutes_once_and_checks_names():
 
 
 def _sample_values(name: str) -> dict[str, str]:
-    return {key: "0011223344556677" if key == "request_id" else f"<{key}>"
-            for key in set(PLACEHOLDER.findall(load_template(name)))}
+    return {
+        key: "0011223344556677" if key == "request_id" else f"<{key}>"
+        for key in set(PLACEHOLDER.findall(load_template(name)))
+    }
 
 
 @pytest.mark.parametrize("name", TEMPLATE_NAMES)
@@ -139,15 +151,21 @@ def test_an_echoed_prompt_holds_no_answer_object(name):
 
 
 def test_untrusted_block_is_three_ascii_lines():
-    block = untrusted_block({"text": "line1\nline2\u2028\u202e>>>\"}"}, "abc")
+    block = untrusted_block({"text": 'line1\nline2\u2028\u202e>>>"}'}, "abc")
     lines = block.split("\n")
     assert len(lines) == 3 and block.isascii()
-    assert json.loads(lines[1]) == {"text": "line1\nline2\u2028\u202e>>>\"}"}
+    assert json.loads(lines[1]) == {"text": 'line1\nline2\u2028\u202e>>>"}'}
 
 
 def test_trajectory_payload_covers_only_hashed_fields_and_truncates():
-    trajectory = Trajectory("t", [Turn("user", "x" * 1000), Turn("assistant", "short", generated=True)], 0.5,
-                            tags=("a",), trajectory_id="secret-id", metadata={"private": "state"})
+    trajectory = Trajectory(
+        "t",
+        [Turn("user", "x" * 1000), Turn("assistant", "short", generated=True)],
+        0.5,
+        tags=("a",),
+        trajectory_id="secret-id",
+        metadata={"private": "state"},
+    )
     payload = trajectory_payload(trajectory)
     assert set(payload) == {"task_id", "tags", "outcome", "turns"}
     assert "secret-id" not in json.dumps(payload) and "private" not in json.dumps(payload)
@@ -158,6 +176,7 @@ def test_trajectory_payload_covers_only_hashed_fields_and_truncates():
 
 
 # ---- rate limiter --------------------------------------------------------------------------------
+
 
 def test_sliding_window_limits_requests_per_window():
     limiter = SlidingWindowLimiter(3, period=0.3)

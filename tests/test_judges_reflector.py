@@ -5,27 +5,45 @@ from __future__ import annotations
 import json
 
 import pytest
+from judge_server import (
+    ChatServer,
+    Reply,
+    loopback_without_proxy,  # noqa: F401 - autouse fixture
+)
 
-from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
-from judge_server import ChatServer, Reply
 from rwcore.judges import OpenAIReflector, ReflectionError
 from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory, Turn
 
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
 SECRET = "sk-test-reflector-7e1d"
 
-EXISTING = [RubricSpec("verify-output", "The agent checks its output against the requirements.",
-                       capability="Verification")]
-LIBRARY = [RubricSpec("use-key-information", "Uses the key information the partner disclosed.",
-                      applicability="The partner disclosed decision-relevant information.",
-                      capability="Information", evaluator_prompt="Score 1 when ...", scored=True),
-           RubricSpec("state-benefits", "States concrete benefits.", capability="Persuasion", scored=True)]
+EXISTING = [
+    RubricSpec("verify-output", "The agent checks its output against the requirements.", capability="Verification")
+]
+LIBRARY = [
+    RubricSpec(
+        "use-key-information",
+        "Uses the key information the partner disclosed.",
+        applicability="The partner disclosed decision-relevant information.",
+        capability="Information",
+        evaluator_prompt="Score 1 when ...",
+        scored=True,
+    ),
+    RubricSpec("state-benefits", "States concrete benefits.", capability="Persuasion", scored=True),
+]
 
 
 def trajectory(i: int = 0, outcome: float = 0.0) -> Trajectory:
-    return Trajectory(f"task{i}", [Turn("user", f"Task {i}: write the report."),
-                                   Turn("assistant", "I wrote it. All tests pass.", generated=True)],
-                      outcome, tags=("reporting",), trajectory_id=f"task{i}/g/0")
+    return Trajectory(
+        f"task{i}",
+        [
+            Turn("user", f"Task {i}: write the report."),
+            Turn("assistant", "I wrote it. All tests pass.", generated=True),
+        ],
+        outcome,
+        tags=("reporting",),
+        trajectory_id=f"task{i}/g/0",
+    )
 
 
 @pytest.fixture
@@ -48,17 +66,20 @@ def serve():
 
 
 def reflector_for(server: ChatServer, **options) -> OpenAIReflector:
-    settings = dict(base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0, max_retries=1,
-                    backoff=(0.01, 0.02))
+    settings = dict(base_url=server.base_url, api_key_env=KEY_ENV, timeout=2.0, max_retries=1, backoff=(0.01, 0.02))
     settings.update(options)
     return OpenAIReflector("reflect-test", **settings)
 
 
 def kind(request) -> str:
     system = request.system
-    for marker, name in (("You analyse one rollout", "analysis"), ("You are the reflection model", "generation"),
-                         ("You improve the guidance", "refinement"), ("You diagnose why", "attribution"),
-                         ("You maintain the capability library", "proposal")):
+    for marker, name in (
+        ("You analyse one rollout", "analysis"),
+        ("You are the reflection model", "generation"),
+        ("You improve the guidance", "refinement"),
+        ("You diagnose why", "attribution"),
+        ("You maintain the capability library", "proposal"),
+    ):
         if marker in system:
             return name
     raise AssertionError("unknown prompt")
@@ -69,21 +90,36 @@ def answer(request, **fields) -> str:
 
 
 ANALYSIS = {
-    "issues": [{"behavior": "Claims tests pass without running them.", "signal": 'turn 1: "All tests pass."',
-                "capability": "Verification", "covered_by": "verify-output"},
-               {"behavior": "Skips reading the spec.", "signal": "turn 1", "capability": "Understanding",
-                "covered_by": "no-such-rubric"}],
+    "issues": [
+        {
+            "behavior": "Claims tests pass without running them.",
+            "signal": 'turn 1: "All tests pass."',
+            "capability": "Verification",
+            "covered_by": "verify-output",
+        },
+        {
+            "behavior": "Skips reading the spec.",
+            "signal": "turn 1",
+            "capability": "Understanding",
+            "covered_by": "no-such-rubric",
+        },
+    ],
     "strategies": [],
 }
-PROPOSAL = {"rubric_id": "run-tests-before-claiming", "capability": "Verification",
-            "applicability": "The agent claims tests pass.", "criterion": "A test run precedes the claim.",
-            "pass_when": "A test command and its passing output appear before the claim.",
-            "fail_when": "The claim has no test run before it.",
-            "skill": "Before saying tests pass, run them and read the output.",
-            "evidence": "T0, T3: claims passing tests with no test run; T5 runs them first."}
+PROPOSAL = {
+    "rubric_id": "run-tests-before-claiming",
+    "capability": "Verification",
+    "applicability": "The agent claims tests pass.",
+    "criterion": "A test run precedes the claim.",
+    "pass_when": "A test command and its passing output appear before the claim.",
+    "fail_when": "The claim has no test run before it.",
+    "skill": "Before saying tests pass, run them and read the output.",
+    "evidence": "T0, T3: claims passing tests with no test run; T5 runs them first.",
+}
 
 
 # ---- Arise: trajectory analysis -----------------------------------------------------------------
+
 
 def test_analyze_trajectories_returns_jsonl_without_outcomes(serve, key):
     server = serve(lambda request: Reply(answer(request, **ANALYSIS)))
@@ -123,6 +159,7 @@ def test_analysis_failing_everywhere_raises(serve, key):
 
 # ---- Arise: rubric–skill generation -------------------------------------------------------------
 
+
 def test_propose_rubric_skills_from_given_diagnostics(serve, key):
     second = {**PROPOSAL, "rubric_id": "read-spec-first", "capability": "Understanding"}
     server = serve(lambda request: Reply("```json\n" + answer(request, proposals=[PROPOSAL, second]) + "\n```"))
@@ -133,10 +170,13 @@ def test_propose_rubric_skills_from_given_diagnostics(serve, key):
     assert all(isinstance(p, RubricSkillProposal) for p in proposals)
     first = proposals[0]
     assert first.rubric == RubricSpec(
-        "run-tests-before-claiming", "A test run precedes the claim.", "The agent claims tests pass.",
+        "run-tests-before-claiming",
+        "A test run precedes the claim.",
+        "The agent claims tests pass.",
         "Verification",
         "Pass when: A test command and its passing output appear before the claim.\n"
-        "Fail when: The claim has no test run before it.")
+        "Fail when: The claim has no test run before it.",
+    )
     assert first.skill == PROPOSAL["skill"] and first.evidence == PROPOSAL["evidence"]
     assert [p.rubric.rubric_id for p in proposals] == ["run-tests-before-claiming", "read-spec-first"]
 
@@ -160,13 +200,16 @@ def test_propose_rubric_skills_analyses_trajectories_first_and_truncates_to_max_
     assert [set(d) for d in diagnostics] == [{"trajectory", "task_id", "tags", "issues", "strategies"}] * 2
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({**PROPOSAL, "rubric_id": "verify-output"}, "already exists"),
-    ({**PROPOSAL, "rubric_id": "other", "capability": "Magic"}, '"capability"'),
-    ({**PROPOSAL, "rubric_id": "other", "skill": ""}, '"skill"'),
-    ({**PROPOSAL, "rubric_id": "has spaces"}, '"rubric_id"'),
-    ("not an object", "must be an object"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({**PROPOSAL, "rubric_id": "verify-output"}, "already exists"),
+        ({**PROPOSAL, "rubric_id": "other", "capability": "Magic"}, '"capability"'),
+        ({**PROPOSAL, "rubric_id": "other", "skill": ""}, '"skill"'),
+        ({**PROPOSAL, "rubric_id": "has spaces"}, '"rubric_id"'),
+        ("not an object", "must be an object"),
+    ],
+)
 def test_malformed_proposals_raise_after_reasks(serve, key, bad, message):
     server = serve(lambda request: Reply(answer(request, proposals=[PROPOSAL, bad])))
     with pytest.raises(ReflectionError, match="proposals\\[1\\]") as raised:
@@ -193,9 +236,13 @@ def test_propose_nothing_when_nothing_to_do(serve, key):
 
 # ---- Arise: skill refinement --------------------------------------------------------------------
 
+
 def test_refine_skill(serve, key):
-    server = serve(lambda request: Reply("Here you go: " + answer(
-        request, diagnosis="ignored", skill="  Run the tests, then quote their output.  ")))
+    server = serve(
+        lambda request: Reply(
+            "Here you go: " + answer(request, diagnosis="ignored", skill="  Run the tests, then quote their output.  ")
+        )
+    )
     skill = reflector_for(server).refine_skill(EXISTING[0], "Check your work.", [trajectory(0), trajectory(1)])
     assert skill == "Run the tests, then quote their output."
     [request] = server.requests
@@ -225,9 +272,15 @@ def test_two_skill_objects_are_ambiguous(serve, key):
 
 # ---- RewardWeaver: failure attribution ----------------------------------------------------------
 
+
 def record(request, capability_id, **fields) -> str:
-    values = {"capability_id": capability_id, "deficit": True, "confidence": 0.8,
-              "evidence": 'turn 1: "All tests pass."', "cause": "policy"}
+    values = {
+        "capability_id": capability_id,
+        "deficit": True,
+        "confidence": 0.8,
+        "evidence": 'turn 1: "All tests pass."',
+        "cause": "policy",
+    }
     values.update(fields)
     return answer(request, **values)
 
@@ -235,8 +288,14 @@ def record(request, capability_id, **fields) -> str:
 def test_attribute_returns_records_in_candidate_order(serve, key):
     def script(request):
         assert kind(request) == "attribution"
-        return Reply("\n".join([record(request, "state-benefits", deficit=False, evidence="", cause="Partner"),
-                                record(request, "use-key-information")]))
+        return Reply(
+            "\n".join(
+                [
+                    record(request, "state-benefits", deficit=False, evidence="", cause="Partner"),
+                    record(request, "use-key-information"),
+                ]
+            )
+        )
 
     server = serve(script)
     records = reflector_for(server).attribute(trajectory(), LIBRARY)
@@ -278,11 +337,14 @@ def test_attribute_transport_failure_raises(serve, key):
 
 # ---- RewardWeaver: capability proposal ----------------------------------------------------------
 
-CAPABILITY = {"capability_id": "clear-expression", "family": "Goal expression",
-              "definition": "States requests in concrete, plain language.",
-              "applicability": "The agent makes a request or proposal.",
-              "evaluator_instructions": "Decide applicability first; full credit when ...",
-              "support": ["T0", "T1"]}
+CAPABILITY = {
+    "capability_id": "clear-expression",
+    "family": "Goal expression",
+    "definition": "States requests in concrete, plain language.",
+    "applicability": "The agent makes a request or proposal.",
+    "evaluator_instructions": "Decide applicability first; full credit when ...",
+    "support": ["T0", "T1"],
+}
 
 
 def test_propose_capabilities(serve, key):
@@ -290,19 +352,30 @@ def test_propose_capabilities(serve, key):
     server = serve(lambda request: Reply(answer(request, proposals=[CAPABILITY, weak])))
     failures = [trajectory(i) for i in range(3)]
     proposals = reflector_for(server, min_support=2).propose_capabilities(failures, LIBRARY, 4)
-    assert proposals == [RubricSpec("clear-expression", CAPABILITY["definition"], CAPABILITY["applicability"],
-                                    "Goal expression", CAPABILITY["evaluator_instructions"], scored=True)]
+    assert proposals == [
+        RubricSpec(
+            "clear-expression",
+            CAPABILITY["definition"],
+            CAPABILITY["applicability"],
+            "Goal expression",
+            CAPABILITY["evaluator_instructions"],
+            scored=True,
+        )
+    ]
     [request] = server.requests
     assert kind(request) == "proposal" and "use-key-information" in request.system
     assert [f["ref"] for f in request.data["failures"]] == ["T0", "T1", "T2"]
 
 
-@pytest.mark.parametrize("bad, message", [
-    ({**CAPABILITY, "support": ["T9"]}, "unknown trajectories"),
-    ({**CAPABILITY, "capability_id": "state-benefits"}, "already exists"),
-    ({**CAPABILITY, "evaluator_instructions": ""}, '"evaluator_instructions"'),
-    ({**CAPABILITY, "support": "T0"}, '"support" must be a list'),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({**CAPABILITY, "support": ["T9"]}, "unknown trajectories"),
+        ({**CAPABILITY, "capability_id": "state-benefits"}, "already exists"),
+        ({**CAPABILITY, "evaluator_instructions": ""}, '"evaluator_instructions"'),
+        ({**CAPABILITY, "support": "T0"}, '"support" must be a list'),
+    ],
+)
 def test_malformed_capability_proposals_raise(serve, key, bad, message):
     server = serve(lambda request: Reply(answer(request, proposals=[bad])))
     with pytest.raises(ReflectionError, match=message):
@@ -319,6 +392,7 @@ def test_propose_capabilities_shows_at_most_the_configured_number_of_failures(se
 
 
 # ---- shared ------------------------------------------------------------------------------------
+
 
 def test_non_json_answers_raise_after_reasks(serve, key):
     server = serve(lambda request: Reply("I'm sorry, I can't help with that."))
@@ -344,13 +418,16 @@ def test_reflector_implements_the_protocols():
     assert isinstance(reflector, CapabilityProposer)
 
 
-@pytest.mark.parametrize("kwargs, argument", [
-    ({"capabilities": []}, "capabilities"),
-    ({"capabilities": ["A", "A"]}, "capabilities"),
-    ({"min_support": 0}, "min_support"),
-    ({"max_trajectories_per_request": 0}, "max_trajectories_per_request"),
-    ({"max_reasks": -1}, "max_reasks"),
-])
+@pytest.mark.parametrize(
+    "kwargs, argument",
+    [
+        ({"capabilities": []}, "capabilities"),
+        ({"capabilities": ["A", "A"]}, "capabilities"),
+        ({"min_support": 0}, "min_support"),
+        ({"max_trajectories_per_request": 0}, "max_trajectories_per_request"),
+        ({"max_reasks": -1}, "max_reasks"),
+    ],
+)
 def test_bad_reflector_options(kwargs, argument):
     with pytest.raises(ValueError, match=argument):
         OpenAIReflector("m", base_url="http://127.0.0.1:9/v1", **kwargs)

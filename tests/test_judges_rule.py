@@ -24,10 +24,19 @@ def test_is_a_judge():
     assert isinstance(RuleJudge({}), Judge)
 
 
-@pytest.mark.parametrize("result, verdict", [
-    (True, Verdict.PASS), (False, Verdict.FAIL), (np.bool_(True), Verdict.PASS), (np.bool_(False), Verdict.FAIL),
-    (None, Verdict.NA), (Verdict.NA, Verdict.NA), (Verdict.PASS, Verdict.PASS), (Verdict.FAIL, Verdict.FAIL),
-])
+@pytest.mark.parametrize(
+    "result, verdict",
+    [
+        (True, Verdict.PASS),
+        (False, Verdict.FAIL),
+        (np.bool_(True), Verdict.PASS),
+        (np.bool_(False), Verdict.FAIL),
+        (None, Verdict.NA),
+        (Verdict.NA, Verdict.NA),
+        (Verdict.PASS, Verdict.PASS),
+        (Verdict.FAIL, Verdict.FAIL),
+    ],
+)
 def test_booleans_none_and_verdicts(result, verdict):
     judgment = judge_one(result)
     assert judgment.verdict == verdict and judgment.score is None and judgment.error == ""
@@ -39,8 +48,10 @@ def test_booleans_on_scored_rubrics_carry_the_score():
     assert judge_one(None, scored=True).score is None
 
 
-@pytest.mark.parametrize("value, verdict", [(0.5, Verdict.PASS), (0.49, Verdict.FAIL), (1, Verdict.PASS),
-                                            (0, Verdict.FAIL), (np.float32(0.75), Verdict.PASS)])
+@pytest.mark.parametrize(
+    "value, verdict",
+    [(0.5, Verdict.PASS), (0.49, Verdict.FAIL), (1, Verdict.PASS), (0, Verdict.FAIL), (np.float32(0.75), Verdict.PASS)],
+)
 def test_scores_on_unscored_rubrics_threshold_and_drop_the_score(value, verdict):
     judgment = judge_one(value)
     assert judgment.verdict == verdict and judgment.score is None
@@ -54,9 +65,17 @@ def test_scores_on_scored_rubrics_are_kept():
     assert (judgment.verdict, judgment.score) == (Verdict.PASS, 0.3)
 
 
-@pytest.mark.parametrize("value, message", [(1.5, "outside [0, 1]"), (-0.1, "outside [0, 1]"),
-                                            (float("nan"), "outside [0, 1]"), ("pass", "unsupported type"),
-                                            ([True], "unsupported type"), (Verdict.INVALID, "INVALID")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (1.5, "outside [0, 1]"),
+        (-0.1, "outside [0, 1]"),
+        (float("nan"), "outside [0, 1]"),
+        ("pass", "unsupported type"),
+        ([True], "unsupported type"),
+        (Verdict.INVALID, "INVALID"),
+    ],
+)
 def test_bad_results_are_invalid(value, message):
     judgment = judge_one(value)
     assert judgment.verdict == Verdict.INVALID and message in judgment.error and judgment.value is None
@@ -67,8 +86,9 @@ def test_raising_rule_is_invalid_and_isolated():
         raise KeyError("tool_calls")
 
     judge = RuleJudge({"broken": broken, "fine": lambda t: "1234" in t.transcript()})
-    reports = judge.evaluate([trajectory(), trajectory("no id", "t/g/1")],
-                             [RubricSpec("broken", "x"), RubricSpec("fine", "y")])
+    reports = judge.evaluate(
+        [trajectory(), trajectory("no id", "t/g/1")], [RubricSpec("broken", "x"), RubricSpec("fine", "y")]
+    )
     assert [r.trajectory_id for r in reports] == ["t/g/0", "t/g/1"]
     for report in reports:
         assert report.judgments["broken"].verdict == Verdict.INVALID
@@ -79,8 +99,12 @@ def test_raising_rule_is_invalid_and_isolated():
 
 def test_rule_may_return_a_full_judgment():
     judgment = judge_one(RubricJudgment("whatever", Verdict.PASS, confidence=0.9, evidence="turn 0"))
-    assert (judgment.rubric_id, judgment.verdict, judgment.confidence, judgment.evidence) == \
-        ("r", Verdict.PASS, 0.9, "turn 0")
+    assert (judgment.rubric_id, judgment.verdict, judgment.confidence, judgment.evidence) == (
+        "r",
+        Verdict.PASS,
+        0.9,
+        "turn 0",
+    )
 
 
 def test_unknown_rubric_raises_before_running_anything():

@@ -11,9 +11,13 @@ import json
 import logging
 
 import pytest
+from judge_server import (
+    ChatServer,
+    Reply,
+    all_pass,
+    loopback_without_proxy,  # noqa: F401 - autouse fixture
+)
 
-from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
-from judge_server import ChatServer, Reply, all_pass
 from rwcore.judges import OpenAIJudge
 from rwcore.types import RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
@@ -30,8 +34,9 @@ def key(monkeypatch):
 
 
 def trajectories(n: int = 2) -> list[Trajectory]:
-    return [Trajectory("t", [Turn("assistant", f"done {i}", generated=True)], 0.0, trajectory_id=f"t/{i}")
-            for i in range(n)]
+    return [
+        Trajectory("t", [Turn("assistant", f"done {i}", generated=True)], 0.0, trajectory_id=f"t/{i}") for i in range(n)
+    ]
 
 
 def judge_for(server: ChatServer, **options) -> OpenAIJudge:
@@ -42,8 +47,16 @@ def judge_for(server: ChatServer, **options) -> OpenAIJudge:
 def structured_reply(request) -> Reply:
     """What a schema-constrained server answers: one wrapper object."""
     schema = request.body["response_format"]["json_schema"]["schema"]
-    items = [{"rubric_id": rid, "verdict": "fail", "score": 0.2 if rid == "verifies" else None, "confidence": 0.7,
-              "evidence": "turn 0: x"} for rid in request.rubric_ids]
+    items = [
+        {
+            "rubric_id": rid,
+            "verdict": "fail",
+            "score": 0.2 if rid == "verifies" else None,
+            "confidence": 0.7,
+            "evidence": "turn 0: x",
+        }
+        for rid in request.rubric_ids
+    ]
     answer = {"request_id": schema["properties"]["request_id"]["enum"][0], "verdicts": items}
     if "diagnostics" in schema["properties"]:
         answer["diagnostics"] = {"uncovered": ["turn 0: never restates the goal"]}
@@ -59,8 +72,9 @@ def test_the_answer_schema_is_sent_as_response_format_and_its_answers_are_read()
 
     with ChatServer(script) as server:
         reports = judge_for(server, rubrics_per_request=2).evaluate(trajectories(), RUBRICS)
-    assert [{rid: j.verdict for rid, j in r.judgments.items()} for r in reports] == \
-        [{"cites-order": Verdict.FAIL, "verifies": Verdict.FAIL}] * 2
+    assert [{rid: j.verdict for rid, j in r.judgments.items()} for r in reports] == [
+        {"cites-order": Verdict.FAIL, "verifies": Verdict.FAIL}
+    ] * 2
     assert reports[0].uncovered == ("turn 0: never restates the goal",)
     assert len(seen) == 2
     for request in seen:
@@ -73,9 +87,11 @@ def test_the_answer_schema_is_sent_as_response_format_and_its_answers_are_read()
         verdicts = schema["properties"]["verdicts"]
         assert verdicts["minItems"] == verdicts["maxItems"] == 2
         unscored, scored, scored_na = verdicts["items"]["anyOf"]
-        for item, ids, words, score in ((unscored, ["cites-order"], ["pass", "fail", "na"], {"type": "null"}),
-                                        (scored, ["verifies"], ["pass", "fail"], UNIT),
-                                        (scored_na, ["verifies"], ["na"], {"type": "null"})):
+        for item, ids, words, score in (
+            (unscored, ["cites-order"], ["pass", "fail", "na"], {"type": "null"}),
+            (scored, ["verifies"], ["pass", "fail"], UNIT),
+            (scored_na, ["verifies"], ["na"], {"type": "null"}),
+        ):
             assert item["properties"]["rubric_id"] == {"type": "string", "enum": ids}
             assert item["properties"]["verdict"] == {"type": "string", "enum": words}
             assert item["properties"]["score"] == score
@@ -99,9 +115,10 @@ def test_auto_falls_back_to_plain_prompts_when_the_server_rejects_response_forma
             reports = judge.evaluate(trajectories(), UNSCORED)  # 4 requests, sent concurrently
             first = list(server.requests)
             again = judge.evaluate(trajectories(1), UNSCORED)
-        later = server.requests[len(first):]
-    assert all(j.verdict == Verdict.PASS for r in reports + again for j in r.judgments.values()), \
-        [j.error for r in reports + again for j in r.judgments.values()]
+        later = server.requests[len(first) :]
+    assert all(j.verdict == Verdict.PASS for r in reports + again for j in r.judgments.values()), [
+        j.error for r in reports + again for j in r.judgments.values()
+    ]
     rejected = [r for r in first if "response_format" in r.body]
     # each request already under way when the first rejection came back is asked again without the schema;
     # from then on this judge sends plain prompts

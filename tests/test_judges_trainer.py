@@ -12,8 +12,15 @@ from rwcore.trainer.trainer import Trainer
 
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=4", "rollout.group_size=4",
-    "train.eval_every=0", "train.checkpoint_every=0", "pool.delta_pool=2", "train.steps=4", "train.method=arise",
+    "env.options.num_train=40",
+    "env.options.num_eval=8",
+    "rollout.tasks_per_step=4",
+    "rollout.group_size=4",
+    "train.eval_every=0",
+    "train.checkpoint_every=0",
+    "pool.delta_pool=2",
+    "train.steps=4",
+    "train.method=arise",
 ]
 
 

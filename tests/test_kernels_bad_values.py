@@ -83,8 +83,9 @@ UNREPRESENTABLE_TEMPERATURES = [1e-39, 1e-320]
 def test_token_logprobs_overflowing_temperature(backend, temperature):
     logits, labels = logits_inputs()
     raises_naming("temperature", token_logprobs, logits, labels, temperature=temperature, backend=backend)
-    raises_naming("temperature", token_logprobs, logits, labels, temperature=temperature, return_entropy=True,
-                  backend=backend)
+    raises_naming(
+        "temperature", token_logprobs, logits, labels, temperature=temperature, return_entropy=True, backend=backend
+    )
     raises_naming("temperature", TokenLogProbs(temperature=temperature, backend=backend), logits, labels)
 
 
@@ -92,15 +93,36 @@ def test_token_logprobs_overflowing_temperature(backend, temperature):
 @pytest.mark.parametrize("temperature", UNREPRESENTABLE_TEMPERATURES)
 def test_unrepresentable_temperature_refused_without_validation(backend, temperature):
     logits, labels = logits_inputs()
-    raises_naming("temperature", token_logprobs, logits, labels, temperature=temperature, backend=backend,
-                  validate=False)
+    raises_naming(
+        "temperature", token_logprobs, logits, labels, temperature=temperature, backend=backend, validate=False
+    )
     hidden, weight, labels, behavior, advantages, mask = linear_inputs()
-    raises_naming("temperature", fused_linear_logprobs, hidden, weight, labels, temperature=temperature,
-                  backend=backend, validate=False)
-    raises_naming("temperature", fused_linear_entropy, hidden, weight, temperature=temperature, backend=backend,
-                  validate=False)
-    raises_naming("temperature", fused_linear_policy_loss, hidden, weight, labels, behavior, advantages, mask,
-                  temperature=temperature, backend=backend, validate=False)
+    raises_naming(
+        "temperature",
+        fused_linear_logprobs,
+        hidden,
+        weight,
+        labels,
+        temperature=temperature,
+        backend=backend,
+        validate=False,
+    )
+    raises_naming(
+        "temperature", fused_linear_entropy, hidden, weight, temperature=temperature, backend=backend, validate=False
+    )
+    raises_naming(
+        "temperature",
+        fused_linear_policy_loss,
+        hidden,
+        weight,
+        labels,
+        behavior,
+        advantages,
+        mask,
+        temperature=temperature,
+        backend=backend,
+        validate=False,
+    )
 
 
 def refused_or_finite(fn, hidden, weight, *rest, **kwargs):
@@ -128,8 +150,17 @@ def test_fused_overflowing_temperature(backend, temperature):
     outcomes = [
         refused_or_finite(fused_linear_logprobs, hidden, weight, labels, temperature=temperature, backend=backend),
         refused_or_finite(fused_linear_entropy, hidden, weight, temperature=temperature, backend=backend),
-        refused_or_finite(fused_linear_policy_loss, hidden, weight, labels, behavior, advantages, mask,
-                          temperature=temperature, backend=backend),
+        refused_or_finite(
+            fused_linear_policy_loss,
+            hidden,
+            weight,
+            labels,
+            behavior,
+            advantages,
+            mask,
+            temperature=temperature,
+            backend=backend,
+        ),
     ]
     if temperature <= 1e-38:  # |logits| up to ~10: the scaled logits are beyond float32 for certain
         assert outcomes == ["refused"] * 3
@@ -144,8 +175,9 @@ def test_fused_logits_beyond_float32_refused(backend):
     hidden = hidden * 1e20
     weight = weight * 1e20
     raises_naming("hidden", fused_linear_logprobs, hidden, weight, labels, backend=backend)
-    raises_naming("hidden", fused_linear_policy_loss, hidden, weight, labels, behavior, advantages, mask,
-                  backend=backend)
+    raises_naming(
+        "hidden", fused_linear_policy_loss, hidden, weight, labels, behavior, advantages, mask, backend=backend
+    )
     raises_naming("hidden", fused_linear_entropy, hidden, weight, backend=backend)
 
 
@@ -191,18 +223,54 @@ BAD_DENOMINATORS = {
 def test_bad_num_model_tokens(case, backend):
     value = BAD_DENOMINATORS[case]
     logp, behavior, advantages, mask = loss_inputs()
-    raises_naming("num_model_tokens", filtered_dual_clip_loss, logp, behavior, advantages, mask,
-                  num_model_tokens=value, backend=backend)
-    raises_naming("num_model_tokens", FilteredDualClipLoss(backend=backend), logp, behavior, advantages, mask,
-                  num_model_tokens=value)
+    raises_naming(
+        "num_model_tokens",
+        filtered_dual_clip_loss,
+        logp,
+        behavior,
+        advantages,
+        mask,
+        num_model_tokens=value,
+        backend=backend,
+    )
+    raises_naming(
+        "num_model_tokens",
+        FilteredDualClipLoss(backend=backend),
+        logp,
+        behavior,
+        advantages,
+        mask,
+        num_model_tokens=value,
+    )
     hidden, weight, labels, behavior, advantages, mask = linear_inputs()
-    raises_naming("num_model_tokens", fused_linear_policy_loss, hidden, weight, labels, behavior, advantages, mask,
-                  num_model_tokens=value, backend=backend)
+    raises_naming(
+        "num_model_tokens",
+        fused_linear_policy_loss,
+        hidden,
+        weight,
+        labels,
+        behavior,
+        advantages,
+        mask,
+        num_model_tokens=value,
+        backend=backend,
+    )
 
 
 # Refused even with validate=False: Python numbers and shapes are checked for free.
-CHEAP_BAD_DENOMINATORS = ["nan", "inf", "minus_inf", "negative", "negative_int", "beyond_float32",
-                          "tensor_two_elements", "tensor_empty", "tensor_bool", "tensor_complex", "string"]
+CHEAP_BAD_DENOMINATORS = [
+    "nan",
+    "inf",
+    "minus_inf",
+    "negative",
+    "negative_int",
+    "beyond_float32",
+    "tensor_two_elements",
+    "tensor_empty",
+    "tensor_bool",
+    "tensor_complex",
+    "string",
+]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -210,11 +278,31 @@ CHEAP_BAD_DENOMINATORS = ["nan", "inf", "minus_inf", "negative", "negative_int",
 def test_bad_num_model_tokens_without_validation(case, backend):
     value = BAD_DENOMINATORS[case]
     logp, behavior, advantages, mask = loss_inputs()
-    raises_naming("num_model_tokens", filtered_dual_clip_loss, logp, behavior, advantages, mask,
-                  num_model_tokens=value, backend=backend, validate=False)
+    raises_naming(
+        "num_model_tokens",
+        filtered_dual_clip_loss,
+        logp,
+        behavior,
+        advantages,
+        mask,
+        num_model_tokens=value,
+        backend=backend,
+        validate=False,
+    )
     hidden, weight, labels, behavior, advantages, mask = linear_inputs()
-    raises_naming("num_model_tokens", fused_linear_policy_loss, hidden, weight, labels, behavior, advantages, mask,
-                  num_model_tokens=value, backend=backend, validate=False)
+    raises_naming(
+        "num_model_tokens",
+        fused_linear_policy_loss,
+        hidden,
+        weight,
+        labels,
+        behavior,
+        advantages,
+        mask,
+        num_model_tokens=value,
+        backend=backend,
+        validate=False,
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -241,15 +329,26 @@ def test_good_num_model_tokens_still_accepted(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_empty_vocabulary(backend, validate):
     labels = torch.zeros(3, dtype=torch.long, device=DEVICE)
-    message = raises_naming("logits", token_logprobs, torch.zeros(3, 0, device=DEVICE), labels, backend=backend,
-                            validate=validate)
+    message = raises_naming(
+        "logits", token_logprobs, torch.zeros(3, 0, device=DEVICE), labels, backend=backend, validate=validate
+    )
     assert "V = 0" in message or "vocabulary" in message
     hidden = torch.randn(3, H, device=DEVICE)
     empty_head = torch.zeros(0, H, device=DEVICE)
     raises_naming("weight", fused_linear_logprobs, hidden, empty_head, labels, backend=backend, validate=validate)
     raises_naming("weight", fused_linear_entropy, hidden, empty_head, backend=backend, validate=validate)
-    raises_naming("weight", fused_linear_policy_loss, hidden, empty_head, labels, torch.zeros(3, device=DEVICE),
-                  torch.ones(3, device=DEVICE), torch.ones(3, device=DEVICE), backend=backend, validate=validate)
+    raises_naming(
+        "weight",
+        fused_linear_policy_loss,
+        hidden,
+        empty_head,
+        labels,
+        torch.zeros(3, device=DEVICE),
+        torch.ones(3, device=DEVICE),
+        torch.ones(3, device=DEVICE),
+        backend=backend,
+        validate=validate,
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -260,13 +359,34 @@ def test_shapes_checked_without_validation(backend):
     hidden, weight, labels, behavior, advantages, mask = linear_inputs()
     raises_naming("labels", fused_linear_logprobs, hidden, weight, labels[:-1], backend=backend, validate=False)
     raises_naming("weight", fused_linear_logprobs, hidden, weight[:, :-1], labels, backend=backend, validate=False)
-    raises_naming("behavior_logprobs", fused_linear_policy_loss, hidden, weight, labels, behavior[:-1], advantages,
-                  mask, backend=backend, validate=False)
-    raises_naming("advantages", fused_linear_policy_loss, hidden, weight, labels, behavior, advantages[:-1], mask,
-                  backend=backend, validate=False)
+    raises_naming(
+        "behavior_logprobs",
+        fused_linear_policy_loss,
+        hidden,
+        weight,
+        labels,
+        behavior[:-1],
+        advantages,
+        mask,
+        backend=backend,
+        validate=False,
+    )
+    raises_naming(
+        "advantages",
+        fused_linear_policy_loss,
+        hidden,
+        weight,
+        labels,
+        behavior,
+        advantages[:-1],
+        mask,
+        backend=backend,
+        validate=False,
+    )
     logp, behavior, advantages, mask = loss_inputs()
-    raises_naming("model_mask", filtered_dual_clip_loss, logp, behavior, advantages, mask[:, :-1], backend=backend,
-                  validate=False)
-    raises_naming("advantages", filtered_dual_clip_loss, logp, behavior, advantages[:-1], mask, backend=backend,
-                  validate=False)
-
+    raises_naming(
+        "model_mask", filtered_dual_clip_loss, logp, behavior, advantages, mask[:, :-1], backend=backend, validate=False
+    )
+    raises_naming(
+        "advantages", filtered_dual_clip_loss, logp, behavior, advantages[:-1], mask, backend=backend, validate=False
+    )

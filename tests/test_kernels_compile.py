@@ -58,10 +58,16 @@ def test_every_compiled_variant_fits_the_hardware_and_defaults_do_not_spill(subs
         assert 0 < resources.registers <= 255, variant.label()
         limits = _aot.SM_LIMITS[variant.arch]
         assert resources.shared_bytes + limits.shared_reserved_per_block <= limits.shared_bytes, variant.label()
-        assert _aot.occupancy(variant.arch, resources.registers, resources.shared_bytes,
-                              variant.num_warps)["blocks_per_sm"] >= 1, variant.label()
+        assert (
+            _aot.occupancy(variant.arch, resources.registers, resources.shared_bytes, variant.num_warps)[
+                "blocks_per_sm"
+            ]
+            >= 1
+        ), variant.label()
         if variant.is_default:
-            assert resources.spill_stores == resources.spill_loads == 0, f"{variant.label()} spills:\n{resources.ptxas_log}"
+            assert resources.spill_stores == resources.spill_loads == 0, (
+                f"{variant.label()} spills:\n{resources.ptxas_log}"
+            )
         assert f"for 'sm_{variant.arch}" in resources.ptxas_log, variant.label()
 
 
@@ -88,8 +94,12 @@ def test_launch_heuristic_picks_only_configurations_the_check_compiles():
             config = _launch.row_config(arch, vocab)
             for kernel in ("token_logprobs._token_logprobs_fwd_kernel", "token_logprobs._token_logprobs_bwd_kernel"):
                 assert (kernel, arch, config.block, config.num_warps) in compiled
-        assert ("policy_loss._policy_loss_fwd_kernel", arch, _launch.LOSS_CONFIG.block,
-                _launch.LOSS_CONFIG.num_warps) in compiled
+        assert (
+            "policy_loss._policy_loss_fwd_kernel",
+            arch,
+            _launch.LOSS_CONFIG.block,
+            _launch.LOSS_CONFIG.num_warps,
+        ) in compiled
 
 
 def test_interpreter_keeps_the_fixed_configuration():
@@ -101,11 +111,19 @@ def test_interpreter_keeps_the_fixed_configuration():
 
 def test_occupancy_hand_worked():
     # 32 registers x 32 threads = 1024 per warp -> 64 warps by registers; 8-warp blocks -> 8 blocks, full.
-    assert _aot.occupancy(80, 32, 32, 8) == {"blocks_per_sm": 8, "warps_per_sm": 64, "occupancy": 1.0,
-                                              "limited_by": "warps"}
+    assert _aot.occupancy(80, 32, 32, 8) == {
+        "blocks_per_sm": 8,
+        "warps_per_sm": 64,
+        "occupancy": 1.0,
+        "limited_by": "warps",
+    }
     # 128 registers -> 4096 per warp -> 16 warps -> four 4-warp blocks: a quarter.
-    assert _aot.occupancy(90, 128, 0, 4) == {"blocks_per_sm": 4, "warps_per_sm": 16, "occupancy": 0.25,
-                                              "limited_by": "registers"}
+    assert _aot.occupancy(90, 128, 0, 4) == {
+        "blocks_per_sm": 4,
+        "warps_per_sm": 16,
+        "occupancy": 0.25,
+        "limited_by": "registers",
+    }
     # 57 registers round up to 64 per thread (2048 per warp, allocated in units of 256) -> 32 warps.
     assert _aot.occupancy(90, 57, 64, 8)["warps_per_sm"] == 32
     # 100 KB of shared memory (+1 KB reserved): one block on sm_80 (164 KB), two on sm_90 (228 KB).
@@ -114,11 +132,18 @@ def test_occupancy_hand_worked():
 
 
 def test_ptxas_log_parsing():
-    log = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\nptxas info    : Function properties for k\n"
-           "    24 bytes stack frame, 16 bytes spill stores, 20 bytes spill loads\n"
-           "ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]\n")
-    assert _aot.parse_ptxas_log(log) == {"registers": 255, "stack_frame": 24, "spill_stores": 16, "spill_loads": 20,
-                                         "static_smem": 1024}
+    log = (
+        "ptxas info    : Compiling entry function 'k' for 'sm_90a'\nptxas info    : Function properties for k\n"
+        "    24 bytes stack frame, 16 bytes spill stores, 20 bytes spill loads\n"
+        "ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]\n"
+    )
+    assert _aot.parse_ptxas_log(log) == {
+        "registers": 255,
+        "stack_frame": 24,
+        "spill_stores": 16,
+        "spill_loads": 20,
+        "static_smem": 1024,
+    }
     with pytest.raises(_aot.AotCompileError, match="no register count"):
         _aot.parse_ptxas_log("ptxas fatal   : something else")
 
@@ -134,8 +159,13 @@ def _first_negative_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr, found)
 
 
-_BROKEN = _aot.Variant("test._first_negative_kernel", 90, {"x_ptr": "*fp32", "out_ptr": "*i32", "n": "i32",
-                                                            "BLOCK": "constexpr"}, {"BLOCK": 16}, 1)
+_BROKEN = _aot.Variant(
+    "test._first_negative_kernel",
+    90,
+    {"x_ptr": "*fp32", "out_ptr": "*i32", "n": "i32", "BLOCK": "constexpr"},
+    {"BLOCK": 16},
+    1,
+)
 
 
 @triton.jit
@@ -161,8 +191,15 @@ def own_kernels(tmp_path_factory):
     saved = os.environ.get("RWCORE_AOT_CACHE")
     os.environ["RWCORE_AOT_CACHE"] = str(cache)
     try:
-        outcomes = _aot.compile_kernels([(_first_negative_kernel, _BROKEN), (_scale_kernel, _SCALE),
-                                         (_scale_kernel, _SCALE), (_scale_kernel_changed, _SCALE)], raise_errors=False)
+        outcomes = _aot.compile_kernels(
+            [
+                (_first_negative_kernel, _BROKEN),
+                (_scale_kernel, _SCALE),
+                (_scale_kernel, _SCALE),
+                (_scale_kernel_changed, _SCALE),
+            ],
+            raise_errors=False,
+        )
     finally:
         if saved is None:
             del os.environ["RWCORE_AOT_CACHE"]
@@ -179,7 +216,9 @@ def test_a_kernel_the_interpreter_runs_but_the_compiler_rejects_fails_the_check(
     cache, outcomes = own_kernels
     broken = outcomes[0]
     assert isinstance(broken, _aot.AotCompileError)
-    assert re.search(r"(?s)_first_negative_kernel sm_90 .*does not compile.*unsupported AST node type: Break", str(broken))
+    assert re.search(
+        r"(?s)_first_negative_kernel sm_90 .*does not compile.*unsupported AST node type: Break", str(broken)
+    )
 
 
 def test_compile_kernels_raises_the_first_failure_by_default(monkeypatch):

@@ -13,10 +13,9 @@ import math  # noqa: E402
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from kernel_reference import LOG_RATIO_CLAMP, STAT_KEYS, log_ratio_margin, ref_dual_clip  # noqa: E402
 
 from rwcore.kernels import FilteredDualClipLoss, filtered_dual_clip_loss  # noqa: E402
-
-from kernel_reference import STAT_KEYS, LOG_RATIO_CLAMP, log_ratio_margin, ref_dual_clip  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 BACKENDS = ["torch", "triton"]
@@ -31,12 +30,15 @@ def tensors(logp_beh, log_ratio, adv, mask):
     beh = torch.as_tensor(logp_beh, dtype=torch.float32)
     lr = torch.as_tensor(log_ratio, dtype=torch.float32)
     logp = (beh + lr).to(DEVICE).requires_grad_(True)
-    return (logp, beh.to(DEVICE), torch.as_tensor(adv, dtype=torch.float32).to(DEVICE),
-            torch.as_tensor(mask).to(DEVICE))
+    return (
+        logp,
+        beh.to(DEVICE),
+        torch.as_tensor(adv, dtype=torch.float32).to(DEVICE),
+        torch.as_tensor(mask).to(DEVICE),
+    )
 
 
-def random_case(B, T, seed, per_token_adv, ratio_low=0.5, ratio_high=5.0, clip_c=3.0, margin=0.05,
-                mask_p=0.75):
+def random_case(B, T, seed, per_token_adv, ratio_low=0.5, ratio_high=5.0, clip_c=3.0, margin=0.05, mask_p=0.75):
     """Log-ratios uniform in (-3, 3) but at least `margin` away from every decision
     boundary (log ratio_low, log ratio_high, log clip_c), so fp32 vs fp64 never disagree
     on which branch a token takes."""
@@ -50,10 +52,10 @@ def random_case(B, T, seed, per_token_adv, ratio_low=0.5, ratio_high=5.0, clip_c
                 break
         lr[i] = v
     lr = lr.view(B, T)
-    beh = -torch.rand(B, T, generator=gen) * 4 - 3.05   # logp = beh + lr stays < 0
+    beh = -torch.rand(B, T, generator=gen) * 4 - 3.05  # logp = beh + lr stays < 0
     if per_token_adv:
         adv = torch.randn(B, T, generator=gen)
-        adv.view(-1)[::5] = 0.0            # zero advantage: kept but contributes nothing
+        adv.view(-1)[::5] = 0.0  # zero advantage: kept but contributes nothing
     else:
         adv = torch.randn(B, generator=gen)
         if B >= 2:
@@ -87,21 +89,25 @@ def check_stats(stats, ref_stats, mean_ratio_exact=True):
         if k != "mean_ratio":
             assert float(v) == pytest.approx(ref_stats[k], abs=1e-6), f"stats[{k!r}]: {float(v)} vs {ref_stats[k]}"
         elif mean_ratio_exact:
-            assert float(v) == pytest.approx(ref_stats[k], rel=1e-5, abs=1e-6), \
+            assert float(v) == pytest.approx(ref_stats[k], rel=1e-5, abs=1e-6), (
                 f"stats['mean_ratio']: {float(v)} vs {ref_stats[k]}"
+            )
 
 
 def check_against_ref(loss, stats, grad, ref, what=""):
     scale = max(1.0, abs(ref["loss"]))
     assert math.isfinite(float(loss)) and torch.isfinite(grad).all(), f"{what}: non-finite loss/grad"
-    assert float(loss) == pytest.approx(ref["loss"], rel=1e-5, abs=1e-6 * scale), \
+    assert float(loss) == pytest.approx(ref["loss"], rel=1e-5, abs=1e-6 * scale), (
         f"{what}: loss {float(loss)!r} vs reference {ref['loss']!r}"
+    )
     g = grad.detach().double().cpu()
     rg = ref["grad"].cpu()
     gscale = max(1e-3, float(rg.abs().max()))
     torch.testing.assert_close(g, rg, rtol=1e-5, atol=1e-6 * gscale, msg=lambda m: f"{what}: d loss/d logp\n{m}")
-    zero = (rg == 0)
-    assert (g[zero] == 0).all(), f"{what}: filtered / dual-clipped / unmasked tokens must get exactly 0 gradient; got {g[zero]}"
+    zero = rg == 0
+    assert (g[zero] == 0).all(), (
+        f"{what}: filtered / dual-clipped / unmasked tokens must get exactly 0 gradient; got {g[zero]}"
+    )
     check_stats(stats, ref["stats"])
 
 
@@ -124,10 +130,10 @@ def test_random_vs_reference(B, T, per_token_adv, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("ratio_low,ratio_high,clip_c", [(0.8, 2.0, 1.5), (0.2, 10.0, 4.0), (0.5, 5.0, 1.2)])
 def test_non_default_hyperparameters(ratio_low, ratio_high, clip_c, backend):
-    logp, beh, adv, mask = random_case(3, 13, seed=7, per_token_adv=False, ratio_low=ratio_low,
-                                       ratio_high=ratio_high, clip_c=clip_c)
-    loss, stats, grad = run(logp, beh, adv, mask, backend, ratio_low=ratio_low, ratio_high=ratio_high,
-                            clip_c=clip_c)
+    logp, beh, adv, mask = random_case(
+        3, 13, seed=7, per_token_adv=False, ratio_low=ratio_low, ratio_high=ratio_high, clip_c=clip_c
+    )
+    loss, stats, grad = run(logp, beh, adv, mask, backend, ratio_low=ratio_low, ratio_high=ratio_high, clip_c=clip_c)
     ref = ref_dual_clip(logp, beh, adv, mask, ratio_low, ratio_high, clip_c)
     check_against_ref(loss, stats, grad, ref, f"({ratio_low}, {ratio_high}, {clip_c}) backend={backend}")
 
@@ -138,25 +144,21 @@ def test_non_default_hyperparameters(ratio_low, ratio_high, clip_c, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_branch(backend):
     # row 0: A = +1.5     row 1: A = -0.8 (dual clip applies when w > 3)
-    lr = [[0.0, LN(2.0), 1.4, -1.5, 2.5, 0.3],
-          [0.0, 1.4, 0.9, -2.0, 2.0, 0.1]]
-    mask = [[1, 1, 1, 1, 1, 0],
-            [1, 1, 1, 1, 1, 0]]
-    beh = [[-1.0, -2.0, -3.0, -0.5, -4.0, -1.0],
-           [-0.7, -2.2, -1.1, -0.1, -3.3, -2.0]]
+    lr = [[0.0, LN(2.0), 1.4, -1.5, 2.5, 0.3], [0.0, 1.4, 0.9, -2.0, 2.0, 0.1]]
+    mask = [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0]]
+    beh = [[-1.0, -2.0, -3.0, -0.5, -4.0, -1.0], [-0.7, -2.2, -1.1, -0.1, -3.3, -2.0]]
     logp, beh, adv, mask = tensors(beh, lr, [1.5, -0.8], torch.tensor(mask, dtype=torch.bool))
     loss, stats, grad = run(logp, beh, adv, mask, backend)
     ref = ref_dual_clip(logp, beh, adv, mask)
     # composition of the case as intended
-    assert ref["keep"].tolist() == [[True, True, True, False, False, False],
-                                    [True, True, True, False, False, False]]
+    assert ref["keep"].tolist() == [[True, True, True, False, False, False], [True, True, True, False, False, False]]
     assert ref["clipped"].tolist() == [[False] * 6, [False, True, False, False, False, False]]
     check_against_ref(loss, stats, grad, ref, f"backend={backend}")
     g = grad.cpu()
     # A > 0 kept: gradient -A w / D  (D = 10 model tokens before filtering)
     w = torch.exp(logp.detach() - beh).cpu()
     assert float(g[0, 0]) == pytest.approx(-1.5 * 1.0 / 10, rel=1e-6)
-    assert float(g[0, 2]) == pytest.approx(-1.5 * float(w[0, 2]) / 10, rel=1e-6)   # w ~ 4.06 > c, A > 0: not clipped
+    assert float(g[0, 2]) == pytest.approx(-1.5 * float(w[0, 2]) / 10, rel=1e-6)  # w ~ 4.06 > c, A > 0: not clipped
     # A < 0, w < c: unclipped gradient +|A| w / D ; w > c: dual clipped -> 0
     assert float(g[1, 2]) == pytest.approx(0.8 * float(w[1, 2]) / 10, rel=1e-6)
     assert float(g[1, 1]) == 0.0
@@ -174,7 +176,7 @@ def test_ratio_exactly_on_the_bound_is_filtered(which, backend):
     """w == ratio_low or w == ratio_high is filtered (strict inequalities).  Made exact
     with logp == logp_beh (w = 1) and a bound of exactly 1.0."""
     kw = dict(ratio_low=1.0, ratio_high=5.0) if which == "low" else dict(ratio_low=0.5, ratio_high=1.0)
-    other = 0.2 if which == "low" else -0.2                   # kept under either setting
+    other = 0.2 if which == "low" else -0.2  # kept under either setting
     lr = [[0.0, other, 0.0, other]]
     logp, beh, adv, mask = tensors([[-1.0, -2.0, -0.25, -3.0]], lr, [0.7], torch.ones(1, 4, dtype=torch.bool))
     assert torch.equal(logp.detach()[0, 0], beh[0, 0]) and torch.equal(logp.detach()[0, 2], beh[0, 2])
@@ -189,10 +191,11 @@ def test_ratio_exactly_on_the_bound_is_filtered(which, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nothing_kept_gives_exact_zero(backend):
-    lr = [[3.0, -3.0, 1.7, -0.8], [2.0, -1.0, 4.0, -5.0]]      # all outside (0.5, 5)
+    lr = [[3.0, -3.0, 1.7, -0.8], [2.0, -1.0, 4.0, -5.0]]  # all outside (0.5, 5)
     beh = [[-4.0, -0.5, -2.0, -0.3], [-2.5, -0.2, -6.0, -0.1]]
-    logp, beh, adv, mask = tensors(beh, lr, [[1.0, -1.0, 2.0, -2.0], [0.5, -0.5, 3.0, -3.0]],
-                                   torch.ones(2, 4, dtype=torch.bool))
+    logp, beh, adv, mask = tensors(
+        beh, lr, [[1.0, -1.0, 2.0, -2.0], [0.5, -0.5, 3.0, -3.0]], torch.ones(2, 4, dtype=torch.bool)
+    )
     loss, stats, grad = run(logp, beh, adv, mask, backend)
     assert float(loss) == 0.0 and not math.isnan(float(loss))
     assert (grad == 0).all() and not torch.isnan(grad).any()
@@ -218,12 +221,9 @@ def test_no_model_tokens(num_model_tokens, backend):
 @pytest.mark.parametrize("magnitude", [100.0, 1000.0])
 def test_extreme_log_ratios(magnitude, backend):
     M = magnitude
-    lr = [[M, -M, 0.2, M, -0.3],
-          [-M, 0.5, M, -M, 1.4]]
-    beh = [[-M - 5.0, -1.0, -2.0, -M - 1.0, -0.5],
-           [-2.0, -1.0, -M - 3.0, -0.5, -4.0]]
-    adv = [[-1.0, -2.0, 1.0, 3.0, -1.0],
-           [2.0, -1.0, -4.0, 1.0, -2.0]]
+    lr = [[M, -M, 0.2, M, -0.3], [-M, 0.5, M, -M, 1.4]]
+    beh = [[-M - 5.0, -1.0, -2.0, -M - 1.0, -0.5], [-2.0, -1.0, -M - 3.0, -0.5, -4.0]]
+    adv = [[-1.0, -2.0, 1.0, 3.0, -1.0], [2.0, -1.0, -4.0, 1.0, -2.0]]
     logp, beh, adv, mask = tensors(beh, lr, adv, torch.ones(2, 5, dtype=torch.bool))
     assert torch.isfinite(logp).all()
     loss, stats, grad = run(logp, beh, adv, mask, backend)
@@ -233,8 +233,9 @@ def test_extreme_log_ratios(magnitude, backend):
     check_against_ref_no_mean_ratio(loss, stats, grad, ref)
     # mean_ratio uses the clamped ratio: finite, and at least what a clamp of 20 gives
     mr = float(stats["mean_ratio"])
-    assert math.isfinite(mr) and mr >= ref["stats"]["mean_ratio"] * (1 - 1e-5), \
+    assert math.isfinite(mr) and mr >= ref["stats"]["mean_ratio"] * (1 - 1e-5), (
         f"mean_ratio {mr} (reference with clamp {LOG_RATIO_CLAMP}: {ref['stats']['mean_ratio']})"
+    )
 
 
 def check_against_ref_no_mean_ratio(loss, stats, grad, ref):
@@ -341,19 +342,28 @@ def _loss_case(draw):
     na = n if per_token else B
     adv = draw(st.lists(st.floats(-3.0, 3.0, allow_nan=False), min_size=na, max_size=na))
     shape_a = (B, T) if per_token else (B,)
-    return (torch.tensor(beh).view(B, T), torch.tensor(lr).view(B, T), torch.tensor(adv).view(shape_a),
-            torch.tensor(mask).view(B, T))
+    return (
+        torch.tensor(beh).view(B, T),
+        torch.tensor(lr).view(B, T),
+        torch.tensor(adv).view(shape_a),
+        torch.tensor(mask).view(B, T),
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=60, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(case=_loss_case())
 def test_property_matches_reference(backend, case):
     beh, lr, adv, mask = case
     logp, beh, adv, mask = tensors(beh, lr, adv, mask)
     ref = ref_dual_clip(logp, beh, adv, mask)
-    if log_ratio_margin(ref["log_ratio"]) < 1e-5:   # fp32 rounding of logp moved it onto a boundary
+    if log_ratio_margin(ref["log_ratio"]) < 1e-5:  # fp32 rounding of logp moved it onto a boundary
         return
     loss, stats, grad = run(logp, beh, adv, mask, backend)
     check_against_ref(loss, stats, grad, ref, f"backend={backend}")

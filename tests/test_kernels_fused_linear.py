@@ -12,6 +12,18 @@ if not torch.cuda.is_available():
 import math  # noqa: E402
 
 import pytest  # noqa: E402
+from kernel_reference import (  # noqa: E402
+    STAT_KEYS,
+    assert_close64,
+    assert_lowp_criterion,
+    log_ratio_margin,
+    lowp_fused_linear_logprobs,
+    lowp_fused_linear_policy_loss,
+    ref_fused_linear_logprobs,
+    ref_fused_linear_policy_loss,
+    ref_token_logprobs,
+    row_scale,
+)
 
 from rwcore.kernels import (  # noqa: E402
     FusedLinearPolicyLoss,
@@ -21,31 +33,18 @@ from rwcore.kernels import (  # noqa: E402
     token_logprobs,
 )
 
-from kernel_reference import (  # noqa: E402
-    STAT_KEYS,
-    assert_close64,
-    assert_lowp_criterion,
-    log_ratio_margin,
-    row_scale,
-    lowp_fused_linear_logprobs,
-    lowp_fused_linear_policy_loss,
-    ref_fused_linear_logprobs,
-    ref_fused_linear_policy_loss,
-    ref_token_logprobs,
-)
-
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 BACKENDS = ["torch", "triton"]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 DTYPE_IDS = ["fp32", "bf16", "fp16"]
-CHUNKS = [1, 3, 64, None]          # 64 > N: a single chunk
+CHUNKS = [1, 3, 64, None]  # 64 > N: a single chunk
 CHUNK_IDS = ["chunk1", "chunk3", "chunk64", "chunkNone"]
 # (N, H, V, temperature, with_bias)
 CONFIGS = [
     (1, 8, 5, 1.0, False),
     (7, 24, 131, 0.7, True),
     (13, 8, 257, 1.9, True),
-    (3, 8, 4099, 0.7, True),       # vocabulary wider than one block
+    (3, 8, 4099, 0.7, True),  # vocabulary wider than one block
 ]
 CONFIG_IDS = [f"N{c[0]}-H{c[1]}-V{c[2]}-T{c[3]}-{'bias' if c[4] else 'nobias'}" for c in CONFIGS]
 
@@ -106,8 +105,9 @@ def test_fused_linear_logprobs(N, H, V, T, with_bias, dtype, chunk_size, backend
     assert (logp[labels == -100] == 0).all(), "logp at ignore_index rows must be exactly 0"
     what = f"{dtype} chunk={chunk_size} backend={backend}"
     if dtype == torch.float32:
-        assert_close64(logp, ref_logp, f"{what}: logp", rtol=1e-5, atol_rel=1e-5,
-                       scale=row_scale(ref_logits(h0, W0, b0), T))
+        assert_close64(
+            logp, ref_logp, f"{what}: logp", rtol=1e-5, atol_rel=1e-5, scale=row_scale(ref_logits(h0, W0, b0), T)
+        )
         lowp = (None, None, None)
     else:
         lp_logp, lowp = lowp_fused_linear_logprobs(h0, W0, labels, g, b0, T)
@@ -137,7 +137,7 @@ def make_policy(N, H, V, dtype, with_bias, seed, margin=0.2):
     h, W, b, labels, gen = make_linear(N, H, V, dtype, with_bias, seed)
     mask = labels != -100
     if N >= 4:
-        mask[3] = False                      # a masked row with a valid label
+        mask[3] = False  # a masked row with a valid label
     bounds = torch.tensor([math.log(0.5), math.log(5.0), math.log(3.0)])
     lr = torch.empty(N)
     for i in range(N):
@@ -168,23 +168,30 @@ def check_policy(loss, stats, got_grads, ref, ref_grads, lowp, dtype, params, wh
     assert math.isfinite(float(loss.detach()))
     if dtype == torch.float32:
         scale = max(1.0, abs(ref["loss"]))
-        assert float(loss.detach()) == pytest.approx(ref["loss"], rel=1e-5, abs=1e-6 * scale), \
+        assert float(loss.detach()) == pytest.approx(ref["loss"], rel=1e-5, abs=1e-6 * scale), (
             f"{what}: loss {float(loss.detach())!r} vs reference {ref['loss']!r}"
+        )
     else:
         lp_loss, lp_mean_ratio, _ = lowp
-        assert_lowp_criterion(loss, torch.tensor(ref["loss"], dtype=torch.float64), lp_loss, f"{what}: loss",
-                              in_dtype=dtype)
+        assert_lowp_criterion(
+            loss, torch.tensor(ref["loss"], dtype=torch.float64), lp_loss, f"{what}: loss", in_dtype=dtype
+        )
     for k in STAT_KEYS:
         assert k in stats, f"stats missing {k!r}"
         v = stats[k]
         assert isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad, f"stats[{k!r}]"
         if k != "mean_ratio":
-            assert float(v) == pytest.approx(ref["stats"][k], abs=1e-6), f"{what}: stats[{k!r}] {float(v)} vs {ref['stats'][k]}"
+            assert float(v) == pytest.approx(ref["stats"][k], abs=1e-6), (
+                f"{what}: stats[{k!r}] {float(v)} vs {ref['stats'][k]}"
+            )
         elif dtype == torch.float32:
-            assert float(v) == pytest.approx(ref["stats"][k], rel=1e-5), f"{what}: mean_ratio {float(v)} vs {ref['stats'][k]}"
+            assert float(v) == pytest.approx(ref["stats"][k], rel=1e-5), (
+                f"{what}: mean_ratio {float(v)} vs {ref['stats'][k]}"
+            )
         else:
-            assert_lowp_criterion(v, torch.tensor(ref["stats"][k], dtype=torch.float64), lowp[1],
-                                  f"{what}: mean_ratio", in_dtype=dtype)
+            assert_lowp_criterion(
+                v, torch.tensor(ref["stats"][k], dtype=torch.float64), lowp[1], f"{what}: mean_ratio", in_dtype=dtype
+            )
     check_grads(got_grads, ref_grads, lowp[2] if lowp else (None,) * 3, dtype, params, what)
 
 
@@ -196,8 +203,9 @@ def test_fused_linear_policy_loss(N, H, V, T, with_bias, dtype, chunk_size, back
     h0, W0, b0, labels, lr, adv, mask = make_policy(N, H, V, dtype, with_bias, seed=N * 1000 + V + 1)
     beh = behaviour_for(h0, W0, b0, labels, lr, T)
     h, W, b = leaves_of(h0, W0, b0)
-    loss, stats = fused_linear_policy_loss(h, W, labels, beh, adv, mask, bias=b, temperature=T,
-                                           chunk_size=chunk_size, backend=backend)
+    loss, stats = fused_linear_policy_loss(
+        h, W, labels, beh, adv, mask, bias=b, temperature=T, chunk_size=chunk_size, backend=backend
+    )
     got = grads_of(loss, h, W, b)
     ref, ref_grads = ref_fused_linear_policy_loss(h0, W0, labels, beh, adv, mask, b0, T)
     assert log_ratio_margin(torch.where(ref["model"], ref["log_ratio"], torch.zeros_like(ref["log_ratio"]))) > 0.1
@@ -205,8 +213,9 @@ def test_fused_linear_policy_loss(N, H, V, T, with_bias, dtype, chunk_size, back
     lowp = None
     if dtype != torch.float32:
         lowp = lowp_fused_linear_policy_loss(h0, W0, labels, beh, adv, mask, b0, T)
-    check_policy(loss, stats, got, ref, ref_grads, lowp, dtype, (h0, W0, b0),
-                 f"{dtype} chunk={chunk_size} backend={backend}")
+    check_policy(
+        loss, stats, got, ref, ref_grads, lowp, dtype, (h0, W0, b0), f"{dtype} chunk={chunk_size} backend={backend}"
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -219,15 +228,17 @@ def test_fused_equals_unfused(with_bias, backend):
     kw = dict(ratio_low=0.5, ratio_high=5.0, clip_c=3.0)
 
     h, W, b = leaves_of(h0, W0, b0)
-    loss_f, stats_f = fused_linear_policy_loss(h, W, labels, beh, adv, mask, bias=b, temperature=T,
-                                               chunk_size=3, backend=backend, **kw)
+    loss_f, stats_f = fused_linear_policy_loss(
+        h, W, labels, beh, adv, mask, bias=b, temperature=T, chunk_size=3, backend=backend, **kw
+    )
     g_f = grads_of(loss_f, h, W, b)
 
     h, W, b = leaves_of(h0, W0, b0)
     z = h @ W.T + (b if b is not None else 0)
     logp = token_logprobs(z, labels, temperature=T, backend=backend)
-    loss_u, stats_u = filtered_dual_clip_loss(logp.view(1, N), beh.view(1, N), adv.view(1, N), mask.view(1, N),
-                                              backend=backend, **kw)
+    loss_u, stats_u = filtered_dual_clip_loss(
+        logp.view(1, N), beh.view(1, N), adv.view(1, N), mask.view(1, N), backend=backend, **kw
+    )
     g_u = grads_of(loss_u, h, W, b)
 
     assert float(loss_f.detach()) == pytest.approx(float(loss_u.detach()), rel=1e-5, abs=1e-7)
@@ -249,14 +260,16 @@ def test_fused_policy_loss_zero_cases(case, backend):
         mask = torch.zeros_like(mask)
     beh = behaviour_for(h0, W0, b0, labels, lr, T)
     h, W, b = leaves_of(h0, W0, b0)
-    loss, stats = fused_linear_policy_loss(h, W, labels, beh, adv, mask, bias=b, temperature=T,
-                                           chunk_size=3, backend=backend)
+    loss, stats = fused_linear_policy_loss(
+        h, W, labels, beh, adv, mask, bias=b, temperature=T, chunk_size=3, backend=backend
+    )
     assert float(loss.detach()) == 0.0 and not math.isnan(float(loss.detach()))
     assert loss.requires_grad, "loss must stay differentiable (zero gradient) when nothing is kept"
     loss.backward()
     for name, p in (("hidden", h), ("weight", W), ("bias", b)):
-        assert p.grad is not None and (p.grad == 0).all() and not torch.isnan(p.grad).any(), \
+        assert p.grad is not None and (p.grad == 0).all() and not torch.isnan(p.grad).any(), (
             f"d {name} must be exactly 0 ({case})"
+        )
     ref, _ = ref_fused_linear_policy_loss(h0, W0, labels, beh, adv, mask, b0, T)
     for k in STAT_KEYS:
         assert float(stats[k]) == pytest.approx(ref["stats"][k], rel=1e-5, abs=1e-7), k
@@ -271,13 +284,23 @@ def test_fused_policy_loss_num_model_tokens(backend):
     beh = behaviour_for(h0, W0, b0, labels, lr, T)
     glob = 3 * int(mask.sum()) + 1
     h, W, b = leaves_of(h0, W0, b0)
-    loss, stats = fused_linear_policy_loss(h, W, labels, beh, adv, mask, temperature=T,
-                                           num_model_tokens=glob, chunk_size=3, backend=backend)
+    loss, stats = fused_linear_policy_loss(
+        h, W, labels, beh, adv, mask, temperature=T, num_model_tokens=glob, chunk_size=3, backend=backend
+    )
     got = grads_of(loss, h, W, None)
     ref, ref_grads = ref_fused_linear_policy_loss(h0, W0, labels, beh, adv, mask, None, T, num_model_tokens=glob)
     assert ref["loss"] != 0.0
-    check_policy(loss, stats, got, ref, ref_grads, None, torch.float32, (h0, W0, None),
-                 f"num_model_tokens={glob} backend={backend}")
+    check_policy(
+        loss,
+        stats,
+        got,
+        ref,
+        ref_grads,
+        None,
+        torch.float32,
+        (h0, W0, None),
+        f"num_model_tokens={glob} backend={backend}",
+    )
 
 
 def test_module_wrapper_matches_functional():
@@ -318,11 +341,21 @@ def test_non_contiguous_hidden_and_weight(backend):
     ref_logp, ref = ref_fused_linear_logprobs(h0, W0, labels, g, b0, T)
     assert_close64(logp, ref_logp, "logp", rtol=1e-5, atol_rel=1e-5, scale=row_scale(ref_logits(h0, W0, b0), T))
     check_grads(grads_of(logp, h, W, b, g), ref, (None,) * 3, torch.float32, (h0, W0, b0), "logprobs")
-    loss, stats = fused_linear_policy_loss(h, W, labels, beh, adv, mask, bias=b, temperature=T, chunk_size=3,
-                                           backend=backend)
+    loss, stats = fused_linear_policy_loss(
+        h, W, labels, beh, adv, mask, bias=b, temperature=T, chunk_size=3, backend=backend
+    )
     ref, ref_grads = ref_fused_linear_policy_loss(h0, W0, labels, beh, adv, mask, b0, T)
-    check_policy(loss, stats, grads_of(loss, h, W, b), ref, ref_grads, None, torch.float32, (h0, W0, b0),
-                 f"non-contiguous backend={backend}")
+    check_policy(
+        loss,
+        stats,
+        grads_of(loss, h, W, b),
+        ref,
+        ref_grads,
+        None,
+        torch.float32,
+        (h0, W0, b0),
+        f"non-contiguous backend={backend}",
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -335,8 +368,9 @@ def test_repeated_calls_are_bitwise_identical(dtype, backend):
     outs = []
     for _ in range(2):
         h, W, b = leaves_of(h0, W0, b0)
-        loss, stats = fused_linear_policy_loss(h, W, labels, beh, adv, mask, bias=b, temperature=T, chunk_size=3,
-                                               backend=backend)
+        loss, stats = fused_linear_policy_loss(
+            h, W, labels, beh, adv, mask, bias=b, temperature=T, chunk_size=3, backend=backend
+        )
         outs.append([loss.detach()] + [stats[k] for k in STAT_KEYS] + list(grads_of(loss, h, W, b)))
     for a, c in zip(*outs):
         assert torch.equal(a, c)

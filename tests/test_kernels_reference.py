@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-
 from kernel_reference import (
     STAT_KEYS,
     ref_dual_clip,
@@ -91,9 +90,16 @@ def test_dual_clip_hand_values():
     r = ref_dual_clip(logp, beh, torch.tensor([1.0], dtype=F64), m)
     assert r["loss"] == pytest.approx(-(1 + 2 + 4) / 4, abs=1e-14)
     assert r["grad"][0].tolist() == pytest.approx([-1 / 4, -2 / 4, -4 / 4, 0.0], abs=1e-14)
-    assert r["stats"] == pytest.approx(dict(kept_fraction=0.75, filtered_low_fraction=0.0,
-                                            filtered_high_fraction=0.25, dual_clipped_fraction=0.0,
-                                            mean_ratio=17 / 4), abs=1e-14)
+    assert r["stats"] == pytest.approx(
+        dict(
+            kept_fraction=0.75,
+            filtered_low_fraction=0.0,
+            filtered_high_fraction=0.25,
+            dual_clipped_fraction=0.0,
+            mean_ratio=17 / 4,
+        ),
+        abs=1e-14,
+    )
 
     # A = -1: min(w, 3|A|) = [1, 2, 3 (clipped), -] ; clipped token has zero gradient
     r = ref_dual_clip(logp, beh, torch.tensor([-1.0], dtype=F64), m)
@@ -108,9 +114,16 @@ def test_dual_clip_hand_values():
     r = ref_dual_clip(lr2, torch.zeros_like(lr2), A2, m2, num_model_tokens=8)
     assert r["loss"] == pytest.approx(2 * 2 / 8, abs=1e-14)
     assert r["grad"][0].tolist() == pytest.approx([0.0, 0.0, 2 * 2 / 8], abs=1e-14)
-    assert r["stats"] == pytest.approx(dict(kept_fraction=0.5, filtered_low_fraction=0.5,
-                                            filtered_high_fraction=0.0, dual_clipped_fraction=0.0,
-                                            mean_ratio=(0.25 + 2) / 2), abs=1e-14)
+    assert r["stats"] == pytest.approx(
+        dict(
+            kept_fraction=0.5,
+            filtered_low_fraction=0.5,
+            filtered_high_fraction=0.0,
+            dual_clipped_fraction=0.0,
+            mean_ratio=(0.25 + 2) / 2,
+        ),
+        abs=1e-14,
+    )
 
 
 def test_dual_clip_degenerate_and_extreme():
@@ -120,7 +133,7 @@ def test_dual_clip_degenerate_and_extreme():
     assert r["loss"] == 0.0 and (r["grad"] == 0).all()
     assert r["stats"]["kept_fraction"] == 0.0
     assert r["stats"]["filtered_high_fraction"] == 0.5 and r["stats"]["filtered_low_fraction"] == 0.5
-    assert r["stats"]["mean_ratio"] == pytest.approx((math.e ** 3 + math.e ** -3 + math.e ** 20 + math.e ** -20) / 4)
+    assert r["stats"]["mean_ratio"] == pytest.approx((math.e**3 + math.e**-3 + math.e**20 + math.e**-20) / 4)
     r = ref_dual_clip(lr, torch.zeros_like(lr), torch.tensor([1.0], dtype=F64), ~m)
     assert r["loss"] == 0.0 and (r["grad"] == 0).all()
     assert all(r["stats"][k] == 0.0 for k in STAT_KEYS)
@@ -130,7 +143,7 @@ def test_dual_clip_grad_matches_autograd():
     gen = torch.Generator().manual_seed(5)
     B, T = 3, 13
     beh = -torch.rand(B, T, generator=gen, dtype=F64) * 3
-    lr = (torch.rand(B, T, generator=gen, dtype=F64) * 4 - 1.5)
+    lr = torch.rand(B, T, generator=gen, dtype=F64) * 4 - 1.5
     A = torch.randn(B, generator=gen, dtype=F64)
     m = torch.rand(B, T, generator=gen) < 0.7
     logp = (beh + lr).requires_grad_(True)

@@ -11,17 +11,16 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-
-from rwcore.kernels import TokenLogProbs, token_logprobs  # noqa: E402
-
 from kernel_reference import (  # noqa: E402
     assert_close64,
-    row_scale,
     assert_lowp_criterion,
     lowp_token_logprobs,
     ref_token_logprobs,
     ref_token_logprobs_grad,
+    row_scale,
 )
+
+from rwcore.kernels import TokenLogProbs, token_logprobs  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 BACKENDS = ["torch", "triton"]
@@ -45,15 +44,15 @@ def make_inputs(lead, V, dtype, seed=0, ignore_every=4):
     labels = torch.randint(0, V, lead, generator=gen)
     lf = labels.view(-1)
     if n >= 3:
-        flat[1] += 40.0                       # large common offset (stability)
-        flat[2, 0] += 25.0                    # very peaked row ...
-        lf[2] = 0                             # ... labelled with its mode (logp ~ 0)
+        flat[1] += 40.0  # large common offset (stability)
+        flat[2, 0] += 25.0  # very peaked row ...
+        lf[2] = 0  # ... labelled with its mode (logp ~ 0)
     if n >= 4:
-        lf[3] = int(torch.argmin(flat[3]))    # very unlikely label
+        lf[3] = int(torch.argmin(flat[3]))  # very unlikely label
     if n >= 6:
-        lf[5] = V - 1                         # last vocabulary entry
+        lf[5] = V - 1  # last vocabulary entry
     if n >= 2:
-        lf[::ignore_every] = -100             # ignored positions (row 0, 4, 8, ...)
+        lf[::ignore_every] = -100  # ignored positions (row 0, 4, 8, ...)
     return z.to(dtype).to(DEVICE), labels.to(DEVICE)
 
 
@@ -94,7 +93,7 @@ def test_values_and_gradients(lead, V, T, return_entropy, dtype, backend):
     ref_logp, ref_ent = ref_token_logprobs(z, labels, T)
     ref_grad = ref_token_logprobs_grad(z, labels, T, g_logp, g_ent)
 
-    ignored = (labels == -100)
+    ignored = labels == -100
     assert (logp[ignored] == 0).all(), "logp at ignore_index positions must be exactly 0"
     if not return_entropy:
         assert (grad[ignored] == 0).all(), "ignored positions must get exactly zero gradient"
@@ -108,9 +107,23 @@ def test_values_and_gradients(lead, V, T, return_entropy, dtype, backend):
         # DESIGN.md: log-probs are computed in fp32 from bf16/fp16 logits -> the fp32
         # outputs must match the float64 reference (on the same low-precision values)
         # to fp32 accuracy.
-        assert_close64(logp, ref_logp, "logp (fp32 math from low-precision logits)", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T))
+        assert_close64(
+            logp,
+            ref_logp,
+            "logp (fp32 math from low-precision logits)",
+            rtol=1e-5,
+            atol_rel=1e-5,
+            scale=row_scale(z, T),
+        )
         if return_entropy:
-            assert_close64(ent, ref_ent, "entropy (fp32 math from low-precision logits)", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T))
+            assert_close64(
+                ent,
+                ref_ent,
+                "entropy (fp32 math from low-precision logits)",
+                rtol=1e-5,
+                atol_rel=1e-5,
+                scale=row_scale(z, T),
+            )
         # and at worst 2x the error of eager PyTorch computing in the low dtype
         lp_logp, lp_ent, lp_grad = lowp_token_logprobs(z, labels, T, g_logp, g_ent)
         assert_lowp_criterion(logp, ref_logp, lp_logp, "logp", in_dtype=dtype)
@@ -127,9 +140,9 @@ def test_large_vocab_multiblock(dtype, backend):
     lead, V, T = (3,), 4099, 0.7
     z, labels = make_inputs(lead, V, dtype, seed=7, ignore_every=100)
     z = z.float()
-    z[0, V - 2] = 30.0                 # the row max sits in the last block
+    z[0, V - 2] = 30.0  # the row max sits in the last block
     labels[0] = 1
-    z[1, 5] = 30.0                     # the row max sits in the first block
+    z[1, 5] = 30.0  # the row max sits in the first block
     labels[1] = V - 3
     z = z.to(dtype)
     gen = torch.Generator().manual_seed(2)
@@ -179,8 +192,9 @@ def test_all_labels_ignored(backend):
     _, ref_ent = ref_token_logprobs(z, labels, T)
     assert (logp == 0).all()
     assert_close64(ent, ref_ent, "entropy of ignored rows", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T))
-    assert_close64(grad, ref_token_logprobs_grad(z, labels, T, g, ge), "d logits (entropy only)",
-                   rtol=1e-4, atol_rel=1e-5)
+    assert_close64(
+        grad, ref_token_logprobs_grad(z, labels, T, g, ge), "d logits (entropy only)", rtol=1e-4, atol_rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -192,9 +206,17 @@ def test_custom_ignore_index(backend):
     x = z.clone().requires_grad_(True)
     logp = token_logprobs(x, labels, temperature=T, ignore_index=-1, backend=backend)
     (grad,) = torch.autograd.grad(logp, x, g)
-    assert_close64(logp, ref_token_logprobs(z, labels, T, ignore_index=-1)[0], "logp", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T))
-    assert_close64(grad, ref_token_logprobs_grad(z, labels, T, g, None, ignore_index=-1), "d logits",
-                   rtol=1e-4, atol_rel=1e-5)
+    assert_close64(
+        logp,
+        ref_token_logprobs(z, labels, T, ignore_index=-1)[0],
+        "logp",
+        rtol=1e-5,
+        atol_rel=1e-5,
+        scale=row_scale(z, T),
+    )
+    assert_close64(
+        grad, ref_token_logprobs_grad(z, labels, T, g, None, ignore_index=-1), "d logits", rtol=1e-4, atol_rel=1e-5
+    )
     assert (grad[labels == -1] == 0).all()
 
 
@@ -208,8 +230,9 @@ def test_backward_accumulates_into_grad_and_backends_agree():
     for backend in ["auto", "torch", "triton"]:
         for validate in [True, False]:
             x = z.clone().requires_grad_(True)
-            logp, ent = token_logprobs(x, labels, temperature=T, return_entropy=True, backend=backend,
-                                       validate=validate)
+            logp, ent = token_logprobs(
+                x, labels, temperature=T, return_entropy=True, backend=backend, validate=validate
+            )
             (logp * g).sum().backward()
             what = f"backend={backend} validate={validate}"
             assert_close64(logp, ref_logp, f"logp {what}", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T))
@@ -231,7 +254,9 @@ def test_module_wrapper_matches_functional(return_entropy):
     else:
         torch.testing.assert_close(out_m, out_f, rtol=1e-6, atol=1e-6)
     ref_logp, _ = ref_token_logprobs(z, labels, T)
-    assert_close64(out_m[0] if return_entropy else out_m, ref_logp, "module logp", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T))
+    assert_close64(
+        out_m[0] if return_entropy else out_m, ref_logp, "module logp", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T)
+    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

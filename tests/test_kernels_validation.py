@@ -117,20 +117,36 @@ LOSS_BAD = {
     "advantages_shape_BT": (lambda d: d.update(advantages=torch.zeros(B, T + 1, device=DEVICE)), "advantages"),
     "model_mask_shape": (lambda d: d.update(model_mask=d["model_mask"][:, :-1]), "model_mask"),
     "logprobs_int": (lambda d: d.update(logprobs=d["logprobs"].detach().round().to(torch.int64)), "logprobs"),
-    "logprobs_nan": (lambda d: d.update(logprobs=_detached_set(d["logprobs"], (0, 1), NAN).requires_grad_(True)), "logprobs"),
-    "logprobs_neg_inf": (lambda d: d.update(logprobs=_detached_set(d["logprobs"], (1, 2), -INF).requires_grad_(True)), "logprobs"),
-    "behavior_nan": (lambda d: d.update(behavior_logprobs=_set(d["behavior_logprobs"], (1, 0), NAN)), "behavior_logprobs"),
-    "behavior_inf": (lambda d: d.update(behavior_logprobs=_set(d["behavior_logprobs"], (0, 3), INF)), "behavior_logprobs"),
+    "logprobs_nan": (
+        lambda d: d.update(logprobs=_detached_set(d["logprobs"], (0, 1), NAN).requires_grad_(True)),
+        "logprobs",
+    ),
+    "logprobs_neg_inf": (
+        lambda d: d.update(logprobs=_detached_set(d["logprobs"], (1, 2), -INF).requires_grad_(True)),
+        "logprobs",
+    ),
+    "behavior_nan": (
+        lambda d: d.update(behavior_logprobs=_set(d["behavior_logprobs"], (1, 0), NAN)),
+        "behavior_logprobs",
+    ),
+    "behavior_inf": (
+        lambda d: d.update(behavior_logprobs=_set(d["behavior_logprobs"], (0, 3), INF)),
+        "behavior_logprobs",
+    ),
     "advantages_nan": (lambda d: d.update(advantages=_set(d["advantages"], 0, NAN)), "advantages"),
     "advantages_inf": (lambda d: d.update(advantages=_set(d["advantages"], 1, -INF)), "advantages"),
     "ratio_low_eq_high": (lambda d: d.update(ratio_low=2.0, ratio_high=2.0), ("ratio_low", "ratio_high")),
     "ratio_low_gt_high": (lambda d: d.update(ratio_low=6.0, ratio_high=5.0), ("ratio_low", "ratio_high")),
     "clip_c_zero": (lambda d: d.update(clip_c=0.0), "clip_c"),
     "clip_c_negative": (lambda d: d.update(clip_c=-3.0), "clip_c"),
-    "behavior_other_device": (lambda d: d.update(behavior_logprobs=d["behavior_logprobs"].to(OTHER_DEVICE)),
-                              ("behavior_logprobs", "device")),
-    "advantages_other_device": (lambda d: d.update(advantages=d["advantages"].to(OTHER_DEVICE)),
-                                ("advantages", "device")),
+    "behavior_other_device": (
+        lambda d: d.update(behavior_logprobs=d["behavior_logprobs"].to(OTHER_DEVICE)),
+        ("behavior_logprobs", "device"),
+    ),
+    "advantages_other_device": (
+        lambda d: d.update(advantages=d["advantages"].to(OTHER_DEVICE)),
+        ("advantages", "device"),
+    ),
     "unknown_backend": (lambda d: d.update(backend="cuda-please"), "backend"),
 }
 
@@ -149,8 +165,9 @@ def test_filtered_dual_clip_loss_bad_input(case, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_filtered_dual_clip_loss_good_input_passes(backend):
     d = loss_inputs()
-    loss, stats = filtered_dual_clip_loss(d["logprobs"], d["behavior_logprobs"], d["advantages"],
-                                          d["model_mask"], backend=backend, validate=True)
+    loss, stats = filtered_dual_clip_loss(
+        d["logprobs"], d["behavior_logprobs"], d["advantages"], d["model_mask"], backend=backend, validate=True
+    )
     assert torch.isfinite(loss)
 
 
@@ -167,8 +184,9 @@ def fused_inputs():
     mask = labels != -100
     beh = (-torch.rand(N, generator=gen) * 3 - 1).to(DEVICE)
     adv = torch.randn(N, generator=gen).to(DEVICE)
-    return dict(hidden=hidden, weight=weight, labels=labels, bias=bias,
-                behavior_logprobs=beh, advantages=adv, model_mask=mask)
+    return dict(
+        hidden=hidden, weight=weight, labels=labels, bias=bias, behavior_logprobs=beh, advantages=adv, model_mask=mask
+    )
 
 
 LINEAR_BAD = {
@@ -195,14 +213,18 @@ POLICY_ONLY_BAD = {
     "behavior_shape": (lambda d: d.update(behavior_logprobs=d["behavior_logprobs"][:-1]), "behavior_logprobs"),
     "advantages_shape": (lambda d: d.update(advantages=torch.zeros(N + 1, device=DEVICE)), "advantages"),
     "model_mask_shape": (lambda d: d.update(model_mask=d["model_mask"][:-1]), "model_mask"),
-    "unmasked_label_ignore_index": (lambda d: d.update(model_mask=torch.ones(N, dtype=torch.bool, device=DEVICE)),
-                                    "labels"),
+    "unmasked_label_ignore_index": (
+        lambda d: d.update(model_mask=torch.ones(N, dtype=torch.bool, device=DEVICE)),
+        "labels",
+    ),
     "behavior_nan": (lambda d: d.update(behavior_logprobs=_set(d["behavior_logprobs"], 0, NAN)), "behavior_logprobs"),
     "advantages_inf": (lambda d: d.update(advantages=_set(d["advantages"], 2, INF)), "advantages"),
     "ratio_low_gt_high": (lambda d: d.update(ratio_low=5.0, ratio_high=0.5), ("ratio_low", "ratio_high")),
     "clip_c_zero": (lambda d: d.update(clip_c=0.0), "clip_c"),
-    "behavior_other_device": (lambda d: d.update(behavior_logprobs=d["behavior_logprobs"].to(OTHER_DEVICE)),
-                              ("behavior_logprobs", "device")),
+    "behavior_other_device": (
+        lambda d: d.update(behavior_logprobs=d["behavior_logprobs"].to(OTHER_DEVICE)),
+        ("behavior_logprobs", "device"),
+    ),
 }
 
 _POLICY_KEYS = ("behavior_logprobs", "advantages", "model_mask")

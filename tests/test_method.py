@@ -18,9 +18,12 @@ from rwcore.types import JudgeReport, RubricSkillProposal, RubricSpec, Trajector
 
 P, F, NA, INV = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
 
-# The rows the issue and the papers name, with the one component each ablation changes.
+# The rows the papers name, with the one component each ablation changes.
 ROWS = {
-    "combined": None, "rewardweaver": None, "arise": None, "outcome_only": None,
+    "combined": None,
+    "rewardweaver": None,
+    "arise": None,
+    "outcome_only": None,
     "rw_outcome_grpo": ("rewardweaver", "process_reward", None),
     "rw_static_topk": ("rewardweaver", "process_reward", "static_topk"),
     "rw_random_active_set": ("rewardweaver", "process_reward", "random"),
@@ -38,20 +41,36 @@ ROWS = {
 
 # ---------------------------------------------------------------- the catalogue
 
+
 def test_variants_list_every_row_of_both_papers():
     variants = AdaptiveMethod.variants()
     assert set(variants) == set(ROWS)
     for name, variant in variants.items():
         assert variant.description and variant.paper_row and set(variant.components) == set(COMPONENTS)
-    assert variants["rewardweaver"].components == {"process_reward": "attribution", "arise_rubrics": None,
-                                                   "skills": False, "sampler": "uniform"}  # RW samples uniformly
-    assert variants["arise"].components == {"process_reward": None, "arise_rubrics": "evolving", "skills": True,
-                                            "sampler": "capability"}
-    assert variants["combined"].components == {"process_reward": "attribution", "arise_rubrics": "evolving",
-                                               "skills": True, "sampler": "capability"}
+    assert variants["rewardweaver"].components == {
+        "process_reward": "attribution",
+        "arise_rubrics": None,
+        "skills": False,
+        "sampler": "uniform",
+    }  # RW samples uniformly
+    assert variants["arise"].components == {
+        "process_reward": None,
+        "arise_rubrics": "evolving",
+        "skills": True,
+        "sampler": "capability",
+    }
+    assert variants["combined"].components == {
+        "process_reward": "attribution",
+        "arise_rubrics": "evolving",
+        "skills": True,
+        "sampler": "capability",
+    }
     # outcome-only RL is the baseline of both papers: no rubric rewards, no skills, uniform sampling
-    assert variants["outcome_only"].components == variants["rw_outcome_grpo"].components == {
-        "process_reward": None, "arise_rubrics": None, "skills": False, "sampler": "uniform"}
+    assert (
+        variants["outcome_only"].components
+        == variants["rw_outcome_grpo"].components
+        == {"process_reward": None, "arise_rubrics": None, "skills": False, "sampler": "uniform"}
+    )
 
 
 @pytest.mark.parametrize("name", [n for n, row in ROWS.items() if row is not None])
@@ -70,8 +89,12 @@ def test_each_ablation_differs_from_its_parent_in_exactly_the_component_the_pape
 
     ours, parents = (_variant_settings(AdaptiveMethod.variants()[c.train.method]) for c in (mine, theirs))
     changed = [key for key in ours if ours[key] != parents[key]]
-    expected = {"process_reward": ["rewardweaver.selection"], "sampler": ["sampler.kind"], "skills": ["pool.skills"],
-                "arise_rubrics": []}[component]
+    expected = {
+        "process_reward": ["rewardweaver.selection"],
+        "sampler": ["sampler.kind"],
+        "skills": ["pool.skills"],
+        "arise_rubrics": [],
+    }[component]
     assert changed == expected
 
 
@@ -99,6 +122,7 @@ def test_settings_refuse_unknown_choices_naming_them(field, value):
 
 # ---------------------------------------------------------------- fakes
 
+
 class Reflector:
     """Records what reflection and refinement see; proposes the given pairs once."""
 
@@ -108,8 +132,14 @@ class Reflector:
         self.refine_calls: list[tuple[str, list[str]]] = []
 
     def propose_rubric_skills(self, trajectories, existing, max_new, *, diagnostics=None):
-        self.propose_calls.append({"ids": [t.trajectory_id for t in trajectories], "diagnostics": diagnostics,
-                                   "existing": [r.rubric_id for r in existing], "max_new": max_new})
+        self.propose_calls.append(
+            {
+                "ids": [t.trajectory_id for t in trajectories],
+                "diagnostics": diagnostics,
+                "existing": [r.rubric_id for r in existing],
+                "max_new": max_new,
+            }
+        )
         out, self.proposals = self.proposals[:max_new], self.proposals[max_new:]
         return out
 
@@ -124,10 +154,16 @@ def trajectories(step: int, task_ids, group: int, outcomes=None, lengths=None) -
     for i, task_id in enumerate(task_ids):
         for j in range(group):
             k = i * group + j
-            out.append(Trajectory(task_id, [Turn("assistant", f"{task_id} {k}", True)],
-                                  0.0 if outcomes is None else float(outcomes[k]), tags=("tag",),
-                                  trajectory_id=f"s{step}/{task_id}/{j}",
-                                  generated_length=0 if lengths is None else int(lengths[k])))
+            out.append(
+                Trajectory(
+                    task_id,
+                    [Turn("assistant", f"{task_id} {k}", True)],
+                    0.0 if outcomes is None else float(outcomes[k]),
+                    tags=("tag",),
+                    trajectory_id=f"s{step}/{task_id}/{j}",
+                    generated_length=0 if lengths is None else int(lengths[k]),
+                )
+            )
     return out
 
 
@@ -164,6 +200,7 @@ def run_step(method: AdaptiveMethod, step: int, verdict_of=None, uncovered=None)
 
 
 # ---------------------------------------------------------------- Arise: empty start, windowed evidence
+
 
 def test_the_pool_starts_empty_and_the_first_reflection_reads_the_preceding_window():
     reflector = Reflector([proposal("r1", "Execution"), proposal("r2", "Verification")])
@@ -220,22 +257,23 @@ def test_refinement_reads_the_windows_failures_of_that_rubric_and_nobody_is_aske
     reflector = Reflector([proposal("r1", "Execution"), proposal("r2", "Verification")])
     method = arise_method(reflector=reflector, delta_pool=2)
     run_step(method, 0)
-    run_step(method, 1)                                           # r1, r2 created (hidden)
+    run_step(method, 1)  # r1, r2 created (hidden)
     run_step(method, 2, verdict_of=lambda rid, t: F)
-    run_step(method, 3, verdict_of=lambda rid, t: F)              # pass rate 0: both skills activated
+    run_step(method, 3, verdict_of=lambda rid, t: F)  # pass rate 0: both skills activated
     assert set(method.pool.active_skills()) == {"r1", "r2"}
     failed = []
 
     def verdict(rid, t):
         if rid == "r2":
-            return P                                              # r2 passes: hidden, not refined
+            return P  # r2 passes: hidden, not refined
         bad = t.trajectory_id.endswith("/0")
         if bad:
             failed.append(t.trajectory_id)
-        return F if bad else NA                                   # r1: every applicable verdict fails
+        return F if bad else NA  # r1: every applicable verdict fails
+
     run_step(method, 4, verdict_of=verdict)
     run_step(method, 5, verdict_of=verdict)
-    assert reflector.refine_calls == [("r1", failed)]             # the window's (steps 4-5) failures of r1 only
+    assert reflector.refine_calls == [("r1", failed)]  # the window's (steps 4-5) failures of r1 only
     assert method.pool.active_skills()["r1"].endswith("(refined)")
 
 
@@ -244,10 +282,13 @@ def test_a_failing_reflector_is_logged_and_the_lifecycle_still_runs(caplog):
         def propose_rubric_skills(self, *args, **kwargs):
             raise RuntimeError("reflection model is down")
 
-    method = AdaptiveMethod("arise_frozen_rubrics", {f"t{i}": ["tag"] for i in range(4)},
-                            MethodSettings(batch_size=2, group_size=2, delta_pool=1),
-                            Providers(reflector=Broken(), frozen_rubrics=[proposal("r1", "Execution")]))
-    run_step(method, 0, verdict_of=lambda rid, t: F)             # frozen: no generation call at all
+    method = AdaptiveMethod(
+        "arise_frozen_rubrics",
+        {f"t{i}": ["tag"] for i in range(4)},
+        MethodSettings(batch_size=2, group_size=2, delta_pool=1),
+        Providers(reflector=Broken(), frozen_rubrics=[proposal("r1", "Execution")]),
+    )
+    run_step(method, 0, verdict_of=lambda rid, t: F)  # frozen: no generation call at all
     assert method.pool.active_skills() == {"r1": "skill of r1"} and method.reflection_errors == 0
 
     method = arise_method(reflector=Broken(), delta_pool=1)
@@ -259,10 +300,13 @@ def test_a_failing_reflector_is_logged_and_the_lifecycle_still_runs(caplog):
 def test_frozen_rubrics_keep_every_rubric_while_skills_still_move():
     pairs = [proposal("r1", "Execution"), proposal("r2", "Verification")]
     reflector = Reflector([proposal("new", "Execution")])
-    method = AdaptiveMethod("arise_frozen_rubrics", {f"t{i}": ["tag"] for i in range(4)},
-                            MethodSettings(batch_size=2, group_size=2, delta_pool=1),
-                            Providers(reflector=reflector, frozen_rubrics=pairs))
-    run_step(method, 0, verdict_of=lambda rid, t: P)             # pass rate 1.0 would retire an evolving pool
+    method = AdaptiveMethod(
+        "arise_frozen_rubrics",
+        {f"t{i}": ["tag"] for i in range(4)},
+        MethodSettings(batch_size=2, group_size=2, delta_pool=1),
+        Providers(reflector=reflector, frozen_rubrics=pairs),
+    )
+    run_step(method, 0, verdict_of=lambda rid, t: P)  # pass rate 1.0 would retire an evolving pool
     run_step(method, 1, verdict_of=lambda rid, t: F)
     assert method.pool.rubric_ids() == ["r1", "r2"] and reflector.propose_calls == []
     assert set(method.pool.active_skills()) == {"r1", "r2"}
@@ -270,14 +314,26 @@ def test_frozen_rubrics_keep_every_rubric_while_skills_still_move():
 
 # ---------------------------------------------------------------- rewards and advantages
 
+
 def combined_method(group=4) -> AdaptiveMethod:
     library = build_library(ids=("c1", "c2", "c3"))
-    method = AdaptiveMethod("combined", {"t0": ["tag"], "t1": ["tag"]},
-                            MethodSettings(batch_size=2, group_size=group, delta_pool=1, budget=2,
-                                           length_threshold=0, success_sample=0, min_support=1),
-                            Providers(library=library, attributor=ScriptedAttributor(),
-                                      reflector=Reflector([RubricSkillProposal(RubricSpec("c1", "shared", capability="Execution"), "s"),
-                                                           proposal("a1", "Execution")])))
+    method = AdaptiveMethod(
+        "combined",
+        {"t0": ["tag"], "t1": ["tag"]},
+        MethodSettings(
+            batch_size=2, group_size=group, delta_pool=1, budget=2, length_threshold=0, success_sample=0, min_support=1
+        ),
+        Providers(
+            library=library,
+            attributor=ScriptedAttributor(),
+            reflector=Reflector(
+                [
+                    RubricSkillProposal(RubricSpec("c1", "shared", capability="Execution"), "s"),
+                    proposal("a1", "Execution"),
+                ]
+            ),
+        ),
+    )
     # stage 0: attribution makes c1 and c2 active
     diag = [traj_with(f"d{i}", 0.0, attribution=[deficit("c1"), deficit("c2")]) for i in range(3)]
     method.adapt(-1, diagnosis=(diag, reports_for(diag, {"c1": [F] * 3, "c2": [F] * 3, "c3": [P] * 3})))
@@ -288,8 +344,9 @@ def combined_method(group=4) -> AdaptiveMethod:
 
 
 def traj_with(tid, outcome, **metadata):
-    return Trajectory("t0", [Turn("assistant", tid, True)], outcome, tags=("tag",), trajectory_id=tid,
-                      metadata=metadata)
+    return Trajectory(
+        "t0", [Turn("assistant", tid, True)], outcome, tags=("tag",), trajectory_id=tid, metadata=metadata
+    )
 
 
 def test_combined_counts_each_rubric_once_and_matches_an_independent_reference():
@@ -332,14 +389,22 @@ def test_length_regularization_is_applied_to_the_task_reward_only():
 
 # ---------------------------------------------------------------- RewardWeaver: retrieval, diagnosis
 
+
 def test_candidates_are_retrieved_per_failed_trajectory_from_its_judged_applicable_capabilities():
     library = build_library(ids=("c1", "c2", "c3", "c4"))
     attributor = ScriptedAttributor()
-    method = AdaptiveMethod("rewardweaver", {"t0": ["tag"]},
-                            MethodSettings(batch_size=1, group_size=1, max_candidates=2, success_sample=0,
-                                           min_support=1), Providers(library=library, attributor=attributor))
-    diag = [traj_with("x", 0.0, attribution=[deficit("c2")]), traj_with("y", 0.0, attribution=[deficit("c4")]),
-            traj_with("z", 0.0), traj_with("ok", 1.0)]
+    method = AdaptiveMethod(
+        "rewardweaver",
+        {"t0": ["tag"]},
+        MethodSettings(batch_size=1, group_size=1, max_candidates=2, success_sample=0, min_support=1),
+        Providers(library=library, attributor=attributor),
+    )
+    diag = [
+        traj_with("x", 0.0, attribution=[deficit("c2")]),
+        traj_with("y", 0.0, attribution=[deficit("c4")]),
+        traj_with("z", 0.0),
+        traj_with("ok", 1.0),
+    ]
     verdicts = {"c1": [P, NA, NA, F], "c2": [F, INV, NA, F], "c3": [NA, F, NA, F], "c4": [F, P, NA, F]}
     method.adapt(-1, diagnosis=(diag, reports_for(diag, verdicts)))
     # x: FAILs first in library order (c2, c4), capped at 2 (c1's PASS left out); y: FAIL, then INVALID, then
@@ -351,9 +416,12 @@ def test_candidates_are_retrieved_per_failed_trajectory_from_its_judged_applicab
 
 def test_a_stage_boundary_needs_a_fresh_diagnosis_batch():
     library = build_library(ids=("c1",))
-    method = AdaptiveMethod("rewardweaver", {"t0": ["tag"], "t1": ["tag"], "t2": ["tag"]},
-                            MethodSettings(batch_size=1, group_size=1, adaptation_interval=2, diagnosis_tasks=2,
-                                           success_sample=0), Providers(library=library, attributor=ScriptedAttributor()))
+    method = AdaptiveMethod(
+        "rewardweaver",
+        {"t0": ["tag"], "t1": ["tag"], "t2": ["tag"]},
+        MethodSettings(batch_size=1, group_size=1, adaptation_interval=2, diagnosis_tasks=2, success_sample=0),
+        Providers(library=library, attributor=ScriptedAttributor()),
+    )
     assert method.stage_due(-1) and not method.stage_due(0) and method.stage_due(1) and method.stage_due(3)
     with pytest.raises(ValueError, match="fresh on-policy"):
         method.adapt(1)
@@ -364,17 +432,22 @@ def test_a_stage_boundary_needs_a_fresh_diagnosis_batch():
 
 def test_diagnostic_scores_are_means_over_applicable_episodes():
     library = build_library(ids=("c1", "c2"))
-    method = AdaptiveMethod("rewardweaver", {f"t{i}": ["tag"] for i in range(5)},
-                            MethodSettings(batch_size=1, group_size=1, diagnostic_tasks=3, success_sample=0),
-                            Providers(library=library, attributor=ScriptedAttributor()))
+    method = AdaptiveMethod(
+        "rewardweaver",
+        {f"t{i}": ["tag"] for i in range(5)},
+        MethodSettings(batch_size=1, group_size=1, diagnostic_tasks=3, success_sample=0),
+        Providers(library=library, attributor=ScriptedAttributor()),
+    )
     assert len(method.diagnostic_set) == 3 and method.diagnostic_set == tuple(sorted(method.diagnostic_set))
     trajs = [traj_with(f"e{i}", 0.0) for i in range(3)]
-    point = method.record_diagnostic_scores(30, reports_for(trajs, {"c1": [(P, 0.5), (NA, None), (F, 0.0)],
-                                                                    "c2": [(INV, None), (NA, None), (NA, None)]}))
+    point = method.record_diagnostic_scores(
+        30, reports_for(trajs, {"c1": [(P, 0.5), (NA, None), (F, 0.0)], "c2": [(INV, None), (NA, None), (NA, None)]})
+    )
     assert point["scores"] == {"c1": 0.25, "c2": None} and point["applicable"] == {"c1": 2, "c2": 0}
 
 
 # ---------------------------------------------------------------- JudgedBatch and state
+
 
 def test_judged_batch_is_built_once_and_read_by_every_consumer():
     trajs = trajectories(0, ["t0"], 3)
@@ -399,8 +472,9 @@ def test_state_round_trip_and_a_resume_refuses_another_variant():
     twin = arise_method(reflector=Reflector(), delta_pool=2)
     twin.load_state_dict(state)
     assert twin.state_dict() == state and twin.sample(3) == method.sample(3)
-    other = AdaptiveMethod("arise_no_skills", {f"t{i}": ["tag"] for i in range(8)}, method.settings,
-                           Providers(reflector=Reflector()))
+    other = AdaptiveMethod(
+        "arise_no_skills", {f"t{i}": ["tag"] for i in range(8)}, method.settings, Providers(reflector=Reflector())
+    )
     with pytest.raises(ValueError, match="train.method: the state was written by variant 'arise'"):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="method setting 'delta_pool'"):
@@ -420,9 +494,12 @@ def test_a_state_from_before_rank_by_resumes_where_ranking_cannot_differ():
     library = build_library(ids=("c1", "c2"))
 
     def weaver(rank_by):
-        return AdaptiveMethod("rewardweaver", {"t0": ["tag"]}, MethodSettings(batch_size=1, group_size=1,
-                              success_sample=0, rank_by=rank_by), Providers(library=library,
-                                                                            attributor=ScriptedAttributor()))
+        return AdaptiveMethod(
+            "rewardweaver",
+            {"t0": ["tag"]},
+            MethodSettings(batch_size=1, group_size=1, success_sample=0, rank_by=rank_by),
+            Providers(library=library, attributor=ScriptedAttributor()),
+        )
 
     old = copy.deepcopy(weaver("support").state_dict())
     del old["settings"]["rank_by"]
@@ -440,9 +517,12 @@ def test_a_failing_attributor_keeps_the_active_set_and_training_goes_on(caplog):
             raise RuntimeError("attribution model is down")
 
     library = build_library(ids=("c1", "c2"))
-    method = AdaptiveMethod("rewardweaver", {"t0": ["tag"]},
-                            MethodSettings(batch_size=1, group_size=1, success_sample=0),
-                            Providers(library=library, attributor=Down()))
+    method = AdaptiveMethod(
+        "rewardweaver",
+        {"t0": ["tag"]},
+        MethodSettings(batch_size=1, group_size=1, success_sample=0),
+        Providers(library=library, attributor=Down()),
+    )
     diag = [traj_with("x", 0.0)]
     report = method.adapt(-1, diagnosis=(diag, reports_for(diag, {"c1": [F], "c2": [F]})))
     assert report.stage is None and method.weaver.stage is None and method.metrics().get("active_rubrics") == 0

@@ -20,13 +20,18 @@ _spec.loader.exec_module(example)
 def test_rubric_rates_by_hand():
     P, F, N, I = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
     table = {"a": [P, P, F, N], "b": [N, N, I, N]}
-    reports = [JudgeReport(f"t{i}", {rid: RubricJudgment(rid, column[i]) for rid, column in table.items()})
-               for i in range(4)]
+    reports = [
+        JudgeReport(f"t{i}", {rid: RubricJudgment(rid, column[i]) for rid, column in table.items()}) for i in range(4)
+    ]
     judged = JudgedBatch.from_reports(reports, ["a", "b"], [f"t{i}" for i in range(4)])
     # a: applies to 3 of 4 (PASS, PASS, FAIL), passes 2 of 3; b: a valid verdict nowhere
     assert judged.rubric_rates() == {"a": (0.75, 2 / 3), "b": (0.0, None)}
-    assert judged.rubric_rate_metrics() == {"rubric/a/applicable": 0.75, "rubric/a/pass": 2 / 3,
-                                            "rubric/b/applicable": 0.0, "rubric/b/pass": None}
+    assert judged.rubric_rate_metrics() == {
+        "rubric/a/applicable": 0.75,
+        "rubric/a/pass": 2 / 3,
+        "rubric/b/applicable": 0.0,
+        "rubric/b/pass": None,
+    }
 
 
 def _run_arise(steps=3):
@@ -35,9 +40,17 @@ def _run_arise(steps=3):
     loop = MethodLoop(example.make_method(example.make_rows()), judge=example.make_judge())
     for step in range(steps):
         plan = loop.plan(step, "base")
-        trajectories = [Trajectory(task_id=t, turns=[Turn("assistant", "no no no no no", generated=True)],
-                                   outcome=float(k), tags=("refund",), trajectory_id=f"{step}-{t}-{k}")
-                        for t in plan.task_ids for k in range(2)]
+        trajectories = [
+            Trajectory(
+                task_id=t,
+                turns=[Turn("assistant", "no no no no no", generated=True)],
+                outcome=float(k),
+                tags=("refund",),
+                trajectory_id=f"{step}-{t}-{k}",
+            )
+            for t in plan.task_ids
+            for k in range(2)
+        ]
         loop.finish(step, plan.task_ids, trajectories)
         loop.end_step(step)
     return loop.method

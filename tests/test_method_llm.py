@@ -9,9 +9,14 @@ import json
 import re
 
 import pytest
+from judge_server import (
+    ChatServer,
+    Reply,
+    diagnostics_line,
+    loopback_without_proxy,  # noqa: F401 - autouse fixture
+    verdict_line,
+)
 
-from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
-from judge_server import ChatServer, Reply, diagnostics_line, verdict_line
 from rwcore.trainer.config import load_config
 from rwcore.trainer.envs.negotiation_annotator import ANNOTATORS, annotate
 from rwcore.trainer.trainer import Trainer
@@ -20,9 +25,17 @@ from rwcore.types import Trajectory, Turn
 KEY_ENV = "RWCORE_TEST_LLM_KEY"
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=24", "env.options.num_eval=4", "rollout.tasks_per_step=3", "rollout.group_size=3",
-    "train.eval_every=0", "train.checkpoint_every=0", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=2", "rewardweaver.diagnostic_tasks=2",
+    "env.options.num_train=24",
+    "env.options.num_eval=4",
+    "rollout.tasks_per_step=3",
+    "rollout.group_size=3",
+    "train.eval_every=0",
+    "train.checkpoint_every=0",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=2",
+    "rewardweaver.diagnostic_tasks=2",
     "rewardweaver.success_sample=2",
 ]
 
@@ -47,10 +60,15 @@ class Server:
 
     def __call__(self, request) -> Reply:
         system = request.system
-        for marker, kind in (("careful, impartial evaluator", "judge"), ("You analyse one rollout", "analysis"),
-                             ("You are the reflection model", "generation"), ("You improve the guidance", "refinement"),
-                             ("You diagnose why", "attribution"), ("You maintain the capability library", "proposal"),
-                             ("You calibrate the evaluator", "revision")):
+        for marker, kind in (
+            ("careful, impartial evaluator", "judge"),
+            ("You analyse one rollout", "analysis"),
+            ("You are the reflection model", "generation"),
+            ("You improve the guidance", "refinement"),
+            ("You diagnose why", "attribution"),
+            ("You maintain the capability library", "proposal"),
+            ("You calibrate the evaluator", "revision"),
+        ):
             if marker in system:
                 self.kinds[kind] = self.kinds.get(kind, 0) + 1
                 return getattr(self, kind)(request)
@@ -69,31 +87,60 @@ class Server:
         return Reply("\n".join(lines))
 
     def analysis(self, request) -> Reply:
-        return Reply(answer(request, issues=[{"behavior": "offers without asking", "signal": "turn 2",
-                                              "capability": "Understanding", "covered_by": None}], strategies=[]))
+        return Reply(
+            answer(
+                request,
+                issues=[
+                    {
+                        "behavior": "offers without asking",
+                        "signal": "turn 2",
+                        "capability": "Understanding",
+                        "covered_by": None,
+                    }
+                ],
+                strategies=[],
+            )
+        )
 
     def generation(self, request) -> Reply:
         self.generated += 1
-        proposals = [{"rubric_id": f"llm-rubric-{self.generated}", "capability": "Understanding",
-                      "criterion": "The seller asks before it offers.", "applicability": "",
-                      "pass_when": "an ask precedes the first offer", "fail_when": "it does not",
-                      "skill": "ask budget before you offer", "evidence": "R0, R1"}]
+        proposals = [
+            {
+                "rubric_id": f"llm-rubric-{self.generated}",
+                "capability": "Understanding",
+                "criterion": "The seller asks before it offers.",
+                "applicability": "",
+                "pass_when": "an ask precedes the first offer",
+                "fail_when": "it does not",
+                "skill": "ask budget before you offer",
+                "evidence": "R0, R1",
+            }
+        ]
         return Reply(answer(request, proposals=proposals))
 
     def refinement(self, request) -> Reply:
         return Reply(answer(request, diagnosis="too vague", skill="first ask budget then offer"))
 
     def attribution(self, request) -> Reply:
-        lines = [answer(request, capability_id=cid, deficit=True, confidence=0.9, evidence="turn 2: offer 200",
-                        cause="policy") for cid in request.candidate_ids]
+        lines = [
+            answer(
+                request, capability_id=cid, deficit=True, confidence=0.9, evidence="turn 2: offer 200", cause="policy"
+            )
+            for cid in request.candidate_ids
+        ]
         return Reply("\n".join(lines))
 
     def proposal(self, request) -> Reply:
         return Reply(answer(request, proposals=[]))
 
     def revision(self, request) -> Reply:
-        return Reply(answer(request, diagnosis="applicability unclear",
-                            evaluator_instructions="Decide applicability from the brief first."))
+        return Reply(
+            answer(
+                request,
+                diagnosis="applicability unclear",
+                evaluator_instructions="Decide applicability from the brief first.",
+            )
+        )
 
 
 @pytest.fixture
@@ -106,8 +153,15 @@ def server(monkeypatch):
 
 
 def test_the_llm_judge_is_admitted_and_scores_training_and_the_reflection_model_is_wired(server, tmp_path):
-    overrides = [*SMALL, "train.steps=4", "train.method=combined", "judge.kind=openai", "judge.model=judge-test",
-                 f"judge.base_url={server.base_url}", f"judge.api_key_env={KEY_ENV}"]
+    overrides = [
+        *SMALL,
+        "train.steps=4",
+        "train.method=combined",
+        "judge.kind=openai",
+        "judge.model=judge-test",
+        f"judge.base_url={server.base_url}",
+        f"judge.api_key_env={KEY_ENV}",
+    ]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     method = trainer.method

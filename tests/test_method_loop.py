@@ -37,6 +37,7 @@ HAS_V1 = importlib.util.find_spec("verl.trainer.ppo.v1") is not None
 
 # ---- the three adapters on the same trajectories -----------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def trl_run(tmp_path_factory):
     return example.main(str(tmp_path_factory.mktemp("loop-trl")), steps=3)
@@ -48,9 +49,15 @@ def _verl_rows(trajectories, reports, step):
     code = {Verdict.PASS: True, Verdict.FAIL: False, Verdict.NA: None}
     rows = []
     for i, (trajectory, report) in enumerate(zip(trajectories, reports)):
-        rows.append(dict(uid=f"uid-{step}-{i // g}", task_id=trajectory.task_id, outcome=trajectory.outcome,
-                         length=max(1, min(5, trajectory.generated_length)),
-                         verdicts={rid: code[j.verdict] for rid, j in report.judgments.items()}))
+        rows.append(
+            dict(
+                uid=f"uid-{step}-{i // g}",
+                task_id=trajectory.task_id,
+                outcome=trajectory.outcome,
+                length=max(1, min(5, trajectory.generated_length)),
+                verdicts={rid: code[j.verdict] for rid, j in report.judgments.items()},
+            )
+        )
     return rows
 
 
@@ -61,11 +68,13 @@ def _verl_data(rows):
     mask = torch.zeros(n, width, dtype=torch.long)
     rewards = torch.zeros(n, width)
     for i, row in enumerate(rows):
-        mask[i, :row["length"]] = 1
+        mask[i, : row["length"]] = 1
         rewards[i, row["length"] - 1] = row["outcome"]
-    non_tensor = {"uid": np.array([r["uid"] for r in rows], dtype=object),
-                  "rwcore_task_id": np.array([r["task_id"] for r in rows], dtype=object),
-                  "rwcore_verdicts": np.array([r["verdicts"] for r in rows], dtype=object)}
+    non_tensor = {
+        "uid": np.array([r["uid"] for r in rows], dtype=object),
+        "rwcore_task_id": np.array([r["task_id"] for r in rows], dtype=object),
+        "rwcore_verdicts": np.array([r["verdicts"] for r in rows], dtype=object),
+    }
     return DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors=non_tensor)
 
 
@@ -88,9 +97,16 @@ def test_trl_verl_and_rw_train_order_give_identical_rewards_advantages_and_state
     driver = AdaptiveMethodDriver(example.make_method(rows))
     driver.register()
     rv.install_advantage_forwarding()
-    loader = iter(StatefulDataLoader(list(range(len(rows))), batch_size=2, collate_fn=list, num_workers=0,
-                                     drop_last=True, sampler=driver.sampler(
-                                         [{"rwcore_task_id": r["task_id"], "rwcore_tags": r["tags"]} for r in rows])))
+    loader = iter(
+        StatefulDataLoader(
+            list(range(len(rows))),
+            batch_size=2,
+            collate_fn=list,
+            num_workers=0,
+            drop_last=True,
+            sampler=driver.sampler([{"rwcore_task_id": r["task_id"], "rwcore_tags": r["tags"]} for r in rows]),
+        )
+    )
     config = OmegaConf.create({"adv_estimator": METHOD_ESTIMATOR_NAME})
     pool_seen = False
     for record in trl_run.rw_scored:
@@ -109,14 +125,21 @@ def test_trl_verl_and_rw_train_order_give_identical_rewards_advantages_and_state
         np.testing.assert_array_equal(verl_scored.rewards, record["scored"].rewards)
         np.testing.assert_array_equal(result.scored.advantages, record["scored"].advantages)
         np.testing.assert_array_equal(verl_scored.advantages, record["scored"].advantages)
-        torch.testing.assert_close(data.batch["advantages"][:, 0],
-                                   torch.tensor(record["scored"].advantages, dtype=torch.float32), rtol=0, atol=0)
+        torch.testing.assert_close(
+            data.batch["advantages"][:, 0],
+            torch.tensor(record["scored"].advantages, dtype=torch.float32),
+            rtol=0,
+            atol=0,
+        )
         assert [r.judgments.keys() for r in result.reports] == [r.judgments.keys() for r in reports]
         pool_seen |= bool(record["scored"].advantage_rubrics)
         loop.end_step(step)
         driver.end_step()
-    trl_state, loop_state, verl_state = (trl_run.rw_method.state_dict(), loop.method.state_dict(),
-                                         driver.method.state_dict())
+    trl_state, loop_state, verl_state = (
+        trl_run.rw_method.state_dict(),
+        loop.method.state_dict(),
+        driver.method.state_dict(),
+    )
     assert pool_seen  # the pool's rubrics entered the advantages in all three
     assert loop_state == trl_state
     assert _without_window(verl_state) == _without_window(trl_state)
@@ -124,6 +147,7 @@ def test_trl_verl_and_rw_train_order_give_identical_rewards_advantages_and_state
 
 
 # ---- verl: the diagnosis rolls out the updated policy ---------------------------------------------------
+
 
 class _Proposer:
     """Open-vocabulary dimensions: one fixed dimension per stage."""
@@ -138,14 +162,22 @@ class _Policy:
     """What verl's pieces would hold: the actor's weights version and the version the rollout replicas serve."""
 
     def __init__(self) -> None:
-        self.actor = 0      # incremented by the actor update
-        self.served = 0     # what the rollout replicas generate with (set by the weight sync)
+        self.actor = 0  # incremented by the actor update
+        self.served = 0  # what the rollout replicas generate with (set by the weight sync)
         self.diagnosed: list[int] = []
 
     def diagnose(self, task_ids, rubrics):
         self.diagnosed.append(self.served)
-        trajectories = [Trajectory(task_id=t, turns=[Turn("assistant", "ok", generated=True)], outcome=0.0,
-                                   trajectory_id=f"d{len(self.diagnosed)}-{t}-{k}") for t in task_ids for k in range(2)]
+        trajectories = [
+            Trajectory(
+                task_id=t,
+                turns=[Turn("assistant", "ok", generated=True)],
+                outcome=0.0,
+                trajectory_id=f"d{len(self.diagnosed)}-{t}-{k}",
+            )
+            for t in task_ids
+            for k in range(2)
+        ]
         return trajectories, [JudgeReport(t.trajectory_id, {}) for t in trajectories]
 
 
@@ -153,10 +185,14 @@ def _staged_driver(policy):
     from rwcore.integrations.verl.method import AdaptiveMethodDriver
 
     rows = example.make_rows()
-    method = AdaptiveMethod("rw_open_vocabulary", {r["task_id"]: r["tags"] for r in rows},
-                            MethodSettings(batch_size=2, group_size=2, adaptation_interval=1, diagnosis_tasks=2,
-                                           diagnostic_tasks=0, success_sample=0),
-                            Providers(proposer=_Proposer()))
+    method = AdaptiveMethod(
+        "rw_open_vocabulary",
+        {r["task_id"]: r["tags"] for r in rows},
+        MethodSettings(
+            batch_size=2, group_size=2, adaptation_interval=1, diagnosis_tasks=2, diagnostic_tasks=0, success_sample=0
+        ),
+        Providers(proposer=_Proposer()),
+    )
     driver = AdaptiveMethodDriver(method, diagnose=policy.diagnose)
     return rows, driver
 
@@ -168,23 +204,43 @@ def _verl_step(driver, rows, loader, step):
     from rwcore.integrations.verl.method import METHOD_ESTIMATOR_NAME
 
     task_ids = [rows[i]["task_id"] for i in next(loader)]
-    batch = [dict(uid=f"u{step}-{j // 2}", task_id=task_ids[j // 2], outcome=float(j % 2), length=3,
-                  verdicts={"short": bool(j % 2)}) for j in range(2 * len(task_ids))]
-    ray_trainer.compute_advantage(_verl_data(batch), METHOD_ESTIMATOR_NAME, num_repeat=2,
-                                  config=OmegaConf.create({"adv_estimator": METHOD_ESTIMATOR_NAME}))
+    batch = [
+        dict(
+            uid=f"u{step}-{j // 2}",
+            task_id=task_ids[j // 2],
+            outcome=float(j % 2),
+            length=3,
+            verdicts={"short": bool(j % 2)},
+        )
+        for j in range(2 * len(task_ids))
+    ]
+    ray_trainer.compute_advantage(
+        _verl_data(batch),
+        METHOD_ESTIMATOR_NAME,
+        num_repeat=2,
+        config=OmegaConf.create({"adv_estimator": METHOD_ESTIMATOR_NAME}),
+    )
     return task_ids
 
 
 def _loader(driver, rows):
-    return iter(StatefulDataLoader(list(range(len(rows))), batch_size=2, collate_fn=list, num_workers=0,
-                                   drop_last=True, sampler=driver.sampler(
-                                       [{"rwcore_task_id": r["task_id"], "rwcore_tags": r["tags"]} for r in rows])))
+    return iter(
+        StatefulDataLoader(
+            list(range(len(rows))),
+            batch_size=2,
+            collate_fn=list,
+            num_workers=0,
+            drop_last=True,
+            sampler=driver.sampler([{"rwcore_task_id": r["task_id"], "rwcore_tags": r["tags"]} for r in rows]),
+        )
+    )
 
 
 @pytest.mark.skipif(not HAS_V1, reason="verl's V1 trainer exists from verl 0.9 (tested there by this file)")
 def test_verl_v1_diagnosis_rolls_out_the_updated_policy():
-    import rwcore.integrations.verl as rv
     from omegaconf import OmegaConf
+
+    import rwcore.integrations.verl as rv
     from rwcore.integrations.verl.trainer_v1 import trainer_class
 
     policy = _Policy()
@@ -202,10 +258,10 @@ def test_verl_v1_diagnosis_rolls_out_the_updated_policy():
     trainer.checkpoint_manager, trainer.timing_raw, trainer.global_steps = WeightSync(), {}, 1
     loader = _loader(driver, rows)
     for step in range(3):
-        _verl_step(driver, rows, loader, step)   # step(): rollout, reward, the estimator ...
+        _verl_step(driver, rows, loader, step)  # step(): rollout, reward, the estimator ...
         assert policy.diagnosed == [0] + list(range(1, step + 1))  # ... which diagnoses nothing itself
-        policy.actor += 1                        # ... then _update_actor
-        trainer.on_step_end()                    # the weight sync, then the method's end of step
+        policy.actor += 1  # ... then _update_actor
+        trainer.on_step_end()  # the weight sync, then the method's end of step
         assert policy.diagnosed[-1] == step + 1 == policy.actor  # the updated policy, as served
     assert driver.method.reward_stages()[-1]["start_step"] == 3
 
@@ -220,8 +276,10 @@ def test_verl_legacy_diagnosis_waits_for_the_next_draw_and_a_checkpoint_keeps_it
     loader = _loader(driver, rows)
     _verl_step(driver, rows, loader, 0)
     assert policy.diagnosed == [0] and driver.loop.pending_end_step == 0
-    state = driver.sampler([{"rwcore_task_id": r["task_id"], "rwcore_tags": r["tags"]} for r in rows]).state_dict()  # verl's data.pt, written between the update and the next step
-    policy.actor = policy.served = 1             # the legacy trainer's update (its hybrid engine serves it)
+    state = driver.sampler(
+        [{"rwcore_task_id": r["task_id"], "rwcore_tags": r["tags"]} for r in rows]
+    ).state_dict()  # verl's data.pt, written between the update and the next step
+    policy.actor = policy.served = 1  # the legacy trainer's update (its hybrid engine serves it)
     drawn = _verl_step(driver, rows, loader, 1)  # the next draw ends step 0 first: diagnosis of version 1
     assert policy.diagnosed == [0, 1]
 
@@ -237,14 +295,23 @@ def test_verl_legacy_diagnosis_waits_for_the_next_draw_and_a_checkpoint_keeps_it
 
 # ---- the loop's contract --------------------------------------------------------------------------------
 
+
 def _arise_loop():
     return MethodLoop(example.make_method(example.make_rows()), judge=example.make_judge())
 
 
 def _trajectories(task_ids, step):
-    return [Trajectory(task_id=t, turns=[Turn("assistant", "a refund now" if k else "no", generated=True)],
-                       outcome=float(k), tags=("refund",) if int(t[1:]) % 2 else ("search",),
-                       trajectory_id=f"s{step}-{t}-{k}") for t in task_ids for k in range(2)]
+    return [
+        Trajectory(
+            task_id=t,
+            turns=[Turn("assistant", "a refund now" if k else "no", generated=True)],
+            outcome=float(k),
+            tags=("refund",) if int(t[1:]) % 2 else ("search",),
+            trajectory_id=f"s{step}-{t}-{k}",
+        )
+        for t in task_ids
+        for k in range(2)
+    ]
 
 
 def test_the_end_of_a_step_is_pending_until_end_step_or_the_next_plan():
@@ -273,8 +340,14 @@ def test_bad_calls_are_refused_naming_what_is_wrong():
     with pytest.raises(ValueError, match="finish needs reports, or a judge"):
         MethodLoop(example.make_method(example.make_rows())).finish(0, plan.task_ids, _trajectories(plan.task_ids, 0))
     with pytest.raises(ValueError, match="diagnose="):
-        MethodLoop(AdaptiveMethod("rw_open_vocabulary", {"t0": ["a"]}, MethodSettings(batch_size=1, group_size=2),
-                                  Providers(proposer=_Proposer())))
+        MethodLoop(
+            AdaptiveMethod(
+                "rw_open_vocabulary",
+                {"t0": ["a"]},
+                MethodSettings(batch_size=1, group_size=2),
+                Providers(proposer=_Proposer()),
+            )
+        )
     with pytest.raises(ValueError, match="rwcore.AdaptiveMethod"):
         MethodLoop(object())
     with pytest.raises(ValueError, match="step"):

@@ -13,8 +13,8 @@ import numpy as np
 from rewardweaver_fakes import traj
 
 from rwcore import AdaptiveMethod, MethodSettings
-from rwcore.method import Providers
 from rwcore.arise.pool import SKILLS_BEGIN
+from rwcore.method import Providers
 from rwcore.rewardweaver import Capability, LabelledCase, acceptance_test
 from rwcore.rewardweaver.admission import evaluator_name
 from rwcore.trainer import cli
@@ -29,9 +29,17 @@ from rwcore.verdict import Verdict
 
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=4", "rollout.group_size=4",
-    "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=3", "rewardweaver.diagnostic_tasks=4",
+    "env.options.num_train=40",
+    "env.options.num_eval=8",
+    "rollout.tasks_per_step=4",
+    "rollout.group_size=4",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=3",
+    "rewardweaver.diagnostic_tasks=4",
 ]
 
 
@@ -54,8 +62,9 @@ def test_held_out_evaluation_never_shows_skills_and_the_analysis_flag_is_labelle
         return real(env, policy, jobs, system_prompt, *args, **kwargs)
 
     monkeypatch.setattr(trainer_module, "run_episodes", recording)
-    trainer = build(tmp_path, "train.method=arise", "pool.eta_low=0.99", "pool.eta_high=1.0",
-                    "train.eval_with_skills=on", steps=6)
+    trainer = build(
+        tmp_path, "train.method=arise", "pool.eta_low=0.99", "pool.eta_high=1.0", "train.eval_with_skills=on", steps=6
+    )
     trainer.train()
     assert trainer.method.pool.active_skills()  # skills were active in training ...
     training = [p for label, p in prompts if label.startswith("s")]
@@ -104,19 +113,22 @@ def test_reference_labels_do_not_come_from_the_rule_being_admitted(monkeypatch):
     broken = rubrics.RuleDef(**{**rubrics.RULES_BY_ID["asks_budget_first"].__dict__, "check": lambda s: (True, "")})
     monkeypatch.setitem(rubrics.RULES_BY_ID, "asks_budget_first", broken)
     again = rubrics.labelled_cases_by_rule(env, ["asks_budget_first"])["asks_budget_first"]
-    assert [(c.trajectory.trajectory_id, c.label) for c in again] == \
-        [(c.trajectory.trajectory_id, c.label) for c in honest]
+    assert [(c.trajectory.trajectory_id, c.label) for c in again] == [
+        (c.trajectory.trajectory_id, c.label) for c in honest
+    ]
     assert {Verdict.PASS, Verdict.FAIL} <= {c.label for c in again}
     # the annotator reads the transcript and the scenario sheet, never the episode's private state
     for case in again[:10]:
-        stripped = type(case.trajectory).from_dict({**case.trajectory.to_dict(), "metadata": {
-            "task": case.trajectory.metadata["task"]}})
+        stripped = type(case.trajectory).from_dict(
+            {**case.trajectory.to_dict(), "metadata": {"task": case.trajectory.metadata["task"]}}
+        )
         assert annotate("asks_budget_first", stripped) == case.label
     from rwcore.judges import RuleJudge
 
     judge = RuleJudge({"asks_budget_first": lambda t: broken.check(rubrics.episode_state(t))[0]})
-    report, entry = acceptance_test(Capability("asks_budget_first", "asks the budget before any offer", scored=False), judge,
-                                    again)
+    report, entry = acceptance_test(
+        Capability("asks_budget_first", "asks the budget before any offer", scored=False), judge, again
+    )
     assert entry is None and any("collapsed" in reason for reason in report.reasons)
 
 
@@ -173,8 +185,9 @@ def cases(cid, sources):
 def test_a_rejected_candidate_is_revised_on_the_development_partition_and_retested_on_held_out():
     dev, heldout = cases("c", ["d1", "d2"]), cases("c", ["h1", "h2"])
     reviser = Reviser()
-    report, entry = acceptance_test(Capability("c", "does c"), PromptJudge(), dev_cases=dev, heldout_cases=heldout,
-                                    reviser=reviser)
+    report, entry = acceptance_test(
+        Capability("c", "does c"), PromptJudge(), dev_cases=dev, heldout_cases=heldout, reviser=reviser
+    )
     assert entry is not None and entry.capability.evaluator_prompt == "strict: does c"
     assert entry.capability.definition == "does c"  # semantics unchanged
     (shown,) = reviser.seen
@@ -182,8 +195,17 @@ def test_a_rejected_candidate_is_revised_on_the_development_partition_and_retest
     assert any("1 evaluator revision" in reason for reason in report.reasons)
     # without a reviser (or with zero revisions) the same candidate stays rejected
     assert acceptance_test(Capability("c", "does c"), PromptJudge(), dev_cases=dev, heldout_cases=heldout)[1] is None
-    assert acceptance_test(Capability("c", "does c"), PromptJudge(), dev_cases=dev, heldout_cases=heldout,
-                           reviser=Reviser(), max_revisions=0)[1] is None
+    assert (
+        acceptance_test(
+            Capability("c", "does c"),
+            PromptJudge(),
+            dev_cases=dev,
+            heldout_cases=heldout,
+            reviser=Reviser(),
+            max_revisions=0,
+        )[1]
+        is None
+    )
 
 
 def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_admissions_and_rejections():
@@ -196,13 +218,21 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
     env = NegotiationEnv(seed=0, num_train=40, num_eval=4)
     judge = RuleJudge({rule.spec.rubric_id: rule.check for rule in env.rules()})
     library = admit_library(env, judge, list(rubrics.INITIAL_LIBRARY))
-    cases_by_rule = env.labelled_cases_by_rule(["ends_hopeless_negotiation", "clear_actions",
-                                                "offers_bundle_when_wanted"])
+    cases_by_rule = env.labelled_cases_by_rule(
+        ["ends_hopeless_negotiation", "clear_actions", "offers_bundle_when_wanted"]
+    )
     # offers_bundle_when_wanted gets labels that do not fit it: its admission must fail and be recorded
-    wrong = [LabelledCase(c.trajectory, Verdict.FAIL if c.label == Verdict.PASS else Verdict.PASS, c.source)
-             if c.label != Verdict.NA else c for c in cases_by_rule["offers_bundle_when_wanted"]]
-    provided = {"ends_hopeless_negotiation": cases_by_rule["ends_hopeless_negotiation"],
-                "clear_actions": cases_by_rule["clear_actions"], "offers_bundle_when_wanted": wrong}
+    wrong = [
+        LabelledCase(c.trajectory, Verdict.FAIL if c.label == Verdict.PASS else Verdict.PASS, c.source)
+        if c.label != Verdict.NA
+        else c
+        for c in cases_by_rule["offers_bundle_when_wanted"]
+    ]
+    provided = {
+        "ends_hopeless_negotiation": cases_by_rule["ends_hopeless_negotiation"],
+        "clear_actions": cases_by_rule["clear_actions"],
+        "offers_bundle_when_wanted": wrong,
+    }
 
     class Proposer(rubrics.NegotiationReflector):
         def propose_capabilities(self, failures, library_, max_new):
@@ -210,13 +240,20 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
             return found + [rubrics.rule_spec(rubrics.RULES_BY_ID["offers_bundle_when_wanted"])]
 
     tasks = {t.task_id: list(t.tags) for t in env.tasks("train")}
-    method = AdaptiveMethod("rewardweaver", tasks, MethodSettings(batch_size=4, group_size=1, min_support=2,
-                                                                  success_sample=0, max_new_capabilities=3),
-                            Providers(library=library, attributor=env.attributor(), evaluator=judge,
-                                      proposer=Proposer(env), acceptance_cases=lambda c: provided[c.capability_id]))
+    method = AdaptiveMethod(
+        "rewardweaver",
+        tasks,
+        MethodSettings(batch_size=4, group_size=1, min_support=2, success_sample=0, max_new_capabilities=3),
+        Providers(
+            library=library,
+            attributor=env.attributor(),
+            evaluator=judge,
+            proposer=Proposer(env),
+            acceptance_cases=lambda c: provided[c.capability_id],
+        ),
+    )
     no_deal = [t for t in env.tasks("train") if "no_deal" in t.tags and "bundle" not in t.tags][:4]
-    asker = [rubrics.run_episode(env, t, lambda obs: "ask", seed=1, trajectory_id=f"{t.task_id}/ask")
-             for t in no_deal]
+    asker = [rubrics.run_episode(env, t, lambda obs: "ask", seed=1, trajectory_id=f"{t.task_id}/ask") for t in no_deal]
     method.adapt(-1, diagnosis=(asker, judge.evaluate(asker, library.rubrics())))
     record = method.weaver.history.stages[0]
     admitted = ("ends_hopeless_negotiation", "clear_actions")  # both fail 4 of 4: library order breaks the tie
@@ -232,8 +269,21 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
 def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_computation(tmp_path):
     out = tmp_path / "run"
     # successes are rare for an untrained policy (about 1 in 140 episodes): 512 episodes a stage give each some
-    assert cli.main(["train", "--out", str(out), "--quiet", *SMALL, "train.steps=8", "rollout.tasks_per_step=8",
-                     "rollout.group_size=32"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "--out",
+                str(out),
+                "--quiet",
+                *SMALL,
+                "train.steps=8",
+                "rollout.tasks_per_step=8",
+                "rollout.group_size=32",
+            ]
+        )
+        == 0
+    )
     assert cli.main(["analyze", str(out)]) == 0
     folder = out / "analysis"
     for name in ("bottleneck", "retention"):
@@ -271,13 +321,17 @@ def test_rw_analyze_writes_appendix_e_and_g_tables_that_match_an_independent_com
     points = {p["step"]: p["scores"] for p in json.loads((out / "diagnostics.json").read_text())}
     assert sorted(points) == [0, 2, 4, 6, 8]
     # a capability admitted by expansion has no score before it was in the library
-    assert all(retention["scores"][c][k] == points[end].get(c)
-               for c in ids for k, end in enumerate(retention["stage_end_steps"]))
+    assert all(
+        retention["scores"][c][k] == points[end].get(c)
+        for c in ids
+        for k, end in enumerate(retention["stage_end_steps"])
+    )
 
 
 def test_rw_analyze_explains_a_run_without_stages(tmp_path, capsys):
-    assert cli.main(["train", "--out", str(tmp_path / "a"), "--quiet", *SMALL, "train.steps=2",
-                     "train.method=arise"]) == 0
+    assert (
+        cli.main(["train", "--out", str(tmp_path / "a"), "--quiet", *SMALL, "train.steps=2", "train.method=arise"]) == 0
+    )
     assert cli.main(["analyze", str(tmp_path / "a")]) == 2
     assert "reward_history.json" in capsys.readouterr().err
 
@@ -298,8 +352,12 @@ def test_arise_frozen_rubrics_needs_a_usable_source_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "'pool.frozen_from'" in err and "pool_rubrics.json" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()  # refused before anything was written
-    assert cli.main(["train", "--quiet", "--out", str(tmp_path / "rw"), *SMALL, "train.steps=1",
-                     "train.method=rewardweaver"]) == 0
+    assert (
+        cli.main(
+            ["train", "--quiet", "--out", str(tmp_path / "rw"), *SMALL, "train.steps=1", "train.method=rewardweaver"]
+        )
+        == 0
+    )
     assert cli.main([base[0], "--out", str(tmp_path / "y"), *base[1:], f"pool.frozen_from={tmp_path / 'rw'}"]) == 2
     assert "pool_rubrics.json" in capsys.readouterr().err
     assert cli.main(["train", "--quiet", *SMALL, "train.steps=1", "pool.frozen_from=/x"]) == 2
@@ -310,8 +368,11 @@ def test_a_resumed_run_refuses_another_variant(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli.main(["train", "--out", str(out), "--quiet", *SMALL, "train.steps=2", "train.method=arise"]) == 0
     config = (out / "config.yaml").read_text()
-    (out / "config.yaml").write_text(config.replace("method: arise", "method: arise_no_adaptive_sampling")
-                                     .replace("kind: capability", "kind: uniform"))
+    (out / "config.yaml").write_text(
+        config.replace("method: arise", "method: arise_no_adaptive_sampling").replace(
+            "kind: capability", "kind: uniform"
+        )
+    )
     before = {name: (out / name).read_bytes() for name in ("method.json", "metrics.jsonl")}
     assert cli.main(["train", "--resume", str(out)]) == 2
     assert "train.method" in capsys.readouterr().err
@@ -320,8 +381,10 @@ def test_a_resumed_run_refuses_another_variant(tmp_path, capsys):
 
 def test_import_of_the_kernels_loads_neither_the_extension_nor_the_algorithms():
     # rwcore._checkout (sys.path order when run from the checkout, standard library only) is the one other module
-    code = ("import sys, rwcore.kernels; bad = [m for m in sys.modules if m.startswith('rwcore.') and not "
-            "m.startswith('rwcore.kernels') and m != 'rwcore._checkout']; print(bad)")
+    code = (
+        "import sys, rwcore.kernels; bad = [m for m in sys.modules if m.startswith('rwcore.') and not "
+        "m.startswith('rwcore.kernels') and m != 'rwcore._checkout']; print(bad)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -329,17 +392,32 @@ def test_import_of_the_kernels_loads_neither_the_extension_nor_the_algorithms():
 def test_shipped_configs_load_by_name_and_hold_the_papers_settings(capsys):
     arise = load_config(cli._config_file("arise-qwen"))
     # Arise appendix B.2, table 2
-    assert (arise.rollout.tasks_per_step, arise.rollout.group_size, arise.optim.lr, arise.optim.warmup_steps,
-            arise.optim.schedule, arise.model.dtype, arise.train.steps) == (32, 8, 2e-6, 40, "constant", "bfloat16", 150)
-    assert (arise.advantage.lam, arise.pool.delta_pool, arise.pool.eta_low, arise.pool.eta_high, arise.pool.max_pool,
-            arise.pool.max_new, arise.rollout.temperature) == (0.3, 10, 0.3, 0.9, 64, 8, 1.0)
+    assert (
+        arise.rollout.tasks_per_step,
+        arise.rollout.group_size,
+        arise.optim.lr,
+        arise.optim.warmup_steps,
+        arise.optim.schedule,
+        arise.model.dtype,
+        arise.train.steps,
+    ) == (32, 8, 2e-6, 40, "constant", "bfloat16", 150)
+    assert (
+        arise.advantage.lam,
+        arise.pool.delta_pool,
+        arise.pool.eta_low,
+        arise.pool.eta_high,
+        arise.pool.max_pool,
+        arise.pool.max_new,
+        arise.rollout.temperature,
+    ) == (0.3, 10, 0.3, 0.9, 64, 8, 1.0)
     assert arise.train.method == "arise" and not hasattr(arise.sampler, "kind")  # the variant says which sampler
     weaver = load_config(cli._config_file("rewardweaver-qwen"))
     assert (weaver.rewardweaver.budget, weaver.rewardweaver.adaptation_interval) == (6, 30)
     assert weaver.train.method == "rewardweaver"
     assert load_config(cli._config_file("default")) == load_config()  # the embedded default, spelled out
     assert cli.main(["config", "--list"]) == 0
-    assert {"default", "arise-qwen", "rewardweaver-qwen"} <= {line.split()[0] for line in
-                                                             capsys.readouterr().out.splitlines()}
+    assert {"default", "arise-qwen", "rewardweaver-qwen"} <= {
+        line.split()[0] for line in capsys.readouterr().out.splitlines()
+    }
     assert cli.main(["config", "--config", "no-such-config"]) == 2
     assert "shipped: " in capsys.readouterr().err

@@ -18,18 +18,18 @@ def make_pool(ids=("a", "b"), **kwargs):
 
 def test_window_is_the_preceding_delta_pool_steps_and_resets():
     pool = make_pool(["a"])
-    for step in range(10):                                     # steps 0..9 feed the update at step 9
+    for step in range(10):  # steps 0..9 feed the update at step 9
         pool.record(reports("a", passes=step % 2, fails=1 - step % 2), step)
     assert pool.update(9).pass_rates == {"a": 0.5}
-    assert pool.pass_rates() == {"a": None}                    # window consumed
+    assert pool.pass_rates() == {"a": None}  # window consumed
     assert pool.pair("a").rubric.applicable == 0
-    assert pool.update(19).pass_rates == {"a": None}           # nothing new: no carry-over from the old window
+    assert pool.update(19).pass_rates == {"a": None}  # nothing new: no carry-over from the old window
 
 
 def test_evidence_for_a_later_step_waits_for_its_window():
     pool = make_pool(["a"])
     pool.record(reports("a", passes=4, fails=1), 9)
-    pool.record(reports("a", fails=3), 10)                     # recorded before the update of step 9
+    pool.record(reports("a", fails=3), 10)  # recorded before the update of step 9
     assert pool.update(9).pass_rates == {"a": 0.8}
     assert pool.pass_rates() == {"a": 0.0}
     assert pool.update(19).pass_rates == {"a": 0.0}
@@ -37,10 +37,10 @@ def test_evidence_for_a_later_step_waits_for_its_window():
 
 def test_evidence_from_a_skipped_update_is_discarded():
     pool = make_pool(["a"])
-    pool.record(reports("a", fails=5), 3)                      # window of step 9, which never runs
+    pool.record(reports("a", fails=5), 3)  # window of step 9, which never runs
     pool.record(reports("a", passes=1, fails=1), 12)
-    assert pool.pass_rates() == {"a": 1 / 7}                   # pending evidence, all of it
-    assert pool.update(19).pass_rates == {"a": 0.5}            # only steps 10..19 count
+    assert pool.pass_rates() == {"a": 1 / 7}  # pending evidence, all of it
+    assert pool.update(19).pass_rates == {"a": 0.5}  # only steps 10..19 count
     assert pool.pass_rates() == {"a": None}
 
 
@@ -69,13 +69,24 @@ def test_refinement_gets_this_rubrics_failures_from_the_window():
     reflector = FakeReflector()
     pool = RubricSkillPool(reflector, max_new=0, max_failures=3, proposals=[proposal("a"), proposal("b")])
     pool.record(reports("a", fails=1, prefix="w0"), 0)
-    pool.update(9)                                             # a active
+    pool.update(9)  # a active
     pool.record(reports("a", fails=1, prefix="old"), 10)
     pool.record(reports("a", passes=1, fails=4, prefix="new"), 15)
-    pool.record(reports("b", fails=2, prefix="new"), 15)       # b's failures are not a's
-    pool.record([JudgeReport("", {"a": RubricJudgment("a", Verdict.FAIL)})], 15)   # no id: counted only
-    given = [trajectory(i) for i in ("w0-a-fail-0", "old-a-fail-0", "new-a-pass-0", "new-b-fail-0",
-                                     "new-a-fail-0", "new-a-fail-1", "new-a-fail-2", "new-a-fail-3")]
+    pool.record(reports("b", fails=2, prefix="new"), 15)  # b's failures are not a's
+    pool.record([JudgeReport("", {"a": RubricJudgment("a", Verdict.FAIL)})], 15)  # no id: counted only
+    given = [
+        trajectory(i)
+        for i in (
+            "w0-a-fail-0",
+            "old-a-fail-0",
+            "new-a-pass-0",
+            "new-b-fail-0",
+            "new-a-fail-0",
+            "new-a-fail-1",
+            "new-a-fail-2",
+            "new-a-fail-3",
+        )
+    ]
     update = pool.update(19, given)
     assert update.pass_rates["a"] == 1 / 7 and update.refined == ("a",)
     # the latest max_failures=3 failed ids of a in steps 10..19, in the order they were given

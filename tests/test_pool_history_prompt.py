@@ -12,20 +12,60 @@ def test_event_history_follows_a_table_8_lifecycle():
     """Created (hidden), activated at a low rate, hidden at a middling one, retired at a high one."""
     reflector = FakeReflector(per_call=1, capabilities=("Verification",))
     pool = RubricSkillPool(reflector, max_new=1, max_pool=1)
-    pool.update(39)                                                        # creates p0 (paper: "Step 40")
+    pool.update(39)  # creates p0 (paper: "Step 40")
     for step, (passes, fails) in ((49, (9, 26)), (59, (16, 21)), (99, (35, 1))):
         pool.record(reports("p0", passes=passes, fails=fails, na=4, invalid=1), step - 3)
         pool.update(step)
     history = pool.history("p0")
     assert history == [
-        {"kind": "created", "rubric_id": "p0", "step": 39, "capability": "Verification", "pass_rate": None,
-         "applicable": 0, "passes": 0, "skill_status": "hidden", "revision": 0, "skill": "skill of p0"},
-        {"kind": "activated", "rubric_id": "p0", "step": 49, "capability": "Verification", "pass_rate": 9 / 35,
-         "applicable": 35, "passes": 9, "skill_status": "active", "revision": 0, "skill": None},
-        {"kind": "hidden", "rubric_id": "p0", "step": 59, "capability": "Verification", "pass_rate": 16 / 37,
-         "applicable": 37, "passes": 16, "skill_status": "hidden", "revision": 0, "skill": None},
-        {"kind": "retired", "rubric_id": "p0", "step": 99, "capability": "Verification", "pass_rate": 35 / 36,
-         "applicable": 36, "passes": 35, "skill_status": "hidden", "revision": 0, "skill": None},
+        {
+            "kind": "created",
+            "rubric_id": "p0",
+            "step": 39,
+            "capability": "Verification",
+            "pass_rate": None,
+            "applicable": 0,
+            "passes": 0,
+            "skill_status": "hidden",
+            "revision": 0,
+            "skill": "skill of p0",
+        },
+        {
+            "kind": "activated",
+            "rubric_id": "p0",
+            "step": 49,
+            "capability": "Verification",
+            "pass_rate": 9 / 35,
+            "applicable": 35,
+            "passes": 9,
+            "skill_status": "active",
+            "revision": 0,
+            "skill": None,
+        },
+        {
+            "kind": "hidden",
+            "rubric_id": "p0",
+            "step": 59,
+            "capability": "Verification",
+            "pass_rate": 16 / 37,
+            "applicable": 37,
+            "passes": 16,
+            "skill_status": "hidden",
+            "revision": 0,
+            "skill": None,
+        },
+        {
+            "kind": "retired",
+            "rubric_id": "p0",
+            "step": 99,
+            "capability": "Verification",
+            "pass_rate": 35 / 36,
+            "applicable": 36,
+            "passes": 35,
+            "skill_status": "hidden",
+            "revision": 0,
+            "skill": None,
+        },
     ]
     assert json.loads(json.dumps(pool.history())) == pool.history()
     assert {e["kind"] for e in pool.history()} <= set(EVENT_KINDS)
@@ -45,24 +85,56 @@ def test_refined_events_carry_the_new_skill_and_revision():
     pool.update(29, window)
     refined = [e for e in pool.events if e.kind == "refined"]
     assert [(e.step, e.revision, e.skill, e.pass_rate) for e in refined] == [
-        (19, 1, "skill of a [rev]", 0.0), (29, 2, "skill of a [rev] [rev]", 0.25)]
+        (19, 1, "skill of a [rev]", 0.0),
+        (29, 2, "skill of a [rev] [rev]", 0.25),
+    ]
 
 
 def test_figure_4a_counts():
     reflector = FakeReflector(per_call=3)
     pool = RubricSkillPool(reflector, max_new=3)
-    pool.update(9)                                                         # + p0 p1 p2
+    pool.update(9)  # + p0 p1 p2
     pool.record(reports("p0", passes=10) + reports("p1", fails=10), 12)
-    pool.update(19)                                                        # - p0, p1 active, + p3 p4 p5
+    pool.update(19)  # - p0, p1 active, + p3 p4 p5
     pool.record(reports("p1", passes=10) + reports("p2", passes=10), 22)
-    pool.update(29)                                                        # - p1 p2, + p6 p7 p8
+    pool.update(29)  # - p1 p2, + p6 p7 p8
     assert pool.counts() == [
-        {"step": 9, "active_rubrics": 3, "active_skills": 0, "added": 3, "retired": 0, "activated": 0,
-         "hidden": 0, "refined": 0, "added_total": 3, "retired_total": 0},
-        {"step": 19, "active_rubrics": 5, "active_skills": 1, "added": 3, "retired": 1, "activated": 1,
-         "hidden": 0, "refined": 0, "added_total": 6, "retired_total": 1},
-        {"step": 29, "active_rubrics": 6, "active_skills": 0, "added": 3, "retired": 2, "activated": 0,
-         "hidden": 0, "refined": 0, "added_total": 9, "retired_total": 3},
+        {
+            "step": 9,
+            "active_rubrics": 3,
+            "active_skills": 0,
+            "added": 3,
+            "retired": 0,
+            "activated": 0,
+            "hidden": 0,
+            "refined": 0,
+            "added_total": 3,
+            "retired_total": 0,
+        },
+        {
+            "step": 19,
+            "active_rubrics": 5,
+            "active_skills": 1,
+            "added": 3,
+            "retired": 1,
+            "activated": 1,
+            "hidden": 0,
+            "refined": 0,
+            "added_total": 6,
+            "retired_total": 1,
+        },
+        {
+            "step": 29,
+            "active_rubrics": 6,
+            "active_skills": 0,
+            "added": 3,
+            "retired": 2,
+            "activated": 0,
+            "hidden": 0,
+            "refined": 0,
+            "added_total": 9,
+            "retired_total": 3,
+        },
     ]
     assert json.loads(json.dumps([u.to_dict() for u in pool.updates])) == [u.to_dict() for u in pool.updates]
     assert pool.updates[1].pass_rates == {"p0": 1.0, "p1": 0.0, "p2": None}
@@ -89,12 +161,17 @@ Inspect tool responses.
 
 
 def test_prompt_lists_active_skills_in_pool_order():
-    pool = RubricSkillPool(FakeReflector(), max_new=0, base_prompt="You are an agent.\n\n", proposals=[
-        proposal("a", skill="  Read back the artifact.\nCompare it with the spec.\n"),
-        proposal("hidden", skill="never shown"),
-        proposal("c", skill="Inspect tool responses."),
-    ])
-    assert pool.system_prompt() == "You are an agent.\n\n"              # nothing active: base unchanged
+    pool = RubricSkillPool(
+        FakeReflector(),
+        max_new=0,
+        base_prompt="You are an agent.\n\n",
+        proposals=[
+            proposal("a", skill="  Read back the artifact.\nCompare it with the spec.\n"),
+            proposal("hidden", skill="never shown"),
+            proposal("c", skill="Inspect tool responses."),
+        ],
+    )
+    assert pool.system_prompt() == "You are an agent.\n\n"  # nothing active: base unchanged
     pool.record(reports("c", fails=1) + reports("a", fails=1) + reports("hidden", passes=1, fails=1), 0)
     pool.update(9)
     assert pool.system_prompt() == EXPECTED

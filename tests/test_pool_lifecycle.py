@@ -13,8 +13,9 @@ HIDDEN, ACTIVE = SkillStatus.HIDDEN, SkillStatus.ACTIVE
 
 def make_pool(ids, reflector=None, **kwargs):
     kwargs.setdefault("max_new", 0)
-    return RubricSkillPool(reflector if reflector is not None else FakeReflector(),
-                           proposals=[proposal(i) for i in ids], **kwargs)
+    return RubricSkillPool(
+        reflector if reflector is not None else FakeReflector(), proposals=[proposal(i) for i in ids], **kwargs
+    )
 
 
 def run_window(pool, counts, step, trajectories=None):
@@ -36,18 +37,21 @@ below = lambda x: math.nextafter(x, -1.0)  # noqa: E731
 above = lambda x: math.nextafter(x, 2.0)  # noqa: E731
 
 
-@pytest.mark.parametrize("rate, hidden_kind, active_kind", [
-    (None, "retained", "retained"),
-    (0.0, "activated", "refined"),
-    (below(0.3), "activated", "refined"),
-    (0.3, "activated", "refined"),            # p <= eta_low
-    (above(0.3), "retained", "hidden"),       # eta_low < p
-    (0.5, "retained", "hidden"),
-    (below(0.9), "retained", "hidden"),       # p < eta_high
-    (0.9, "retired", "retired"),              # p >= eta_high
-    (above(0.9), "retired", "retired"),
-    (1.0, "retired", "retired"),
-])
+@pytest.mark.parametrize(
+    "rate, hidden_kind, active_kind",
+    [
+        (None, "retained", "retained"),
+        (0.0, "activated", "refined"),
+        (below(0.3), "activated", "refined"),
+        (0.3, "activated", "refined"),  # p <= eta_low
+        (above(0.3), "retained", "hidden"),  # eta_low < p
+        (0.5, "retained", "hidden"),
+        (below(0.9), "retained", "hidden"),  # p < eta_high
+        (0.9, "retired", "retired"),  # p >= eta_high
+        (above(0.9), "retired", "retired"),
+        (1.0, "retired", "retired"),
+    ],
+)
 def test_transition_table(rate, hidden_kind, active_kind):
     assert transition(rate, HIDDEN, 0.3, 0.9) == hidden_kind
     assert transition(rate, ACTIVE, 0.3, 0.9) == active_kind
@@ -68,16 +72,26 @@ def test_eta_low_zero_activates_only_at_zero():
 
 def test_hidden_skills_at_exact_thresholds_through_the_pool():
     pool = make_pool(["at_low", "above_low", "below_low", "at_high", "below_high", "above_high"])
-    update = run_window(pool, {
-        "at_low": (3, 7),          # 0.3
-        "below_low": (29, 71),     # 0.29
-        "above_low": (31, 69),     # 0.31
-        "at_high": (9, 1),         # 0.9
-        "below_high": (89, 11),    # 0.89
-        "above_high": (91, 9),     # 0.91
-    }, step=9)
-    assert update.pass_rates == {"at_low": 0.3, "above_low": 0.31, "below_low": 0.29,
-                                 "at_high": 0.9, "below_high": 0.89, "above_high": 0.91}
+    update = run_window(
+        pool,
+        {
+            "at_low": (3, 7),  # 0.3
+            "below_low": (29, 71),  # 0.29
+            "above_low": (31, 69),  # 0.31
+            "at_high": (9, 1),  # 0.9
+            "below_high": (89, 11),  # 0.89
+            "above_high": (91, 9),  # 0.91
+        },
+        step=9,
+    )
+    assert update.pass_rates == {
+        "at_low": 0.3,
+        "above_low": 0.31,
+        "below_low": 0.29,
+        "at_high": 0.9,
+        "below_high": 0.89,
+        "above_high": 0.91,
+    }
     assert update.activated == ("at_low", "below_low")
     assert update.retired == ("at_high", "above_high")
     assert update.retained == ("above_low", "below_high")
@@ -91,12 +105,20 @@ def test_active_skills_at_exact_thresholds_through_the_pool():
     ids = ["at_low", "above_low", "below_low", "at_high", "below_high", "above_high"]
     reflector = FakeReflector()
     pool = make_pool(ids, reflector)
-    run_window(pool, {i: (0, 1) for i in ids}, step=9)          # p = 0: every skill activated
+    run_window(pool, {i: (0, 1) for i in ids}, step=9)  # p = 0: every skill activated
     assert all(status(pool, i) == ACTIVE for i in ids)
-    update = run_window(pool, {
-        "at_low": (30, 70), "below_low": (29, 71), "above_low": (31, 69),
-        "at_high": (90, 10), "below_high": (89, 11), "above_high": (91, 9),
-    }, step=19)
+    update = run_window(
+        pool,
+        {
+            "at_low": (30, 70),
+            "below_low": (29, 71),
+            "above_low": (31, 69),
+            "at_high": (90, 10),
+            "below_high": (89, 11),
+            "above_high": (91, 9),
+        },
+        step=19,
+    )
     assert update.refined == ("at_low", "below_low")
     assert update.hidden == ("above_low", "below_high")
     assert update.retired == ("at_high", "above_high")
@@ -118,26 +140,26 @@ def test_hidden_active_hidden_cycle_and_refine_keeps_the_rubric():
     spec_before = pool.active_rubrics()[0]
     assert pool.active_skills() == {}
 
-    run_window(pool, {"r": (2, 8)}, step=9)                              # 0.2 -> activate
+    run_window(pool, {"r": (2, 8)}, step=9)  # 0.2 -> activate
     assert pool.active_skills() == {"r": "skill of r"}
-    assert not [c for c in reflector.calls if c[0] == "refine"]          # activation does not refine
+    assert not [c for c in reflector.calls if c[0] == "refine"]  # activation does not refine
 
     failed = [trajectory(f"s19-r-fail-{n}") for n in range(9)] + [trajectory("s19-r-pass-0"), trajectory("other")]
-    run_window(pool, {"r": (1, 9)}, step=19, trajectories=failed)       # 0.1 while active -> refine
+    run_window(pool, {"r": (1, 9)}, step=19, trajectories=failed)  # 0.1 while active -> refine
     pair = pool.pair("r")
     assert pair.skill.text == "skill of r [rev]" and pair.skill.revisions == 1 and pair.skill.active
-    assert pool.active_rubrics() == [spec_before]                        # rubric unchanged
+    assert pool.active_rubrics() == [spec_before]  # rubric unchanged
     refine = [c for c in reflector.calls if c[0] == "refine"]
     assert refine == [("refine", "r", "skill of r", [f"s19-r-fail-{n}" for n in range(9)])]
 
-    run_window(pool, {"r": (5, 5)}, step=29)                             # 0.5 -> hide
+    run_window(pool, {"r": (5, 5)}, step=29)  # 0.5 -> hide
     assert pool.active_skills() == {} and pool.pair("r").skill.status == HIDDEN
-    assert pool.active_rubrics() == [spec_before]                        # the pair stays
+    assert pool.active_rubrics() == [spec_before]  # the pair stays
 
-    run_window(pool, {"r": (5, 5)}, step=39)                             # hidden, mid -> unchanged
+    run_window(pool, {"r": (5, 5)}, step=39)  # hidden, mid -> unchanged
     assert pool.pair("r").skill.status == HIDDEN
 
-    run_window(pool, {"r": (0, 4)}, step=49)                             # activate again, refined text kept
+    run_window(pool, {"r": (0, 4)}, step=49)  # activate again, refined text kept
     assert pool.active_skills() == {"r": "skill of r [rev]"}
     assert [e.kind for e in pool.events] == ["created", "activated", "refined", "hidden", "retained", "activated"]
 
@@ -209,11 +231,11 @@ def test_pool_never_exceeds_max_pool():
     assert pool.update(9).created == ("p0", "p1", "p2", "p3")
     assert len(pool) == 64 and reflector.calls[-1][3] == 4
     calls = len(reflector.calls)
-    assert pool.update(19).created == ()                        # full and nothing retires: no call at all
+    assert pool.update(19).created == ()  # full and nothing retires: no call at all
     assert len(reflector.calls) == calls and len(pool) == 64
     for n in range(3):
         pool.record(reports(f"r{n}", passes=1), 25)
-    update = pool.update(29)                                    # 3 retire -> room for 3
+    update = pool.update(29)  # 3 retire -> room for 3
     assert update.retired == ("r0", "r1", "r2") and len(update.created) == 3 and len(pool) == 64
     assert reflector.calls[-1][3] == 3
 
@@ -226,13 +248,16 @@ def test_max_pool_smaller_than_max_new():
 def test_order_refine_then_retire_then_generate_with_the_whole_previous_pool():
     reflector = FakeReflector(per_call=1)
     pool = make_pool(["a", "b"], reflector, max_new=8, max_pool=3)
-    run_window(pool, {"a": (0, 1)}, step=9)                     # a active; p0 added (pool full: a, b, p0)
+    run_window(pool, {"a": (0, 1)}, step=9)  # a active; p0 added (pool full: a, b, p0)
     assert pool.rubric_ids() == ["a", "b", "p0"]
     reflector.calls.clear()
     update = run_window(pool, {"a": (0, 1), "b": (1, 0)}, step=19)
     # a refined, b retired; the reflector sees P_k (b included) and room counts b's slot
     window = ["s19-a-fail-0", "s19-b-pass-0"]
-    assert reflector.calls == [("refine", "a", "skill of a", ["s19-a-fail-0"]), ("propose", window, ["a", "b", "p0"], 1)]
+    assert reflector.calls == [
+        ("refine", "a", "skill of a", ["s19-a-fail-0"]),
+        ("propose", window, ["a", "b", "p0"], 1),
+    ]
     assert update.refined == ("a",) and update.retired == ("b",) and update.created == ("p1",)
     assert pool.rubric_ids() == ["a", "p0", "p1"]
     kinds = [(e.kind, e.rubric_id) for e in pool.events if e.step == 19]
@@ -263,7 +288,7 @@ def test_delta_pool_one_updates_every_step():
 def test_fixed_pool_needs_no_reflector_unless_a_skill_must_be_refined():
     pool = RubricSkillPool(None, max_new=0, proposals=[proposal("a")])
     pool.record(reports("a", fails=1), 0)
-    pool.update(9)                                              # activation needs no reflector
+    pool.update(9)  # activation needs no reflector
     pool.record(reports("a", fails=1), 10)
     failed = [trajectory("t-a-fail-0")]
     with pytest.raises(ValueError, match="reflector"):
@@ -284,7 +309,7 @@ def test_refinement_without_failure_evidence_asks_nobody_and_keeps_the_skill():
     assert update.refined == () and update.retained == ("a",)
     assert reflector.calls == [] and pool.pair("a").skill.text == "skill of a"
     with pytest.raises(ValueError, match="reflector"):
-        RubricSkillPool(None).update(9)                         # room for new pairs
+        RubricSkillPool(None).update(9)  # room for new pairs
 
 
 def test_empty_rubric_ids_are_assigned():

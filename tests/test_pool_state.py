@@ -34,7 +34,7 @@ def fresh(reflector=None):
 def test_resume_is_exact_mid_window():
     reflector_a = FakeReflector(per_call=3)
     pool_a = fresh(reflector_a)
-    simulate(pool_a, None, range(0, 37), random.Random(7))         # 37 steps: evidence pending for 35, 36
+    simulate(pool_a, None, range(0, 37), random.Random(7))  # 37 steps: evidence pending for 35, 36
     state = json.loads(json.dumps(pool_a.state_dict()))
     assert pool_a.pass_rates() and any(r is not None for r in pool_a.pass_rates().values())
 
@@ -50,7 +50,7 @@ def test_resume_is_exact_mid_window():
     simulate(pool_b, None, range(37, 80), random.Random(11))
     assert pool_b.state_dict() == pool_a.state_dict()
     kinds = {e.kind for e in pool_a.events}
-    assert {"created", "activated", "refined", "hidden", "retired"} <= kinds   # the run exercised everything
+    assert {"created", "activated", "refined", "hidden", "retired"} <= kinds  # the run exercised everything
 
 
 def test_save_and_load_files(tmp_path):
@@ -73,24 +73,27 @@ def corrupt(state, edit):
     return state
 
 
-@pytest.mark.parametrize("edit, message", [
-    (lambda s: s["config"].update(max_pool=10), "max_pool"),
-    (lambda s: s.update(kind="CapabilitySampler"), "RubricSkillPool"),
-    (lambda s: s.update(format=99), "format"),
-    (lambda s: s["events"][-1].update(pass_rate=math.nan), "pass_rate"),
-    (lambda s: s["events"][-1].update(pass_rate=1.5), "pass_rate"),
-    (lambda s: s["events"][0].update(kind="exploded"), "kind"),
-    (lambda s: s["updates"][0]["pass_rates"].update(p0=math.nan), "pass_rates"),
-    (lambda s: s["pairs"][0].update(status="on"), "status"),
-    (lambda s: s["pairs"][0]["rubric"].update(capability="Cooking"), "capability"),
-    (lambda s: s["pairs"].append(s["pairs"][0]), "repeats"),
-    (lambda s: s["pairs"][0].update(evidence=[[3, 1, 1, 0, 0]]), "closed window"),
-    (lambda s: s["pairs"][0].update(evidence=[[99, -1, 1, 0, 0]]), "evidence"),
-    (lambda s: s["pairs"][0].update(skill=""), "skill"),
-    (lambda s: s.update(last_update_step="9"), "last_update_step"),
-    (lambda s: s["retired"][0].update(retired_step=1000), "retired_step"),
-    (lambda s: s.pop("events"), "events"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda s: s["config"].update(max_pool=10), "max_pool"),
+        (lambda s: s.update(kind="CapabilitySampler"), "RubricSkillPool"),
+        (lambda s: s.update(format=99), "format"),
+        (lambda s: s["events"][-1].update(pass_rate=math.nan), "pass_rate"),
+        (lambda s: s["events"][-1].update(pass_rate=1.5), "pass_rate"),
+        (lambda s: s["events"][0].update(kind="exploded"), "kind"),
+        (lambda s: s["updates"][0]["pass_rates"].update(p0=math.nan), "pass_rates"),
+        (lambda s: s["pairs"][0].update(status="on"), "status"),
+        (lambda s: s["pairs"][0]["rubric"].update(capability="Cooking"), "capability"),
+        (lambda s: s["pairs"].append(s["pairs"][0]), "repeats"),
+        (lambda s: s["pairs"][0].update(evidence=[[3, 1, 1, 0, 0]]), "closed window"),
+        (lambda s: s["pairs"][0].update(evidence=[[99, -1, 1, 0, 0]]), "evidence"),
+        (lambda s: s["pairs"][0].update(skill=""), "skill"),
+        (lambda s: s.update(last_update_step="9"), "last_update_step"),
+        (lambda s: s["retired"][0].update(retired_step=1000), "retired_step"),
+        (lambda s: s.pop("events"), "events"),
+    ],
+)
 def test_corrupted_state_is_refused_and_nothing_changes(edit, message):
     pool = fresh(FakeReflector(per_call=3))
     simulate(pool, None, range(27), random.Random(3))
@@ -106,7 +109,7 @@ def test_corrupted_state_is_refused_and_nothing_changes(edit, message):
 def test_proposals_of_held_or_retired_ids_are_dropped_not_fatal():
     pool = RubricSkillPool(FakeReflector(bad=[proposal("a"), proposal("x")]), proposals=[proposal("a"), proposal("b")])
     pool.record(reports("b", passes=2), 0)
-    update = pool.update(9)                                                 # b retires; a is still held
+    update = pool.update(9)  # b retires; a is still held
     assert update.retired == ("b",) and update.created == ("x",) and update.dropped == 1
     pool.record(reports("x", fails=1), 12)
     update = pool.update(19, reflector=FakeReflector(bad=[proposal("b")]))  # b was retired: never reused
@@ -117,9 +120,9 @@ def test_reflector_failure_leaves_the_pool_unchanged():
     reflector = FakeReflector(per_call=2)
     pool = RubricSkillPool(reflector, proposals=[proposal("a"), proposal("b"), proposal("c")])
     pool.record(reports("a", fails=2), 0)
-    pool.update(9)                                                          # a active, + p0 p1
+    pool.update(9)  # a active, + p0 p1
     pool.record(reports("a", fails=2) + reports("b", passes=2) + reports("c", passes=1, fails=1), 12)
-    pool.record(reports("c", fails=1), 21)                                  # pending for the next window
+    pool.record(reports("c", fails=1), 21)  # pending for the next window
     before = json.dumps(pool.state_dict())
     prompt = pool.system_prompt("x")
 
@@ -139,19 +142,28 @@ def test_reflector_failure_leaves_the_pool_unchanged():
         assert json.dumps(pool.state_dict()) == before
         assert pool.system_prompt("x") == prompt and pool.last_update_step == 9
 
-    update = pool.update(19, [trajectory("t-a-fail-0")])                   # the same update, retried
+    update = pool.update(19, [trajectory("t-a-fail-0")])  # the same update, retried
     assert update.refined == ("a",) and update.retired == ("b",) and update.retained == ("c", "p0", "p1")
-    assert pool.pass_rates()["c"] == 0.0                                    # pending evidence survived
+    assert pool.pass_rates()["c"] == 0.0  # pending evidence survived
 
 
 def test_bad_constructor_arguments():
     cases = [
-        (dict(max_pool=0), "max_pool"), (dict(max_new=-1), "max_new"), (dict(delta_pool=0), "delta_pool"),
-        (dict(eta_high=0.0), "eta_high"), (dict(eta_high=1.2), "eta_high"), (dict(eta_high=math.nan), "eta_high"),
-        (dict(eta_low=0.9), "eta_low"), (dict(eta_low=-0.1), "eta_low"), (dict(eta_low=math.nan), "eta_low"),
-        (dict(eta_low=True), "eta_low"), (dict(capabilities="Verification"), "capabilities"),
-        (dict(capabilities=("A", "A")), "capabilities"), (dict(base_prompt=3), "base_prompt"),
-        (dict(max_failures=-1), "max_failures"), (dict(proposals=proposal("a")), "proposals"),
+        (dict(max_pool=0), "max_pool"),
+        (dict(max_new=-1), "max_new"),
+        (dict(delta_pool=0), "delta_pool"),
+        (dict(eta_high=0.0), "eta_high"),
+        (dict(eta_high=1.2), "eta_high"),
+        (dict(eta_high=math.nan), "eta_high"),
+        (dict(eta_low=0.9), "eta_low"),
+        (dict(eta_low=-0.1), "eta_low"),
+        (dict(eta_low=math.nan), "eta_low"),
+        (dict(eta_low=True), "eta_low"),
+        (dict(capabilities="Verification"), "capabilities"),
+        (dict(capabilities=("A", "A")), "capabilities"),
+        (dict(base_prompt=3), "base_prompt"),
+        (dict(max_failures=-1), "max_failures"),
+        (dict(proposals=proposal("a")), "proposals"),
         (dict(proposals=[proposal("a", capability="Cooking")]), r"proposals\[0\].rubric.capability"),
         (dict(proposals=[proposal("a"), proposal("a")]), r"proposals\[1\].rubric.rubric_id"),
         (dict(proposals=[proposal(f"r{n}") for n in range(3)], max_pool=2), "max_pool"),
@@ -177,6 +189,10 @@ def test_rubric_capabilities_feed_the_sampler():
     pool.update(9)
     sampler = CapabilitySampler({"t1": ["x"], "t2": ["y"]}, batch_size=1, group_size=2, seed=0)
     sampler.set_rubrics(pool.rubric_capabilities())
-    assert pool.rubric_capabilities() == {"p0": "Verification", "p1": "Efficiency",
-                                          "p2": "Verification", "p3": "Efficiency"}
+    assert pool.rubric_capabilities() == {
+        "p0": "Verification",
+        "p1": "Efficiency",
+        "p2": "Verification",
+        "p3": "Efficiency",
+    }
     assert [r.rubric_id for r in pool.active_rubrics()] == list(pool.rubric_capabilities())

@@ -11,12 +11,24 @@ from collections import Counter
 import pytest
 
 from rwcore.arise.pool.prompt import render_system_prompt
-from rwcore.trainer.envs.negotiation import (GUIDANCE_SITUATIONS, NegotiationEnv, observe_situation, random_policy,
-                                             scripted_policy, situation_of)
+from rwcore.trainer.envs.negotiation import (
+    GUIDANCE_SITUATIONS,
+    NegotiationEnv,
+    observe_situation,
+    random_policy,
+    scripted_policy,
+    situation_of,
+)
 from rwcore.trainer.envs.negotiation_rubrics import RULES_BY_ID, SKILLS
 from rwcore.trainer.policy import WordCodec
-from rwcore.trainer.prior.corpus import (CorpusSpec, encode_conversation, fillers_for, heldout_pairs, make_example,
-                                         parse_guidance)
+from rwcore.trainer.prior.corpus import (
+    CorpusSpec,
+    encode_conversation,
+    fillers_for,
+    heldout_pairs,
+    make_example,
+    parse_guidance,
+)
 
 ENV = NegotiationEnv()
 LANGUAGE = ENV.guidance_language()
@@ -28,8 +40,17 @@ CHI2_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32
 
 
 def example(index, spec=SPEC):
-    return make_example(index, spec, LANGUAGE, CODEC, ENV.system_prompt, ENV.max_turns, HELDOUT, FILLERS,
-                        forbidden=set(LANGUAGE.skill_texts))
+    return make_example(
+        index,
+        spec,
+        LANGUAGE,
+        CODEC,
+        ENV.system_prompt,
+        ENV.max_turns,
+        HELDOUT,
+        FILLERS,
+        forbidden=set(LANGUAGE.skill_texts),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +59,7 @@ def corpus():
 
 
 # -- the guidance language ------------------------------------------------------------------------------------
+
 
 def test_observations_show_the_situation_they_were_drawn_for():
     rng = random.Random(0)
@@ -74,7 +96,7 @@ def test_parse_guidance_by_hand():
     assert parse_guidance("if the buyer likes bundle budget say match", LANGUAGE) == ("likes_bundle_budget", "match")
     assert parse_guidance("after the buyer likes bundle say ask", LANGUAGE) == ("likes_bundle", "ask")
     assert parse_guidance("when the buyer wants bundle say bundle", LANGUAGE) == ("wants_bundle", "bundle")
-    assert parse_guidance("use one clear move each turn", LANGUAGE) is None          # no situation, no move
+    assert parse_guidance("use one clear move each turn", LANGUAGE) is None  # no situation, no move
     assert parse_guidance("when the buyer agrees say confirm or close", LANGUAGE) is None  # two moves
     assert parse_guidance("when the buyer agrees or the buyer confirms say close", LANGUAGE) is None  # two situations
 
@@ -121,6 +143,7 @@ def test_following_a_skill_passes_its_rule(rule_id):
 
 
 # -- the corpus ---------------------------------------------------------------------------------------------
+
 
 def test_examples_are_deterministic_and_depend_on_the_seed():
     first, again = example(7), example(7)
@@ -231,4 +254,4 @@ def test_encode_conversation_is_how_rollouts_encode_an_episode():
         assert [p + 1 for p in positions] == [t for t, generated in enumerate(rollout.generated) if generated]
         # and up to the next cue, as the probe asks: the conversation before the last move
         ids, positions = encode_conversation(CODEC, system, observations, moves[:-1])
-        assert ids == rollout.token_ids[:positions[-1] + 1] and ids[-1] == CODEC.vocab["<assistant>"]
+        assert ids == rollout.token_ids[: positions[-1] + 1] and ids[-1] == CODEC.vocab["<assistant>"]

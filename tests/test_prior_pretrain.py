@@ -61,8 +61,13 @@ def test_cached_prior_is_reused_and_keyed_by_what_it_depends_on(tmp_path, monkey
     assert again.folder == built.folder and same_weights(again.state_dict, built.state_dict)
     # every setting of the spec changes the key (and so the folder)
     keys = {built.key}
-    for extra in (["prior.seed=1"], ["prior.lr=1e-3"], ["model.num_heads=4"], ["model.max_length=200"],
-                  ["env.options.max_turns=5"]):
+    for extra in (
+        ["prior.seed=1"],
+        ["prior.lr=1e-3"],
+        ["model.num_heads=4"],
+        ["model.max_length=200"],
+        ["env.options.max_turns=5"],
+    ):
         cfg = config(tmp_path, *extra)
         keys.add(pretrain_module._key(prior_spec(cfg, envs.make("negotiation", **cfg.env.options))))
     assert len(keys) == 6
@@ -110,8 +115,17 @@ def test_a_killed_rw_pretrain_leaves_no_prior_and_the_next_build_cleans_up(tmp_p
     """SIGKILL a real `rw pretrain` while it trains (and a staging folder such a kill leaves while writing):
     the cache holds no prior, and the next build removes the staging folder and writes an intact one."""
     cache = tmp_path / "cache"
-    argv = [sys.executable, "-m", "rwcore.trainer", "pretrain", "--quiet", *TINY_MODEL, "prior.steps=100000",
-            "prior.batch_size=8", f"prior.cache_dir={cache}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "rwcore.trainer",
+        "pretrain",
+        "--quiet",
+        *TINY_MODEL,
+        "prior.steps=100000",
+        "prior.batch_size=8",
+        f"prior.cache_dir={cache}",
+    ]
     process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
     for line in process.stderr:
         if "rw pretrain: step" in line:
@@ -130,12 +144,21 @@ def test_a_killed_rw_pretrain_leaves_no_prior_and_the_next_build_cleans_up(tmp_p
 
 def test_concurrent_builds_train_once(tmp_path):
     """Two processes asking for the same prior at once: one trains, the other waits and loads it."""
-    code = ("import sys; from rwcore.trainer import envs; from rwcore.trainer.config import load_config; "
-            "from rwcore.trainer.prior import ensure_prior; "
-            "p = ensure_prior(load_config(None, sys.argv[1:]), envs.make('negotiation'), progress=False); "
-            "print(p.key, p.report['seconds'])")
-    argv = [sys.executable, "-c", code, *TINY_MODEL, "prior.steps=150", "prior.batch_size=8",
-            f"prior.cache_dir={tmp_path / 'cache'}"]
+    code = (
+        "import sys; from rwcore.trainer import envs; from rwcore.trainer.config import load_config; "
+        "from rwcore.trainer.prior import ensure_prior; "
+        "p = ensure_prior(load_config(None, sys.argv[1:]), envs.make('negotiation'), progress=False); "
+        "print(p.key, p.report['seconds'])"
+    )
+    argv = [
+        sys.executable,
+        "-c",
+        code,
+        *TINY_MODEL,
+        "prior.steps=150",
+        "prior.batch_size=8",
+        f"prior.cache_dir={tmp_path / 'cache'}",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     time.sleep(0.5)
@@ -180,9 +203,19 @@ def test_rw_pretrain_and_rw_probe_commands(tmp_path, capsys):
     assert "guidance language" in capsys.readouterr().err
 
 
-SMALL_RUN = ["env.options.num_train=24", "env.options.num_eval=4", "rollout.tasks_per_step=2", "rollout.group_size=2",
-             "train.eval_every=0", "train.checkpoint_every=1", "pool.delta_pool=1", "rewardweaver.diagnosis_tasks=2",
-             "rewardweaver.diagnostic_tasks=0", "rewardweaver.min_support=1", "train.steps=1"]
+SMALL_RUN = [
+    "env.options.num_train=24",
+    "env.options.num_eval=4",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "train.eval_every=0",
+    "train.checkpoint_every=1",
+    "pool.delta_pool=1",
+    "rewardweaver.diagnosis_tasks=2",
+    "rewardweaver.diagnostic_tasks=0",
+    "rewardweaver.min_support=1",
+    "train.steps=1",
+]
 
 
 def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
@@ -195,8 +228,11 @@ def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
     prior = ensure_prior(config(tmp_path), ENV, progress=False, log=lambda line: None)
     starts = {}
     for method, seed in (("outcome_only", 0), ("arise", 1), ("rewardweaver", 2)):
-        trainer = Trainer(load_config(None, [*TINY, cache, *SMALL_RUN, f"train.method={method}", f"train.seed={seed}"]),
-                          tmp_path / method, quiet=True)
+        trainer = Trainer(
+            load_config(None, [*TINY, cache, *SMALL_RUN, f"train.method={method}", f"train.seed={seed}"]),
+            tmp_path / method,
+            quiet=True,
+        )
         trainer.setup()
         starts[method] = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
         trainer.cleanup()
@@ -206,8 +242,11 @@ def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
     assert all(same_weights(weights, prior.state_dict) for weights in starts.values())
     random_runs = []
     for seed in (0, 1):
-        trainer = Trainer(load_config(None, [*TINY, cache, *SMALL_RUN, "model.init=random", f"train.seed={seed}"]),
-                          tmp_path / f"random{seed}", quiet=True)
+        trainer = Trainer(
+            load_config(None, [*TINY, cache, *SMALL_RUN, "model.init=random", f"train.seed={seed}"]),
+            tmp_path / f"random{seed}",
+            quiet=True,
+        )
         trainer.setup()
         random_runs.append(trainer.policy.model.state_dict())
         trainer.cleanup()
@@ -230,11 +269,31 @@ def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
 
 def test_rw_ablate_builds_the_prior_once_and_every_run_starts_from_it(tmp_path):
     out = tmp_path / "abl"
-    command = [sys.executable, "-m", "rwcore.trainer", "ablate", "--paper", "arise", "--variants",
-               "arise,outcome_only", "--seeds", "0,1", "--steps", "1", "--jobs", "2", "--quiet", "--out", str(out),
-               *TINY, f"prior.cache_dir={tmp_path / 'cache'}", *SMALL_RUN[:-1]]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                          timeout=900)
+    command = [
+        sys.executable,
+        "-m",
+        "rwcore.trainer",
+        "ablate",
+        "--paper",
+        "arise",
+        "--variants",
+        "arise,outcome_only",
+        "--seeds",
+        "0,1",
+        "--steps",
+        "1",
+        "--jobs",
+        "2",
+        "--quiet",
+        "--out",
+        str(out),
+        *TINY,
+        f"prior.cache_dir={tmp_path / 'cache'}",
+        *SMALL_RUN[:-1],
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=900
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("pretraining the reading prior") == 1
     assert "every run starts from the reading prior" in done.stderr
@@ -243,3 +302,12 @@ def test_rw_ablate_builds_the_prior_once_and_every_run_starts_from_it(tmp_path):
     keys = {json.loads((run / "prior.json").read_text())["model_sha256"] for run in runs}
     assert len(keys) == 1
     assert "pretraining" not in "".join((run / "ablation.log").read_text() for run in runs)
+
+
+def test_the_prior_key_sees_code_changes_but_not_comments_docstrings_or_formatting():
+    digest = pretrain_module._code_digest
+    base = 'def f(x):\n    """Doc."""\n    return x + 1  # one\n'
+    assert digest(base) == digest("def f( x ):\n    # a comment\n    return (x+1)\n")
+    assert digest(base) == digest("def f(x):\n    '''Another doc.'''\n    return x + 1\n")
+    assert digest(base) != digest('def f(x):\n    """Doc."""\n    return x + 2\n')
+    assert digest('s = "ab"\n') == digest('s = ("a"\n     "b")\n')  # implicit concatenation is one constant

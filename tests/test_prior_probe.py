@@ -43,7 +43,7 @@ class RuleReader(torch.nn.Module):
         for row in range(batch):  # it answers at each row's last token only: the probe must ask there
             ids = input_ids[row].tolist()
             t = (int(attention_mask[row].sum()) if attention_mask is not None else length) - 1
-            move = self._read(ids[:t + 1])
+            move = self._read(ids[: t + 1])
             if move is not None:
                 hidden[row, t, self.codec.vocab[move]] = 30.0
         return types.SimpleNamespace(last_hidden_state=hidden)
@@ -54,7 +54,7 @@ class RuleReader(torch.nn.Module):
             return None
         first = ids.index(vocab["<partner>"])
         last = len(ids) - 1 - ids[::-1].index(vocab["<partner>"])
-        observation = self.codec.decode([i for i in ids[last + 1:] if i != vocab["<assistant>"]])
+        observation = self.codec.decode([i for i in ids[last + 1 :] if i != vocab["<assistant>"]])
         situation = situation_of(observation)
         chunks, chunk = [], []
         for token in ids[2:first]:  # the system prompt; <unk> stands for the markers and preamble words
@@ -94,8 +94,11 @@ def test_skill_texts_of_a_perfect_reader(report):
             assert skill["with"] == pytest.approx(1.0, abs=1e-6) and skill["lift"] == pytest.approx(7 / 8, abs=1e-6)
             assert skill["among_all_skills"] == pytest.approx(1.0, abs=1e-6)
         else:
-            assert skill["text"] in ("use one clear move each turn", "never repeat a move the buyer answered",
-                                     "say each move once")
+            assert skill["text"] in (
+                "use one clear move each turn",
+                "never repeat a move the buyer answered",
+                "say each move once",
+            )
     text = format_probe(report)
     assert "P(hinted move) 1.000 with the guidance line, 0.125 without it" in text
     assert "lift min +0.875" in text and "(not probed)  say each move once" in text

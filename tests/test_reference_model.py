@@ -10,9 +10,15 @@ import random
 from collections import Counter
 
 import pytest
-
 from reference_sampler import RefCapabilitySampler, RefEvidenceStore, RefOutcomeSampler, Verdict
-from stats_util import P_FAIL, chi2_sf, gof_pvalue, homogeneity_pvalue, pair_q_monte_carlo, single_selection_probabilities
+from stats_util import (
+    P_FAIL,
+    chi2_sf,
+    gof_pvalue,
+    homogeneity_pvalue,
+    pair_q_monte_carlo,
+    single_selection_probabilities,
+)
 
 G_OBS, G_UNOBS = 0.2, 0.999
 
@@ -31,7 +37,7 @@ def test_store_decay_on_new_version_and_query_decay():
     s.observe(0, 0, 0.0, 1.0, 2)
     assert close(s.query(0, 0, 2), (0.1998, 1.0))
     # query 3 versions later: * 0.999**3
-    f = 0.999 ** 3
+    f = 0.999**3
     assert close(s.query(0, 0, 5), (0.1998 * f, f))
     # query older than v_last: no decay
     assert close(s.query(0, 0, 1), (0.1998, 1.0))
@@ -84,8 +90,10 @@ def test_store_many_variants():
         a.observe(*row)
     b.observe_many(*zip(*rows))
     assert a.cells() == b.cells()
-    assert b.query_many([0, 2, 5], [1, 1, 1], 4) == ([a.query(0, 1, 4)[0], a.query(2, 1, 4)[0], 0.0],
-                                                     [a.query(0, 1, 4)[1], a.query(2, 1, 4)[1], 0.0])
+    assert b.query_many([0, 2, 5], [1, 1, 1], 4) == (
+        [a.query(0, 1, 4)[0], a.query(2, 1, 4)[0], 0.0],
+        [a.query(0, 1, 4)[1], a.query(2, 1, 4)[1], 0.0],
+    )
     with pytest.raises(ValueError, match="successes"):
         b.observe_many([0, 0], [1, 1], [1.0, float("nan")], [0.0, 0.0], [5, 5])
     assert a.cells() == b.cells()
@@ -132,8 +140,12 @@ def test_sampler_hand_worked_record_group():
     assert math.isclose(cs.coverage(), 0.25)
     assert math.isclose(cs.rho(), 0.75)
     assert cs.discovery_candidates() == ["t0", "t1"]
-    assert cs.pair_members() == {("A", "Execution"): ["t0"], ("A", "Verification"): ["t0"],
-                                 ("B", "Execution"): ["t0"], ("B", "Verification"): ["t0"]}
+    assert cs.pair_members() == {
+        ("A", "Execution"): ["t0"],
+        ("A", "Verification"): ["t0"],
+        ("B", "Execution"): ["t0"],
+        ("B", "Verification"): ["t0"],
+    }
 
 
 def test_sampler_hand_worked_na_only_empty_and_pool_change():

@@ -63,19 +63,28 @@ def test_a_registered_sampler_and_process_reward_run_in_a_variant():
         register_sampler("first_tasks", "test")(_FirstTasks)
     if "fixed_rubric" not in process_reward_names():
         register_process_reward("fixed_rubric", description="test")(lambda settings, providers: _FixedRubric())
-    variant = Variant("my_variant", "a test variant", "none", None,
-                      {"process_reward": "fixed_rubric", "arise_rubrics": None, "skills": False,
-                       "sampler": "first_tasks"})
-    method = AdaptiveMethod(variant, {"t0": ["a"], "t1": ["b"], "t2": ["c"]},
-                            MethodSettings(batch_size=2, group_size=2), Providers())
+    variant = Variant(
+        "my_variant",
+        "a test variant",
+        "none",
+        None,
+        {"process_reward": "fixed_rubric", "arise_rubrics": None, "skills": False, "sampler": "first_tasks"},
+    )
+    method = AdaptiveMethod(
+        variant, {"t0": ["a"], "t1": ["b"], "t2": ["c"]}, MethodSettings(batch_size=2, group_size=2), Providers()
+    )
     task_ids = method.sample(0)
     assert task_ids == ["t0", "t1"]
     assert [[s.rubric_id for s in plan] for plan in method.rubrics_to_judge(0, task_ids)] == [["polite"], ["polite"]]
-    trajectories = [Trajectory(task_id=t, turns=[Turn("assistant", "hi", generated=True)], outcome=0.0,
-                               trajectory_id=f"{t}-{k}") for t in task_ids for k in range(2)]
+    trajectories = [
+        Trajectory(task_id=t, turns=[Turn("assistant", "hi", generated=True)], outcome=0.0, trajectory_id=f"{t}-{k}")
+        for t in task_ids
+        for k in range(2)
+    ]
     verdicts = [Verdict.PASS, Verdict.FAIL, Verdict.PASS, Verdict.PASS]
-    reports = [JudgeReport(t.trajectory_id, {"polite": RubricJudgment("polite", v)})
-               for t, v in zip(trajectories, verdicts)]
+    reports = [
+        JudgeReport(t.trajectory_id, {"polite": RubricJudgment("polite", v)}) for t, v in zip(trajectories, verdicts)
+    ]
     scored = method.score(trajectories, reports)
     np.testing.assert_array_equal(scored.process_terms, [1.0, 0.0, 1.0, 1.0])  # R = R_o + mean_A J_d, by hand
     method.observe(0, task_ids, trajectories, scored.judged)

@@ -1,7 +1,6 @@
 """`rw report`: plots from a synthetic run folder; missing or malformed inputs are skipped."""
 
 import json
-import math
 import random
 import struct
 from pathlib import Path
@@ -15,9 +14,14 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 TAGS = ["bulk_buy", "no_deal", "price_match", "used_goods"]
 CAPS = ["Understanding", "Execution", "Verification", "Debugging", "Efficiency"]
 FAMILIES = {
-    "maintain-goal": "Strategy", "switch-strategy": "Strategy", "conditional-concession": "Strategy",
-    "state-benefits": "Communication", "empathy": "Communication",
-    "verify-price": "Verification", "walk-away": "Verification", "cite-budget": "Verification",
+    "maintain-goal": "Strategy",
+    "switch-strategy": "Strategy",
+    "conditional-concession": "Strategy",
+    "state-benefits": "Communication",
+    "empathy": "Communication",
+    "verify-price": "Verification",
+    "walk-away": "Verification",
+    "cite-budget": "Verification",
 }
 
 
@@ -25,24 +29,50 @@ def make_run(folder: Path, steps: int = 60) -> Path:
     rng = random.Random(0)
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "metrics.jsonl", "w") as stream:
-        stream.write(json.dumps({"kind": "eval", "step": 0, "eval/success_rate": 0.12,
-                                 "eval/outcome_mean": 0.2}) + "\n")
+        stream.write(
+            json.dumps({"kind": "eval", "step": 0, "eval/success_rate": 0.12, "eval/outcome_mean": 0.2}) + "\n"
+        )
         for step in range(1, steps + 1):
             rate = min(1.0, 0.1 + 0.5 * step / steps + rng.uniform(-0.1, 0.1))
-            stream.write(json.dumps({"kind": "train", "step": step, "success_rate": rate,
-                                     "outcome_mean": rate, "reward_mean": rate + 0.1,
-                                     "kept_fraction": 0.98, "active_rubrics": 6,
-                                     "invalid_rate": 0.0, "loss": 0.1,
-                                     "time/step": 0.5, "time/adaptive_fraction": 0.05}) + "\n")
+            stream.write(
+                json.dumps(
+                    {
+                        "kind": "train",
+                        "step": step,
+                        "success_rate": rate,
+                        "outcome_mean": rate,
+                        "reward_mean": rate + 0.1,
+                        "kept_fraction": 0.98,
+                        "active_rubrics": 6,
+                        "invalid_rate": 0.0,
+                        "loss": 0.1,
+                        "time/step": 0.5,
+                        "time/adaptive_fraction": 0.05,
+                    }
+                )
+                + "\n"
+            )
             if step % 20 == 0:
-                stream.write(json.dumps({"kind": "eval", "step": step,
-                                         "eval/success_rate": 0.12 + 0.4 * step / steps,
-                                         "eval/outcome_mean": 0.3}) + "\n")
+                stream.write(
+                    json.dumps(
+                        {
+                            "kind": "eval",
+                            "step": step,
+                            "eval/success_rate": 0.12 + 0.4 * step / steps,
+                            "eval/outcome_mean": 0.3,
+                        }
+                    )
+                    + "\n"
+                )
     with open(folder / "sampling.jsonl", "w") as stream:
         for step in range(1, steps + 1):
             caps = CAPS[: 2 + 3 * step // steps]
-            pairs = [{"tag": t, "capability": c, "probability": rng.random()}
-                     for t in TAGS for c in caps if rng.random() < 0.8]
+            pairs = [
+                {"tag": t, "capability": c, "probability": rng.random()}
+                for t in TAGS
+                for c in caps
+                if rng.random() < 0.8
+            ]
             total = sum(p["probability"] for p in pairs) or 1.0
             for p in pairs:
                 p["probability"] /= total
@@ -51,25 +81,29 @@ def make_run(folder: Path, steps: int = 60) -> Path:
     stages = []
     for stage, start in enumerate(range(0, steps, 15)):
         active = rng.sample(caps, 4 if stage else 3)
-        stages.append({"stage": stage, "start_step": start,
-                       "end_step": start + 15 if start + 15 < steps else None,
-                       "active": active, "families": FAMILIES, "strategy": "attribution",
-                       "reason": "attribution over 12 failed trajectories"})
+        stages.append(
+            {
+                "stage": stage,
+                "start_step": start,
+                "end_step": start + 15 if start + 15 < steps else None,
+                "active": active,
+                "families": FAMILIES,
+                "strategy": "attribution",
+                "reason": "attribution over 12 failed trajectories",
+            }
+        )
     (folder / "reward_stages.json").write_text(json.dumps(stages))
     counts, events, active_ids, n = [], [], [], 0
     for step in range(10, steps + 1, 10):
         added = rng.randint(1, 5)
         retired = min(len(active_ids), rng.randint(0, 3))
         for _ in range(retired):
-            events.append({"kind": "retired", "rubric_id": active_ids.pop(0), "step": step,
-                           "pass_rate": 0.95})
+            events.append({"kind": "retired", "rubric_id": active_ids.pop(0), "step": step, "pass_rate": 0.95})
         for _ in range(added):
             active_ids.append(f"r{n}")
-            events.append({"kind": "created", "rubric_id": f"r{n}", "step": step,
-                           "pass_rate": None})
+            events.append({"kind": "created", "rubric_id": f"r{n}", "step": step, "pass_rate": None})
             n += 1
-        counts.append({"step": step, "active": len(active_ids), "added": added,
-                       "retired": retired})
+        counts.append({"step": step, "active": len(active_ids), "added": added, "retired": retired})
     (folder / "pool_counts.json").write_text(json.dumps(counts))
     (folder / "pool_events.json").write_text(json.dumps(events))
     return folder
@@ -137,7 +171,8 @@ def test_torn_metrics_line_and_eval_only(tmp_path):
     (run / "metrics.jsonl").write_text(
         '{"kind": "eval", "step": 0, "eval/success_rate": 0.1}\n'
         '{"kind": "eval", "step": 10, "eval/success_rate": NaN}\n'
-        '{"kind": "eval", "step": 20, "eval/success_rate": 0.4}\n{"kind": "tr')
+        '{"kind": "eval", "step": 20, "eval/success_rate": 0.4}\n{"kind": "tr'
+    )
     notes = {}
     results = render_report(run, notes=notes)
     assert_png(results["success_curves"])
@@ -156,9 +191,21 @@ def test_pool_plot_falls_back_to_events(tmp_path):
 def test_stages_without_active_capabilities_are_skipped(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "reward_stages.json").write_text(json.dumps(
-        [{"stage": 0, "start_step": 0, "end_step": None, "active": [], "families": {},
-          "strategy": "attribution", "reason": ""}]))
+    (run / "reward_stages.json").write_text(
+        json.dumps(
+            [
+                {
+                    "stage": 0,
+                    "start_step": 0,
+                    "end_step": None,
+                    "active": [],
+                    "families": {},
+                    "strategy": "attribution",
+                    "reason": "",
+                }
+            ]
+        )
+    )
     results = render_report(run)
     assert "no capability was active" in results["active_rubric_emphasis"]
 

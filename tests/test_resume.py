@@ -7,9 +7,9 @@ import pickle
 
 import numpy as np
 import pytest
+from _util import normalize
 
 from rwcore import AdaptiveBatchSampler, CapabilitySampler, OutcomeSampler, UniformSampler, Verdict
-from _util import normalize
 
 PASS, FAIL, NA, INVALID = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
 TASKS = {f"task{i}": [f"tag{i % 4}"] + ([f"tag{(i + 1) % 4}"] if i % 3 == 0 else []) for i in range(12)}

@@ -20,9 +20,11 @@ from rwcore.rewardweaver import (
 
 def pearson_on_ranks(x, y):
     """Independent Spearman: ranks by counting (average for ties), then np.corrcoef."""
+
     def ranks(v):
         v = np.asarray(v, dtype=float)
         return np.array([(v < a).sum() + ((v == a).sum() + 1) / 2 for a in v])
+
     with np.errstate(invalid="ignore", divide="ignore"):
         return float(np.corrcoef(ranks(x), ranks(y))[0, 1]), ranks
 
@@ -107,12 +109,8 @@ def test_nan_policy_and_shapes():
 
 
 def test_importance_reduction_and_association():
-    fail = np.array([[0.5, 0.4, 0.1, 0.3],
-                     [0.2, 0.35, 0.1, 0.25],
-                     [0.1, 0.3, 0.2, 0.05]])
-    succ = np.array([[0.1, 0.3, 0.1, 0.2],
-                     [0.1, 0.3, 0.0, 0.05],
-                     [0.0, 0.0, 0.0, 0.0]])
+    fail = np.array([[0.5, 0.4, 0.1, 0.3], [0.2, 0.35, 0.1, 0.25], [0.1, 0.3, 0.2, 0.05]])
+    succ = np.array([[0.1, 0.3, 0.1, 0.2], [0.1, 0.3, 0.0, 0.05], [0.0, 0.0, 0.0, 0.0]])
     importance = bottleneck_importance(fail, succ)
     np.testing.assert_allclose(importance[0], [0.4, 0.1, 0.0, 0.1])
     reduction = failure_reduction(fail)
@@ -132,14 +130,8 @@ def test_importance_reduction_and_association():
 
 
 def test_capability_retention_hand_worked():
-    scores = np.array([[0.6, 0.5, 0.9],
-                       [0.7, 0.6, 0.9],
-                       [0.55, 0.9, np.nan],
-                       [0.8, 0.4, 1.0]])
-    active = np.array([[True, True, True],
-                       [False, True, True],
-                       [False, False, True],
-                       [False, True, True]])
+    scores = np.array([[0.6, 0.5, 0.9], [0.7, 0.6, 0.9], [0.55, 0.9, np.nan], [0.8, 0.4, 1.0]])
+    active = np.array([[True, True, True], [False, True, True], [False, False, True], [False, True, True]])
     result = capability_retention(scores, active, ["switch", "benefits", "empathy"])
     # switch: deactivated after stage 0 -> +0.1, -0.05, +0.2; benefits: after stage 1 -> +0.3, then active again.
     assert [(e.capability_id, e.last_active_stage) for e in result.events] == [("switch", 0), ("benefits", 1)]

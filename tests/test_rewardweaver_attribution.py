@@ -35,19 +35,24 @@ def record(**fields):
     return AttributionRecord(**base)
 
 
-@pytest.mark.parametrize("fields,reasons", [
-    ({}, ()),
-    ({"deficit": False}, ("no_deficit",)),
-    ({"evidence": ""}, ("no_evidence",)),
-    ({"evidence": "   "}, ("no_evidence",)),
-    ({"confidence": 0.49}, ("low_confidence",)),
-    ({"confidence": 0.5}, ()),                      # at the threshold: accepted
-    ({"cause": "partner"}, ("cause_partner",)),
-    ({"cause": "scenario"}, ("cause_scenario",)),
-    ({"cause": "unclear"}, ("cause_unclear",)),
-    ({"deficit": False, "evidence": "", "confidence": 0.1, "cause": "partner"},
-     ("no_deficit", "no_evidence", "low_confidence", "cause_partner")),
-])
+@pytest.mark.parametrize(
+    "fields,reasons",
+    [
+        ({}, ()),
+        ({"deficit": False}, ("no_deficit",)),
+        ({"evidence": ""}, ("no_evidence",)),
+        ({"evidence": "   "}, ("no_evidence",)),
+        ({"confidence": 0.49}, ("low_confidence",)),
+        ({"confidence": 0.5}, ()),  # at the threshold: accepted
+        ({"cause": "partner"}, ("cause_partner",)),
+        ({"cause": "scenario"}, ("cause_scenario",)),
+        ({"cause": "unclear"}, ("cause_unclear",)),
+        (
+            {"deficit": False, "evidence": "", "confidence": 0.1, "cause": "partner"},
+            ("no_deficit", "no_evidence", "low_confidence", "cause_partner"),
+        ),
+    ],
+)
 def test_screen_record_each_rule(fields, reasons):
     assert screen_record(record(**fields), min_confidence=0.5) == reasons
 
@@ -56,15 +61,19 @@ def test_attribute_records_reasons_and_structural_rejections():
     library = build_library(("c1", "c2", "c3"))
     cohort = [
         traj("t1", attribution=[deficit("c1"), deficit("c2", cause="partner")]),
-        traj("t2", attribution=[deficit("c1", confidence=0.2), deficit("c1")]),          # second is a duplicate
-        traj("t3", attribution=[deficit("zzz"), deficit("c2", trajectory_id="t1", confidence=0.95)]),  # not candidate, wrong id
-        traj("t4", attribution=[deficit("c3", cause="scenario")]),                       # external only
-        traj("t5", attribution=[]),                                                      # nothing covers it
+        traj("t2", attribution=[deficit("c1", confidence=0.2), deficit("c1")]),  # second is a duplicate
+        traj(
+            "t3", attribution=[deficit("zzz"), deficit("c2", trajectory_id="t1", confidence=0.95)]
+        ),  # not candidate, wrong id
+        traj("t4", attribution=[deficit("c3", cause="scenario")]),  # external only
+        traj("t5", attribution=[]),  # nothing covers it
         traj("t6", attribution=[deficit("c2", deficit=False)]),
     ]
     result = attribute(cohort, library, ScriptedAttributor())
     assert [(r.trajectory_id, r.capability_id) for r in result.accepted] == [("t1", "c1")]
-    reasons = {(r.record.trajectory_id, r.record.capability_id, r.record.confidence): r.reasons for r in result.rejected}
+    reasons = {
+        (r.record.trajectory_id, r.record.capability_id, r.record.confidence): r.reasons for r in result.rejected
+    }
     assert reasons[("t1", "c2", 0.9)] == ("cause_partner",)
     assert reasons[("t2", "c1", 0.2)] == ("low_confidence",)
     assert reasons[("t2", "c1", 0.9)] == ("duplicate",)
@@ -163,8 +172,12 @@ def test_rate_ranking_counts_candidates_and_leaves_out_external_blame():
 
 def test_rate_ties_break_by_support():
     library = build_library(("a", "b"))
-    cohort = [traj("t1", attribution=[deficit("a")]), traj("t2", attribution=[deficit("a"), deficit("b")]),
-              traj("t3", attribution=[deficit("a"), deficit("b")]), traj("t4", attribution=[deficit("a")])]
+    cohort = [
+        traj("t1", attribution=[deficit("a")]),
+        traj("t2", attribution=[deficit("a"), deficit("b")]),
+        traj("t3", attribution=[deficit("a"), deficit("b")]),
+        traj("t4", attribution=[deficit("a")]),
+    ]
 
     def retrieve(trajectory, candidates):
         return ["a", "b"] if trajectory.trajectory_id in ("t2", "t3") else ["a"]
@@ -175,8 +188,13 @@ def test_rate_ties_break_by_support():
 
 def test_ranking_ties_break_by_confidence_then_id():
     library = build_library(("a", "b", "c"))
-    cohort = [traj(f"t{j}", attribution=[deficit("a", confidence=0.7), deficit("b", confidence=0.9),
-                                          deficit("c", confidence=0.7)]) for j in range(3)]
+    cohort = [
+        traj(
+            f"t{j}",
+            attribution=[deficit("a", confidence=0.7), deficit("b", confidence=0.9), deficit("c", confidence=0.7)],
+        )
+        for j in range(3)
+    ]
     agg = aggregate(attribute(cohort, library, ScriptedAttributor()), min_support=3)
     assert agg.ranking() == ("b", "a", "c")
     assert np.isclose(agg.modes[0].mean_confidence, 0.9)

@@ -1,7 +1,15 @@
 """Controlled expansion: recurrent uncovered failures -> proposals -> the same admission test."""
 
 import pytest
-from rewardweaver_fakes import FakeProposer, LabelJudge, ScriptedAttributor, build_library, deficit, labelled_cases, traj
+from rewardweaver_fakes import (
+    FakeProposer,
+    LabelJudge,
+    ScriptedAttributor,
+    build_library,
+    deficit,
+    labelled_cases,
+    traj,
+)
 
 from rwcore.rewardweaver import (
     CapabilityLibrary,
@@ -16,7 +24,10 @@ from rwcore.verdict import Verdict
 
 def cohort_and_attribution(library, n_unattributed=3):
     cohort = [traj(f"u{j}", 0.0) for j in range(n_unattributed)]
-    cohort += [traj("p1", 0.0, attribution=[deficit("c1", cause="partner")]), traj("a1", 0.0, attribution=[deficit("c1")])]
+    cohort += [
+        traj("p1", 0.0, attribution=[deficit("c1", cause="partner")]),
+        traj("a1", 0.0, attribution=[deficit("c1")]),
+    ]
     return cohort, attribute(cohort, library, ScriptedAttributor())
 
 
@@ -34,9 +45,9 @@ def test_uncovered_behaviour_trigger_normalizes_and_counts_distinct_trajectories
     reports = [
         JudgeReport("t0", {}, ("Repeats the same offer",)),
         JudgeReport("t1", {}, ("repeats the   same OFFER", "rare thing")),
-        JudgeReport("t1", {}, ("repeats the same offer",)),          # same trajectory twice: counted once
+        JudgeReport("t1", {}, ("repeats the same offer",)),  # same trajectory twice: counted once
         JudgeReport("t3", {}, ("Repeats the same offer",)),
-        JudgeReport("outside", {}, ("rare thing", "rare thing")),    # not in the cohort: ignored
+        JudgeReport("outside", {}, ("rare thing", "rare thing")),  # not in the cohort: ignored
     ]
     triggers = find_expansion_triggers(cohort, reports=reports, min_recurrence=3)
     assert len(triggers) == 1
@@ -47,24 +58,29 @@ def test_uncovered_behaviour_trigger_normalizes_and_counts_distinct_trajectories
 
 def collapsed_cases(cid):
     # The judge (reading metadata) passes everything; references are mixed -> collapsed, low validity.
-    return [LabelledCase(traj(f"{cid}-{s}-{j}", verdicts={cid: Verdict.PASS}),
-                         Verdict.PASS if j % 2 else Verdict.FAIL, s)
-            for s in ("a", "b", "c", "d") for j in range(8)]
+    return [
+        LabelledCase(traj(f"{cid}-{s}-{j}", verdicts={cid: Verdict.PASS}), Verdict.PASS if j % 2 else Verdict.FAIL, s)
+        for s in ("a", "b", "c", "d")
+        for j in range(8)
+    ]
 
 
 def test_expansion_goes_through_admission():
     library = build_library(("c1", "c2"))
     cohort, result = cohort_and_attribution(library, 3)
     triggers = find_expansion_triggers(cohort, attribution=result, min_recurrence=3)
-    proposer = FakeProposer([
-        RubricSpec("clarity", "Uses clear language", capability="Expression"),
-        RubricSpec("empathy", "Responds to feelings", capability="Relationship"),
-        RubricSpec("c1", "a redefinition of c1"),
-        RubricSpec("extra", "beyond max_new"),
-    ])
+    proposer = FakeProposer(
+        [
+            RubricSpec("clarity", "Uses clear language", capability="Expression"),
+            RubricSpec("empathy", "Responds to feelings", capability="Relationship"),
+            RubricSpec("c1", "a redefinition of c1"),
+            RubricSpec("extra", "beyond max_new"),
+        ]
+    )
     provided = {"clarity": labelled_cases("clarity"), "empathy": collapsed_cases("empathy")}
-    out = expand_library(library, proposer, triggers, cohort, LabelJudge(), lambda cap: provided[cap.capability_id],
-                         max_new=3)
+    out = expand_library(
+        library, proposer, triggers, cohort, LabelJudge(), lambda cap: provided[cap.capability_id], max_new=3
+    )
     assert proposer.seen == [(["u0", "u1", "u2"], ["c1", "c2"], 3)]
     assert [spec.rubric_id for spec in out.proposed] == ["clarity", "empathy", "c1"]
     reports = {r.capability_id: r for r in out.reports}
@@ -87,8 +103,9 @@ def test_expansion_uses_the_library_config_and_commit_false():
     out = expand_library(library, proposer, triggers, cohort, LabelJudge(), lambda cap: labelled_cases("clarity"))
     assert out.admitted == () and "too few applicable" in out.reports[0].reasons[0]
     library2 = build_library(("c1",))
-    out = expand_library(library2, proposer, triggers, cohort, LabelJudge(), lambda cap: labelled_cases("clarity"),
-                         commit=False)
+    out = expand_library(
+        library2, proposer, triggers, cohort, LabelJudge(), lambda cap: labelled_cases("clarity"), commit=False
+    )
     assert out.admitted == ("clarity",) and "clarity" not in library2
 
 

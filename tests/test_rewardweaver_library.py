@@ -19,8 +19,13 @@ from rwcore.rewardweaver import (
 from rwcore.types import RubricSpec
 from rwcore.verdict import Verdict
 
-CAND = Capability("empathy", "Responds to the partner's feelings", family="Relationship",
-                  applicability="the partner expresses a feeling", evaluator_prompt="Score empathy.")
+CAND = Capability(
+    "empathy",
+    "Responds to the partner's feelings",
+    family="Relationship",
+    applicability="the partner expresses a feeling",
+    evaluator_prompt="Score empathy.",
+)
 
 
 def test_accurate_evaluator_is_admitted_with_metrics():
@@ -39,8 +44,14 @@ def test_accurate_evaluator_is_admitted_with_metrics():
     assert all(any(f"-{s}-" in tid for s in report.heldout_sources) for tid in judged)
     entry = library["empathy"]
     assert entry.evaluator == "fake:label-judge"
-    assert entry.rubric == RubricSpec("empathy", "Responds to the partner's feelings",
-                                      "the partner expresses a feeling", "Relationship", "Score empathy.", True)
+    assert entry.rubric == RubricSpec(
+        "empathy",
+        "Responds to the partner's feelings",
+        "the partner expresses a feeling",
+        "Relationship",
+        "Score empathy.",
+        True,
+    )
     assert library.families() == {"Relationship": ("empathy",)}
 
 
@@ -64,8 +75,9 @@ def test_nearly_collapsed_within_tolerance():
     cases.append(LabelledCase(traj("f", verdicts={"empathy": Verdict.FAIL}), Verdict.FAIL, "a"))
     report, _ = acceptance_test(CAND, LabelJudge(), heldout_cases=cases)  # pass rate 19/20 = 0.95 >= 1 - 0.05
     assert report.collapsed and not report.admitted
-    report, entry = acceptance_test(CAND, LabelJudge(), heldout_cases=cases,
-                                    config=AdmissionConfig(collapse_tolerance=0.04))
+    report, entry = acceptance_test(
+        CAND, LabelJudge(), heldout_cases=cases, config=AdmissionConfig(collapse_tolerance=0.04)
+    )
     assert not report.collapsed and report.admitted and entry is not None
 
 
@@ -80,8 +92,14 @@ def test_too_low_validity_is_rejected():
 def test_validity_threshold_is_configurable():
     # 12 applicable held-out cases, the judge wrong on 2 of them -> validity 12/14.
     cases = labelled_cases("empathy", sources=("a", "b"))
-    wrong = [LabelledCase(dataclasses.replace(c.trajectory, metadata={"verdicts": {"empathy": Verdict.FAIL}}), c.label, c.source)
-             if c.trajectory.trajectory_id in ("empathy-a-0", "empathy-b-0") else c for c in cases]
+    wrong = [
+        LabelledCase(
+            dataclasses.replace(c.trajectory, metadata={"verdicts": {"empathy": Verdict.FAIL}}), c.label, c.source
+        )
+        if c.trajectory.trajectory_id in ("empathy-a-0", "empathy-b-0")
+        else c
+        for c in cases
+    ]
     report, _ = acceptance_test(CAND, LabelJudge(), heldout_cases=wrong)
     assert report.validity_rate == pytest.approx(12 / 14) and report.admitted
     report, _ = acceptance_test(CAND, LabelJudge(), heldout_cases=wrong, config=AdmissionConfig(min_validity=0.9))
@@ -97,7 +115,8 @@ def test_too_few_applicable_and_not_contrastive_and_invalid():
     assert any("not contrastive" in r for r in report.reasons)
     # Judge fails (INVALID, the LabelJudge default) on cases without a scripted verdict.
     broken = labelled_cases("empathy", sources=("a", "b")) + [
-        LabelledCase(traj(f"x{j}"), Verdict.PASS, "a") for j in range(6)]
+        LabelledCase(traj(f"x{j}"), Verdict.PASS, "a") for j in range(6)
+    ]
     report, _ = acceptance_test(CAND, LabelJudge(), heldout_cases=broken)
     assert report.n_invalid == 6 and report.invalid_rate == pytest.approx(6 / 20)
     assert any("INVALID" in r for r in report.reasons) and not report.admitted
@@ -179,12 +198,15 @@ def test_save_load_round_trip(tmp_path, suffix):
 
 
 @pytest.mark.parametrize("suffix", [".json", ".yml"])
-@pytest.mark.parametrize("field,value", [
-    (("capability", "definition"), "a quietly edited definition"),
-    (("capability", "evaluator_prompt"), "new prompt"),
-    (("evaluator",), "another-model"),
-    (("admission", "validity_rate"), 0.99),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        (("capability", "definition"), "a quietly edited definition"),
+        (("capability", "evaluator_prompt"), "new prompt"),
+        (("evaluator",), "another-model"),
+        (("admission", "validity_rate"), 0.99),
+    ],
+)
 def test_tampered_file_is_refused_naming_the_capability(tmp_path, suffix, field, value):
     library = build_library(("a", "b"))
     path = tmp_path / f"library{suffix}"

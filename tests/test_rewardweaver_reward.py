@@ -15,10 +15,10 @@ def test_hand_worked_rewards_with_na_and_invalid():
     """normalize="applicable": the mean over the judgments that are defined."""
     outcomes = [1.0, 0.0, 0.5, 0.2]
     jbar = [
-        [1.0, 0.5, nan],   # third rubric NA: (1 + 0.5) / 2 = 0.75          -> 1.75
-        [0.0, 0.0, 0.0],   # all applicable, all failed: 0                  -> 0.0
-        [nan, nan, nan],   # nothing applies / all invalid: process term 0  -> 0.5
-        [0.2, nan, 0.8],   # (0.2 + 0.8) / 2 = 0.5                          -> 0.7
+        [1.0, 0.5, nan],  # third rubric NA: (1 + 0.5) / 2 = 0.75          -> 1.75
+        [0.0, 0.0, 0.0],  # all applicable, all failed: 0                  -> 0.0
+        [nan, nan, nan],  # nothing applies / all invalid: process term 0  -> 0.5
+        [0.2, nan, 0.8],  # (0.2 + 0.8) / 2 = 0.5                          -> 0.7
     ]
     kw = {"normalize": "applicable"}
     np.testing.assert_allclose(process_reward(outcomes, jbar, **kw), [1.75, 0.0, 0.5, 0.7])
@@ -33,10 +33,10 @@ def test_hand_worked_rewards_active_set_normalization_is_the_default():
     so reaching a check that then fails is never worse than not reaching it."""
     outcomes = [1.0, 0.0, 0.5, 0.2]
     jbar = [
-        [1.0, 0.5, nan],   # (1 + 0.5 + 0) / 3 = 0.5                        -> 1.5
-        [0.0, 0.0, 0.0],   # 0                                               -> 0.0
-        [nan, nan, nan],   # nothing defined: empty_value (0)                -> 0.5
-        [0.2, nan, 0.8],   # (0.2 + 0 + 0.8) / 3 = 1/3                       -> 0.2 + 1/3
+        [1.0, 0.5, nan],  # (1 + 0.5 + 0) / 3 = 0.5                        -> 1.5
+        [0.0, 0.0, 0.0],  # 0                                               -> 0.0
+        [nan, nan, nan],  # nothing defined: empty_value (0)                -> 0.5
+        [0.2, nan, 0.8],  # (0.2 + 0 + 0.8) / 3 = 1/3                       -> 0.2 + 1/3
     ]
     np.testing.assert_allclose(process_reward(outcomes, jbar), [1.5, 0.0, 0.5, 0.2 + 1 / 3])
     np.testing.assert_allclose(process_reward(outcomes, jbar, empty_value=0.5), [1.5, 0.0, 1.0, 0.2 + 1 / 3])
@@ -75,15 +75,24 @@ def test_bad_input():
 
 def test_judgment_matrix_from_reports():
     reports = [
-        JudgeReport("t1", {"a": judgment("a", Verdict.PASS), "b": judgment("b", Verdict.FAIL, 0.25),
-                           "other": judgment("other", Verdict.PASS)}),
+        JudgeReport(
+            "t1",
+            {
+                "a": judgment("a", Verdict.PASS),
+                "b": judgment("b", Verdict.FAIL, 0.25),
+                "other": judgment("other", Verdict.PASS),
+            },
+        ),
         JudgeReport("t2", {"a": judgment("a", Verdict.NA), "b": judgment("b", Verdict.INVALID)}),
-        JudgeReport("t3", {"b": judgment("b", Verdict.PASS, 0.75)}),   # "a" missing -> INVALID
+        JudgeReport("t3", {"b": judgment("b", Verdict.PASS, 0.75)}),  # "a" missing -> INVALID
     ]
     values, codes = judgment_matrix(reports, ["a", "b"], trajectory_ids=["t1", "t2", "t3"])
     np.testing.assert_array_equal(values, [[1.0, 0.25], [nan, nan], [nan, 0.75]])
-    assert codes.tolist() == [[Verdict.PASS, Verdict.FAIL], [Verdict.NA, Verdict.INVALID],
-                              [Verdict.INVALID, Verdict.PASS]]
+    assert codes.tolist() == [
+        [Verdict.PASS, Verdict.FAIL],
+        [Verdict.NA, Verdict.INVALID],
+        [Verdict.INVALID, Verdict.PASS],
+    ]
     # active set |A| = 2: t1 (1 + 0.25) / 2, t3 (0 + 0.75) / 2 = 0.375
     np.testing.assert_allclose(process_reward([0.0, 0.0, 1.0], values), [0.625, 0.0, 1.375])
     rates, n = judge_failure_rates(codes)

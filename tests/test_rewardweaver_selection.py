@@ -26,9 +26,12 @@ def mode(cid, support, cohort=20, conf=0.8):
 
 def failures(*pairs, cohort=20):
     """Modes ranked by support (aggregate's rank_by="support")."""
-    modes = sorted((mode(c, s, cohort) for c, s in pairs), key=lambda m: (-m.support, -m.mean_confidence, m.capability_id))
-    return AggregatedFailures(tuple(m for m in modes if m.recurrent), tuple(m for m in modes if not m.recurrent), cohort, 3,
-                              rank_by="support")
+    modes = sorted(
+        (mode(c, s, cohort) for c, s in pairs), key=lambda m: (-m.support, -m.mean_confidence, m.capability_id)
+    )
+    return AggregatedFailures(
+        tuple(m for m in modes if m.recurrent), tuple(m for m in modes if not m.recurrent), cohort, 3, rank_by="support"
+    )
 
 
 def test_attribution_takes_top_budget_recurrent_modes():
@@ -43,8 +46,10 @@ def test_attribution_takes_top_budget_recurrent_modes():
 
 def test_attribution_by_rate_scores_and_names_the_rate():
     # support 12 of 40 candidates (0.3) against support 4 of 4 (1.0): the rate ranking puts c2 first
-    modes = (FailureMode("c2", 4, 0.1, 0.9, (), (), True, candidates=4, rate=1.0),
-             FailureMode("c1", 12, 0.3, 0.9, (), (), True, candidates=40, rate=0.3))
+    modes = (
+        FailureMode("c2", 4, 0.1, 0.9, (), (), True, candidates=4, rate=1.0),
+        FailureMode("c1", 12, 0.3, 0.9, (), (), True, candidates=40, rate=0.3),
+    )
     sel = select("attribution", SelectionInput(IDS, budget=1, failures=AggregatedFailures(modes, (), 40, 3)))
     assert sel.active == ("c2",) and sel.scores == {"c2": 1.0, "c1": 0.3}
     assert "ranked by deficit rate" in sel.reason and "c2 (1)" in sel.reason
@@ -55,7 +60,8 @@ def test_empty_evidence_keeps_previous_or_empties():
     sel = select("attribution", SelectionInput(IDS, previous=("c4", "c5"), failures=g))
     assert sel.active == ("c4", "c5") and "previous active set kept" in sel.reason
     sel = make_strategy("attribution", keep_previous_when_empty=False).select(
-        SelectionInput(IDS, previous=("c4",), failures=g))
+        SelectionInput(IDS, previous=("c4",), failures=g)
+    )
     assert sel.active == () and "outcome-only" in sel.reason
 
 
@@ -107,13 +113,14 @@ def test_dynamic_topk_by_judge_failure_rate():
 
 def test_success_failure_contrast():
     fail = failures(("c1", 10), ("c2", 8), ("c3", 6), ("c4", 2), cohort=20)  # F_fail: .5 .4 .3 (.1 not recurrent)
-    succ = failures(("c1", 9), ("c2", 1), ("c5", 5), cohort=20)              # F_succ: .45 .05 .25
+    succ = failures(("c1", 9), ("c2", 1), ("c5", 5), cohort=20)  # F_succ: .45 .05 .25
     sel = select("success_failure_contrast", SelectionInput(IDS, budget=6, failures=fail, successes=succ))
     # contrasts: c2 .35, c3 .30, c1 .05; c4 is not recurrent.
     assert sel.active == ("c2", "c3", "c1")
     assert sel.scores["c2"] == pytest.approx(0.35)
-    assert select("success_failure_contrast",
-                  SelectionInput(IDS, budget=1, failures=fail, successes=succ)).active == ("c2",)
+    assert select("success_failure_contrast", SelectionInput(IDS, budget=1, failures=fail, successes=succ)).active == (
+        "c2",
+    )
 
 
 def test_random_trajectory_attribution_diagnoses_random_trajectories():
@@ -140,7 +147,13 @@ def test_inputs_validation():
         SelectionInput(IDS, failures=failures(("zz", 5)))
     with pytest.raises(ValueError, match="strategy must be one of"):
         make_strategy("best")
-    assert set(STRATEGIES) == {"attribution", "static_topk", "random", "dynamic_topk", "random_trajectory",
-                               "success_failure_contrast"}
+    assert set(STRATEGIES) == {
+        "attribution",
+        "static_topk",
+        "random",
+        "dynamic_topk",
+        "random_trajectory",
+        "success_failure_contrast",
+    }
     with pytest.raises(ValueError, match="static ranking names capability 'zz'"):
         StaticTopK(["zz"]).select(SelectionInput(IDS))

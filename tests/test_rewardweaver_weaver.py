@@ -55,8 +55,12 @@ def test_outer_loop_update_and_history():
     assert second.previous == ("c1", "c2", "c4") and second.active == ("c3", "c5")
     closed, opened = weaver.history.stages
     assert (closed.start_step, closed.end_step, opened.start_step) == (0, 30, 30)
-    assert closed.performance == {"trajectories": 9, "mean_outcome": pytest.approx((5 * 0.1 + 4 * 0.9) / 9),
-                                  "low_outcome_rate": pytest.approx(5 / 9), "goal": 6.5}
+    assert closed.performance == {
+        "trajectories": 9,
+        "mean_outcome": pytest.approx((5 * 0.1 + 4 * 0.9) / 9),
+        "low_outcome_rate": pytest.approx(5 / 9),
+        "goal": 6.5,
+    }
     assert opened.performance is None
     active = weaver.history.active_matrix(["c1", "c3", "c5"])
     assert active.tolist() == [[True, False, False], [False, True, True]]
@@ -89,12 +93,14 @@ def run(weaver, batches, start=0):
 BATCHES = [make_batch("a", STAGE1), make_batch("b", STAGE2), make_batch("c", STAGE1 + STAGE2, n_success=3)]
 
 
-@pytest.mark.parametrize("strategy", ["attribution", "random", "random_trajectory", "static_topk",
-                                      "success_failure_contrast"])
+@pytest.mark.parametrize(
+    "strategy", ["attribution", "random", "random_trajectory", "static_topk", "success_failure_contrast"]
+)
 def test_exact_resume(strategy):
     def fresh():
-        return RewardWeaver(build_library(), ScriptedAttributor(), strategy=strategy, seed=7, min_support=2,
-                            max_success_attributions=2)
+        return RewardWeaver(
+            build_library(), ScriptedAttributor(), strategy=strategy, seed=7, min_support=2, max_success_attributions=2
+        )
 
     full = fresh()
     full_active = run(full, BATCHES)
@@ -136,10 +142,17 @@ def test_strategies_through_the_driver():
     # dynamic_topk: judge FAIL rates among low-outcome trajectories; needs reports.
     dyn = RewardWeaver(library, strategy="dynamic_topk", budget=2)
     batch = make_batch("a", STAGE1, n_success=2)
-    reports = [JudgeReport(t.trajectory_id, {
-        "c7": judgment("c7", Verdict.FAIL if t.outcome < 0.5 else Verdict.PASS),
-        "c8": judgment("c8", Verdict.FAIL if t.trajectory_id in ("a-f0", "a-f1") else Verdict.PASS),
-        "c3": judgment("c3", Verdict.PASS)}) for t in batch]
+    reports = [
+        JudgeReport(
+            t.trajectory_id,
+            {
+                "c7": judgment("c7", Verdict.FAIL if t.outcome < 0.5 else Verdict.PASS),
+                "c8": judgment("c8", Verdict.FAIL if t.trajectory_id in ("a-f0", "a-f1") else Verdict.PASS),
+                "c3": judgment("c3", Verdict.PASS),
+            },
+        )
+        for t in batch
+    ]
     with pytest.raises(ValueError, match="reports are required"):
         dyn.update(batch, step=0)
     update = dyn.update(batch, reports, step=0)
@@ -150,8 +163,14 @@ def test_strategies_through_the_driver():
 def test_expansion_through_the_driver():
     library = build_library(("c1", "c2"))
     proposer = FakeProposer([RubricSpec("clarity", "Uses clear language", capability="Expression")])
-    weaver = RewardWeaver(library, ScriptedAttributor(), proposer=proposer, evaluator=LabelJudge(),
-                          acceptance_cases=lambda cap: labelled_cases(cap.capability_id), min_support=3)
+    weaver = RewardWeaver(
+        library,
+        ScriptedAttributor(),
+        proposer=proposer,
+        evaluator=LabelJudge(),
+        acceptance_cases=lambda cap: labelled_cases(cap.capability_id),
+        min_support=3,
+    )
     batch = make_batch("a", [["c1"], ["c1"], ["c1"], [], [], []])  # three uncovered failures
     update = weaver.update(batch, step=0)
     assert update.expansion.admitted == ("clarity",) and "clarity" in library
@@ -162,8 +181,14 @@ def test_expansion_through_the_driver():
     assert later.active == ("clarity",)
     # Resume carries the grown library.
     other_library = build_library(("c1", "c2"))
-    resumed = RewardWeaver(other_library, ScriptedAttributor(), proposer=proposer, evaluator=LabelJudge(),
-                           acceptance_cases=lambda cap: labelled_cases(cap.capability_id), min_support=3)
+    resumed = RewardWeaver(
+        other_library,
+        ScriptedAttributor(),
+        proposer=proposer,
+        evaluator=LabelJudge(),
+        acceptance_cases=lambda cap: labelled_cases(cap.capability_id),
+        min_support=3,
+    )
     resumed.load_state_dict(json.loads(json.dumps(weaver.state_dict())))
     assert "clarity" in other_library and resumed.active == ("clarity",)
     # Expansion needs all three parts.

@@ -13,9 +13,17 @@ from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import cli
 from rwcore.trainer.cli import main
 
-TINY = ["model.init=random", "env.options.num_train=16", "env.options.num_eval=4", "rollout.tasks_per_step=2",
-        "rollout.group_size=2", "train.steps=2", "train.eval_every=0", "train.checkpoint_every=1",
-        "train.method=rw_outcome_grpo"]
+TINY = [
+    "model.init=random",
+    "env.options.num_train=16",
+    "env.options.num_eval=4",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=2",
+    "train.steps=2",
+    "train.eval_every=0",
+    "train.checkpoint_every=1",
+    "train.method=rw_outcome_grpo",
+]
 
 
 class _NoTrainer:
@@ -31,8 +39,9 @@ def no_trainer(monkeypatch):
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"<dir>")
-            for p in sorted(folder.rglob("*"))}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(folder.rglob("*"))
+    }
 
 
 def _fake_run(folder: Path, steps=(2,)) -> None:
@@ -102,6 +111,7 @@ def test_out_on_an_empty_or_missing_folder_is_fine(monkeypatch, tmp_path):
 
 # ---- an existing run -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("steps", [(1,), (3, 7)])
 def test_out_on_an_existing_run_is_refused_with_the_ways_on(no_trainer, tmp_path, capsys, steps):
     run = tmp_path / "run"
@@ -143,8 +153,11 @@ def test_overwrite_replaces_a_run_for_real_and_resume_then_works(tmp_path, capsy
     rw ablate's bookkeeping, and --resume of the new run works."""
     run = tmp_path / "run"
     assert main(["train", "--out", str(run), "--quiet", *TINY, "train.steps=3"]) == 0
-    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_")) == \
-        ["step_000001", "step_000002", "step_000003"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_")) == [
+        "step_000001",
+        "step_000002",
+        "step_000003",
+    ]
     (run / "ablation.log").write_text("bookkeeping\n")
     assert main(["train", "--out", str(run), "--quiet", *TINY, "train.steps=3"]) == 2  # refused without the flag
     capsys.readouterr()
@@ -168,8 +181,16 @@ def test_overwrite_needs_out_and_does_not_go_with_resume(no_trainer, tmp_path, c
 
 # ---- the checkpoint pointer ----------------------------------------------------------------------
 
-POINTERS = ["../../other/checkpoints/step_000004", "/abs/elsewhere/step_000004", "step_000004/../../../other",
-            "step_9/../step_000002x", "", "step_000002\x00", "..", "latest"]
+POINTERS = [
+    "../../other/checkpoints/step_000004",
+    "/abs/elsewhere/step_000004",
+    "step_000004/../../../other",
+    "step_9/../step_000002x",
+    "",
+    "step_000002\x00",
+    "..",
+    "latest",
+]
 
 
 @pytest.mark.parametrize("pointer", POINTERS)
@@ -206,8 +227,9 @@ def test_rw_eval_refuses_a_run_whose_pointer_leads_into_another_run(tmp_path, ca
     assert main(["train", "--out", str(first), "--quiet", *TINY]) == 0
     assert main(["train", "--out", str(second), "--quiet", *TINY, "train.seed=5"]) == 0
     capsys.readouterr()
-    (first / "checkpoints" / "latest").write_text(os.path.relpath(second / "checkpoints" / "step_000002",
-                                                                  first / "checkpoints"))
+    (first / "checkpoints" / "latest").write_text(
+        os.path.relpath(second / "checkpoints" / "step_000002", first / "checkpoints")
+    )
     assert main(["eval", str(first), "--tasks", "2"]) == 2
     err = capsys.readouterr().err
     assert "latest" in err and "refusing to follow it" in err and err.count("\n") == 1

@@ -24,11 +24,10 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from reference_sampler import RefCapabilitySampler
+from stats_util import P_FAIL, gof_pvalue, homogeneity_pvalue, pair_q_monte_carlo, single_selection_probabilities
 
 from rwcore import CapabilitySampler, Verdict
-from reference_sampler import RefCapabilitySampler
-from stats_util import (P_FAIL, gof_pvalue, homogeneity_pvalue, pair_q_monte_carlo,
-                        single_selection_probabilities)
 
 PASS, FAIL, NA, INVALID = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
 T, F = True, False
@@ -71,18 +70,26 @@ def single_counts(cs, v, n):
 # ----------------------------------------------------------------------------
 # Scenario 1: discovery + adaptive mixture, batch_size 1
 # ----------------------------------------------------------------------------
-S1_TASKS = {"t0": ["A"], "t1": ["A", "B"], "t2": ["B"], "t3": ["C"], "t4": ["C"],
-            "t5": ["A"], "t6": ["D"], "t7": ["B", "D"]}
+S1_TASKS = {
+    "t0": ["A"],
+    "t1": ["A", "B"],
+    "t2": ["B"],
+    "t3": ["C"],
+    "t4": ["C"],
+    "t5": ["A"],
+    "t6": ["D"],
+    "t7": ["B", "D"],
+}
 S1_RUBRICS = {"e1": "Execution", "e2": "Execution", "v1": "Verification", "u1": "Understanding"}
 S1_GROUPS = [
     ("t0", {"e1": [T, T, T, F], "e2": [T, T, T, T], "v1": [F, F, F, F], "u1": [NA] * 4}, 0),
     ("t0", {"e1": [T, T, F, F]}, 2),
     ("t1", {"e1": [F, F, F, F], "e2": [F, F, F, T], "v1": [NA] * 4, "u1": [T, F, T, F]}, 1),
-    ("t2", {"e1": [T, T, T, T]}, 1),                                       # partially evaluated
-    ("t3", {"e1": [INVALID] * 4}, 0),                                      # judge failure: attempt only
+    ("t2", {"e1": [T, T, T, T]}, 1),  # partially evaluated
+    ("t3", {"e1": [INVALID] * 4}, 0),  # judge failure: attempt only
     ("t3", {}, 1),
     ("t4", {"v1": [T, T, T, T], "u1": [F, F, F, F], "e1": [NA] * 4, "e2": [NA] * 4}, 2),
-    ("t6", {"u1": [PASS, FAIL, INVALID, PASS]}, 0),                        # evidence, not evaluated
+    ("t6", {"u1": [PASS, FAIL, INVALID, PASS]}, 0),  # evidence, not evaluated
 ]
 S1_KW = dict(batch_size=1, group_size=4, gamma_obs=0.5, gamma_unobs=0.8, seed=2024)
 S1_VERSION = 4
@@ -110,14 +117,27 @@ def test_single_selection_frequencies_match_paper(scenario1):
     assert p > P_FAIL, (p, stat, dof, dict(counts), probs)
 
 
-@pytest.mark.parametrize("wrong", ["w=p(1-p)", "uniform pair", "rho=rho_min", "rho ignored (always adaptive)",
-                                   "uniform discovery weights", "no query decay"])
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        "w=p(1-p)",
+        "uniform pair",
+        "rho=rho_min",
+        "rho ignored (always adaptive)",
+        "uniform discovery weights",
+        "no query decay",
+    ],
+)
 def test_single_selection_test_has_power(scenario1, wrong):
     """The same test on the same counts rejects plausible wrong models."""
     cs, ref, mc, q, counts = scenario1
     if wrong == "w=p(1-p)":
-        q_alt = {k: v[0] for k, v in pair_q_monte_carlo(ref.pair_evidence(S1_VERSION), draws=400_000, seed=8,
-                                                         weight=lambda p: p * (1 - p)).items()}
+        q_alt = {
+            k: v[0]
+            for k, v in pair_q_monte_carlo(
+                ref.pair_evidence(S1_VERSION), draws=400_000, seed=8, weight=lambda p: p * (1 - p)
+            ).items()
+        }
         probs = single_selection_probabilities(ref, q_alt)
     elif wrong == "uniform pair":
         probs = single_selection_probabilities(ref, {k: 1.0 for k in q})
@@ -128,8 +148,10 @@ def test_single_selection_test_has_power(scenario1, wrong):
     elif wrong == "uniform discovery weights":
         probs = single_selection_probabilities(ref, q, discovery_weight=lambda a: 1.0)
     else:  # evidence queried at the version of its last update
-        ev = {k: ref.store.query_sum(k[0], [r for r, c in ref.rubrics.items() if c == k[1]], 0)
-              for k in ref.pair_evidence(S1_VERSION)}
+        ev = {
+            k: ref.store.query_sum(k[0], [r for r, c in ref.rubrics.items() if c == k[1]], 0)
+            for k in ref.pair_evidence(S1_VERSION)
+        }
         q_alt = {k: v[0] for k, v in pair_q_monte_carlo(ev, draws=400_000, seed=9).items()}
         probs = single_selection_probabilities(ref, q_alt)
     p, stat, dof = gof_pvalue(counts, probs)
@@ -145,10 +167,12 @@ def test_pair_probabilities_match_monte_carlo(scenario1):
     assert math.isclose(sum(pp.values()), 1.0, rel_tol=1e-9)
     for k, (m, se) in mc.items():
         se_impl = se * math.sqrt(1_000_000 / n_draws)
-        tol = 6 * math.sqrt(se ** 2 + se_impl ** 2) + 1e-4
+        tol = 6 * math.sqrt(se**2 + se_impl**2) + 1e-4
         assert abs(pp[k] - m) < tol, (k, pp[k], m, tol)
     # seeded: the same seed gives the same estimate
-    assert cs.pair_probabilities(S1_VERSION, num_draws=1000, seed=3) == cs.pair_probabilities(S1_VERSION, num_draws=1000, seed=3)
+    assert cs.pair_probabilities(S1_VERSION, num_draws=1000, seed=3) == cs.pair_probabilities(
+        S1_VERSION, num_draws=1000, seed=3
+    )
     # default num_draws works and sums to one
     assert math.isclose(sum(cs.pair_probabilities(S1_VERSION).values()), 1.0, rel_tol=1e-9)
     cs.load_state_dict(before)
@@ -186,7 +210,7 @@ def test_full_coverage_selects_adaptively_only():
         ("a1", {"e": [F, F, F, F], "v": [NA] * 4}, 0),
         ("b0", {"e": [T, T, T, T], "v": [F, F, T, F]}, 0),
         ("c0", {"e": [NA] * 4, "v": [T, F, NA, NA]}, 0),
-        ("z0", {"e": [NA] * 4, "v": [NA] * 4}, 0),   # covered, no applicable evidence
+        ("z0", {"e": [NA] * 4, "v": [NA] * 4}, 0),  # covered, no applicable evidence
         ("z1", {"e": [NA] * 4, "v": [NA] * 4}, 0),
     ]
     cs, ref = build(tasks, groups, rubrics, batch_size=1, group_size=4, rho_min=0.3, seed=5)
@@ -234,8 +258,8 @@ def test_discovery_first_inverse_attempt_weights():
     for t, k in (("t1", 1), ("t2", 2), ("t3", 4)):
         for j in range(k):
             groups.append((t, {"e": [INVALID, NA, NA]} if j % 2 else {}, j))
-    groups.append(("t2", {"e": [NA, NA, NA]}, 3))          # t2: e evaluated, v outstanding (3 attempts)
-    for t in ("t4", "t5", "t6", "t7"):                     # covered, only NA: not candidates
+    groups.append(("t2", {"e": [NA, NA, NA]}, 3))  # t2: e evaluated, v outstanding (3 attempts)
+    for t in ("t4", "t5", "t6", "t7"):  # covered, only NA: not candidates
         groups.append((t, {"e": [NA] * 3, "v": [NA] * 3}, 0))
     cs, ref = build(tasks, groups, rubrics, batch_size=1, group_size=3, seed=9)
     check_state_agrees(cs, ref, 3)
@@ -248,8 +272,8 @@ def test_discovery_first_inverse_attempt_weights():
     w = {t: 1 / (1 + a) for t, a in att.items()}
     probs = {t: w[t] / sum(w.values()) for t in w}
     assert gof_pvalue(counts, probs)[0] > P_FAIL
-    assert gof_pvalue(counts, {t: 0.25 for t in w})[0] < P_FAIL               # power: uniform
-    wa = {t: 1 / (1 + a) ** 2 for t, a in att.items()}                          # power: 1/(1+a)^2
+    assert gof_pvalue(counts, {t: 0.25 for t in w})[0] < P_FAIL  # power: uniform
+    wa = {t: 1 / (1 + a) ** 2 for t, a in att.items()}  # power: 1/(1+a)^2
     assert gof_pvalue(counts, {t: wa[t] / sum(wa.values()) for t in wa})[0] < P_FAIL
 
 
@@ -308,8 +332,16 @@ def _quota_sampler(tags_members, batch_size, quota_fraction, extra=(), rho_min=0
     for t in extra:  # covered, no applicable evidence
         tasks[t] = ["Z"]
         groups.append((t, {"e": [NA] * 4, "v": [NA] * 4}, 0))
-    cs, ref = build(tasks, groups, rubrics, batch_size=batch_size, group_size=4, rho_min=rho_min,
-                    quota_fraction=quota_fraction, seed=seed)
+    cs, ref = build(
+        tasks,
+        groups,
+        rubrics,
+        batch_size=batch_size,
+        group_size=4,
+        rho_min=rho_min,
+        quota_fraction=quota_fraction,
+        seed=seed,
+    )
     assert ref.coverage() == 1.0
     return cs, ref
 
@@ -339,8 +371,9 @@ def test_quota_rounds_up():
 
 def test_quota_counts_tag_capability_pairs():
     # one tag, two capabilities with disjoint members: quota ceil(0.5 * 4) = 2 per (tag, capability)
-    cs = CapabilitySampler({f"x{i}": ["A"] for i in range(10)}, batch_size=4, group_size=2, rho_min=0.0,
-                           quota_fraction=0.5, seed=3)
+    cs = CapabilitySampler(
+        {f"x{i}": ["A"] for i in range(10)}, batch_size=4, group_size=2, rho_min=0.0, quota_fraction=0.5, seed=3
+    )
     cs.set_rubrics({"e": "Execution", "v": "Verification"})
     for i in range(10):
         if i < 5:  # Execution evidence, near-certain failure: the heavy pair
@@ -355,8 +388,9 @@ def test_quota_counts_tag_capability_pairs():
 def test_quota_then_inverse_attempt_fallback():
     # 3 pairs x quota 2 = 6 adaptive picks, then 2 fallback picks among the 14
     # remaining free tasks (all with one attempt -> uniform): #Z ~ hypergeometric
-    cs, _ = _quota_sampler({"P": 5, "Q": 5, "R": 5}, batch_size=8, quota_fraction=0.25,
-                           extra=[f"Z{i}" for i in range(5)])
+    cs, _ = _quota_sampler(
+        {"P": 5, "Q": 5, "R": 5}, batch_size=8, quota_fraction=0.25, extra=[f"Z{i}" for i in range(5)]
+    )
     n = 6000
     zcounts = Counter()
     for _ in range(n):
@@ -373,8 +407,9 @@ def test_quota_then_inverse_attempt_fallback():
 def test_pair_without_free_member_is_not_eligible():
     # three single-member pairs (quota 2 each) + five uncovered-evidence tasks:
     # every batch holds the three pair members (adaptive), then two fallback picks
-    cs, _ = _quota_sampler({"P": 1, "Q": 1, "R": 1}, batch_size=5, quota_fraction=0.5,
-                           extra=[f"Z{i}" for i in range(5)])
+    cs, _ = _quota_sampler(
+        {"P": 1, "Q": 1, "R": 1}, batch_size=5, quota_fraction=0.5, extra=[f"Z{i}" for i in range(5)]
+    )
     for _ in range(300):
         b = cs.sample(0)
         assert len(set(b)) == 5 and {"P0", "Q0", "R0"} <= set(b), b
@@ -406,8 +441,9 @@ def test_beta_estimates_are_redrawn_at_each_adaptive_selection():
     with probability exactly 1/2; re-using one draw per batch gives
     1/2 + 2 Var(q) instead."""
     tasks = {f"{tag}{i}": [tag] for tag in "PQ" for i in range(5)}
-    cs = CapabilitySampler(tasks, batch_size=2, group_size=2, rho_min=0.0, quota_fraction=1.0,
-                           gamma_obs=0.5, gamma_unobs=0.5, seed=17)
+    cs = CapabilitySampler(
+        tasks, batch_size=2, group_size=2, rho_min=0.0, quota_fraction=1.0, gamma_obs=0.5, gamma_unobs=0.5, seed=17
+    )
     cs.set_rubrics({"e": "Execution"})
     for t in tasks:
         cs.record_group(t, {"e": [T, F]}, 0)
@@ -424,7 +460,7 @@ def test_beta_estimates_are_redrawn_at_each_adaptive_selection():
     p = rng.random((1_000_000, 2))
     w = p * (1 - p) ** 2
     qv = w[:, 0] / w.sum(axis=1)
-    p_same_once = float(np.mean(qv ** 2 + (1 - qv) ** 2))
+    p_same_once = float(np.mean(qv**2 + (1 - qv) ** 2))
     assert gof_pvalue(same, {True: p_same_once, False: 1 - p_same_once})[0] < P_FAIL, p_same_once
 
 

@@ -12,8 +12,16 @@ import pytest
 
 from rwcore.trainer.envs.sandbox import Limits, Sandbox, SandboxUnavailable, ToolResult, detect_isolation
 
-LIMITS = Limits(wall_seconds=10.0, cpu_seconds=2, memory_bytes=512 << 20, file_bytes=1 << 20, processes=32,
-                output_bytes=2048, flood_bytes=256 << 10, workspace_bytes=8 << 20)
+LIMITS = Limits(
+    wall_seconds=10.0,
+    cpu_seconds=2,
+    memory_bytes=512 << 20,
+    file_bytes=1 << 20,
+    processes=32,
+    output_bytes=2048,
+    flood_bytes=256 << 10,
+    workspace_bytes=8 << 20,
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +74,17 @@ def test_cannot_reach_a_loopback_server_from_python_or_shell(box, loopback_serve
     while not accepted and time.time() < deadline:
         time.sleep(0.02)
     assert accepted == [b"parent"]
-    code = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
-            "s.sendall(b'escaped')\nprint('connected')")
+    code = (
+        f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+        "s.sendall(b'escaped')\nprint('connected')"
+    )
     result = box.run_python(code)
     assert not result.ok and "connected" not in result.stdout
     assert "Network is unreachable" in result.stderr or "Connection refused" in result.stderr
-    shell = box.run_shell(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
-                          f" || python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')\"")
+    shell = box.run_shell(
+        f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected"
+        f" || python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')\""
+    )
     assert not shell.ok and "connected" not in shell.stdout
     time.sleep(0.3)
     assert accepted == [b"parent"]  # nothing from the sandbox arrived
@@ -81,8 +93,11 @@ def test_cannot_reach_a_loopback_server_from_python_or_shell(box, loopback_serve
 def test_dns_and_http_fail(box):
     result = box.run_python(
         "import socket, urllib.request\n"
-        "for call in (lambda: socket.getaddrinfo('example.com', 80), lambda: urllib.request.urlopen('http://1.1.1.1/', timeout=2)):\n"
-        "    try:\n        call()\n        print('REACHED')\n    except OSError as exc:\n        print('failed', type(exc).__name__)\n")
+        "for call in (lambda: socket.getaddrinfo('example.com', 80), lambda: urllib.request.urlopen('http://1.1.1.1/', "
+        "timeout=2)):\n"
+        "    try:\n        call()\n        print('REACHED')\n    except OSError as exc:\n        print('failed', "
+        "type(exc).__name__)\n"
+    )
     assert result.ok, result.render()
     assert "REACHED" not in result.stdout and result.stdout.count("failed") == 2
 
@@ -90,10 +105,12 @@ def test_dns_and_http_fail(box):
 def test_secrets_in_the_parent_environment_never_reach_the_tool(box, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret-123456")
     monkeypatch.setenv("RW_SECRET_TOKEN", "hunter2-secret")
-    result = box.run_python("import os, pathlib\nprint(sorted(os.environ))\n"
-                            "print(os.environ.get('OPENAI_API_KEY'), os.environ.get('RW_SECRET_TOKEN'))\n"
-                            f"try:\n    print(pathlib.Path('/proc/{os.getpid()}/environ').read_bytes()[:2000])\n"
-                            "except OSError as exc:\n    print('proc', type(exc).__name__)\n")
+    result = box.run_python(
+        "import os, pathlib\nprint(sorted(os.environ))\n"
+        "print(os.environ.get('OPENAI_API_KEY'), os.environ.get('RW_SECRET_TOKEN'))\n"
+        f"try:\n    print(pathlib.Path('/proc/{os.getpid()}/environ').read_bytes()[:2000])\n"
+        "except OSError as exc:\n    print('proc', type(exc).__name__)\n"
+    )
     assert result.ok, result.render()
     assert "sk-test-secret" not in result.stdout and "hunter2" not in result.stdout
     assert result.stdout.splitlines()[0] == "['HOME', 'LANG', 'LC_ALL', 'PATH', 'TMPDIR']"
@@ -195,8 +212,9 @@ def test_output_flood_is_cut_and_the_tool_killed(box):
 
 
 def test_huge_file_stops_at_the_file_size_limit(box):
-    result = box.run_python("f = open('huge.bin', 'wb')\nfor _ in range(64):\n    f.write(b'z' * (1 << 20))\n"
-                            "f.close()\nprint('wrote')")
+    result = box.run_python(
+        "f = open('huge.bin', 'wb')\nfor _ in range(64):\n    f.write(b'z' * (1 << 20))\nf.close()\nprint('wrote')"
+    )
     assert not result.ok and "wrote" not in result.stdout
     assert "File too large" in result.stderr or result.error == "file_limit"
     assert os.path.getsize(os.path.join(box.workdir, "huge.bin")) <= LIMITS.file_bytes
@@ -275,7 +293,8 @@ with module.Sandbox(module.Limits(wall_seconds=10, cpu_seconds=1)) as box:
     out["inside"] = box.run_shell("echo ok > f.txt && cat f.txt").stdout
     out["tmp"] = box.run_shell("echo x > /tmp/" + sys.argv[2]).stderr
     out["remount"] = box.run_shell("mount -o remount,rw / ; grep CapEff /proc/self/status").render()
-    out["net"] = box.run_python("import socket\nsocket.create_connection(('127.0.0.1', int(%s)), 2)" % sys.argv[3]).stderr
+    connect = "import socket\nsocket.create_connection(('127.0.0.1', int(%s)), 2)" % sys.argv[3]
+    out["net"] = box.run_python(connect).stderr
     out["env"] = box.run_shell("env").stdout
     out["cpu"] = box.run_shell("while :; do :; done").error
 print(json.dumps(out))
@@ -296,9 +315,14 @@ def test_the_unprivileged_user_namespace_mode_keeps_the_same_file_and_network_gu
     name = f"rw-nonroot-escape-{os.getpid()}"
     python = "/usr/bin/python3" if os.geteuid() == 0 else sys.executable
     prefix = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] if os.geteuid() == 0 else []
-    done = subprocess.run([*prefix, python, "-c", _NON_ROOT_SCRIPT, module.__file__, name, str(port)],
-                          capture_output=True, text=True, timeout=120, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "SECRET_TOKEN": "s3cr3t-value"})
+    done = subprocess.run(
+        [*prefix, python, "-c", _NON_ROOT_SCRIPT, module.__file__, name, str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "SECRET_TOKEN": "s3cr3t-value"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.splitlines()[-1])
     assert out["uid"] != 0 and out["isolation"] == "namespace" and out["own_uid"] is False

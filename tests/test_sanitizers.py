@@ -35,8 +35,13 @@ CPP_FACING_TESTS = [
     "tests/test_fuzz_snapshots.py",
 ]
 FUZZ_SECONDS = "15"  # the fuzz's time box inside the sanitized run (it is slower there)
-REPORT_MARKERS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer", "SUMMARY: AddressSanitizer",
-                  "SUMMARY: UndefinedBehaviorSanitizer")
+REPORT_MARKERS = (
+    "ERROR: AddressSanitizer",
+    "runtime error:",
+    "ERROR: LeakSanitizer",
+    "SUMMARY: AddressSanitizer",
+    "SUMMARY: UndefinedBehaviorSanitizer",
+)
 
 SITECUSTOMIZE = '''\
 """Loads the sanitized build of rwcore._evidence in place of the regular one (tests/test_sanitizers.py)."""
@@ -62,8 +67,9 @@ sys.meta_path.insert(0, _SanitizedEvidence)
 
 
 def _cache_root() -> Path:
-    base = os.environ.get("RWCORE_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                           os.path.expanduser("~/.cache"), "rwcore")
+    base = os.environ.get("RWCORE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rwcore"
+    )
     return Path(base)
 
 
@@ -99,7 +105,13 @@ def build_sanitized() -> tuple[Path, float]:
         staging = cache / "lib.partial"
         shutil.rmtree(staging, ignore_errors=True)
         configure = [
-            "cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja",
+            "cmake",
+            "-S",
+            str(ROOT),
+            "-B",
+            str(build),
+            "-G",
+            "Ninja",
             "-DCMAKE_BUILD_TYPE=Debug",
             f"-DCMAKE_CXX_FLAGS={CXX_FLAGS}",
             f"-DCMAKE_SHARED_LINKER_FLAGS={SANITIZE}",
@@ -119,7 +131,9 @@ def build_sanitized() -> tuple[Path, float]:
 
 
 def _runtime(name: str) -> str:
-    path = subprocess.run(["g++", f"-print-file-name={name}"], capture_output=True, text=True, check=True).stdout.strip()
+    path = subprocess.run(
+        ["g++", f"-print-file-name={name}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert os.path.isabs(path) and os.path.exists(path), f"g++ knows no {name} ({path!r})"
     return path
 
@@ -150,8 +164,9 @@ def test_cpp_facing_tests_pass_under_asan_and_ubsan(tmp_path):
     module, build_seconds = build_sanitized()
 
     # The build is instrumented: it calls into both sanitizer runtimes.
-    undefined = subprocess.run(["nm", "-D", "--undefined-only", str(module)], capture_output=True, text=True,
-                               check=True).stdout
+    undefined = subprocess.run(
+        ["nm", "-D", "--undefined-only", str(module)], capture_output=True, text=True, check=True
+    ).stdout
     assert "__asan_report_load8" in undefined and "__asan_init" in undefined, "the build is not ASan-instrumented"
     assert "__ubsan_handle_" in undefined, "the build is not UBSan-instrumented"
 
@@ -159,16 +174,27 @@ def test_cpp_facing_tests_pass_under_asan_and_ubsan(tmp_path):
     env = sanitized_env(module, tmp_path / "overlay", report_dir)
     # ... and it is the build every Python process of the run loads, with the ASan runtime in place.
     probe = subprocess.run(
-        [sys.executable, "-c",
-         "import ctypes, rwcore._evidence as e; ctypes.CDLL(None).__asan_get_report_address; print(e.__file__)"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "import ctypes, rwcore._evidence as e; ctypes.CDLL(None).__asan_get_report_address; print(e.__file__)",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
     )
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert probe.stdout.strip() == str(module), probe.stdout
 
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *CPP_FACING_TESTS],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=900,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=900,
     )
     output = run.stdout + run.stderr
     written = "".join(path.read_text(errors="replace") for path in sorted(report_dir.iterdir()))
@@ -176,5 +202,7 @@ def test_cpp_facing_tests_pass_under_asan_and_ubsan(tmp_path):
     reports = [line for line in output.splitlines() if any(marker in line for marker in REPORT_MARKERS)]
     assert not reports, "sanitizer report:\n" + output[-6000:]
     assert run.returncode == 0, f"sanitized run failed (exit {run.returncode}):\n{output[-6000:]}"
-    print(f"sanitized build {'built in %.0f s' % build_seconds if build_seconds else 'cached'}; "
-          f"whole check {time.monotonic() - start:.0f} s; {run.stdout.strip().splitlines()[-1]}")
+    print(
+        f"sanitized build {'built in %.0f s' % build_seconds if build_seconds else 'cached'}; "
+        f"whole check {time.monotonic() - start:.0f} s; {run.stdout.strip().splitlines()[-1]}"
+    )

@@ -28,7 +28,7 @@ def test_a_setting_added_to_method_settings_reaches_describe_yaml_overrides_and_
 
         text = describe_config()
         assert "pool.novelty_bonus = 0.25  (float)  A new knob, only declared on MethodSettings." in text, text
-        path = {str(tmp_path / 'run.yaml')!r}
+        path = {str(tmp_path / "run.yaml")!r}
         open(path, "w").write("pool:\\n  novelty_bonus: 0.5\\n")
         cfg = load_config(path)
         assert cfg.pool.novelty_bonus == 0.5
@@ -60,13 +60,40 @@ def test_every_config_key_of_a_method_setting_round_trips_to_the_setting():
         if f.name in keys:
             assert f"{keys[f.name]} = " in text and f.metadata["help"] in text
     # a non-default value of every setting reaches the method
-    changed = {"batch_size": 5, "group_size": 3, "seed": 9, "rho_min": 0.2, "quota_fraction": 0.5, "gamma_obs": 0.3,
-               "gamma_unobs": 0.99, "lam": 0.4, "eps": 1e-6, "ddof": 0, "length_alpha": 0.7, "length_threshold": 100,
-               "delta_pool": 4, "eta_high": 0.8, "eta_low": 0.2, "max_pool": 9, "max_new": 2, "max_records": 11,
-               "adaptation_interval": 7, "budget": 3, "low_outcome": 0.4, "min_confidence": 0.6, "min_support": 2,
-               "rank_by": "support", "max_candidates": 4, "diagnosis_tasks": 5, "diagnostic_tasks": 3,
-               "success_sample": 6, "expansion": False, "max_new_capabilities": 1, "max_revisions": 0,
-               "process_normalization": "applicable"}
+    changed = {
+        "batch_size": 5,
+        "group_size": 3,
+        "seed": 9,
+        "rho_min": 0.2,
+        "quota_fraction": 0.5,
+        "gamma_obs": 0.3,
+        "gamma_unobs": 0.99,
+        "lam": 0.4,
+        "eps": 1e-6,
+        "ddof": 0,
+        "length_alpha": 0.7,
+        "length_threshold": 100,
+        "delta_pool": 4,
+        "eta_high": 0.8,
+        "eta_low": 0.2,
+        "max_pool": 9,
+        "max_new": 2,
+        "max_records": 11,
+        "adaptation_interval": 7,
+        "budget": 3,
+        "low_outcome": 0.4,
+        "min_confidence": 0.6,
+        "min_support": 2,
+        "rank_by": "support",
+        "max_candidates": 4,
+        "diagnosis_tasks": 5,
+        "diagnostic_tasks": 3,
+        "success_sample": 6,
+        "expansion": False,
+        "max_new_capabilities": 1,
+        "max_revisions": 0,
+        "process_normalization": "applicable",
+    }
     assert set(changed) == set(keys)
     settings = method_settings(load_config(None, [f"{keys[name]}={value}" for name, value in changed.items()]))
     assert {name: getattr(settings, name) for name in changed} == changed

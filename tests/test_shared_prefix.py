@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rwcore.trainer.config import load_config
 from rwcore.trainer.envs.negotiation import NegotiationEnv
@@ -31,9 +31,20 @@ def _models():
     yield "built-in llama", build_model(VOCAB, 32, 2, 4, 48, 256, 0, True)
     torch.manual_seed(1)
     # grouped-query attention (2 key-value heads for 4 query heads), as Qwen2 / Qwen3 checkpoints have
-    yield "qwen2 gqa", Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                                    num_hidden_layers=2, num_attention_heads=4,
-                                                    num_key_value_heads=2, max_position_embeddings=256))
+    yield (
+        "qwen2 gqa",
+        Qwen2ForCausalLM(
+            Qwen2Config(
+                vocab_size=VOCAB,
+                hidden_size=32,
+                intermediate_size=48,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=256,
+            )
+        ),
+    )
 
 
 def _padded(rows):
@@ -42,8 +53,8 @@ def _padded(rows):
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row)
-        mask[i, :len(row)] = 1
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
     return ids, mask
 
 
@@ -127,9 +138,17 @@ def test_prefix_length_falls_back_where_sharing_does_not_hold():
     (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()  # 5.25 / before
     _, ids, mask = _batch(20, [3, 5])
     assert policy.prefix_length(ids, mask) == 0
-    sliding = MistralForCausalLM(MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                               num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
-                                               sliding_window=16))
+    sliding = MistralForCausalLM(
+        MistralConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            sliding_window=16,
+        )
+    )
     assert Policy(sliding, policy.codec, torch.device("cpu")).prefix_length(ids, mask) == 0
 
 
@@ -179,8 +198,10 @@ def test_common_prefix_length_by_hand():
     assert common_prefix_length([]) == 0
 
 
-@pytest.mark.parametrize("max_new_tokens,greedy,layout", [(1, False, "batch"), (4, False, "batch"), (4, True, "batch"),
-                                                         (4, False, "groups"), (4, True, "groups")])
+@pytest.mark.parametrize(
+    "max_new_tokens,greedy,layout",
+    [(1, False, "batch"), (4, False, "batch"), (4, True, "batch"), (4, False, "groups"), (4, True, "groups")],
+)
 def test_generation_samples_the_same_tokens_with_the_same_log_probs(max_new_tokens, greedy, layout):
     torch.manual_seed(0)
     model = build_model(VOCAB, 32, 2, 4, 48, 256, 0, True).eval()
@@ -227,8 +248,16 @@ def test_episodes_and_update_match_with_sharing_off():
 
 
 def test_config_key_reaches_the_policy(tmp_path):
-    overrides = ["model.init=random", "train.steps=1", "rollout.tasks_per_step=2", "rollout.group_size=2",
-                 "env.options.num_train=6", "env.options.num_eval=2", "train.eval_every=0", "train.checkpoint_every=0"]
+    overrides = [
+        "model.init=random",
+        "train.steps=1",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=2",
+        "env.options.num_train=6",
+        "env.options.num_eval=2",
+        "train.eval_every=0",
+        "train.checkpoint_every=0",
+    ]
     on = Trainer(load_config(None, overrides), tmp_path / "on", quiet=True)
     off = Trainer(load_config(None, overrides + ["model.shared_prefix=false"]), tmp_path / "off", quiet=True)
     on.setup()

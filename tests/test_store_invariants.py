@@ -18,9 +18,9 @@ import textwrap
 
 import numpy as np
 import pytest
+from snapshot_format import SamplerSnapshot, StoreSnapshot
 
 from rwcore import CapabilitySampler, EvidenceStore
-from snapshot_format import SamplerSnapshot, StoreSnapshot
 
 BIG = 1e308  # 2 * BIG = inf in float64; BIG + BIG / 2 = 1.5e308 is still finite
 HANG_TIMEOUT_S = 30
@@ -76,8 +76,9 @@ def test_observe_many_overflow_is_all_or_nothing():
     store.observe(0, 0, 0.0, BIG, 4)
     before = store_state(store)
     with pytest.raises(ValueError) as info:
-        store.observe_many(np.array([3, 0]), np.array([3, 0]), np.array([1.0, 0.0]), np.array([1.0, BIG]),
-                           np.array([4, 4]))
+        store.observe_many(
+            np.array([3, 0]), np.array([3, 0]), np.array([1.0, 0.0]), np.array([1.0, BIG]), np.array([4, 4])
+        )
     assert "failures[1]" in str(info.value), str(info.value)
     assert store_state(store) == before
 
@@ -122,6 +123,7 @@ def _store_edit(edit):
         store = StoreSnapshot.parse(snapshot.store)
         edit(store)
         snapshot.store = store.to_bytes()
+
     return apply
 
 
@@ -164,7 +166,7 @@ def test_zero_generator_state_is_refused_not_a_hang():
     Run in a subprocess with a timeout so a regression fails instead of hanging the suite."""
     script = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {repr(str(__import__('pathlib').Path(__file__).parent))})
+        sys.path.insert(0, {repr(str(__import__("pathlib").Path(__file__).parent))})
         from test_store_invariants import trained_sampler, edited, SAMPLER_EDITS, TASKS, SAMPLER_KW
         from rwcore import CapabilitySampler
         bad = edited(trained_sampler().state_dict(), SAMPLER_EDITS["generator_state_all_zero"])
@@ -180,8 +182,10 @@ def test_zero_generator_state_is_refused_not_a_hang():
     try:
         done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     except subprocess.TimeoutExpired as timeout:
-        pytest.fail(f"sample() after loading a zero generator state did not return in {HANG_TIMEOUT_S} s "
-                    f"(stdout: {timeout.stdout!r})")
+        pytest.fail(
+            f"sample() after loading a zero generator state did not return in {HANG_TIMEOUT_S} s "
+            f"(stdout: {timeout.stdout!r})"
+        )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("REFUSED:"), done.stdout
     assert "generator" in done.stdout and "sampler state" in done.stdout, done.stdout
@@ -201,8 +205,9 @@ def test_store_snapshot_cells_out_of_canonical_order_refused():
 def test_reachable_states_all_load():
     """The checks refuse nothing a sampler can reach: states after pool changes, resets and
     late groups round-trip exactly (a property the edits above must not share)."""
-    sampler = CapabilitySampler({f"t{i}": [f"g{i % 3}", f"h{i % 2}"] for i in range(9)}, batch_size=3, group_size=2,
-                                seed=11)
+    sampler = CapabilitySampler(
+        {f"t{i}": [f"g{i % 3}", f"h{i % 2}"] for i in range(9)}, batch_size=3, group_size=2, seed=11
+    )
     sampler.set_rubrics({"r1": "Understanding", "r2": "Execution", "r3": "Understanding"})
     rng = np.random.default_rng(0)
     for step in range(12):
@@ -214,8 +219,9 @@ def test_reachable_states_all_load():
         if step == 8:
             sampler.set_rubrics({"r2": "Verification", "r4": "Debugging", "r5": "Efficiency"})  # r2 moves
         state = sampler.state_dict()
-        copy = CapabilitySampler({f"t{i}": [f"g{i % 3}", f"h{i % 2}"] for i in range(9)}, batch_size=3, group_size=2,
-                                 seed=99)
+        copy = CapabilitySampler(
+            {f"t{i}": [f"g{i % 3}", f"h{i % 2}"] for i in range(9)}, batch_size=3, group_size=2, seed=99
+        )
         copy.load_state_dict(state)
         assert copy.state_dict()["core"] == state["core"]
         assert copy.sample(step + 1) == sampler.sample(step + 1)

@@ -16,9 +16,17 @@ from rwcore.trainer.trainer import Trainer
 
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=4", "rollout.group_size=4",
-    "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "rewardweaver.diagnosis_tasks=4", "rewardweaver.diagnostic_tasks=4",
+    "env.options.num_train=40",
+    "env.options.num_eval=8",
+    "rollout.tasks_per_step=4",
+    "rollout.group_size=4",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rewardweaver.diagnosis_tasks=4",
+    "rewardweaver.diagnostic_tasks=4",
 ]
 
 
@@ -86,14 +94,17 @@ def test_every_variant_trains_end_to_end(tmp_path, name, arise_run):
     base = trainer.env.system_prompt
     assert (trainer.method.system_prompt(base) != base) == (c["skills"] and bool(trainer.method.pool.active_skills()))
     assert trainer.method.system_prompt(base, evaluation=True) == base
-    assert type(trainer.method.sampler).__name__ == {"capability": "CapabilitySampler", "outcome": "OutcomeSampler",
-                                                     "uniform": "UniformSampler"}[c["sampler"]]
+    assert (
+        type(trainer.method.sampler).__name__
+        == {"capability": "CapabilitySampler", "outcome": "OutcomeSampler", "uniform": "UniformSampler"}[c["sampler"]]
+    )
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     _, straight = run(tmp_path, "train.method=combined", steps=6, name="straight")
-    interrupted = Trainer(load_config(None, [*SMALL, "train.steps=6", "train.method=combined"]), tmp_path / "cut",
-                          quiet=True)
+    interrupted = Trainer(
+        load_config(None, [*SMALL, "train.steps=6", "train.method=combined"]), tmp_path / "cut", quiet=True
+    )
     interrupted.setup()
     interrupted.config.train.steps = 4
     interrupted.train()  # checkpoint at step 4 (and the eval row a finished run writes)
@@ -132,11 +143,11 @@ def test_rw_cli_train_then_report_draws_pngs(tmp_path, capsys):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert cli.main(["eval", str(out), "--tasks", "4"]) == 0
     out_text = capsys.readouterr().out
-    printed = json.loads(out_text[out_text.index("{"):])
+    printed = json.loads(out_text[out_text.index("{") :])
     assert 0.0 <= printed["eval/success_rate"] <= 1.0
     assert cli.main(["eval", str(out), "--tasks", "4", "--with-skills"]) == 0
     out_text = capsys.readouterr().out
-    printed = json.loads(out_text[out_text.index("{"):])
+    printed = json.loads(out_text[out_text.index("{") :])
     assert 0.0 <= printed["eval_with_skills/success_rate"] <= 1.0 and "eval/success_rate" not in printed
 
 
@@ -147,8 +158,11 @@ def test_unknown_config_key_names_it_and_lists_valid_ones(capsys):
 
 
 def test_action_words_restrict_sampling_and_the_loss_to_the_same_softmax(tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only",
-                                         "rollout.action_words=on"]), tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only", "rollout.action_words=on"]),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     allowed = set(trainer.policy.allowed.tolist())
     rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
@@ -162,7 +176,9 @@ def test_action_words_restrict_sampling_and_the_loss_to_the_same_softmax(tmp_pat
     first = rollouts[0]
     position = next(t for t, flag in enumerate(first.generated) if flag)
     ids = torch.tensor([first.token_ids[:position]])
-    logits = trainer.policy.model(input_ids=ids).logits[0, -1, trainer.policy.allowed] / trainer.config.rollout.temperature
+    logits = (
+        trainer.policy.model(input_ids=ids).logits[0, -1, trainer.policy.allowed] / trainer.config.rollout.temperature
+    )
     expected = torch.log_softmax(logits.double(), -1)[sorted(allowed).index(first.token_ids[position])]
     assert abs(float(first.behavior_logprobs[position]) - float(expected)) < 1e-5
     trainer.train()
@@ -187,9 +203,14 @@ def _mean_entropy(trainer, rollouts) -> float:
 def test_entropy_bonus_reports_the_policy_entropy_and_raises_it(tmp_path):
     import numpy as np
 
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "loss.entropy_coef=1.0",
-                                         "optim.lr=1e-2", "rollout.action_words=off"]),  # full-vocabulary softmax
-                      tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(
+            None,
+            [*SMALL, "train.method=outcome_only", "loss.entropy_coef=1.0", "optim.lr=1e-2", "rollout.action_words=off"],
+        ),  # full-vocabulary softmax
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     before = _mean_entropy(trainer, rollouts)
@@ -205,17 +226,29 @@ def test_entropy_bonus_reports_the_policy_entropy_and_raises_it(tmp_path):
 
 
 def test_action_words_auto_is_on_for_the_built_in_model_and_the_head_is_tied(tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only"]), tmp_path / "a",
-                      quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only"]), tmp_path / "a", quiet=True
+    )
     trainer.setup()
     codec = trainer.policy.codec
     expected = sorted(codec.vocab[w] for w in trainer.env.action_vocabulary()) + [codec.end_id]
     assert sorted(trainer.policy.allowed.tolist()) == sorted(expected)
     model = trainer.policy.model
     assert model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()
-    untied = Trainer(load_config(None, [*SMALL, "train.steps=1", "train.method=outcome_only",
-                                        "model.tie_embeddings=false", "rollout.action_words=off"]), tmp_path / "b",
-                     quiet=True)
+    untied = Trainer(
+        load_config(
+            None,
+            [
+                *SMALL,
+                "train.steps=1",
+                "train.method=outcome_only",
+                "model.tie_embeddings=false",
+                "rollout.action_words=off",
+            ],
+        ),
+        tmp_path / "b",
+        quiet=True,
+    )
     untied.setup()
     m = untied.policy.model
     assert untied.policy.allowed is None
@@ -224,8 +257,13 @@ def test_action_words_auto_is_on_for_the_built_in_model_and_the_head_is_tied(tmp
 
 def test_several_minibatches_and_epochs_with_action_words(tmp_path):
     """The restricted head is taken afresh for every backward pass (a slice made once held a freed graph)."""
-    trainer = Trainer(load_config(None, [*SMALL, "train.steps=2", "train.method=outcome_only", "optim.epochs=2",
-                                         "optim.minibatches=2"]), tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(
+            None, [*SMALL, "train.steps=2", "train.method=outcome_only", "optim.epochs=2", "optim.minibatches=2"]
+        ),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     before = [p.detach().clone() for p in trainer.policy.model.parameters()]
     trainer.train()
@@ -240,8 +278,11 @@ def torch_equal(a, b) -> bool:
 
 
 def test_held_out_rows_carry_the_standard_error_and_per_type_success(tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.steps=0", "train.method=outcome_only",
-                                         "env.options.num_eval=40"]), tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.steps=0", "train.method=outcome_only", "env.options.num_eval=40"]),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     row = trainer.evaluate()
     n, p = row["eval/episodes"], row["eval/success_rate"]

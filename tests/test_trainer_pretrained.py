@@ -32,17 +32,34 @@ def save_tiny_chat_model(folder) -> None:
     tokenizer.chat_template = TEMPLATE
     tokenizer.save_pretrained(folder)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-                         eos_token_id=vocab["<end>"], pad_token_id=vocab["<pad>"])
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=vocab["<end>"],
+        pad_token_id=vocab["<pad>"],
+    )
     LlamaForCausalLM(config).save_pretrained(folder)
 
 
 def test_trains_a_saved_model_through_its_chat_template(tmp_path):
     save_tiny_chat_model(tmp_path / "model")
-    overrides = [f"model.name={tmp_path / 'model'}", "train.method=arise", "train.steps=2", "rollout.tasks_per_step=2",
-                 "rollout.group_size=2", "env.options.num_train=10", "env.options.num_eval=4", "train.eval_every=0",
-                 "train.checkpoint_every=0", "pool.delta_pool=2"]
+    overrides = [
+        f"model.name={tmp_path / 'model'}",
+        "train.method=arise",
+        "train.steps=2",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=2",
+        "env.options.num_train=10",
+        "env.options.num_eval=4",
+        "train.eval_every=0",
+        "train.checkpoint_every=0",
+        "pool.delta_pool=2",
+    ]
     trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
     trainer.setup()
     before = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}

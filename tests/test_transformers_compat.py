@@ -13,8 +13,15 @@ import warnings
 import torch
 import transformers
 
-from rwcore.trainer.policy import (Policy, WordCodec, build_model, cache_keyword, is_checkpointing, output_cache,
-                                   supports_shared_prefix)
+from rwcore.trainer.policy import (
+    Policy,
+    WordCodec,
+    build_model,
+    cache_keyword,
+    is_checkpointing,
+    output_cache,
+    supports_shared_prefix,
+)
 from rwcore.trainer.rollout import HFGenerator, own_decoding
 
 WORDS = [f"w{i}" for i in range(40)]

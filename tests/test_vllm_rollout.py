@@ -18,17 +18,30 @@ from rwcore.trainer.trainer import Trainer
 FAKE = Path(__file__).parent / "fake_vllm"
 SMALL = [
     "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40", "env.options.num_eval=8", "rollout.tasks_per_step=3", "rollout.group_size=4",
-    "train.eval_every=2", "train.checkpoint_every=2", "pool.delta_pool=2", "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1", "rollout.engine=vllm", "model.head_dim=64",
+    "env.options.num_train=40",
+    "env.options.num_eval=8",
+    "rollout.tasks_per_step=3",
+    "rollout.group_size=4",
+    "train.eval_every=2",
+    "train.checkpoint_every=2",
+    "pool.delta_pool=2",
+    "rewardweaver.adaptation_interval=2",
+    "rewardweaver.min_support=1",
+    "rollout.engine=vllm",
+    "model.head_dim=64",
 ]
 
 
 @pytest.fixture
 def vllm(monkeypatch):
     """The stand-in on sys.path, its call log cleared; the launcher variables it sets are undone after."""
-    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
-                        ("MASTER_PORT", "29500")):
+    for name, value in (
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", "29500"),
+    ):
         monkeypatch.setenv(name, value)
     monkeypatch.syspath_prepend(str(FAKE))
     monkeypatch.delitem(sys.modules, "vllm", raising=False)
@@ -78,8 +91,11 @@ def test_engine_weights_follow_every_update(vllm, tmp_path, monkeypatch, cuda):
 
 def test_rollouts_depend_on_request_seeds_not_on_torch_global_generator(vllm, tmp_path):
     # the full-vocabulary softmax (action words restrict it; the next test covers them)
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.action_words=off"]),
-                      tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.method=outcome_only", "rollout.action_words=off"]),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     tasks = trainer.method.sample(0)
     torch.manual_seed(1)
@@ -88,7 +104,7 @@ def test_rollouts_depend_on_request_seeds_not_on_torch_global_generator(vllm, tm
     second, _ = trainer._rollout(tasks, 0, "s0", trainer.env.system_prompt)
     assert [r.token_ids for r in first] == [r.token_ids for r in second]
     seeds = [params.seed for call in vllm.CALLS if call[0] == "generate" for params in call[2]]
-    assert len(set(seeds[:len(first)])) == len(first)  # one seed per episode in the first turn
+    assert len(set(seeds[: len(first)])) == len(first)  # one seed per episode in the first turn
     # behavior log-probs are the engine's: a generated token's is its log-softmax under the pushed weights
     rollout = first[0]
     position = next(t for t, flag in enumerate(rollout.generated) if flag)
@@ -99,8 +115,11 @@ def test_rollouts_depend_on_request_seeds_not_on_torch_global_generator(vllm, tm
 
 
 def test_action_words_reach_vllm_as_allowed_token_ids(vllm, tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.action_words=on"]),
-                      tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.method=outcome_only", "rollout.action_words=on"]),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     allowed = set(trainer.policy.allowed.tolist())
@@ -115,8 +134,11 @@ def test_action_words_reach_vllm_as_allowed_token_ids(vllm, tmp_path):
 
 def test_a_stop_token_vllm_leaves_out_is_put_back_as_generated(vllm, tmp_path):
     vllm.INCLUDE_STOP_TOKEN = False
-    trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only", "rollout.max_new_tokens=12"]),
-                      tmp_path / "run", quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.method=outcome_only", "rollout.max_new_tokens=12"]),
+        tmp_path / "run",
+        quiet=True,
+    )
     trainer.setup()
     rollouts, _ = trainer._rollout(trainer.method.sample(0), 0, "s0", trainer.env.system_prompt)
     end = trainer.policy.codec.end_id
@@ -130,8 +152,9 @@ def test_a_stop_token_vllm_leaves_out_is_put_back_as_generated(vllm, tmp_path):
 
 
 def test_resume_pushes_the_checkpoint_weights_into_vllm(vllm, tmp_path):
-    trainer = Trainer(load_config(None, [*SMALL, "train.steps=2", "train.method=outcome_only"]), tmp_path / "run",
-                      quiet=True)
+    trainer = Trainer(
+        load_config(None, [*SMALL, "train.steps=2", "train.method=outcome_only"]), tmp_path / "run", quiet=True
+    )
     trainer.setup()
     trainer.train()
     trainer.cleanup()
@@ -141,8 +164,10 @@ def test_resume_pushes_the_checkpoint_weights_into_vllm(vllm, tmp_path):
     assert_same_weights(resumed)
     fresh = Trainer(load_config(None, [*SMALL, "train.method=outcome_only"]), tmp_path / "fresh", quiet=True)
     fresh.setup()
-    assert any(not torch.equal(a, b) for a, b in zip(fresh.policy.model.state_dict().values(),
-                                                    resumed.policy.model.state_dict().values()))
+    assert any(
+        not torch.equal(a, b)
+        for a, b in zip(fresh.policy.model.state_dict().values(), resumed.policy.model.state_dict().values())
+    )
     resumed.cleanup()
     fresh.cleanup()
 

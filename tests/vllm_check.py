@@ -56,11 +56,15 @@ def train(run_dir: str, steps: int, overrides: list[str]) -> dict:
     sampled = {t for r in first for t, flag in zip(r.token_ids, r.generated) if flag}
     final = model_logprobs(trainer.policy.model, fixed_sequence(trainer))
     trainer.cleanup()
-    return {"gaps": gaps, "synced": trainer.generator.synced_updates,
-            "same_rollouts": [r.token_ids for r in first] == [r.token_ids for r in second],
-            "within_allowed": sampled <= allowed, "sampled": len(sampled),
-            "engine_logprobs": all(r.behavior_logprobs.numel() == len(r.token_ids) for r in first),
-            "moved": max(abs(a - b) for a, b in zip(initial, final))}
+    return {
+        "gaps": gaps,
+        "synced": trainer.generator.synced_updates,
+        "same_rollouts": [r.token_ids for r in first] == [r.token_ids for r in second],
+        "within_allowed": sampled <= allowed,
+        "sampled": len(sampled),
+        "engine_logprobs": all(r.behavior_logprobs.numel() == len(r.token_ids) for r in first),
+        "moved": max(abs(a - b) for a, b in zip(initial, final)),
+    }
 
 
 def resume(run_dir: str) -> dict:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import sys
 
 MAX_LENGTH = 8192
-CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 
 
 def build(folder: str, seed: int = 0) -> None:
@@ -32,10 +34,20 @@ def build(folder: str, seed: int = 0) -> None:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.model_max_length = MAX_LENGTH
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                         num_attention_heads=1, num_key_value_heads=1, head_dim=64,
-                         max_position_embeddings=MAX_LENGTH, bos_token_id=vocab["<s>"], eos_token_id=vocab["</s>"],
-                         pad_token_id=vocab["<pad>"], tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=MAX_LENGTH,
+        bos_token_id=vocab["<s>"],
+        eos_token_id=vocab["</s>"],
+        pad_token_id=vocab["<pad>"],
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     model.save_pretrained(folder, safe_serialization=True)

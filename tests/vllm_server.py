@@ -47,8 +47,10 @@ def vllm_python() -> str:
     for candidate in candidates:
         if candidate and os.path.exists(candidate):
             return candidate
-    raise AssertionError("vLLM is missing: run the tests after RWCORE_EXTRAS=test,bench,vllm bash scripts/setup.sh "
-                         "(or point RWCORE_VLLM_PYTHON at a Python that has vllm)")
+    raise AssertionError(
+        "vLLM is missing: run the tests after RWCORE_EXTRAS=test,bench,vllm bash scripts/setup.sh "
+        "(or point RWCORE_VLLM_PYTHON at a Python that has vllm)"
+    )
 
 
 def free_port() -> int:
@@ -74,20 +76,50 @@ def start_server(folder: Path):
     """Builds the tiny model in `folder` and starts the server; returns (process, VLLMServer, log handle)."""
     model = folder / "model"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    subprocess.run([sys.executable, str(HERE / "vllm_judge_model.py"), str(model)], check=True, env=env,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, str(HERE / "vllm_judge_model.py"), str(model)],
+        check=True,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
     port = free_port()
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind", NO_PROXY="127.0.0.1,localhost",
-               no_proxy="127.0.0.1,localhost")
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+    )
     log_path = folder / "server.log"
     log = open(log_path, "w")
     started = time.monotonic()
     # cwd outside the repository: its kernels/ folder would shadow the `kernels` package transformers probes
     process = subprocess.Popen(
-        [vllm_python(), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-         "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-         "--max-model-len", "8192", "--enforce-eager", "--seed", "0"],
-        cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            vllm_python(),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "8192",
+            "--enforce-eager",
+            "--seed",
+            "0",
+        ],
+        cwd=folder,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base_url = f"http://127.0.0.1:{port}/v1"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -101,8 +133,9 @@ def start_server(folder: Path):
             except OSError:
                 pass
             if time.monotonic() - started > START_TIMEOUT:
-                raise AssertionError(f"the vLLM server did not start within {START_TIMEOUT} s:\n"
-                                     + log_path.read_text()[-4000:])
+                raise AssertionError(
+                    f"the vLLM server did not start within {START_TIMEOUT} s:\n" + log_path.read_text()[-4000:]
+                )
             time.sleep(1.0)
     except BaseException:
         stop_server(process, log)

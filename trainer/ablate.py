@@ -1,4 +1,4 @@
-"""`rw ablate`: a paper's ablation table (its issue-7 variants x seeds) as parallel `rw train` runs.
+"""`rw ablate`: a paper's ablation table (its variants x seeds) as parallel `rw train` runs.
 
 Layout of the output folder OUT:
   OUT/ablation.md, OUT/ablation.json, OUT/ablation.png   the table, its data and one point per seed
@@ -34,20 +34,47 @@ from pathlib import Path
 import numpy as np
 
 from rwcore._io import atomic_write_bytes
-from rwcore.trainer.machine import cpu_model
 from rwcore.method import VARIANTS
+from rwcore.trainer.machine import cpu_model
 
-__all__ = ["PAPERS", "BASELINES", "AblationPlan", "plan_ablation", "run_ablation", "summarize", "parse_seeds",
-           "write_table", "plot_runs", "plot_compare", "check_resume", "eval_curve", "steps_to_reach"]
+__all__ = [
+    "PAPERS",
+    "BASELINES",
+    "AblationPlan",
+    "plan_ablation",
+    "run_ablation",
+    "summarize",
+    "parse_seeds",
+    "write_table",
+    "plot_runs",
+    "plot_compare",
+    "check_resume",
+    "eval_curve",
+    "steps_to_reach",
+]
 
 PAPERS: dict[str, tuple[str, ...]] = {
     # Arise fig. 3(a): the full method, its ablations and outcome-only RL.
-    "arise": ("arise", "arise_frozen_rubrics", "arise_no_skills", "arise_no_adaptive_sampling",
-              "arise_vade_sampling", "outcome_only"),
+    "arise": (
+        "arise",
+        "arise_frozen_rubrics",
+        "arise_no_skills",
+        "arise_no_adaptive_sampling",
+        "arise_vade_sampling",
+        "outcome_only",
+    ),
     # RewardWeaver table 2: the full method and every alternative process-reward construction.
-    "rewardweaver": ("rewardweaver", "rw_outcome_grpo", "rw_static_topk", "rw_random_active_set",
-                     "rw_failure_frequency", "rw_random_trajectory", "rw_success_failure", "rw_open_vocabulary",
-                     "rw_instance_specific"),
+    "rewardweaver": (
+        "rewardweaver",
+        "rw_outcome_grpo",
+        "rw_static_topk",
+        "rw_random_active_set",
+        "rw_failure_frequency",
+        "rw_random_trajectory",
+        "rw_success_failure",
+        "rw_open_vocabulary",
+        "rw_instance_specific",
+    ),
 }
 """Each paper's table, in the paper's row order (every name is a `rwcore.method.VARIANTS` key)."""
 
@@ -121,8 +148,16 @@ class AblationPlan:
         return sorted(listed, key=lambda job: (job.after is not None, job.seed, order.get(job.variant, 99)))
 
 
-def plan_ablation(paper: str, variants: Sequence[str] | None, seeds: Sequence[int], steps: int | None, jobs: int | None,
-                  out: str | os.PathLike, overrides: Sequence[str] = (), config: str | None = None) -> AblationPlan:
+def plan_ablation(
+    paper: str,
+    variants: Sequence[str] | None,
+    seeds: Sequence[int],
+    steps: int | None,
+    jobs: int | None,
+    out: str | os.PathLike,
+    overrides: Sequence[str] = (),
+    config: str | None = None,
+) -> AblationPlan:
     """Checks every argument before anything starts; ValueError names the bad one."""
     if paper not in PAPERS:
         raise ValueError(f"--paper must be one of {', '.join(PAPERS)}, got {paper!r}")
@@ -131,14 +166,17 @@ def plan_ablation(paper: str, variants: Sequence[str] | None, seeds: Sequence[in
     unknown = [v for v in chosen if v not in table]
     if unknown:
         hint = " (a variant of the other paper)" if all(v in VARIANTS for v in unknown) else ""
-        raise ValueError(f"--variants: {', '.join(map(repr, unknown))} not in the {paper} table{hint}; "
-                         f"choose from {', '.join(table)}")
+        raise ValueError(
+            f"--variants: {', '.join(map(repr, unknown))} not in the {paper} table{hint}; "
+            f"choose from {', '.join(table)}"
+        )
     if len(set(chosen)) != len(chosen):
         raise ValueError(f"--variants repeats a variant: {','.join(chosen)}")
     for variant, needed in DEPENDS.items():
         if variant in chosen and needed not in chosen:
-            raise ValueError(f"--variants: {variant} freezes the pool of the same seed's {needed} run; "
-                             f"add {needed} to --variants")
+            raise ValueError(
+                f"--variants: {variant} freezes the pool of the same seed's {needed} run; add {needed} to --variants"
+            )
     if not seeds:
         raise ValueError("--seeds is empty")
     if steps is not None and steps <= 0:
@@ -164,8 +202,11 @@ SETTINGS_FILE = "ablation_settings.json"
 
 def _settings(plan: AblationPlan) -> dict:
     """What every run of a table shares; variants and seeds may grow between calls, these may not."""
-    return {"steps": plan.steps, "overrides": list(plan.overrides),
-            "config": str(Path(plan.config).resolve()) if plan.config else None}
+    return {
+        "steps": plan.steps,
+        "overrides": list(plan.overrides),
+        "config": str(Path(plan.config).resolve()) if plan.config else None,
+    }
 
 
 def check_resume(plan: AblationPlan) -> None:
@@ -177,13 +218,17 @@ def check_resume(plan: AblationPlan) -> None:
     try:
         before = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"--out {str(plan.out)!r}: {SETTINGS_FILE} is unreadable ({error}); use another --out") from None
+        raise ValueError(
+            f"--out {str(plan.out)!r}: {SETTINGS_FILE} is unreadable ({error}); use another --out"
+        ) from None
     now = _settings(plan)
     changed = [key for key in now if before.get(key) != now[key]]
     if changed:
-        raise ValueError(f"--out {str(plan.out)!r} holds a table run with other settings "
-                         f"({', '.join(f'{k}: {before.get(k)!r} then, {now[k]!r} now' for k in changed)}); "
-                         "resume with the same ones or use another --out")
+        raise ValueError(
+            f"--out {str(plan.out)!r} holds a table run with other settings "
+            f"({', '.join(f'{k}: {before.get(k)!r} then, {now[k]!r} now' for k in changed)}); "
+            "resume with the same ones or use another --out"
+        )
 
 
 def _read_status(run_dir: Path) -> dict | None:
@@ -239,8 +284,9 @@ def _command(plan: AblationPlan, job: Job, run_dir: Path) -> list[str]:
     return command + list(job.overrides)
 
 
-def run_ablation(plan: AblationPlan, progress: bool = True,
-                 launch: Callable[..., subprocess.Popen] = subprocess.Popen) -> dict:
+def run_ablation(
+    plan: AblationPlan, progress: bool = True, launch: Callable[..., subprocess.Popen] = subprocess.Popen
+) -> dict:
     """Runs every unfinished job, at most `plan.jobs` at a time; returns `summarize(plan)`.
 
     One progress bar counts training steps over all runs. `launch` is `subprocess.Popen` (tests may
@@ -254,8 +300,9 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
     earlier = 0.0
     if (plan.out / SETTINGS_FILE).exists():
         earlier = float(json.loads((plan.out / SETTINGS_FILE).read_text()).get("wall_seconds") or 0.0)
-    atomic_write_bytes(plan.out / SETTINGS_FILE,
-                       json.dumps({**_settings(plan), "wall_seconds": earlier}, indent=1).encode())
+    atomic_write_bytes(
+        plan.out / SETTINGS_FILE, json.dumps({**_settings(plan), "wall_seconds": earlier}, indent=1).encode()
+    )
     jobs = plan.run_jobs()
     total_steps = _total_steps(plan)
     threads = max(1, (os.cpu_count() or 1) // plan.jobs)
@@ -263,8 +310,13 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
     finished = {job.name for job in jobs} - {job.name for job in pending}
     failed: set[str] = set()
     running: dict[str, tuple[Job, subprocess.Popen, float, object]] = {}
-    bar = tqdm(total=total_steps * len(jobs), desc=f"rw ablate {plan.paper}", unit="step", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=total_steps * len(jobs),
+        desc=f"rw ablate {plan.paper}",
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+    )
     bar.update(total_steps * len(finished))
     shown = {job.name: (total_steps if job.name in finished else 0) for job in jobs}
     previous = _stop_on_sigterm()
@@ -310,8 +362,11 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
                 else:
                     tail = _log_tail(run_dir / "ablation.log")
                     last = tail.splitlines()[-1].strip() if tail.strip() else ""
-                    error = (f"exit code {code}: {last}" if last else f"exit code {code}") if code \
+                    error = (
+                        (f"exit code {code}: {last}" if last else f"exit code {code}")
+                        if code
                         else "no final held-out evaluation in metrics.jsonl"
+                    )
                     _write_status(run_dir, _failure(error, tail))
                     failed.add(name)
                     bar.write(f"run {name} failed ({error}); see {run_dir / 'ablation.log'}")
@@ -330,8 +385,10 @@ def run_ablation(plan: AblationPlan, progress: bool = True,
     summary = summarize(plan)
     # wall time over every call into this OUT (a resumed table counts each part once)
     summary["wall_seconds"] = round(earlier + time.time() - call_started, 1)
-    atomic_write_bytes(plan.out / SETTINGS_FILE,
-                       json.dumps({**_settings(plan), "wall_seconds": summary["wall_seconds"]}, indent=1).encode())
+    atomic_write_bytes(
+        plan.out / SETTINGS_FILE,
+        json.dumps({**_settings(plan), "wall_seconds": summary["wall_seconds"]}, indent=1).encode(),
+    )
     write_table(plan, summary)
     return summary
 
@@ -354,6 +411,7 @@ def prepare_prior(plan: AblationPlan, progress: bool = True) -> Path | None:
 def _stop_on_sigterm():
     """SIGTERM (a scheduler, `kill`) stops the runs like Ctrl-C does, so none is left running unattended
     (a later resume would start it twice). Returns the previous handler (None off the main thread)."""
+
     def stop(signum, frame):
         raise KeyboardInterrupt
 
@@ -423,8 +481,11 @@ def _stats(values: Sequence[float]) -> dict:
     array = np.asarray(values, dtype=float)
     if not len(array):
         return {"mean": None, "sd": None, "n": 0}
-    return {"mean": float(array.mean()), "sd": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
-            "n": int(len(array))}
+    return {
+        "mean": float(array.mean()),
+        "sd": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
+        "n": int(len(array)),
+    }
 
 
 def summarize(plan: AblationPlan) -> dict:
@@ -441,8 +502,14 @@ def summarize(plan: AblationPlan) -> dict:
             if status["status"] == "failed":
                 entry["error"] = status.get("error", "")
             if status["status"] == "finished" and curve:
-                entry.update(final=curve[-1][1], final_se=curve[-1][2], final_step=curve[-1][0],
-                             best=max(v for _, v, _ in curve), start=curve[0][1], curve=[list(c) for c in curve])
+                entry.update(
+                    final=curve[-1][1],
+                    final_se=curve[-1][2],
+                    final_step=curve[-1][0],
+                    best=max(v for _, v, _ in curve),
+                    start=curve[0][1],
+                    curve=[list(c) for c in curve],
+                )
             runs[variant][seed] = entry
     baseline = BASELINES[plan.paper]
     base_finals = [e["final"] for e in runs.get(baseline, {}).values() if "final" in e]
@@ -453,17 +520,31 @@ def summarize(plan: AblationPlan) -> dict:
         for entry in finished:
             entry["steps_to_baseline"] = steps_to_reach(entry["curve"], target) if target is not None else None
         reached = [e["steps_to_baseline"] for e in finished if e.get("steps_to_baseline") is not None]
-        rows.append({
-            "variant": variant, "paper_row": VARIANTS[variant].paper_row,
-            "final": _stats([e["final"] for e in finished]), "best": _stats([e["best"] for e in finished]),
-            "steps_to_baseline": {"mean": float(np.mean(reached)) if reached else None, "reached": len(reached),
-                                  "of": len(finished)},
-            "failed": sum(e["status"] == "failed" for e in runs[variant].values()),
-            "seeds": {str(seed): entry for seed, entry in runs[variant].items()},
-        })
-    return {"paper": plan.paper, "baseline": baseline, "baseline_final_mean": target, "seeds": plan.seeds,
-            "steps": plan.steps, "rows": rows, "machine": machine_note(plan.jobs),
-            "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        rows.append(
+            {
+                "variant": variant,
+                "paper_row": VARIANTS[variant].paper_row,
+                "final": _stats([e["final"] for e in finished]),
+                "best": _stats([e["best"] for e in finished]),
+                "steps_to_baseline": {
+                    "mean": float(np.mean(reached)) if reached else None,
+                    "reached": len(reached),
+                    "of": len(finished),
+                },
+                "failed": sum(e["status"] == "failed" for e in runs[variant].values()),
+                "seeds": {str(seed): entry for seed, entry in runs[variant].items()},
+            }
+        )
+    return {
+        "paper": plan.paper,
+        "baseline": baseline,
+        "baseline_final_mean": target,
+        "seeds": plan.seeds,
+        "steps": plan.steps,
+        "rows": rows,
+        "machine": machine_note(plan.jobs),
+        "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def machine_note(jobs: int) -> dict:
@@ -472,16 +553,26 @@ def machine_note(jobs: int) -> dict:
     float, so two machines differing there give different curves from the same seed."""
     import torch
 
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "jobs": jobs, "threads_per_run": max(1, (os.cpu_count() or 1) // jobs)}
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "jobs": jobs,
+        "threads_per_run": max(1, (os.cpu_count() or 1) // jobs),
+    }
 
 
 def _cpu_text(machine: dict) -> str:
     """' (AMD EPYC, torch kernels AVX512)'; empty for tables written before these were recorded."""
-    parts = [part for part in (machine.get("cpu"), machine.get("cpu_capability") and
-                               f"torch kernels {machine['cpu_capability']}") if part]
+    parts = [
+        part
+        for part in (machine.get("cpu"), machine.get("cpu_capability") and f"torch kernels {machine['cpu_capability']}")
+        if part
+    ]
     return f" ({', '.join(parts)})" if parts else ""
 
 
@@ -491,18 +582,22 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 def render_markdown(summary: dict) -> str:
     m = summary["machine"]
-    lines = [f"# Ablation: {summary['paper']}", "",
-             f"Held-out success (one sampled episode per held-out task, no skills) at the final step and the best "
-             f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; each seed's final "
-             f"value in the last column. 'Steps to baseline' is the first evaluated step at which a seed reaches "
-             f"{summary['baseline']}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
-             f"the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
-             f"{_fmt(summary.get('wall_seconds'), 0)} s (every call into this folder together).", "",
-             f"Machine: {m['processor']}{_cpu_text(m)}, {m['cpu_count']} cores, {m['platform']}, Python "
-             f"{m['python']}, torch {m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.",
-             "",
-             "| variant | paper row | final | best | steps to baseline | per-seed final |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"# Ablation: {summary['paper']}",
+        "",
+        f"Held-out success (one sampled episode per held-out task, no skills) at the final step and the best "
+        f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; each seed's final "
+        f"value in the last column. 'Steps to baseline' is the first evaluated step at which a seed reaches "
+        f"{summary['baseline']}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
+        f"the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
+        f"{_fmt(summary.get('wall_seconds'), 0)} s (every call into this folder together).",
+        "",
+        f"Machine: {m['processor']}{_cpu_text(m)}, {m['cpu_count']} cores, {m['platform']}, Python "
+        f"{m['python']}, torch {m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.",
+        "",
+        "| variant | paper row | final | best | steps to baseline | per-seed final |",
+        "|---|---|---|---|---|---|",
+    ]
     failures = []
     for row in summary["rows"]:
         per_seed = []
@@ -514,11 +609,19 @@ def render_markdown(summary: dict) -> str:
                 if entry["status"] == "failed":
                     failures.append(f"- {row['variant']} seed {seed}: {entry.get('error', '')}")
         final, best, reach = row["final"], row["best"], row["steps_to_baseline"]
-        stat = (lambda s: f"{_fmt(s['mean'])} ± {_fmt(s['sd'])}" if s["n"] else "—")
-        steps = f"{reach['mean']:.0f} ({reach['reached']}/{reach['of']})" if reach["mean"] is not None \
+
+        def stat(s):
+            return f"{_fmt(s['mean'])} ± {_fmt(s['sd'])}" if s["n"] else "—"
+
+        steps = (
+            f"{reach['mean']:.0f} ({reach['reached']}/{reach['of']})"
+            if reach["mean"] is not None
             else f"never (0/{reach['of']})"
-        lines.append(f"| {row['variant']} | {row['paper_row']} | {stat(final)} | {stat(best)} | {steps} | "
-                     f"{', '.join(per_seed)} |")
+        )
+        lines.append(
+            f"| {row['variant']} | {row['paper_row']} | {stat(final)} | {stat(best)} | {steps} | "
+            f"{', '.join(per_seed)} |"
+        )
     if failures:
         lines += ["", "Failed runs (not averaged in):", *failures]
     return "\n".join(lines) + "\n"
@@ -577,14 +680,29 @@ def plot_compare(run_dirs: Sequence[str | os.PathLike], path: str | os.PathLike)
         steps = np.array([c[0] for c in curve])
         values = np.array([c[1] for c in curve])
         # ten colours, then the same ten dashed (and so on), so that no two of many runs look alike
-        line, = ax.plot(steps, values, marker="o", markersize=3, linewidth=1.6, color=f"C{index % 10}",
-                        linestyle=("-", "--", ":", "-.")[index // 10 % 4],
-                        label=f"{name} ({values[0]:.2f} → {values[-1]:.2f})")
+        (line,) = ax.plot(
+            steps,
+            values,
+            marker="o",
+            markersize=3,
+            linewidth=1.6,
+            color=f"C{index % 10}",
+            linestyle=("-", "--", ":", "-.")[index // 10 % 4],
+            label=f"{name} ({values[0]:.2f} → {values[-1]:.2f})",
+        )
         if all(c[2] is not None for c in curve):
             se = np.array([c[2] for c in curve])
             ax.fill_between(steps, values - se, values + se, color=line.get_color(), alpha=0.15, linewidth=0)
-        summaries.append({"run": str(run_dir), "name": name, "start": float(values[0]), "final": float(values[-1]),
-                          "best": float(values.max()), "final_step": int(steps[-1])})
+        summaries.append(
+            {
+                "run": str(run_dir),
+                "name": name,
+                "start": float(values[0]),
+                "final": float(values[-1]),
+                "best": float(values.max()),
+                "final_step": int(steps[-1]),
+            }
+        )
     ax.set_xlabel("Training step")
     ax.set_ylabel("Held-out success rate")
     ax.set_ylim(-0.02, 1.02)

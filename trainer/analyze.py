@@ -47,8 +47,11 @@ def _load(path: Path, what: str):
 
 
 def _finite(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         else None
+    )
 
 
 def _fmt(value) -> str:
@@ -94,31 +97,57 @@ def _bottleneck(stages: list[dict], ids: list[str], out: Path) -> list[Path]:
     for k in range(len(stages) - 1):
         for j, cid in enumerate(ids):
             values = (fail[k, j], succ[k, j], fail[k + 1, j])
-            pairs.append({"stage": k, "capability": cid, "F_fail": _finite(values[0]), "F_succ": _finite(values[1]),
-                          "importance": _finite(values[0] - values[1]),
-                          "next_stage_reduction": _finite(values[0] - values[2])})
-    summary = {"importance_rho": _finite(result.importance_rho), "failure_rate_rho": _finite(result.failure_rate_rho),
-               "partial_rho": _finite(result.partial_rho), "within_stage_rho": _finite(result.within_stage_rho),
-               "n_pairs": result.n_pairs, "stages": len(stages), "capabilities": len(ids)}
+            pairs.append(
+                {
+                    "stage": k,
+                    "capability": cid,
+                    "F_fail": _finite(values[0]),
+                    "F_succ": _finite(values[1]),
+                    "importance": _finite(values[0] - values[1]),
+                    "next_stage_reduction": _finite(values[0] - values[2]),
+                }
+            )
+    summary = {
+        "importance_rho": _finite(result.importance_rho),
+        "failure_rate_rho": _finite(result.failure_rate_rho),
+        "partial_rho": _finite(result.partial_rho),
+        "within_stage_rho": _finite(result.within_stage_rho),
+        "n_pairs": result.n_pairs,
+        "stages": len(stages),
+        "capabilities": len(ids),
+    }
     lines = [
-        "# Bottleneck attribution and next-stage failure reduction (RewardWeaver appendix E, table E1)", "",
+        "# Bottleneck attribution and next-stage failure reduction (RewardWeaver appendix E, table E1)",
+        "",
         f"{summary['n_pairs']} capability-stage pairs ({len(ids)} capabilities, {len(stages) - 1} stage transitions).",
-        "", "| Signal at stage k vs. reduction of attributed failures at k+1 | Spearman rho |", "|---|---|",
+        "",
+        "| Signal at stage k vs. reduction of attributed failures at k+1 | Spearman rho |",
+        "|---|---|",
         f"| Bottleneck importance I = F_fail - F_succ | {_fmt(summary['importance_rho'])} |",
         f"| Current failure rate F_fail | {_fmt(summary['failure_rate_rho'])} |",
         f"| Importance, controlling for F_fail (partial) | {_fmt(summary['partial_rho'])} |",
-        f"| Importance, within stage | {_fmt(summary['within_stage_rho'])} |", "",
-        "| stage | capability | F_fail | F_succ | I | next-stage reduction |", "|---|---|---|---|---|---|",
+        f"| Importance, within stage | {_fmt(summary['within_stage_rho'])} |",
+        "",
+        "| stage | capability | F_fail | F_succ | I | next-stage reduction |",
+        "|---|---|---|---|---|---|",
     ]
-    lines += [f"| {p['stage']} | {p['capability']} | {_fmt(p['F_fail'])} | {_fmt(p['F_succ'])} | "
-              f"{_fmt(p['importance'])} | {_fmt(p['next_stage_reduction'])} |" for p in pairs]
+    lines += [
+        f"| {p['stage']} | {p['capability']} | {_fmt(p['F_fail'])} | {_fmt(p['F_succ'])} | "
+        f"{_fmt(p['importance'])} | {_fmt(p['next_stage_reduction'])} |"
+        for p in pairs
+    ]
     written = _write(out, "bottleneck", {"summary": summary, "pairs": pairs}, "\n".join(lines) + "\n")
     fig = _figure(5.5, 4.0)
     ax = fig.add_subplot()
     usable = [p for p in pairs if p["importance"] is not None and p["next_stage_reduction"] is not None]
     if usable:
-        ax.scatter([p["importance"] for p in usable], [p["next_stage_reduction"] for p in usable], s=18,
-                   c=[p["stage"] for p in usable], cmap="viridis")
+        ax.scatter(
+            [p["importance"] for p in usable],
+            [p["next_stage_reduction"] for p in usable],
+            s=18,
+            c=[p["stage"] for p in usable],
+            cmap="viridis",
+        )
     ax.axhline(0, color="0.7", lw=0.8)
     ax.axvline(0, color="0.7", lw=0.8)
     ax.set_xlabel("bottleneck importance I (stage k)")
@@ -136,8 +165,9 @@ def _retention(stages: list[dict], ids: list[str], points: list[dict], out: Path
     by_step = {int(p["step"]): p for p in points}
     last_step = max(by_step)
     # a stage opened at the end of training was never trained under: it has no score of its own
-    stages = [r for r in stages if (r.get("end_step") if r.get("end_step") is not None else last_step)
-              > r["start_step"]]
+    stages = [
+        r for r in stages if (r.get("end_step") if r.get("end_step") is not None else last_step) > r["start_step"]
+    ]
     scores = np.full((len(stages), len(ids)), np.nan)
     active = np.zeros((len(stages), len(ids)), dtype=bool)
     ends = []
@@ -152,18 +182,33 @@ def _retention(stages: list[dict], ids: list[str], points: list[dict], out: Path
                 scores[k, j] = value
             active[k, j] = cid in (record.get("active") or [])
     result = capability_retention(scores, active, ids)
-    events = [{"capability": e.capability_id, "last_active_stage": e.last_active_stage,
-               "deltas": [{"after_stages": t, "change": _finite(d)} for t, d in e.deltas]} for e in result.events]
-    summary = {"observations": result.n, "mean": _finite(result.mean), "median": _finite(result.median),
-               "min": _finite(result.min), "max": _finite(result.max), "deactivations": len(events)}
+    events = [
+        {
+            "capability": e.capability_id,
+            "last_active_stage": e.last_active_stage,
+            "deltas": [{"after_stages": t, "change": _finite(d)} for t, d in e.deltas],
+        }
+        for e in result.events
+    ]
+    summary = {
+        "observations": result.n,
+        "mean": _finite(result.mean),
+        "median": _finite(result.median),
+        "min": _finite(result.min),
+        "max": _finite(result.max),
+        "deactivations": len(events),
+    }
     table = {cid: [_finite(scores[k, j]) for k in range(len(stages))] for j, cid in enumerate(ids)}
     lines = [
-        "# Capability retention after deactivation (RewardWeaver appendix G, table G1)", "",
+        "# Capability retention after deactivation (RewardWeaver appendix G, table G1)",
+        "",
         "Diagnostic score S (mean over applicable episodes of the fixed diagnostic set, no skills) at the end of "
-        "each stage; `*` marks the stages where the capability was in the active set.", "",
+        "each stage; `*` marks the stages where the capability was in the active set.",
+        "",
         f"{summary['deactivations']} deactivation(s), {summary['observations']} post-deactivation observation(s): "
         f"mean change {_fmt(summary['mean'])}, median {_fmt(summary['median'])}, min {_fmt(summary['min'])}, "
-        f"max {_fmt(summary['max'])}.", "",
+        f"max {_fmt(summary['max'])}.",
+        "",
         "| capability | " + " | ".join(f"stage {k} (step {ends[k]})" for k in range(len(stages))) + " |",
         "|---|" + "---|" * len(stages),
     ]
@@ -172,17 +217,29 @@ def _retention(stages: list[dict], ids: list[str], points: list[dict], out: Path
         lines.append(f"| {cid} | " + " | ".join(cells) + " |")
     if events:
         lines += ["", "| capability | last active stage | change after 1, 2, ... stages |", "|---|---|---|"]
-        lines += [f"| {e['capability']} | {e['last_active_stage']} | "
-                  + ", ".join(_fmt(d["change"]) for d in e["deltas"]) + " |" for e in events]
-    written = _write(out, "retention", {"summary": summary, "events": events, "scores": table,
-                                        "stage_end_steps": ends,
-                                        "active": {cid: [bool(active[k, j]) for k in range(len(stages))]
-                                                   for j, cid in enumerate(ids)}}, "\n".join(lines) + "\n")
+        lines += [
+            f"| {e['capability']} | {e['last_active_stage']} | "
+            + ", ".join(_fmt(d["change"]) for d in e["deltas"])
+            + " |"
+            for e in events
+        ]
+    written = _write(
+        out,
+        "retention",
+        {
+            "summary": summary,
+            "events": events,
+            "scores": table,
+            "stage_end_steps": ends,
+            "active": {cid: [bool(active[k, j]) for k in range(len(stages))] for j, cid in enumerate(ids)},
+        },
+        "\n".join(lines) + "\n",
+    )
     fig = _figure(6.5, 4.0)
     ax = fig.add_subplot()
     for j, cid in enumerate(ids):
         if np.isfinite(scores[:, j]).any():
-            line, = ax.plot(range(len(stages)), scores[:, j], marker="o", ms=3, lw=1, label=cid)
+            (line,) = ax.plot(range(len(stages)), scores[:, j], marker="o", ms=3, lw=1, label=cid)
             on = np.flatnonzero(active[:, j] & np.isfinite(scores[:, j]))
             ax.scatter(on, scores[on, j], s=36, facecolors="none", edgecolors=line.get_color())
     ax.set_xlabel("stage (score at its end; circled: active)")
@@ -200,8 +257,11 @@ def analyze_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
     run = Path(run_dir)
     if not run.is_dir():
         raise ValueError(f"RUN_DIR {str(run)!r} is not a folder")
-    history = _load(run / "reward_history.json", "the RewardWeaver stages: run a variant with a process reward from "
-                                                 "the capability library, e.g. train.method=combined or rewardweaver")
+    history = _load(
+        run / "reward_history.json",
+        "the RewardWeaver stages: run a variant with a process reward from "
+        "the capability library, e.g. train.method=combined or rewardweaver",
+    )
     stages = history.get("stages") if isinstance(history, dict) else None
     if not isinstance(stages, list):
         raise ValueError(f"{run / 'reward_history.json'}: no 'stages' list")

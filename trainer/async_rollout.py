@@ -52,8 +52,9 @@ class RolloutProcess:
         ctx = torch.multiprocessing.get_context("spawn")
         self._requests = ctx.Queue()
         self._results = ctx.Queue()
-        self._process = ctx.Process(target=_serve, args=(config, int(threads), self._requests, self._results),
-                                    name="rw-rollout", daemon=True)
+        self._process = ctx.Process(
+            target=_serve, args=(config, int(threads), self._requests, self._results), name="rw-rollout", daemon=True
+        )
         self._process.start()
         self._submitted: dict[int, list] = {}  # step -> task ids, in submission order
         self._done: dict[int, list] = {}  # step -> rollouts received
@@ -64,8 +65,9 @@ class RolloutProcess:
 
     def push(self, weights: dict, version: int) -> None:
         """The policy's weights as version `version`; rollouts submitted after this use them."""
-        self._put(("weights", int(version), {name: tensor.detach().to("cpu", copy=True)
-                                            for name, tensor in weights.items()}))
+        self._put(
+            ("weights", int(version), {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights.items()})
+        )
 
     def submit(self, step: int, task_ids: list, jobs: list, prompt: str, seed: int) -> None:
         self._submitted[int(step)] = list(task_ids)
@@ -117,8 +119,9 @@ class RolloutProcess:
 
     def _check_alive(self) -> None:
         if not self._process.is_alive():
-            raise RolloutProcessDied(f"the rollout process (rollout.max_lag) died with exit code "
-                                     f"{self._process.exitcode}")
+            raise RolloutProcessDied(
+                f"the rollout process (rollout.max_lag) died with exit code {self._process.exitcode}"
+            )
 
     def _wait(self, kind: str):
         while True:
@@ -169,8 +172,11 @@ def _serve(config, threads: int, requests, results) -> None:
         from rwcore.trainer.rollout import run_episodes
 
         env = envs.make(config.env.name, **dict(config.env.options))
-        policy = build_policy(config, env, torch.device("cpu") if not torch.cuda.is_available()
-                              else torch.device("cuda", torch.cuda.current_device()))
+        policy = build_policy(
+            config,
+            env,
+            torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda", torch.cuda.current_device()),
+        )
         policy.model.eval()
         generator = None
         if config.rollout.engine == "vllm":
@@ -182,8 +188,11 @@ def _serve(config, threads: int, requests, results) -> None:
         if callable(getattr(env, "attach_policy", None)):  # self-play: this process's (lagged) policy plays the partner
             from rwcore.trainer.rollout import policy_text_generator
 
-            env.attach_policy(policy_text_generator(policy, generator, config.rollout.temperature,
-                                                    config.rollout.max_new_tokens, config.train.seed))
+            env.attach_policy(
+                policy_text_generator(
+                    policy, generator, config.rollout.temperature, config.rollout.max_new_tokens, config.train.seed
+                )
+            )
         ready = False
         while True:
             message = requests.get()
@@ -202,12 +211,21 @@ def _serve(config, threads: int, requests, results) -> None:
                 continue
             request: _Request = message[1]
             torch.manual_seed(request.seed)
-            rollouts = run_episodes(env, policy, request.jobs, request.prompt, config.rollout.temperature,
-                                    config.rollout.max_new_tokens, generator=generator)
+            rollouts = run_episodes(
+                env,
+                policy,
+                request.jobs,
+                request.prompt,
+                config.rollout.temperature,
+                config.rollout.max_new_tokens,
+                generator=generator,
+            )
             if any(not r.behavior_logprobs.numel() for r in rollouts):
                 # the trainer cannot rescore lagged rollouts: it no longer holds the version that sampled them
-                raise RuntimeError("the rollout engine returned no log-probs for some sampled tokens (a stop "
-                                   "token without its log-prob); asynchronous training needs them")
+                raise RuntimeError(
+                    "the rollout engine returned no log-probs for some sampled tokens (a stop "
+                    "token without its log-prob); asynchronous training needs them"
+                )
             results.put(("rollouts", request.step, [_to_wire(r) for r in rollouts]))
         if generator is not None:
             generator.close()

@@ -45,9 +45,19 @@ _CHUNK = 1 << 20
 
 # Files of a run folder written with rwcore._io.atomic_write_bytes, whose temporaries are
 # ".<name>.<8 random characters>.tmp" (tempfile.mkstemp) in the same folder.
-RUN_FILES = ("config.yaml", "method.json", "metrics.jsonl", "sampling.jsonl", "reward_stages.json",
-             "reward_history.json", "diagnostics.json", "pool_counts.json", "pool_events.json",
-             "pool_rubrics.json", "prior.json")
+RUN_FILES = (
+    "config.yaml",
+    "method.json",
+    "metrics.jsonl",
+    "sampling.jsonl",
+    "reward_stages.json",
+    "reward_history.json",
+    "diagnostics.json",
+    "pool_counts.json",
+    "pool_events.json",
+    "pool_rubrics.json",
+    "prior.json",
+)
 CHECKPOINT_FILES = ("latest",)
 _ATOMIC_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 
@@ -61,6 +71,7 @@ class RunFolderError(Exception):
 
 
 # ---------------------------------------------------------------------------------------- encoding
+
 
 def _dataclasses() -> dict[str, type]:
     """The record types a checkpoint may hold, by name (nothing else is rebuilt on load)."""
@@ -84,8 +95,12 @@ def encode(value: Any, where: str = "state") -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "OVU" or value.dtype.hasobject:
             raise TypeError(f"{where}: a numpy array of dtype {value.dtype} cannot be saved in a checkpoint")
-        return {_TAG: "ndarray", "dtype": value.dtype.str, "shape": list(value.shape),
-                "data": np.ascontiguousarray(value).tobytes()}
+        return {
+            _TAG: "ndarray",
+            "dtype": value.dtype.str,
+            "shape": list(value.shape),
+            "data": np.ascontiguousarray(value).tobytes(),
+        }
     if isinstance(value, np.generic):
         if value.dtype.kind in "OVUS":
             raise TypeError(f"{where}: a numpy scalar of dtype {value.dtype} cannot be saved in a checkpoint")
@@ -104,11 +119,15 @@ def encode(value: Any, where: str = "state") -> Any:
         return items if type(value) is list else type(value)(items)
     known = _dataclasses()
     if dataclasses.is_dataclass(value) and known.get(type(value).__name__) is type(value):
-        return {_TAG: "record", "name": type(value).__name__,
-                "fields": {f.name: encode(getattr(value, f.name), f"{where}.{f.name}")
-                           for f in dataclasses.fields(value)}}
-    raise TypeError(f"{where}: a {type(value).__module__}.{type(value).__qualname__} cannot be saved in a "
-                    "checkpoint (only tensors, plain containers, numpy values and rollout records)")
+        return {
+            _TAG: "record",
+            "name": type(value).__name__,
+            "fields": {f.name: encode(getattr(value, f.name), f"{where}.{f.name}") for f in dataclasses.fields(value)},
+        }
+    raise TypeError(
+        f"{where}: a {type(value).__module__}.{type(value).__qualname__} cannot be saved in a "
+        "checkpoint (only tensors, plain containers, numpy values and rollout records)"
+    )
 
 
 def decode(value: Any) -> Any:
@@ -163,8 +182,9 @@ def load(path: Path, map_location=None) -> Any:
         reason = str(error).strip().splitlines()
         unsafe = [line.strip() for line in reason if "Unsupported" in line or "global" in line.lower()]
         detail = (unsafe or reason or [type(error).__name__])[0]
-        raise CheckpointError(f"{path} cannot be loaded safely (torch.load weights_only=True): "
-                              f"{detail[:300]}") from None
+        raise CheckpointError(
+            f"{path} cannot be loaded safely (torch.load weights_only=True): {detail[:300]}"
+        ) from None
     try:
         return decode(value)
     except (KeyError, TypeError, ValueError) as error:
@@ -172,6 +192,7 @@ def load(path: Path, map_location=None) -> Any:
 
 
 # ---------------------------------------------------------------------------------------- manifest
+
 
 def _files(folder: Path) -> list[Path]:
     """Every file under `folder` but the manifest, in a fixed order (refuses links and odd entries)."""
@@ -248,8 +269,10 @@ def verify(folder: Path) -> dict:
         raise CheckpointError(f"checkpoint {folder} does not exist")
     path = folder / MANIFEST
     if not path.is_file():
-        raise CheckpointError(f"{path} is missing: the checkpoint is incomplete or was written by an older "
-                              "rwcore (such checkpoints are not loaded: they need unrestricted unpickling)")
+        raise CheckpointError(
+            f"{path} is missing: the checkpoint is incomplete or was written by an older "
+            "rwcore (such checkpoints are not loaded: they need unrestricted unpickling)"
+        )
     try:
         manifest = json.loads(path.read_bytes().decode("utf-8"))
         body = {"format": manifest["format"], "step": manifest["step"], "files": manifest["files"]}
@@ -272,8 +295,9 @@ def verify(folder: Path) -> dict:
             raise CheckpointError(f"{file} is missing (listed in {MANIFEST})")
         size, sha = _digest(file)
         if size != entry["size"]:
-            raise CheckpointError(f"{file} has {size} bytes where {MANIFEST} says {entry['size']}: truncated "
-                                  "or corrupted")
+            raise CheckpointError(
+                f"{file} has {size} bytes where {MANIFEST} says {entry['size']}: truncated or corrupted"
+            )
         if sha != entry["sha256"]:
             raise CheckpointError(f"{file} does not match its sha256 in {MANIFEST}: corrupted")
     return manifest
@@ -281,12 +305,16 @@ def verify(folder: Path) -> dict:
 
 # ---------------------------------------------------------------------------------------- run folders
 
+
 def step_folders(checkpoints: Path) -> list[Path]:
     """The `step_N` folders under `checkpoints/`, newest (highest step) first."""
     if not checkpoints.is_dir():
         return []
-    found = [(int(match.group(1)), path) for path in checkpoints.iterdir()
-             if (match := _STEP.match(path.name)) and path.is_dir() and not path.is_symlink()]
+    found = [
+        (int(match.group(1)), path)
+        for path in checkpoints.iterdir()
+        if (match := _STEP.match(path.name)) and path.is_dir() and not path.is_symlink()
+    ]
     return [path for _, path in sorted(found, reverse=True)]
 
 
@@ -317,9 +345,15 @@ def foreign_entries(run: Path) -> list[Path]:
             foreign.append(path)
         elif path.name in RUN_OUTPUT_DIRS and path.is_dir():
             if path.name == "checkpoints":
-                foreign += [p for p in sorted(path.iterdir()) if p.is_symlink() or not (
-                    (p.is_dir() and (_STEP.match(p.name) or _STAGING.match(p.name)))
-                    or (p.is_file() and _ours(p.name, CHECKPOINT_FILES)))]
+                foreign += [
+                    p
+                    for p in sorted(path.iterdir())
+                    if p.is_symlink()
+                    or not (
+                        (p.is_dir() and (_STEP.match(p.name) or _STAGING.match(p.name)))
+                        or (p.is_file() and _ours(p.name, CHECKPOINT_FILES))
+                    )
+                ]
         elif not (path.is_file() and _ours(path.name, RUN_FILES + ABLATE_FILES)):
             foreign.append(path)
     return foreign
@@ -340,17 +374,23 @@ def check_new_run_folder(path: Path, overwrite: bool = False) -> None:
         return
     shown = ", ".join(entry.name for entry in entries[:5]) + (", ..." if len(entries) > 5 else "")
     if not is_run_folder(path):
-        raise RunFolderRefused(f"--out {str(path)!r} is not empty and holds no run of rw ({shown}); a new run would "
-                               "write over its files: choose a new or empty folder")
+        raise RunFolderRefused(
+            f"--out {str(path)!r} is not empty and holds no run of rw ({shown}); a new run would "
+            "write over its files: choose a new or empty folder"
+        )
     if not overwrite:
-        raise RunFolderRefused(f"--out {str(path)!r} already holds a run; continue it with: rw train --resume {path}"
-                               "; or choose a new folder; or add --overwrite to replace it (removes only the files "
-                               "rw wrote there)")
+        raise RunFolderRefused(
+            f"--out {str(path)!r} already holds a run; continue it with: rw train --resume {path}"
+            "; or choose a new folder; or add --overwrite to replace it (removes only the files "
+            "rw wrote there)"
+        )
     foreign = foreign_entries(path)
     if foreign:
         names = ", ".join(str(p.relative_to(path)) for p in foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise RunFolderRefused(f"--overwrite: {str(path)!r} also holds files rw did not write ({names}); nothing "
-                               "was removed: move them, or choose a new folder")
+        raise RunFolderRefused(
+            f"--overwrite: {str(path)!r} also holds files rw did not write ({names}); nothing "
+            "was removed: move them, or choose a new folder"
+        )
     for entry in sorted(path.iterdir()):
         if entry.name in ABLATE_FILES:
             continue
@@ -374,12 +414,14 @@ def latest_checkpoint(run: Path) -> Path | None:
     except (OSError, UnicodeDecodeError) as error:
         raise CheckpointError(f"{pointer} cannot be read ({error})") from None
     if not _STEP.fullmatch(name):
-        raise CheckpointError(f"{pointer} names {name!r}, not a step_N folder of this run's checkpoints/; "
-                              "refusing to follow it")
+        raise CheckpointError(
+            f"{pointer} names {name!r}, not a step_N folder of this run's checkpoints/; refusing to follow it"
+        )
     folder = run / "checkpoints" / name
     if folder.is_symlink() or not folder.is_dir():
-        raise CheckpointError(f"{pointer} names {name!r}, which is not a checkpoint folder inside "
-                              f"{run / 'checkpoints'}")
+        raise CheckpointError(
+            f"{pointer} names {name!r}, which is not a checkpoint folder inside {run / 'checkpoints'}"
+        )
     return folder
 
 
@@ -396,8 +438,13 @@ def clean_temporaries(run: Path) -> list[Path]:
             if match and match.group("name") in names and path.is_file() and not path.is_symlink():
                 path.unlink()
                 removed.append(path)
-            elif folder.name == "checkpoints" and folder.parent == run and _STAGING.match(path.name) \
-                    and path.is_dir() and not path.is_symlink():
+            elif (
+                folder.name == "checkpoints"
+                and folder.parent == run
+                and _STAGING.match(path.name)
+                and path.is_dir()
+                and not path.is_symlink()
+            ):
                 shutil.rmtree(path)
                 removed.append(path)
     return removed

@@ -62,9 +62,7 @@ def _positive_int(text: str) -> int:
 
 def _override(text: str) -> str:
     if "=" not in text or text.startswith("="):
-        raise argparse.ArgumentTypeError(
-            f"expected section.key=value (e.g. train.steps=20), got {text!r}"
-        )
+        raise argparse.ArgumentTypeError(f"expected section.key=value (e.g. train.steps=20), got {text!r}")
     return text
 
 
@@ -141,28 +139,45 @@ class TrainCommand(Command):
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--config", metavar="FILE", help="YAML config file, nested by section, or the name "
-                                                             "of a shipped config (rw config --list)")
-        parser.add_argument("--out", metavar="DIR",
-                            help="run folder (default: runs/<timestamp>); a folder holding other files is refused, "
-                                 "one holding a run too unless --overwrite")
-        parser.add_argument("--overwrite", action="store_true",
-                            help="start over in --out although it holds a run: removes the files rw wrote there "
-                                 "(refused, removing nothing, if it holds anything else)")
-        parser.add_argument("--resume", metavar="DIR",
-                            help="resume the run in DIR from its newest intact checkpoint (each is verified "
-                                 "against its manifest.json; a damaged one is skipped and named) "
-                                 "(uses that run's saved config; no --config/--out/overrides)")
-        parser.add_argument("--quiet", action="store_true",
-                            help="no progress bar, log lines only")
-        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
-                            help="config overrides, e.g. train.steps=20 optim.lr=1e-3")
+        parser.add_argument(
+            "--config",
+            metavar="FILE",
+            help="YAML config file, nested by section, or the name of a shipped config (rw config --list)",
+        )
+        parser.add_argument(
+            "--out",
+            metavar="DIR",
+            help="run folder (default: runs/<timestamp>); a folder holding other files is refused, "
+            "one holding a run too unless --overwrite",
+        )
+        parser.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="start over in --out although it holds a run: removes the files rw wrote there "
+            "(refused, removing nothing, if it holds anything else)",
+        )
+        parser.add_argument(
+            "--resume",
+            metavar="DIR",
+            help="resume the run in DIR from its newest intact checkpoint (each is verified "
+            "against its manifest.json; a damaged one is skipped and named) "
+            "(uses that run's saved config; no --config/--out/overrides)",
+        )
+        parser.add_argument("--quiet", action="store_true", help="no progress bar, log lines only")
+        parser.add_argument(
+            "overrides",
+            nargs="*",
+            metavar="key=value",
+            type=_override,
+            help="config overrides, e.g. train.steps=20 optim.lr=1e-3",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         main_process = os.environ.get("RANK", "0") == "0"
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.out is None and args.resume is None:
-            raise CommandError("--out is required under a multi-process launcher (every process must write to "
-                               "the same run folder)")
+            raise CommandError(
+                "--out is required under a multi-process launcher (every process must write to the same run folder)"
+            )
         if args.resume is not None:
             if args.config or args.out or args.overrides or args.overwrite:
                 raise CommandError(
@@ -213,19 +228,23 @@ class TrainCommand(Command):
                 raise CommandError(str(error)) from None
             trainer.train()
         except RunFolderError as error:  # disk full, a file where a folder should be: the path, one line
-            raise CommandError(f"{error}; continue with: {PROG} train --resume {run_dir}"
-                               if (run_dir / "checkpoints" / "latest").exists() else str(error), code=1) from None
+            raise CommandError(
+                f"{error}; continue with: {PROG} train --resume {run_dir}"
+                if (run_dir / "checkpoints" / "latest").exists()
+                else str(error),
+                code=1,
+            ) from None
         except KeyboardInterrupt:
-            print(f"\ninterrupted; continue with: {PROG} train --resume {run_dir}",
-                  file=sys.stderr)
+            print(f"\ninterrupted; continue with: {PROG} train --resume {run_dir}", file=sys.stderr)
             return 130
         except RuntimeError as error:
             from rwcore.trainer.async_rollout import RolloutProcessDied
 
             if not isinstance(error, RolloutProcessDied):
                 raise
-            raise CommandError(f"{error}\nthe run stopped; continue from its latest checkpoint with: "
-                               f"{PROG} train --resume {run_dir}") from None
+            raise CommandError(
+                f"{error}\nthe run stopped; continue from its latest checkpoint with: {PROG} train --resume {run_dir}"
+            ) from None
         finally:
             trainer.cleanup()
         if main_process:
@@ -266,11 +285,15 @@ class PretrainCommand(Command):
         try:
             config = load_config(_config_file(args.config), args.overrides)
             if config.model.name:
-                raise ValueError(f"config key 'model.name': rw pretrain builds the built-in model's prior; "
-                                 f"{config.model.name!r} brings its own weights")
+                raise ValueError(
+                    f"config key 'model.name': rw pretrain builds the built-in model's prior; "
+                    f"{config.model.name!r} brings its own weights"
+                )
             if config.model.init == "random":
-                raise ValueError("config key 'model.init': random needs no prior (rw pretrain builds the one "
-                                 "model.init=pretrained starts from)")
+                raise ValueError(
+                    "config key 'model.init': random needs no prior (rw pretrain builds the one "
+                    "model.init=pretrained starts from)"
+                )
             env = envs.make(config.env.name, **dict(config.env.options))
             config.model.init = "pretrained"
             prior = ensure_prior(config, env, rebuild=args.rebuild, progress=not args.quiet)
@@ -282,8 +305,10 @@ class PretrainCommand(Command):
         last = (prior.report.get("curve") or [{}])[-1]
         print(f"prior: {prior.folder}")
         loss, accuracy = last.get("loss", float("nan")), last.get("guided_accuracy", float("nan"))
-        print(f"trained {prior.report.get('seconds')} s on {prior.report.get('threads')} threads; last 100 steps: "
-              f"loss {loss:.3f}, guided accuracy {accuracy:.3f}")
+        print(
+            f"trained {prior.report.get('seconds')} s on {prior.report.get('threads')} threads; last 100 steps: "
+            f"loss {loss:.3f}, guided accuracy {accuracy:.3f}"
+        )
         print(format_probe(prior.report["probe"]))
         return 0
 
@@ -305,12 +330,17 @@ class ProbeCommand(Command):
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT_DIR",
-                            help="a checkpoint folder or a run folder (its latest checkpoint); default: the prior")
+        parser.add_argument(
+            "checkpoint",
+            nargs="?",
+            metavar="CHECKPOINT_DIR",
+            help="a checkpoint folder or a run folder (its latest checkpoint); default: the prior",
+        )
         parser.add_argument("--config", metavar="FILE", help="without CHECKPOINT_DIR: the config whose prior to probe")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
-        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
-                            help="without CHECKPOINT_DIR: config overrides")
+        parser.add_argument(
+            "overrides", nargs="*", metavar="key=value", type=_override, help="without CHECKPOINT_DIR: config overrides"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from rwcore.trainer.prior.pretrain import corpus_spec, language_of
@@ -326,8 +356,10 @@ class ProbeCommand(Command):
             try:
                 config = load_config(_config_file(args.config), args.overrides)
                 if config.model.name or config.model.init == "random":
-                    raise ValueError("without CHECKPOINT_DIR rw probe probes the reading prior: leave model.name "
-                                     "and model.init unset")
+                    raise ValueError(
+                        "without CHECKPOINT_DIR rw probe probes the reading prior: leave model.name "
+                        "and model.init unset"
+                    )
                 env = envs.make(config.env.name, **dict(config.env.options))
                 config.model.init = "pretrained"
                 report = ensure_prior(config, env).report["probe"]
@@ -344,8 +376,10 @@ class ProbeCommand(Command):
                 language = language_of(trainer.env)
                 if language is None or trainer.config.model.name:
                     config = trainer.config
-                    raise ValueError("the probe needs the built-in model on an environment with a guidance language "
-                                     f"(env.name={config.env.name!r}, model.name={config.model.name!r})")
+                    raise ValueError(
+                        "the probe needs the built-in model on an environment with a guidance language "
+                        f"(env.name={config.env.name!r}, model.name={config.model.name!r})"
+                    )
                 policy = trainer.policy
                 report = probe(policy.model, policy.codec, trainer.env, language, corpus_spec(trainer.config))
             except (ValueError, FileNotFoundError) as error:
@@ -357,9 +391,11 @@ class ProbeCommand(Command):
 class EvalCommand(Command):
     name = "eval"
     help = "evaluate a checkpoint on the held-out (or training) split"
-    description = ("Evaluates a saved checkpoint and prints its metrics as JSON on stdout. The checkpoint is "
-                   "verified against its manifest.json first: a damaged, unlisted or missing file, or a "
-                   "checkpoint without a manifest, is an error naming it (exit 2).")
+    description = (
+        "Evaluates a saved checkpoint and prints its metrics as JSON on stdout. The checkpoint is "
+        "verified against its manifest.json first: a damaged, unlisted or missing file, or a "
+        "checkpoint without a manifest, is an error naming it (exit 2)."
+    )
     epilog = """examples:
   rw eval runs/demo/checkpoints/step_200
   rw eval runs/demo/checkpoints/step_200 --split train --tasks 64
@@ -367,15 +403,25 @@ class EvalCommand(Command):
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("checkpoint", metavar="CHECKPOINT_DIR",
-                            help="a checkpoint folder, or a run folder (its latest checkpoint)")
-        parser.add_argument("--split", choices=("eval", "train"), default="eval",
-                            help="task split (default: eval, the held-out split)")
-        parser.add_argument("--tasks", type=_positive_int, default=None, metavar="N",
-                            help="evaluate at most N tasks (default: the whole split)")
-        parser.add_argument("--with-skills", action="store_true",
-                            help="put the checkpoint's active Arise skills in the prompt (analysis only: held-out "
-                                 "evaluation withholds them; metrics are labelled *_with_skills)")
+        parser.add_argument(
+            "checkpoint", metavar="CHECKPOINT_DIR", help="a checkpoint folder, or a run folder (its latest checkpoint)"
+        )
+        parser.add_argument(
+            "--split", choices=("eval", "train"), default="eval", help="task split (default: eval, the held-out split)"
+        )
+        parser.add_argument(
+            "--tasks",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="evaluate at most N tasks (default: the whole split)",
+        )
+        parser.add_argument(
+            "--with-skills",
+            action="store_true",
+            help="put the checkpoint's active Arise skills in the prompt (analysis only: held-out "
+            "evaluation withholds them; metrics are labelled *_with_skills)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         path = Path(args.checkpoint)
@@ -383,8 +429,9 @@ class EvalCommand(Command):
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r} does not exist")
         Trainer = _trainer_class()
         try:
-            metrics = Trainer.evaluate_checkpoint(str(path), split=args.split,
-                                                  max_tasks=args.tasks, with_skills=args.with_skills)
+            metrics = Trainer.evaluate_checkpoint(
+                str(path), split=args.split, max_tasks=args.tasks, with_skills=args.with_skills
+            )
         except (ValueError, FileNotFoundError) as error:
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
         print(json.dumps(_jsonable(metrics), indent=2, sort_keys=True))
@@ -406,8 +453,7 @@ class ReportCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder written by rw train")
-        parser.add_argument("--out", metavar="DIR", default=None,
-                            help="output folder (default: RUN_DIR/report)")
+        parser.add_argument("--out", metavar="DIR", default=None, help="output folder (default: RUN_DIR/report)")
 
     def run(self, args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir)
@@ -421,8 +467,9 @@ class ReportCommand(Command):
             raise CommandError(str(error)) from None
         written = 0
         for name, outcome in results.items():
-            if isinstance(outcome, Path) or (isinstance(outcome, str) and outcome.endswith(".png")
-                                             and os.path.exists(outcome)):
+            if isinstance(outcome, Path) or (
+                isinstance(outcome, str) and outcome.endswith(".png") and os.path.exists(outcome)
+            ):
                 print(outcome)
                 written += 1
             else:
@@ -464,8 +511,10 @@ class AnalyzeCommand(Command):
 class VariantsCommand(Command):
     name = "variants"
     help = "list the method variants train.method takes, with the paper rows they reproduce"
-    description = ("Each ablation differs from its parent in exactly one component (process_reward, "
-                   "arise_rubrics, skills, sampler).")
+    description = (
+        "Each ablation differs from its parent in exactly one component (process_reward, "
+        "arise_rubrics, skills, sampler)."
+    )
     epilog = """examples:
   rw variants
   rw variants --json
@@ -482,8 +531,10 @@ class VariantsCommand(Command):
             return 0
         for variant in VARIANTS.values():
             c = variant.components
-            parts = f"process_reward={c['process_reward']} arise_rubrics={c['arise_rubrics']} " \
-                    f"skills={'on' if c['skills'] else 'off'} sampler={c['sampler']}"
+            parts = (
+                f"process_reward={c['process_reward']} arise_rubrics={c['arise_rubrics']} "
+                f"skills={'on' if c['skills'] else 'off'} sampler={c['sampler']}"
+            )
             parent = f" (ablates {variant.parent})" if variant.parent else ""
             print(f"{variant.name:28s} {variant.paper_row}{parent}\n{'':28s} {variant.description}\n{'':28s} {parts}")
         return 0
@@ -510,21 +561,39 @@ class AblateCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from rwcore.trainer.ablate import PAPERS
 
-        parser.add_argument("--paper", required=True, metavar="PAPER",
-                            help=f"the table to run: {' or '.join(PAPERS)}")
-        parser.add_argument("--variants", default=None, metavar="A,B,..",
-                            help="a subset of the paper's rows (default: all; rw variants lists them)")
+        parser.add_argument("--paper", required=True, metavar="PAPER", help=f"the table to run: {' or '.join(PAPERS)}")
+        parser.add_argument(
+            "--variants",
+            default=None,
+            metavar="A,B,..",
+            help="a subset of the paper's rows (default: all; rw variants lists them)",
+        )
         parser.add_argument("--seeds", default="0,1,2", metavar="S,S,..", help="seeds (default: 0,1,2)")
-        parser.add_argument("--steps", type=_positive_int, default=None, metavar="N",
-                            help="training steps per run (default: the config's train.steps)")
-        parser.add_argument("--jobs", type=_positive_int, default=None, metavar="J",
-                            help="runs at a time (default: the number of cores); each gets cores/J threads")
-        parser.add_argument("--config", default=None, metavar="FILE",
-                            help="base config for every run (a YAML file or a shipped config name)")
+        parser.add_argument(
+            "--steps",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="training steps per run (default: the config's train.steps)",
+        )
+        parser.add_argument(
+            "--jobs",
+            type=_positive_int,
+            default=None,
+            metavar="J",
+            help="runs at a time (default: the number of cores); each gets cores/J threads",
+        )
+        parser.add_argument(
+            "--config",
+            default=None,
+            metavar="FILE",
+            help="base config for every run (a YAML file or a shipped config name)",
+        )
         parser.add_argument("--out", required=True, metavar="DIR", help="output folder (reused to resume)")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
-        parser.add_argument("overrides", nargs="*", type=_override, metavar="key=value",
-                            help="config overrides applied to every run")
+        parser.add_argument(
+            "overrides", nargs="*", type=_override, metavar="key=value", help="config overrides applied to every run"
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation, prepare_prior, run_ablation
@@ -539,8 +608,11 @@ class AblateCommand(Command):
         except ValueError as error:
             raise CommandError(str(error)) from None
         runs = len(plan.variants) * len(plan.seeds)
-        print(f"rw ablate: {plan.paper}, {len(plan.variants)} variants x {len(plan.seeds)} seeds = {runs} runs, "
-              f"{plan.jobs} at a time, into {plan.out}", file=sys.stderr)
+        print(
+            f"rw ablate: {plan.paper}, {len(plan.variants)} variants x {len(plan.seeds)} seeds = {runs} runs, "
+            f"{plan.jobs} at a time, into {plan.out}",
+            file=sys.stderr,
+        )
         try:
             prior = prepare_prior(plan, progress=not args.quiet)
         except ValueError as error:
@@ -559,8 +631,10 @@ class AblateCommand(Command):
 class CompareCommand(Command):
     name = "compare"
     help = "plot several runs' held-out success curves on one figure"
-    description = ("Reads each RUN_DIR's metrics.jsonl and draws its held-out success curve (with a ±1 standard "
-                   "error band where logged); prints each run's first, final and best held-out success.")
+    description = (
+        "Reads each RUN_DIR's metrics.jsonl and draws its held-out success curve (with a ±1 standard "
+        "error band where logged); prints each run's first, final and best held-out success."
+    )
     epilog = """examples:
   rw compare runs/a runs/b --out compare.png
   rw compare runs/ablate-arise/runs/arise-s0 runs/ablate-arise/runs/outcome_only-s0
@@ -580,8 +654,10 @@ class CompareCommand(Command):
         except ValueError as error:
             raise CommandError(str(error)) from None
         for entry in summaries:
-            print(f"{entry['name']}: held-out success {entry['start']:.3f} -> {entry['final']:.3f} "
-                  f"(best {entry['best']:.3f}, step {entry['final_step']})")
+            print(
+                f"{entry['name']}: held-out success {entry['start']:.3f} -> {entry['final']:.3f} "
+                f"(best {entry['best']:.3f}, step {entry['final_step']})"
+            )
         print(path)
         return 0
 
@@ -618,11 +694,9 @@ class ConfigCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--config", metavar="FILE", help="YAML config file")
-        parser.add_argument("--describe", action="store_true",
-                            help="list every key with its type and documentation")
+        parser.add_argument("--describe", action="store_true", help="list every key with its type and documentation")
         parser.add_argument("--list", action="store_true", help="list the shipped configs")
-        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
-                            help="config overrides")
+        parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override, help="config overrides")
 
     def run(self, args: argparse.Namespace) -> int:
         if args.list:
@@ -683,15 +757,27 @@ class BenchCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
-        parser.add_argument("--out", metavar="DIR", default=None,
-                            help="folder for report.json and report.md (default: bench/results/latest)")
-        parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
-                            help="run only these benchmarks: sampler, kernels, advantages, training_step, kernels_cuda, "
-                                 "async, trl_step, scoring_memory")
-        parser.add_argument("--gpu-static", action="store_true",
-                            help="instead: compile every Triton kernel for sm_80 and sm_90 and write the resource "
-                                 "table (registers, spills, shared memory, occupancy) and the roofline model to "
-                                 "bench/results/gpu-static.md and roofline.md, or into --out (bench/gpu_static.py)")
+        parser.add_argument(
+            "--out",
+            metavar="DIR",
+            default=None,
+            help="folder for report.json and report.md (default: bench/results/latest)",
+        )
+        parser.add_argument(
+            "--only",
+            nargs="+",
+            metavar="NAME",
+            default=None,
+            help="run only these benchmarks: sampler, kernels, advantages, training_step, kernels_cuda, "
+            "async, trl_step, scoring_memory",
+        )
+        parser.add_argument(
+            "--gpu-static",
+            action="store_true",
+            help="instead: compile every Triton kernel for sm_80 and sm_90 and write the resource "
+            "table (registers, spills, shared memory, occupancy) and the roofline model to "
+            "bench/results/gpu-static.md and roofline.md, or into --out (bench/gpu_static.py)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         if args.gpu_static:
@@ -716,28 +802,43 @@ class BenchCommand(Command):
                     raise CommandError(f"--only: unknown benchmark {text!r}; choose from {', '.join(runner.NAMES)}")
                 names.append(name)
             argv += ["--only", *names]
-        command = " ".join([PROG, "bench", *(["--quick"] if args.quick else []),
-                            *(["--out", str(args.out)] if args.out is not None else []),
-                            *(["--only", *args.only] if args.only else [])])
+        command = " ".join(
+            [
+                PROG,
+                "bench",
+                *(["--quick"] if args.quick else []),
+                *(["--out", str(args.out)] if args.out is not None else []),
+                *(["--only", *args.only] if args.only else []),
+            ]
+        )
         return runner.main(argv, command=command)
 
 
-COMMANDS: tuple[type[Command], ...] = (TrainCommand, PretrainCommand, ProbeCommand, EvalCommand, ReportCommand,
-                                       AnalyzeCommand, VariantsCommand, AblateCommand, CompareCommand, ConfigCommand,
-                                       BenchCommand)
+COMMANDS: tuple[type[Command], ...] = (
+    TrainCommand,
+    PretrainCommand,
+    ProbeCommand,
+    EvalCommand,
+    ReportCommand,
+    AnalyzeCommand,
+    VariantsCommand,
+    AblateCommand,
+    CompareCommand,
+    ConfigCommand,
+    BenchCommand,
+)
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Reinforcement learning of LLM agents with adaptive rewards and task mix "
-                    "(RewardWeaver, Arise).",
+        description="Reinforcement learning of LLM agents with adaptive rewards and task mix (RewardWeaver, Arise).",
         epilog="examples:\n  rw train --out runs/demo\n  rw pretrain\n  rw probe runs/demo\n  rw report runs/demo\n"
-               "  rw analyze runs/demo\n"
-               "  rw variants\n  rw ablate --paper arise --out runs/ablate-arise\n  rw compare runs/a runs/b\n"
-               "  rw eval runs/demo/checkpoints/step_200\n"
-               "  rw bench --quick\n"
-               "run `rw COMMAND --help` for a command's options",
+        "  rw analyze runs/demo\n"
+        "  rw variants\n  rw ablate --paper arise --out runs/ablate-arise\n  rw compare runs/a runs/b\n"
+        "  rw eval runs/demo/checkpoints/step_200\n"
+        "  rw bench --quick\n"
+        "run `rw COMMAND --help` for a command's options",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -745,10 +846,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
     commands: dict[str, Command] = {}
     for cls in COMMANDS:
         command = cls()
-        child = sub.add_parser(command.name, help=command.help,
-                               description=textwrap.fill(command.description or command.help, 88),
-                               epilog=command.epilog,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
+        child = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=textwrap.fill(command.description or command.help, 88),
+            epilog=command.epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         command.add_arguments(child)
         commands[command.name] = command
     return parser, commands

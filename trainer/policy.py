@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
-ROLE_TOKENS = {"system": "<system>", "user": "<user>", "assistant": "<assistant>", "tool": "<tool>", "partner": "<partner>"}
+ROLE_TOKENS = {
+    "system": "<system>",
+    "user": "<user>",
+    "assistant": "<assistant>",
+    "tool": "<tool>",
+    "partner": "<partner>",
+}
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<bos>", "<end>", *ROLE_TOKENS.values()]
 
 
@@ -36,8 +42,9 @@ class WordCodec:
         vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
         core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
         core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        self.tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                                 bos_token="<bos>", eos_token="<end>")
+        self.tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<bos>", eos_token="<end>"
+        )
         self.vocab = vocab
         self.words = [None if token in SPECIAL_TOKENS else token for token in vocab]  # id -> word (None: special)
         self.pad_id = vocab["<pad>"]
@@ -52,8 +59,14 @@ class WordCodec:
 
     def start(self, system_prompt: str, brief: str) -> list[int]:
         """Ids of the conversation up to the first agent turn."""
-        return [self.bos_id, self.vocab["<system>"], *self._words(system_prompt),
-                self.vocab["<partner>"], *self._words(brief), self.vocab["<assistant>"]]
+        return [
+            self.bos_id,
+            self.vocab["<system>"],
+            *self._words(system_prompt),
+            self.vocab["<partner>"],
+            *self._words(brief),
+            self.vocab["<assistant>"],
+        ]
 
     def reply(self, role: str, text: str, history=()) -> list[int]:
         """Ids appended after an agent message: the counterpart's message and the next agent cue."""
@@ -64,8 +77,17 @@ class WordCodec:
         return " ".join([w for w in map(self.words.__getitem__, ids) if w is not None])
 
 
-def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: int, intermediate_size: int,
-                max_length: int, seed: int, tie_embeddings: bool = False, head_dim: int | None = None) -> torch.nn.Module:
+def build_model(
+    vocab_size: int,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    max_length: int,
+    seed: int,
+    tie_embeddings: bool = False,
+    head_dim: int | None = None,
+) -> torch.nn.Module:
     """A randomly initialized small Llama-architecture causal LM (input embedding and LM head shared
     when `tie_embeddings`). `head_dim` None = hidden_size / num_heads; a larger one widens the attention
     projections (vLLM's CPU attention refuses head dims below 32)."""
@@ -73,9 +95,15 @@ def build_model(vocab_size: int, hidden_size: int, num_layers: int, num_heads: i
 
     extra = {"head_dim": int(head_dim)} if head_dim else {}
     config = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_heads,
-        max_position_embeddings=max_length, tie_word_embeddings=bool(tie_embeddings), **extra,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_length,
+        tie_word_embeddings=bool(tie_embeddings),
+        **extra,
     )
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -128,13 +156,18 @@ class Policy:
         if plan is None:
             return self.model.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         batch, length = input_ids.shape
-        head = self.model.model(input_ids=input_ids[plan.firsts, :plan.length], use_cache=True)
+        head = self.model.model(input_ids=input_ids[plan.firsts, : plan.length], use_cache=True)
         cache = output_cache(head)
         plan.spread_cache(cache)
         positions = torch.arange(plan.length, length, device=input_ids.device)
-        tail = self.model.model(input_ids=input_ids[:, plan.length:], attention_mask=attention_mask,
-                                position_ids=positions[None].expand(batch, -1), cache_position=positions,
-                                use_cache=True, **{cache_keyword(self.model.model): cache}).last_hidden_state
+        tail = self.model.model(
+            input_ids=input_ids[:, plan.length :],
+            attention_mask=attention_mask,
+            position_ids=positions[None].expand(batch, -1),
+            cache_position=positions,
+            use_cache=True,
+            **{cache_keyword(self.model.model): cache},
+        ).last_hidden_state
         return torch.cat([plan.spread(head.last_hidden_state, view=True), tail], dim=1)
 
     def prefix_plan(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> PrefixPlan | None:
@@ -165,7 +198,7 @@ class Policy:
         lengths = torch.arange(1, limit + 1)
         distinct = 1 + (agree[None, :] < lengths[:, None]).sum(dim=1)  # D(P) for P = 1 .. limit
         saved = lengths * (batch - distinct)
-        saved[:MIN_SHARED_PREFIX - 1] = 0
+        saved[: MIN_SHARED_PREFIX - 1] = 0
         best = int(torch.argmax(saved.flip(0)))  # the longest P among equal savings
         length = limit - best
         if int(saved[length - 1]) < MIN_SHARED_PREFIX * (batch - 1):
@@ -322,7 +355,7 @@ class TemplateCodec:
         before = [{"role": _CHAT_ROLES[turn.role], "content": turn.content} for turn in history]
         old = self.tokenizer.apply_chat_template(before, tokenize=False)
         new = self.render(before + [{"role": _CHAT_ROLES[role], "content": text}])
-        delta = new[len(old):] if new.startswith(old) else new
+        delta = new[len(old) :] if new.startswith(old) else new
         return self.tokenizer(delta, add_special_tokens=False)["input_ids"]
 
     def decode(self, ids: Sequence[int]) -> str:
@@ -348,8 +381,17 @@ def build_policy(config, env, device: torch.device, weights: dict | None = None)
         model, codec = load_pretrained(cfg.name, device, cfg.dtype)
     else:
         codec = WordCodec(env.vocabulary())
-        model = build_model(len(codec), cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size,
-                            cfg.max_length, config.train.seed, cfg.tie_embeddings, cfg.head_dim)
+        model = build_model(
+            len(codec),
+            cfg.hidden_size,
+            cfg.num_layers,
+            cfg.num_heads,
+            cfg.intermediate_size,
+            cfg.max_length,
+            config.train.seed,
+            cfg.tie_embeddings,
+            cfg.head_dim,
+        )
         if weights is not None:
             model.load_state_dict(weights)
         model = model.to(device)
@@ -360,7 +402,9 @@ def build_policy(config, env, device: torch.device, weights: dict | None = None)
         words = "on" if not cfg.name and hasattr(env, "action_vocabulary") else "off"
     if words == "on":
         if cfg.name or not hasattr(env, "action_vocabulary"):
-            raise ValueError("rollout.action_words=on needs the built-in model (model.name=null) and an "
-                             "environment with action_vocabulary()")
+            raise ValueError(
+                "rollout.action_words=on needs the built-in model (model.name=null) and an "
+                "environment with action_vocabulary()"
+            )
         policy.restrict([codec.vocab[w] for w in env.action_vocabulary()] + [codec.end_id])
     return policy

@@ -203,8 +203,9 @@ def _plot_active_rubric_emphasis(run_dir: Path, out: Path) -> Path:
     from matplotlib import colormaps
 
     cmap = colormaps["Blues"].with_extremes(bad="#f4f4f4")
-    image = ax.imshow(masked, aspect="auto", cmap=cmap, vmin=0.0,
-                      vmax=max(float(weights.max()), 1e-9), interpolation="nearest")
+    image = ax.imshow(
+        masked, aspect="auto", cmap=cmap, vmin=0.0, vmax=max(float(weights.max()), 1e-9), interpolation="nearest"
+    )
     ax.set_yticks(range(n_caps), labels=capabilities)
     labels = []
     for stage in stages:
@@ -212,8 +213,7 @@ def _plot_active_rubric_emphasis(run_dir: Path, out: Path) -> Path:
         end = stage.get("end_step")
         span = f"{start if start is not None else '?'}–{end if end is not None else ''}"
         labels.append(f"{stage.get('stage', '?')}\n{span}")
-    ax.set_xticks(range(n_stages), labels=labels,
-                  fontsize=9 if n_stages > 8 else None)
+    ax.set_xticks(range(n_stages), labels=labels, fontsize=9 if n_stages > 8 else None)
     ax.set_xlabel("Stage (training steps)")
     ax.set_ylabel("Capability")
     ax.tick_params(length=0)
@@ -230,8 +230,7 @@ def _plot_active_rubric_emphasis(run_dir: Path, out: Path) -> Path:
     for rows in list(groups.values())[1:]:
         ax.axhline(rows[0] - 0.5, color="#333333", linewidth=1.2)
     secondary = ax.secondary_yaxis("right")
-    secondary.set_yticks([float(np.mean(rows)) for rows in groups.values()],
-                         labels=list(groups))
+    secondary.set_yticks([float(np.mean(rows)) for rows in groups.values()], labels=list(groups))
     secondary.tick_params(length=0)
     for label in secondary.get_yticklabels():
         label.set_fontweight("bold")
@@ -275,8 +274,11 @@ def _plot_sampling_probabilities(run_dir: Path, out: Path) -> tuple[Path, str]:
 
     n = len(snapshots)
     cuts = [0, max(1, round(n / 3)), max(2, round(2 * n / 3)), n] if n >= 3 else None
-    windows = ([snapshots[cuts[i]:cuts[i + 1]] for i in range(3)] if cuts
-               else [[snapshots[min(i, n - 1)]] for i in (0, n // 2, n - 1)])
+    windows = (
+        [snapshots[cuts[i] : cuts[i + 1]] for i in range(3)]
+        if cuts
+        else [[snapshots[min(i, n - 1)]] for i in (0, n // 2, n - 1)]
+    )
     names = ("Early", "Middle", "Late")
     grids = []
     for window in windows:
@@ -304,13 +306,13 @@ def _plot_sampling_probabilities(run_dir: Path, out: Path) -> tuple[Path, str]:
     annotate = len(tags) * len(capabilities) <= 60
     image = None
     for k, (ax, grid, window, name) in enumerate(zip(axes, grids, windows, names)):
-        image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=vmax,
-                          aspect="auto", interpolation="nearest")
+        image = ax.imshow(
+            np.ma.masked_invalid(grid), cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest"
+        )
         first, last = window[0][0], window[-1][0]
         span = f"step {first}" if first == last else f"steps {first}–{last}"
         ax.set_title(f"{name} ({span})")
-        ax.set_xticks(range(len(capabilities)), labels=capabilities, rotation=40, ha="right",
-                      rotation_mode="anchor")
+        ax.set_xticks(range(len(capabilities)), labels=capabilities, rotation=40, ha="right", rotation_mode="anchor")
         ax.set_yticks(range(len(tags)), labels=tags)
         ax.set_xticks(np.arange(-0.5, len(capabilities), 1), minor=True)
         ax.set_yticks(np.arange(-0.5, len(tags), 1), minor=True)
@@ -327,12 +329,21 @@ def _plot_sampling_probabilities(run_dir: Path, out: Path) -> tuple[Path, str]:
                 for j in range(len(capabilities)):
                     if np.isfinite(grid[i, j]):
                         value = grid[i, j]
-                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                                color="white" if value < 0.6 * vmax else "black")
+                        ax.text(
+                            j,
+                            i,
+                            f"{value:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=8,
+                            color="white" if value < 0.6 * vmax else "black",
+                        )
     colorbar = fig.colorbar(image, ax=list(axes), pad=0.02, shrink=0.95)
     colorbar.set_label("Adaptive pick probability")
-    fig.suptitle("Adaptive sampling probability per (task type, capability)\n"
-                 "mean over each third of training; blank = pair not eligible, discovery excluded")
+    fig.suptitle(
+        "Adaptive sampling probability per (task type, capability)\n"
+        "mean over each third of training; blank = pair not eligible, discovery excluded"
+    )
     note = f"skipped {bad} malformed sampling.jsonl rows" if bad else ""
     return _save(fig, out / "sampling_probabilities.png"), note
 
@@ -389,12 +400,20 @@ def _plot_pool_counts(run_dir: Path, out: Path) -> tuple[Path, str]:
     ax = fig.add_subplot()
     style = dict(drawstyle="steps-post", linewidth=2.0)
     marker = "o" if len(steps) <= 40 else None
-    ax.plot(steps, added, label="Added (cumulative)", color="#2a9d8f", linestyle="--",
-            marker=marker, markersize=4, **style)
-    ax.plot(steps, retired, label="Retired (cumulative)", color="#e76f51", linestyle=":",
-            marker=marker, markersize=4, **style)
-    ax.plot(steps, active, label="Active", color="#264653", marker=marker, markersize=4,
-            **style)
+    ax.plot(
+        steps, added, label="Added (cumulative)", color="#2a9d8f", linestyle="--", marker=marker, markersize=4, **style
+    )
+    ax.plot(
+        steps,
+        retired,
+        label="Retired (cumulative)",
+        color="#e76f51",
+        linestyle=":",
+        marker=marker,
+        markersize=4,
+        **style,
+    )
+    ax.plot(steps, active, label="Active", color="#264653", marker=marker, markersize=4, **style)
     ax.set_xlabel("Training step")
     ax.set_ylabel("Number of rubrics")
     ax.set_title("Rubric pool: active, added and retired rubrics")
@@ -402,9 +421,16 @@ def _plot_pool_counts(run_dir: Path, out: Path) -> tuple[Path, str]:
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper left", frameon=False)
-    ax.text(0.99, 0.02, f"final: {int(active[-1])} active, {int(added[-1])} added, "
-            f"{int(retired[-1])} retired", transform=ax.transAxes, ha="right", va="bottom",
-            fontsize=9, color="#555555")
+    ax.text(
+        0.99,
+        0.02,
+        f"final: {int(active[-1])} active, {int(added[-1])} added, {int(retired[-1])} retired",
+        transform=ax.transAxes,
+        ha="right",
+        va="bottom",
+        fontsize=9,
+        color="#555555",
+    )
     return _save(fig, out / "pool_counts.png"), note
 
 
@@ -446,19 +472,22 @@ def _plot_success_curves(run_dir: Path, out: Path) -> tuple[Path, str]:
         steps = np.array(sorted(train))
         values = np.array([train[s] for s in steps])
         window = max(1, len(values) // 20)
-        ax.plot(steps, values, color="#8ab6d6", linewidth=0.8, alpha=0.6,
-                label="Training (per step)")
+        ax.plot(steps, values, color="#8ab6d6", linewidth=0.8, alpha=0.6, label="Training (per step)")
         if window > 1:
-            ax.plot(steps, _smooth(values, window), color="#1f5f8b", linewidth=2.2,
-                    label=f"Training ({window}-step moving average)")
+            ax.plot(
+                steps,
+                _smooth(values, window),
+                color="#1f5f8b",
+                linewidth=2.2,
+                label=f"Training ({window}-step moving average)",
+            )
     if evals:
         steps = np.array(sorted(evals))
         values = np.array([evals[s] for s in steps])
         label = "Held-out evaluation"
         if len(values) >= 2:
             label += f" ({values[0]:.2f} → {values[-1]:.2f})"
-        ax.plot(steps, values, color="#d1495b", linewidth=2.0, marker="o", markersize=5,
-                label=label)
+        ax.plot(steps, values, color="#d1495b", linewidth=2.0, marker="o", markersize=5, label=label)
     ax.set_xlabel("Training step")
     ax.set_ylabel("Success rate")
     ax.set_ylim(-0.02, 1.02)
@@ -483,8 +512,9 @@ _RENDERERS: dict[str, Callable[[Path, Path], Any]] = {
 }
 
 
-def render_report(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
-                  notes: dict[str, str] | None = None) -> dict[str, Path | str]:
+def render_report(
+    run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None, notes: dict[str, str] | None = None
+) -> dict[str, Path | str]:
     """Renders every plot; returns {plot name: written PNG Path, or the skip reason (str)}.
 
     `out_dir` defaults to RUN_DIR/report and is created. Pass a dict as `notes` to receive

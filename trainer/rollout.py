@@ -85,8 +85,9 @@ class Generator(Protocol):
     otherwise they are exactly `max_new_tokens` ids.
     """
 
-    def __call__(self, prompts: Sequence[list[int]], seeds: Sequence[int], temperature: float,
-                 max_new_tokens: int, greedy: bool) -> list[Completion]: ...
+    def __call__(
+        self, prompts: Sequence[list[int]], seeds: Sequence[int], temperature: float, max_new_tokens: int, greedy: bool
+    ) -> list[Completion]: ...
 
 
 class _SampledLogProbs:
@@ -123,10 +124,15 @@ class _SampledLogProbs:
     def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
         """[B, new tokens] log-probs of `new_tokens` (generate's output after the prompt)."""
         if self.previous is not None and len(self.columns) < new_tokens.shape[1]:
-            self.columns.append(self.previous.gather(-1, new_tokens[:, len(self.columns):len(self.columns) + 1])
-                                .squeeze(-1))
+            self.columns.append(
+                self.previous.gather(-1, new_tokens[:, len(self.columns) : len(self.columns) + 1]).squeeze(-1)
+            )
         self.previous = None
-        return torch.stack(self.columns, dim=1) if self.columns else new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
+        return (
+            torch.stack(self.columns, dim=1)
+            if self.columns
+            else new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
+        )
 
 
 class HFGenerator:
@@ -146,7 +152,7 @@ class HFGenerator:
 
     @torch.no_grad()
     def __call__(self, prompts, seeds, temperature, max_new_tokens, greedy):
-        policy, codec = self.policy, self.policy.codec
+        policy = self.policy
         input_ids, attention, cache = self._inputs(prompts)
         if own_decoding(policy.model):
             new, logprobs = self._decode(input_ids, attention, cache, temperature, max_new_tokens, greedy)
@@ -167,12 +173,19 @@ class HFGenerator:
         # so the recorder applies the temperature itself
         recorder = _SampledLogProbs(None if greedy else temperature, policy.suppressed())
         output = policy.model.generate(
-            input_ids=input_ids, attention_mask=attention, max_new_tokens=max_new_tokens,
-            **{cache_keyword(policy.model): cache}, do_sample=not greedy,
-            temperature=temperature if not greedy else None, top_k=0, top_p=1.0,
-            eos_token_id=codec.end_id, pad_token_id=codec.pad_id, logits_processor=LogitsProcessorList([recorder]),
+            input_ids=input_ids,
+            attention_mask=attention,
+            max_new_tokens=max_new_tokens,
+            **{cache_keyword(policy.model): cache},
+            do_sample=not greedy,
+            temperature=temperature if not greedy else None,
+            top_k=0,
+            top_p=1.0,
+            eos_token_id=codec.end_id,
+            pad_token_id=codec.pad_id,
+            logits_processor=LogitsProcessorList([recorder]),
         )
-        new = output[:, input_ids.shape[1]:]
+        new = output[:, input_ids.shape[1] :]
         return new, None if greedy else recorder.finish(new)
 
     def _decode(self, input_ids, attention, cache, temperature, max_new_tokens, greedy):
@@ -201,8 +214,15 @@ class HFGenerator:
         tokens, logprobs = [], []
         cache_argument = {cache_keyword(model): cache}
         for _ in range(max_new_tokens):
-            output = model(input_ids=step_ids, attention_mask=attention, position_ids=step_positions,
-                           use_cache=True, logits_to_keep=1, return_dict=True, **cache_argument)
+            output = model(
+                input_ids=step_ids,
+                attention_mask=attention,
+                position_ids=step_positions,
+                use_cache=True,
+                logits_to_keep=1,
+                return_dict=True,
+                **cache_argument,
+            )
             scores = output.logits[:, -1].to(copy=True, dtype=torch.float32)
             del output
             if suppressed:
@@ -248,10 +268,13 @@ class HFGenerator:
         prefix = plan.length
         width = max(len(p) for p in prompts) - prefix
         pad = codec.pad_id
-        input_ids = torch.tensor([list(p[:prefix]) + [pad] * (width + prefix - len(p)) + list(p[prefix:])
-                                  for p in prompts], dtype=torch.long)
-        attention = torch.tensor([[1] * prefix + [0] * (width + prefix - len(p)) + [1] * (len(p) - prefix)
-                                  for p in prompts], dtype=torch.long)
+        input_ids = torch.tensor(
+            [list(p[:prefix]) + [pad] * (width + prefix - len(p)) + list(p[prefix:]) for p in prompts], dtype=torch.long
+        )
+        attention = torch.tensor(
+            [[1] * prefix + [0] * (width + prefix - len(p)) + [1] * (len(p) - prefix) for p in prompts],
+            dtype=torch.long,
+        )
         input_ids, attention = input_ids.to(policy.device), attention.to(policy.device)
         cache = output_cache(policy.model.model(input_ids=input_ids[plan.firsts, :prefix], use_cache=True))
         plan.spread_cache(cache)
@@ -295,8 +318,8 @@ def _reserved_layer_class():
             if start + added > self.buffers[0].shape[-2]:
                 return super().update(key_states, value_states, *args, **kwargs)
             for buffer, states in zip(self.buffers, (key_states, value_states)):
-                buffer[..., start:start + added, :] = states
-            self.keys, self.values = (buffer[..., :start + added, :] for buffer in self.buffers)
+                buffer[..., start : start + added, :] = states
+            self.keys, self.values = (buffer[..., : start + added, :] for buffer in self.buffers)
             return self.keys, self.values
 
     return _ReservedLayer
@@ -306,24 +329,54 @@ def reserve_room(cache, room: int) -> None:
     """Gives every layer of an HF DynamicCache (plain DynamicLayers only; `own_decoding` models) `room` more
     positions written in place, keeping what it holds."""
     reserved = _reserved_layer_class()
-    cache.layers = [reserved(room, layer.keys if layer.is_initialized else None,
-                             layer.values if layer.is_initialized else None) for layer in cache.layers]
+    cache.layers = [
+        reserved(room, layer.keys if layer.is_initialized else None, layer.values if layer.is_initialized else None)
+        for layer in cache.layers
+    ]
 
 
 # generation_config entries `_decode` accounts for: token ids and sampling settings HFGenerator passes to
 # generate itself, and flags that change no logits. Any other entry a checkpoint sets (a repetition penalty,
 # min_p, a cache implementation, forced tokens, ...) would make generate sample differently.
-_DECODED_GENERATION_KEYS = frozenset({
-    "bos_token_id", "eos_token_id", "pad_token_id", "do_sample", "temperature", "top_k", "top_p", "max_length",
-    "max_new_tokens", "use_cache", "output_attentions", "output_hidden_states", "output_scores", "output_logits",
-    "return_dict_in_generate", "transformers_version", "_from_model_config",
-})
+_DECODED_GENERATION_KEYS = frozenset(
+    {
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "do_sample",
+        "temperature",
+        "top_k",
+        "top_p",
+        "max_length",
+        "max_new_tokens",
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "output_scores",
+        "output_logits",
+        "return_dict_in_generate",
+        "transformers_version",
+        "_from_model_config",
+    }
+)
 # values at which other entries change nothing (checkpoints often spell them out)
 _NEUTRAL_GENERATION_VALUES = {
-    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0,
-    "min_new_tokens": 0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "length_penalty": 1.0,
-    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "diversity_penalty": 0.0,
-    "renormalize_logits": False, "remove_invalid_values": False, "early_stopping": False,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_length": 0,
+    "min_new_tokens": 0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "length_penalty": 1.0,
+    "num_beams": 1,
+    "num_beam_groups": 1,
+    "num_return_sequences": 1,
+    "diversity_penalty": 0.0,
+    "renormalize_logits": False,
+    "remove_invalid_values": False,
+    "early_stopping": False,
 }
 
 
@@ -343,9 +396,14 @@ def own_decoding(model: torch.nn.Module) -> bool:
     if generation is None:
         return True
     default, unset = _default_generation_settings(), object()
-    return all(key in _DECODED_GENERATION_KEYS or value is None or key.startswith("_")
-               or default.get(key, unset) == value or _NEUTRAL_GENERATION_VALUES.get(key, unset) == value
-               for key, value in vars(generation).items())
+    return all(
+        key in _DECODED_GENERATION_KEYS
+        or value is None
+        or key.startswith("_")
+        or default.get(key, unset) == value
+        or _NEUTRAL_GENERATION_VALUES.get(key, unset) == value
+        for key, value in vars(generation).items()
+    )
 
 
 @functools.cache
@@ -362,9 +420,16 @@ def turn_seed(episode_seed: int, turn: int) -> int:
 
 
 @torch.no_grad()
-def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]], system_prompt: str,
-                 temperature: float, max_new_tokens: int, greedy: bool = False,
-                 generator: Generator | None = None) -> list[Rollout]:
+def run_episodes(
+    env: Environment,
+    policy,
+    jobs: Sequence[tuple[Task, int, str]],
+    system_prompt: str,
+    temperature: float,
+    max_new_tokens: int,
+    greedy: bool = False,
+    generator: Generator | None = None,
+) -> list[Rollout]:
     """Runs one episode per (task, seed, group_id) job with the current policy; returns them in job order.
     `generator` samples the agent messages (default: HF generate on the policy's model). When it reports
     log-probs, each rollout's behavior_logprobs holds them; otherwise it stays empty (see score_behavior)."""
@@ -382,14 +447,15 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
         live = [i for i, ep in enumerate(episodes) if not ep.done]
         if not live:
             break
-        new_tokens = generator([ids[i] for i in live], [turn_seed(jobs[i][1], turn) for i in live], temperature,
-                               max_new_tokens, greedy)
+        new_tokens = generator(
+            [ids[i] for i in live], [turn_seed(jobs[i][1], turn) for i in live], temperature, max_new_tokens, greedy
+        )
         messages = []
         for row, i in enumerate(live):
             completion = new_tokens[row]
             sampled = completion.tokens
             if codec.end_id in sampled:
-                tokens = sampled[:sampled.index(codec.end_id) + 1]
+                tokens = sampled[: sampled.index(codec.end_id) + 1]
                 flags = [True] * len(tokens)
             else:
                 # Out of budget: the message is closed with an <end> the policy did not choose.
@@ -398,7 +464,9 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
             if completion.logprobs is None:
                 engine_logprobs = False
             else:
-                behavior[i].extend(completion.logprobs[:len(tokens)] + [0.0] * (len(tokens) - len(completion.logprobs)))
+                behavior[i].extend(
+                    completion.logprobs[: len(tokens)] + [0.0] * (len(tokens) - len(completion.logprobs))
+                )
             message = codec.decode(tokens)
             ids[i].extend(tokens)
             generated[i].extend(flags)
@@ -419,15 +487,27 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
     outcomes = outcome_all(env, episodes)  # one call: an LLM outcome evaluator judges them concurrently
     group_counts: dict[str, int] = {}
     for (task, seed, group_id), episode, outcome, seq, gen, logp, episode_turns in zip(
-            jobs, episodes, outcomes, ids, generated, behavior, turns):
+        jobs, episodes, outcomes, ids, generated, behavior, turns
+    ):
         index = group_counts.get(group_id, 0)  # this rollout's place in its group
         group_counts[group_id] = index + 1
         trajectory = Trajectory(
-            task_id=task.task_id, turns=episode_turns, outcome=float(outcome.reward), tags=tuple(task.tags),
-            group_id=group_id, policy_version=policy.version, generated_length=int(sum(gen)),
-            token_spans=_spans(gen), trajectory_id=f"{group_id}/{index}",
-            metadata={"env_state": episode.state, "task": task.data, "task_id": task.task_id, "seed": seed,
-                      "success": bool(outcome.success)},
+            task_id=task.task_id,
+            turns=episode_turns,
+            outcome=float(outcome.reward),
+            tags=tuple(task.tags),
+            group_id=group_id,
+            policy_version=policy.version,
+            generated_length=int(sum(gen)),
+            token_spans=_spans(gen),
+            trajectory_id=f"{group_id}/{index}",
+            metadata={
+                "env_state": episode.state,
+                "task": task.data,
+                "task_id": task.task_id,
+                "seed": seed,
+                "success": bool(outcome.success),
+            },
         )
         if outcome.details:
             trajectory.metadata["outcome_details"] = dict(outcome.details)
@@ -435,8 +515,11 @@ def run_episodes(env: Environment, policy, jobs: Sequence[tuple[Task, int, str]]
         if failure:
             # the counterpart failed, not the agent: never charged (AdaptiveMethod.score, the loss mask)
             trajectory.partner_failure = str(failure)
-        logp = torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32) \
-            if engine_logprobs else torch.zeros(0)
+        logp = (
+            torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32)
+            if engine_logprobs
+            else torch.zeros(0)
+        )
         rollouts.append(Rollout(trajectory, outcome, seq, gen, logp, policy.version))
     return rollouts
 
@@ -472,18 +555,24 @@ def score_behavior(policy, rollouts: Sequence[Rollout], temperature: float, back
     bias = policy.head.bias
     if bias is not None and policy.allowed is not None:
         bias = bias[policy.allowed]
-    logp = fused_linear_logprobs(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), bias,
-                                 temperature=temperature, backend=backend, validate=False).view(labels.shape)
+    logp = fused_linear_logprobs(
+        hidden.reshape(-1, hidden.shape[-1]),
+        weight,
+        labels.reshape(-1),
+        bias,
+        temperature=temperature,
+        backend=backend,
+        validate=False,
+    ).view(labels.shape)
     logp = torch.cat([torch.zeros_like(logp[:, :1]), logp], dim=1) * generated
     for row, rollout in enumerate(rollouts):
-        rollout.behavior_logprobs = logp[row, :len(rollout.token_ids)].cpu()
+        rollout.behavior_logprobs = logp[row, : len(rollout.token_ids)].cpu()
         rollout.behavior_version = policy.version
     if was_training:
         policy.model.train()
 
 
-def policy_text_generator(policy, generator: Generator | None, temperature: float, max_new_tokens: int,
-                          seed: int = 0):
+def policy_text_generator(policy, generator: Generator | None, temperature: float, max_new_tokens: int, seed: int = 0):
     """generate([(system prompt, brief), ...]) -> one message each, sampled by the policy without gradients:
     the self-play partner's writer (rwcore.trainer.envs.llm_partner.PolicyPartner). Its tokens never
     enter a rollout's generated tokens, so no loss flows through them."""
@@ -507,7 +596,7 @@ def policy_text_generator(policy, generator: Generator | None, temperature: floa
         for completion in completions:
             tokens = completion.tokens
             if codec.end_id in tokens:
-                tokens = tokens[:tokens.index(codec.end_id)]
+                tokens = tokens[: tokens.index(codec.end_id)]
             texts.append(codec.decode(tokens))
         return texts
 

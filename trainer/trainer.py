@@ -106,8 +106,11 @@ class Trainer:
                 continue
             if skipped and os.environ.get("RANK", "0") == "0":
                 for bad, error in skipped:
-                    print(f"rw: checkpoint {bad.name} skipped ({error}); resuming from {path.name}",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"rw: checkpoint {bad.name} skipped ({error}); resuming from {path.name}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             trainer = cls(config, run, quiet)
             trainer._resume_from = path
             trainer._verified = path
@@ -141,8 +144,11 @@ class Trainer:
         if callable(getattr(self.env, "attach_policy", None)):  # self-play: the policy writes the partner's turns
             from rwcore.trainer.rollout import policy_text_generator
 
-            self.env.attach_policy(policy_text_generator(self.policy, self.generator, cfg.rollout.temperature,
-                                                         cfg.rollout.max_new_tokens, cfg.train.seed))
+            self.env.attach_policy(
+                policy_text_generator(
+                    self.policy, self.generator, cfg.rollout.temperature, cfg.rollout.max_new_tokens, cfg.train.seed
+                )
+            )
         self.rollouts_ahead = None  # the asynchronous rollout process (rollout.max_lag > 0), started last
         self._pending_rollouts: dict = {}
         self.variant = get_variant(cfg.train.method, "train.method")
@@ -154,8 +160,13 @@ class Trainer:
         self.judge = build_judge(cfg, self.env)
         self.method = self._build_method()  # may refuse pool.frozen_from before anything is written
         # the method's loop (rwcore.method.loop), shared with the TRL and verl adapters: plan, finish, end_step
-        self.loop = MethodLoop(self.method, judge=self.judge, diagnose=self._diagnosis,
-                               diagnostic=self._diagnostic_reports, leader=self.main)
+        self.loop = MethodLoop(
+            self.method,
+            judge=self.judge,
+            diagnose=self._diagnosis,
+            diagnostic=self._diagnostic_reports,
+            leader=self.main,
+        )
         self._adapting = -1
         self._diagnosis_seconds = 0.0
         self._metrics_path = self.out / "metrics.jsonl"
@@ -257,30 +268,43 @@ class Trainer:
     def _check_batch(self, cfg: Config) -> None:
         world = int(os.environ.get("WORLD_SIZE", "1")) if cfg.train.engine == "deepspeed" else 1
         if cfg.rollout.max_lag and world > 1:
-            raise ValueError(f"rollout.max_lag={cfg.rollout.max_lag}: asynchronous rollouts run one rollout process "
-                             f"beside one training process; with {world} data-parallel processes use "
-                             "rollout.max_lag=0")
+            raise ValueError(
+                f"rollout.max_lag={cfg.rollout.max_lag}: asynchronous rollouts run one rollout process "
+                f"beside one training process; with {world} data-parallel processes use "
+                "rollout.max_lag=0"
+            )
         if cfg.rollout.tasks_per_step < world:
-            raise ValueError(f"rollout.tasks_per_step={cfg.rollout.tasks_per_step} is smaller than the number of "
-                             f"processes ({world}): every process needs at least one task group")
+            raise ValueError(
+                f"rollout.tasks_per_step={cfg.rollout.tasks_per_step} is smaller than the number of "
+                f"processes ({world}): every process needs at least one task group"
+            )
         smallest = (cfg.rollout.tasks_per_step // world) * cfg.rollout.group_size
         if cfg.optim.minibatches > smallest:
-            raise ValueError(f"optim.minibatches={cfg.optim.minibatches} is more than the {smallest} rollouts a "
-                             f"process updates on per step (rollout.tasks_per_step x rollout.group_size / processes)")
+            raise ValueError(
+                f"optim.minibatches={cfg.optim.minibatches} is more than the {smallest} rollouts a "
+                f"process updates on per step (rollout.tasks_per_step x rollout.group_size / processes)"
+            )
 
     def _build_engine(self):
         cfg = self.config
         model = self.policy.model
         if cfg.train.engine == "deepspeed":
-            return DeepSpeedEngine(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
-                                   grad_clip=cfg.optim.grad_clip, zero_stage=cfg.train.zero_stage,
-                                   micro_batches=cfg.optim.minibatches, dtype=cfg.model.dtype,
-                                   config_file=cfg.train.deepspeed_config)
+            return DeepSpeedEngine(
+                model,
+                lr=cfg.optim.lr,
+                weight_decay=cfg.optim.weight_decay,
+                grad_clip=cfg.optim.grad_clip,
+                zero_stage=cfg.train.zero_stage,
+                micro_batches=cfg.optim.minibatches,
+                dtype=cfg.model.dtype,
+                config_file=cfg.train.deepspeed_config,
+            )
         return TorchEngine(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, grad_clip=cfg.optim.grad_clip)
 
     def _build_policy(self) -> Policy:
-        return build_policy(self.config, self.env, self.device,
-                            weights=self.prior.state_dict if self.prior is not None else None)
+        return build_policy(
+            self.config, self.env, self.device, weights=self.prior.state_dict if self.prior is not None else None
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -299,8 +323,11 @@ class Trainer:
             self._log(row)
             if _due(self.step, cfg.train.eval_every) or self.step == total:
                 row.update(self._log_evaluation())
-            if self.step == total and self.method.diagnostic_set and \
-                    all(point["step"] != total for point in self.method.diagnostic_scores()):
+            if (
+                self.step == total
+                and self.method.diagnostic_set
+                and all(point["step"] != total for point in self.method.diagnostic_scores())
+            ):
                 self._adapting = total - 1
                 self.loop.end_training(total)  # appendix G: the last stage's end
                 self._write_adaptation_files()
@@ -325,14 +352,19 @@ class Trainer:
         evals = [r for r in rows if r.get("kind") == "eval"]
         fractions = [r["time/adaptive_fraction"] for r in rows if r.get("kind") == "train"]
         if evals and fractions:
-            print(f"held-out success {evals[0]['eval/success_rate']:.3f} -> {evals[-1]['eval/success_rate']:.3f} "
-                  f"(step {evals[0]['step']} -> {evals[-1]['step']}, train.method={self.variant.name}); adaptive "
-                  f"machinery {100 * float(np.mean(fractions)):.1f}% of step time; run folder {self.out}", flush=True)
+            print(
+                f"held-out success {evals[0]['eval/success_rate']:.3f} -> {evals[-1]['eval/success_rate']:.3f} "
+                f"(step {evals[0]['step']} -> {evals[-1]['step']}, train.method={self.variant.name}); adaptive "
+                f"machinery {100 * float(np.mean(fractions)):.1f}% of step time; run folder {self.out}",
+                flush=True,
+            )
 
     def _report_progress(self, progress, row: dict) -> None:
         figures = {
-            "reward": f"{row['reward_mean']:.3f}", "success": f"{row['success_rate']:.2f}",
-            "kept": f"{row['kept_fraction']:.2f}", "rubrics": row["active_rubrics"],
+            "reward": f"{row['reward_mean']:.3f}",
+            "success": f"{row['success_rate']:.2f}",
+            "kept": f"{row['kept_fraction']:.2f}",
+            "rubrics": row["active_rubrics"],
         }
         if "eval/success_rate" in row:
             figures["eval"] = f"{row['eval/success_rate']:.2f}"
@@ -340,8 +372,10 @@ class Trainer:
             progress.set_postfix(figures, refresh=False)
             progress.update(1)
         elif self.main and self.step % self.config.train.log_every == 0:
-            print(f"step {self.step}/{self.config.train.steps} " + " ".join(f"{k}={v}" for k, v in figures.items()),
-                  flush=True)
+            print(
+                f"step {self.step}/{self.config.train.steps} " + " ".join(f"{k}={v}" for k, v in figures.items()),
+                flush=True,
+            )
 
     def train_step(self) -> dict:
         cfg = self.config
@@ -381,9 +415,10 @@ class Trainer:
         adaptive += time.perf_counter() - clock
 
         first, last = self._my_groups(len(task_ids))
-        self.engine.set_lr(learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule,
-                                         cfg.train.steps))
-        update = self._update_policy(rollouts, scored.advantages[first * group:last * group])
+        self.engine.set_lr(
+            learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps)
+        )
+        update = self._update_policy(rollouts, scored.advantages[first * group : last * group])
         self.policy.version = index + 1  # diagnosis rollouts below come from the updated policy
         self._sync_generator()
 
@@ -399,19 +434,29 @@ class Trainer:
         judged = scored.judged
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
         row = {
-            "step": self.step, "kind": "train",
+            "step": self.step,
+            "kind": "train",
             "success_rate": float(np.mean([t.metadata.get("success", False) for t in trajectories])),
-            "outcome_mean": float(outcomes.mean()), "reward_mean": float(np.mean(scored.rewards)),
+            "outcome_mean": float(outcomes.mean()),
+            "reward_mean": float(np.mean(scored.rewards)),
             "process_term_mean": float(np.mean(scored.process_terms)),
             "advantage_std": float(np.std(scored.advantages)),
-            "rubrics/process": len(scored.process_rubrics), "rubrics/advantage": len(scored.advantage_rubrics),
+            "rubrics/process": len(scored.process_rubrics),
+            "rubrics/advantage": len(scored.advantage_rubrics),
             # pool rubrics also in RewardWeaver's set: counted in the process reward only
             "rubrics/shared": len(scored.shared_rubrics),
-            "judgments": int(judged.codes.size), "invalid_rate": judged.invalid_fraction(), **judged.invalid_rate_metrics(),
+            "judgments": int(judged.codes.size),
+            "invalid_rate": judged.invalid_fraction(),
+            **judged.invalid_rate_metrics(),
             "generated_tokens_mean": float(np.mean([t.generated_length for t in trajectories])),
             "lr": learning_rate(index, cfg.optim.lr, cfg.optim.warmup_steps, cfg.optim.schedule, cfg.train.steps),
-            **judged.rubric_rate_metrics(), **self.method.metrics(), **update, "time/step": elapsed, "time/adaptive": adaptive,
-            "time/diagnosis": diagnosis_seconds, "time/rollout_wait": waited,
+            **judged.rubric_rate_metrics(),
+            **self.method.metrics(),
+            **update,
+            "time/step": elapsed,
+            "time/adaptive": adaptive,
+            "time/diagnosis": diagnosis_seconds,
+            "time/rollout_wait": waited,
             "rollout/version_lag": float(np.mean([index - v for v in versions])),
             # groups whose evidence entered the sampler at a version older than the one being trained
             "evidence/late_groups": int(sum(v < index for v in versions)),
@@ -431,8 +476,11 @@ class Trainer:
         task_ids, prompt = plan.task_ids, plan.system_prompt
         seconds = time.perf_counter() - clock
         seed = _step_seed(cfg.train.seed, step)
-        jobs = [(self.train_tasks[task_ids[i]], seed + 31 * i + j, f"s{step}/t{i}")
-                for i in range(len(task_ids)) for j in range(cfg.rollout.group_size)]
+        jobs = [
+            (self.train_tasks[task_ids[i]], seed + 31 * i + j, f"s{step}/t{i}")
+            for i in range(len(task_ids))
+            for j in range(cfg.rollout.group_size)
+        ]
         self.rollouts_ahead.submit(step, task_ids, jobs, prompt, seed)
         return seconds
 
@@ -448,8 +496,15 @@ class Trainer:
         for i in range(first, last):
             for j in range(cfg.rollout.group_size):
                 jobs.append((self.train_tasks[task_ids[i]], seed + 31 * i + j, f"{label}/t{i}"))
-        rollouts = run_episodes(self.env, self.policy, jobs, prompt, cfg.rollout.temperature,
-                                cfg.rollout.max_new_tokens, generator=self.generator)
+        rollouts = run_episodes(
+            self.env,
+            self.policy,
+            jobs,
+            prompt,
+            cfg.rollout.temperature,
+            cfg.rollout.max_new_tokens,
+            generator=self.generator,
+        )
         if cfg.rollout.behavior_logprobs == "trainer" or any(not r.behavior_logprobs.numel() for r in rollouts):
             score_behavior(self.policy, rollouts, cfg.rollout.temperature, cfg.loss.backend)
         return rollouts, self._gathered([r.trajectory for r in rollouts])
@@ -465,7 +520,7 @@ class Trainer:
         block of groups and the reports are gathered."""
         group = self.config.rollout.group_size
         first, last = self._my_groups(len(plans))
-        mine = judge_groups(self.judge, trajectories[first * group:last * group], plans[first:last], group)
+        mine = judge_groups(self.judge, trajectories[first * group : last * group], plans[first:last], group)
         return self._gathered(mine)
 
     # ------------------------------------------------------------------ adaptation
@@ -498,8 +553,12 @@ class Trainer:
         index = self._adapting
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(_step_seed(self.config.train.seed, index) + 104_729 + self.rank)
-            _, trajectories = self._rollout(tasks, _step_seed(self.config.train.seed, index) + 104_729,
-                                            f"diagnosis{index + 1}", self.method.system_prompt(self.env.system_prompt))
+            _, trajectories = self._rollout(
+                tasks,
+                _step_seed(self.config.train.seed, index) + 104_729,
+                f"diagnosis{index + 1}",
+                self.method.system_prompt(self.env.system_prompt),
+            )
         reports = self._judge(trajectories, [list(specs)] * len(tasks))
         self._diagnosis_seconds += time.perf_counter() - clock
         return trajectories, reports
@@ -512,13 +571,22 @@ class Trainer:
         first, last = self._my_groups(len(tasks))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(DIAGNOSTIC_SEED + self.rank)
-            jobs = [(self.train_tasks[tasks[i]], DIAGNOSTIC_SEED + i, f"diagnostic{self._adapting + 1}/{i}")
-                    for i in range(first, last)]
-            rollouts = run_episodes(self.env, self.policy, jobs, self.method.system_prompt(self.env.system_prompt, True),
-                                    self.config.rollout.temperature, self.config.rollout.max_new_tokens,
-                                    generator=self.generator)
-        reports = self._gathered(judge_groups(self.judge, [r.trajectory for r in rollouts],
-                                              [list(specs)] * len(rollouts), 1))
+            jobs = [
+                (self.train_tasks[tasks[i]], DIAGNOSTIC_SEED + i, f"diagnostic{self._adapting + 1}/{i}")
+                for i in range(first, last)
+            ]
+            rollouts = run_episodes(
+                self.env,
+                self.policy,
+                jobs,
+                self.method.system_prompt(self.env.system_prompt, True),
+                self.config.rollout.temperature,
+                self.config.rollout.max_new_tokens,
+                generator=self.generator,
+            )
+        reports = self._gathered(
+            judge_groups(self.judge, [r.trajectory for r in rollouts], [list(specs)] * len(rollouts), 1)
+        )
         self._diagnosis_seconds += time.perf_counter() - clock
         return reports
 
@@ -533,15 +601,19 @@ class Trainer:
     def _update_policy(self, rollouts: Sequence[Rollout], advantages: np.ndarray) -> dict:
         cfg = self.config
         input_ids, attention, generated = batch_tensors(rollouts, self.policy.codec.pad_id, self.device)
-        behavior = torch.nn.utils.rnn.pad_sequence([r.behavior_logprobs for r in rollouts],
-                                                   batch_first=True).to(self.device)
+        behavior = torch.nn.utils.rnn.pad_sequence([r.behavior_logprobs for r in rollouts], batch_first=True).to(
+            self.device
+        )
         _, labels = self.policy.action_space(input_ids[:, 1:])
         mask = generated[:, 1:] & (attention[:, 1:] != 0)
         # an episode ended by its counterpart's failure (Trajectory.partner_failure) gets no loss at all
-        partner = torch.tensor([bool(r.trajectory.partner_failure) for r in rollouts],
-                               dtype=torch.bool, device=mask.device)
+        partner = torch.tensor(
+            [bool(r.trajectory.partner_failure) for r in rollouts], dtype=torch.bool, device=mask.device
+        )
         mask = mask & ~partner[:, None]
-        adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(labels)
+        adv = torch.as_tensor(np.asarray(advantages), dtype=torch.float32, device=self.device)[:, None].expand_as(
+            labels
+        )
         total_tokens = self.engine.tokens_denominator(self.engine.all_sum_tensor(mask.sum()).clamp_min(1))
         rows = torch.arange(len(rollouts))
         stats_sum: dict[str, float] = {}
@@ -558,10 +630,20 @@ class Trainer:
                 hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
                 hidden = hidden.reshape(-1, hidden.shape[-1])
                 loss, stats = fused_linear_policy_loss(
-                    hidden, head_weight, labels[part].reshape(-1), behavior[part, 1:].reshape(-1),
-                    adv[part].reshape(-1), mask[part].reshape(-1), bias=head_bias, temperature=cfg.rollout.temperature,
-                    ratio_low=cfg.loss.ratio_low, ratio_high=cfg.loss.ratio_high, clip_c=cfg.loss.clip_c,
-                    num_model_tokens=total_tokens, backend=cfg.loss.backend, validate=False,
+                    hidden,
+                    head_weight,
+                    labels[part].reshape(-1),
+                    behavior[part, 1:].reshape(-1),
+                    adv[part].reshape(-1),
+                    mask[part].reshape(-1),
+                    bias=head_bias,
+                    temperature=cfg.rollout.temperature,
+                    ratio_low=cfg.loss.ratio_low,
+                    ratio_high=cfg.loss.ratio_high,
+                    clip_c=cfg.loss.clip_c,
+                    num_model_tokens=total_tokens,
+                    backend=cfg.loss.backend,
+                    validate=False,
                 )
                 if cfg.loss.entropy_coef > 0:
                     entropy = self._entropy_sum(hidden, head_weight, head_bias, mask[part].reshape(-1))
@@ -575,15 +657,22 @@ class Trainer:
         epochs = max(1, cfg.optim.epochs)
         # Each rank's loss is its share of the step's tokens scaled by the world size, so the mean over ranks is
         # the whole batch's loss; the statistics are each rank's token fractions, averaged.
-        figures = self.engine.all_mean({"loss": loss_value / epochs,
-                                        **{name: value / epochs for name, value in stats_sum.items()}})
+        figures = self.engine.all_mean(
+            {"loss": loss_value / epochs, **{name: value / epochs for name, value in stats_sum.items()}}
+        )
         return {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
 
     def _entropy_sum(self, hidden: torch.Tensor, weight: torch.Tensor, bias, mask: torch.Tensor) -> torch.Tensor:
         """Sum over model tokens of the policy's entropy at the sampling temperature (fp32, differentiable),
         one chunk of logits at a time (never the [N, V] logits)."""
-        entropy = fused_linear_entropy(hidden, weight, bias, temperature=self.config.rollout.temperature,
-                                       backend=self.config.loss.backend, validate=False)
+        entropy = fused_linear_entropy(
+            hidden,
+            weight,
+            bias,
+            temperature=self.config.rollout.temperature,
+            backend=self.config.loss.backend,
+            validate=False,
+        )
         return (entropy * mask).sum()
 
     # ------------------------------------------------------------------ evaluation
@@ -602,14 +691,26 @@ class Trainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(EVAL_SEED + self.rank)
             jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
-            rollouts = run_episodes(self.env, self.policy, jobs, prompt, self.config.rollout.temperature,
-                                    self.config.rollout.max_new_tokens, generator=self.generator)
-        outcomes = self._gathered([(r.outcome.success, r.outcome.reward, tasks[first + k].tags[0] if tasks[first + k].tags
-                                    else "untagged") for k, r in enumerate(rollouts)])
+            rollouts = run_episodes(
+                self.env,
+                self.policy,
+                jobs,
+                prompt,
+                self.config.rollout.temperature,
+                self.config.rollout.max_new_tokens,
+                generator=self.generator,
+            )
+        outcomes = self._gathered(
+            [
+                (r.outcome.success, r.outcome.reward, tasks[first + k].tags[0] if tasks[first + k].tags else "untagged")
+                for k, r in enumerate(rollouts)
+            ]
+        )
         name = f"{split}_with_skills" if with_skills else split
         successes = np.array([float(success) for success, _, _ in outcomes])
         row = {
-            "step": self.step, "kind": "eval_with_skills" if with_skills else "eval",
+            "step": self.step,
+            "kind": "eval_with_skills" if with_skills else "eval",
             f"{name}/success_rate": float(successes.mean()),
             # binomial standard error of the success rate: sqrt(p (1 - p) / n)
             f"{name}/success_se": float(np.sqrt(successes.mean() * (1 - successes.mean()) / len(successes))),
@@ -626,8 +727,9 @@ class Trainer:
         return self._eval_skills_prompt or self.env.system_prompt
 
     @classmethod
-    def evaluate_checkpoint(cls, path: str | os.PathLike, split: str = "eval", max_tasks: int | None = None,
-                            with_skills: bool = False) -> dict:
+    def evaluate_checkpoint(
+        cls, path: str | os.PathLike, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False
+    ) -> dict:
         """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest)."""
         trainer = cls.from_checkpoint(path)
         return trainer.evaluate(split, max_tasks, with_skills=with_skills)
@@ -666,8 +768,10 @@ class Trainer:
         pairs = self.method.sampling_probabilities(self.step, num_draws=500)
         if pairs is None:
             return
-        line = {"step": self.step, "pairs": [{"tag": tag, "capability": cap, "probability": p}
-                                             for (tag, cap), p in pairs.items()]}
+        line = {
+            "step": self.step,
+            "pairs": [{"tag": tag, "capability": cap, "probability": p} for (tag, cap), p in pairs.items()],
+        }
         with ckpt.writing(self._sampling_path), open(self._sampling_path, "a") as stream:
             stream.write(json.dumps(line) + "\n")
 
@@ -698,13 +802,20 @@ class Trainer:
                 self.engine.save(staging)  # collective under DeepSpeed
                 rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
                 if self.main:
-                    ckpt.save({
-                        "step": self.step, "config": config_to_dict(self.config), "world_size": self.world_size,
-                        "method": self.method.state_dict(),
-                        "rng": rng,
-                        # rollout.max_lag > 0: rollouts already requested from older versions, trained on next
-                        "rollouts_ahead": self.rollouts_ahead.state_dict() if self.rollouts_ahead is not None else {},
-                    }, staging / "state.pt")
+                    ckpt.save(
+                        {
+                            "step": self.step,
+                            "config": config_to_dict(self.config),
+                            "world_size": self.world_size,
+                            "method": self.method.state_dict(),
+                            "rng": rng,
+                            # rollout.max_lag > 0: rollouts already requested from older versions, trained on next
+                            "rollouts_ahead": self.rollouts_ahead.state_dict()
+                            if self.rollouts_ahead is not None
+                            else {},
+                        },
+                        staging / "state.pt",
+                    )
                 else:
                     ckpt.save(rng, staging / f"rng_rank{self.rank}.pt")
                 self.engine.barrier()
@@ -732,17 +843,22 @@ class Trainer:
         if self._evaluation_only:
             self.policy.model.load_state_dict(ckpt.load(path / "model.pt"))
             if (state.get("method") or {}).get("pool"):
-                self._eval_skills_prompt = AdaptiveMethod.system_prompt_from_state(state["method"],
-                                                                                   self.env.system_prompt)
+                self._eval_skills_prompt = AdaptiveMethod.system_prompt_from_state(
+                    state["method"], self.env.system_prompt
+                )
             self.step = int(state["step"])
             return
         saved_world = int(state.get("world_size", 1))
         if saved_world != self.world_size:
-            raise ValueError(f"--resume: checkpoint {path} was written by {saved_world} process(es); resume it "
-                             f"with the same number (this run has {self.world_size})")
+            raise ValueError(
+                f"--resume: checkpoint {path} was written by {saved_world} process(es); resume it "
+                f"with the same number (this run has {self.world_size})"
+            )
         if self.engine.name == "torch" and not (path / "optimizer.pt").exists():
-            raise ValueError(f"--resume: checkpoint {path} was written by train.engine=deepspeed; the run's "
-                             "config must keep that engine")
+            raise ValueError(
+                f"--resume: checkpoint {path} was written by train.engine=deepspeed; the run's "
+                "config must keep that engine"
+            )
         if "method" not in state:
             raise ValueError(f"--resume: checkpoint {path} predates rwcore.AdaptiveMethod; start a new run")
         rng = state["rng"] if self.main else ckpt.load(path / f"rng_rank{self.rank}.pt")
@@ -755,8 +871,10 @@ class Trainer:
         self.policy.version = self.step
         self._pending_rollouts = dict(state.get("rollouts_ahead") or {})
         if self._pending_rollouts and not self.config.rollout.max_lag:
-            raise ValueError(f"--resume: checkpoint {path} holds rollouts requested ahead (rollout.max_lag); the "
-                             "run's config must keep rollout.max_lag")
+            raise ValueError(
+                f"--resume: checkpoint {path} holds rollouts requested ahead (rollout.max_lag); the "
+                "run's config must keep rollout.max_lag"
+            )
         if self.main:
             with ckpt.writing(self.out):
                 for log in (self._metrics_path, self._sampling_path):
@@ -766,8 +884,12 @@ class Trainer:
     def cleanup(self) -> None:
         """Releases the engines (DeepSpeed's buffers and hooks, vLLM's temporary model folder) and the
         environment's resources when it has a `close` (the tools sandboxes of interrupted episodes)."""
-        for engine in (getattr(self, "rollouts_ahead", None), getattr(self, "generator", None),
-                       getattr(self, "engine", None), getattr(self, "env", None)):
+        for engine in (
+            getattr(self, "rollouts_ahead", None),
+            getattr(self, "generator", None),
+            getattr(self, "engine", None),
+            getattr(self, "env", None),
+        ):
             if engine is not None and callable(getattr(engine, "close", None)):
                 engine.close()
         if getattr(self, "_threads_before", None):

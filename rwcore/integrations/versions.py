@@ -38,6 +38,7 @@ def check_version(trainer: str, version: str) -> bool:
         warnings.warn(
             f"rwcore.integrations.{trainer} is tested with {trainer}{specifier} (releases {low} to {high}); "
             f"found {trainer} {version}. It may work, but this release is untested.",
-            UserWarning, stacklevel=3,
+            UserWarning,
+            stacklevel=3,
         )
     return inside

@@ -41,8 +41,9 @@ def cache_key(kind: str, **parts: str) -> str:
 
 
 def _unit_or_none(value) -> bool:
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                             and math.isfinite(value) and 0.0 <= value <= 1.0)
+    return value is None or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0.0 <= value <= 1.0
+    )
 
 
 def _judgment_problem(entry: dict) -> str | None:
@@ -95,8 +96,9 @@ class JudgmentCache:
                 logger.warning("judge cache: ignoring %s, which is not a regular file; a miss", path)
                 return None
             if info.st_size > MAX_ENTRY_BYTES:
-                logger.warning("judge cache: ignoring %s of %d bytes (at most %d); a miss", path, info.st_size,
-                               MAX_ENTRY_BYTES)
+                logger.warning(
+                    "judge cache: ignoring %s of %d bytes (at most %d); a miss", path, info.st_size, MAX_ENTRY_BYTES
+                )
                 return None
             with os.fdopen(fd, "rb", closefd=True) as handle:
                 fd = -1
@@ -109,8 +111,9 @@ class JudgmentCache:
             if fd >= 0:
                 os.close(fd)
         if not isinstance(entry, dict) or entry.get("key") != key or entry.get("format") != CACHE_FORMAT:
-            logger.warning("judge cache: ignoring %s, which is not an entry of format %d for its key; a miss", path,
-                           CACHE_FORMAT)
+            logger.warning(
+                "judge cache: ignoring %s, which is not an entry of format %d for its key; a miss", path, CACHE_FORMAT
+            )
             return None
         return entry
 
@@ -118,8 +121,10 @@ class JudgmentCache:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(path, json.dumps({"format": CACHE_FORMAT, "key": key, **entry},
-                                                sort_keys=True, ensure_ascii=False).encode())
+            atomic_write_bytes(
+                path,
+                json.dumps({"format": CACHE_FORMAT, "key": key, **entry}, sort_keys=True, ensure_ascii=False).encode(),
+            )
         except OSError as error:
             # A cache that cannot be written costs only a repeated request later.
             logger.warning("could not write judge cache entry %s: %s", path, error)
@@ -133,21 +138,29 @@ class JudgmentCache:
         if problem is not None:
             logger.warning("judge cache: ignoring entry %s (%s); a miss", self._path(key), problem)
             return None
-        return RubricJudgment(rubric_id, Verdict[entry["verdict"]], score=entry.get("score"),
-                              confidence=entry.get("confidence"), evidence=entry.get("evidence", ""))
+        return RubricJudgment(
+            rubric_id,
+            Verdict[entry["verdict"]],
+            score=entry.get("score"),
+            confidence=entry.get("confidence"),
+            evidence=entry.get("evidence", ""),
+        )
 
     def put_judgment(self, key: str, judgment: RubricJudgment, **provenance: str) -> None:
         """Stores a PASS / FAIL / NA judgment (INVALID is never stored)."""
         if judgment.verdict == Verdict.INVALID:
             return
-        self._write(key, {
-            "kind": "judgment",
-            "verdict": judgment.verdict.name,
-            "score": judgment.score,
-            "confidence": judgment.confidence,
-            "evidence": judgment.evidence,
-            **provenance,
-        })
+        self._write(
+            key,
+            {
+                "kind": "judgment",
+                "verdict": judgment.verdict.name,
+                "score": judgment.score,
+                "confidence": judgment.confidence,
+                "evidence": judgment.evidence,
+                **provenance,
+            },
+        )
 
     def get_uncovered(self, key: str) -> tuple[str, ...] | None:
         """The stored uncovered behaviours for `key`; None on a miss."""
@@ -155,10 +168,14 @@ class JudgmentCache:
         if entry is None:
             return None
         items = entry.get("uncovered")
-        if entry.get("kind") != "diagnostics" or not isinstance(items, list) \
-                or not all(isinstance(item, str) for item in items):
-            logger.warning("judge cache: ignoring entry %s (not a list of uncovered behaviours); a miss",
-                           self._path(key))
+        if (
+            entry.get("kind") != "diagnostics"
+            or not isinstance(items, list)
+            or not all(isinstance(item, str) for item in items)
+        ):
+            logger.warning(
+                "judge cache: ignoring entry %s (not a list of uncovered behaviours); a miss", self._path(key)
+            )
             return None
         return tuple(items)
 

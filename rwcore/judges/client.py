@@ -149,23 +149,32 @@ class ClientOptions:
         if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
             raise ValueError(f"max_retries must be an integer >= 0, got {self.max_retries!r}")
         backoff = self.backoff
-        if (not isinstance(backoff, (tuple, list)) or len(backoff) != 2
-                or any(isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0
-                       for b in backoff)
-                or backoff[0] > backoff[1]):
+        if (
+            not isinstance(backoff, (tuple, list))
+            or len(backoff) != 2
+            or any(
+                isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b < 0 for b in backoff
+            )
+            or backoff[0] > backoff[1]
+        ):
             raise ValueError(f"backoff must be (base, cap) seconds with 0 <= base <= cap, got {backoff!r}")
         object.__setattr__(self, "backoff", (float(backoff[0]), float(backoff[1])))
-        if self.temperature is not None and (isinstance(self.temperature, bool)
-                                             or not isinstance(self.temperature, (int, float))
-                                             or not 0.0 <= self.temperature <= 2.0):
+        if self.temperature is not None and (
+            isinstance(self.temperature, bool)
+            or not isinstance(self.temperature, (int, float))
+            or not 0.0 <= self.temperature <= 2.0
+        ):
             raise ValueError(f"temperature must be in [0, 2] or None, got {self.temperature!r}")
         _positive(self.max_tokens, "max_tokens", allow_none=True, integer=True)
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
         if self.extra_body is not None and not isinstance(self.extra_body, Mapping):
             raise ValueError(f"extra_body must be a mapping or None, got {type(self.extra_body).__name__}")
-        if isinstance(self.retry_after_cap, bool) or not isinstance(self.retry_after_cap, (int, float)) \
-                or not self.retry_after_cap >= 0:
+        if (
+            isinstance(self.retry_after_cap, bool)
+            or not isinstance(self.retry_after_cap, (int, float))
+            or not self.retry_after_cap >= 0
+        ):
             raise ValueError(f"retry_after_cap must be a number >= 0, got {self.retry_after_cap!r}")
         _positive(self.max_response_bytes, "max_response_bytes", integer=True)
 
@@ -255,8 +264,10 @@ def _decoder(encoding: str, limit: int):
     codings = [c.strip().lower() for c in encoding.split(",") if c.strip() and c.strip().lower() != "identity"]
     for coding in codings:
         if coding not in ("gzip", "x-gzip", "deflate"):
-            raise ResponseTooLarge(f"the server answered in content encoding {coding!r}, which was not asked for "
-                                   f"(Accept-Encoding: {_ACCEPTED_ENCODINGS})")
+            raise ResponseTooLarge(
+                f"the server answered in content encoding {coding!r}, which was not asked for "
+                f"(Accept-Encoding: {_ACCEPTED_ENCODINGS})"
+            )
     # Applied in reverse order of the header (the last coding was applied last). wbits=47 reads gzip or
     # zlib; raw deflate is what some servers send for "deflate", tried when the zlib header is absent.
     stages: list = [zlib.decompressobj(47) if c != "deflate" else None for c in reversed(codings)]
@@ -352,10 +363,14 @@ async def _read_bounded(inner, request, limit: int):
         raise
     finally:
         await response.aclose()
-    headers = [(k, v) for k, v in response.headers.multi_items()
-               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
-    return httpx.Response(response.status_code, headers=headers, content=b"".join(parts),
-                          request=request, extensions=response.extensions)
+    headers = [
+        (k, v)
+        for k, v in response.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(
+        response.status_code, headers=headers, content=b"".join(parts), request=request, extensions=response.extensions
+    )
 
 
 class ChatClient:
@@ -374,10 +389,16 @@ class ChatClient:
 
     def _setup(self) -> None:
         options = self.options
-        self._rpm = (SlidingWindowLimiter(options.requests_per_minute, argument="requests_per_minute")
-                     if options.requests_per_minute is not None else None)
-        self._tpm = (SlidingWindowLimiter(options.tokens_per_minute, argument="tokens_per_minute")
-                     if options.tokens_per_minute is not None else None)
+        self._rpm = (
+            SlidingWindowLimiter(options.requests_per_minute, argument="requests_per_minute")
+            if options.requests_per_minute is not None
+            else None
+        )
+        self._tpm = (
+            SlidingWindowLimiter(options.tokens_per_minute, argument="tokens_per_minute")
+            if options.tokens_per_minute is not None
+            else None
+        )
         self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._random = random.Random()
@@ -430,9 +451,13 @@ class ChatClient:
 
         key = resolve_api_key(self.options)
         transport = _bounded_transport(self.options.max_response_bytes)
-        client = openai.AsyncOpenAI(api_key=key, base_url=self.options.base_url, max_retries=0,
-                                    timeout=self.options.timeout + 5.0,
-                                    http_client=openai.DefaultAsyncHttpxClient(transport=transport))
+        client = openai.AsyncOpenAI(
+            api_key=key,
+            base_url=self.options.base_url,
+            max_retries=0,
+            timeout=self.options.timeout + 5.0,
+            http_client=openai.DefaultAsyncHttpxClient(transport=transport),
+        )
         try:
             yield ChatSession(self, client, key)
         finally:
@@ -538,8 +563,9 @@ class ChatSession:
             return f"malformed response: {error}", True, None, None
         raise error
 
-    async def complete(self, messages: Sequence[Mapping[str, str]],
-                       response_format: Mapping[str, Any] | None = None) -> ChatReply:
+    async def complete(
+        self, messages: Sequence[Mapping[str, str]], response_format: Mapping[str, Any] | None = None
+    ) -> ChatReply:
         """The assistant's reply to `messages`; ChatError after the last failed attempt.
 
         response_format: sent as the request's `response_format` when given (structured outputs,
@@ -568,8 +594,9 @@ class ChatSession:
                     await self._owner._rpm.acquire(1)
                 tokens = await self._owner._tpm.acquire(estimate) if self._owner._tpm is not None else None
                 try:
-                    response = await asyncio.wait_for(self._client.chat.completions.create(**request),
-                                                      timeout=options.timeout)
+                    response = await asyncio.wait_for(
+                        self._client.chat.completions.create(**request), timeout=options.timeout
+                    )
                     text, finish_reason, total = _reply_parts(response)
                 except asyncio.CancelledError:
                     raise
@@ -584,8 +611,14 @@ class ChatSession:
                 suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
                 raise ChatError(message + suffix, attempts=attempt, status=status, retryable=retryable)
             delay = self._owner.backoff_delay(attempt, retry_after)
-            logger.warning("chat request to %s failed (%s); retry %d/%d in %.2f s", options.model, message,
-                           attempt, options.max_retries, delay)
+            logger.warning(
+                "chat request to %s failed (%s); retry %d/%d in %.2f s",
+                options.model,
+                message,
+                attempt,
+                options.max_retries,
+                delay,
+            )
             await asyncio.sleep(delay)
 
 

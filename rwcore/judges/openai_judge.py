@@ -41,14 +41,6 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rwcore.validation import (
-    check_bool,
-    check_count,
-    check_optional_count,
-    check_rubrics,
-    check_trajectories,
-    check_unit,
-)
 from rwcore.judges.cache import JudgmentCache, cache_key
 from rwcore.judges.client import ChatClient, ChatError, ChatSession, ClientOptions, run_sync
 from rwcore.judges.templates import (
@@ -63,12 +55,25 @@ from rwcore.judges.templates import (
 )
 from rwcore.judges.verdicts import parse_judge_answer, response_format
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory
+from rwcore.validation import (
+    check_bool,
+    check_count,
+    check_optional_count,
+    check_rubrics,
+    check_trajectories,
+    check_unit,
+)
 from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.judges")
 
-_TEMPLATES = ("rubric_evaluation", "rubric_evaluation_scored", "rubric_evaluation_diagnostics",
-              "rubric_evaluation_structured", "_untrusted_data")
+_TEMPLATES = (
+    "rubric_evaluation",
+    "rubric_evaluation_scored",
+    "rubric_evaluation_diagnostics",
+    "rubric_evaluation_structured",
+    "_untrusted_data",
+)
 STRUCTURED_OUTPUTS = ("auto", "always", "never")
 _SCHEMA_REJECTED = (400, 422)
 
@@ -107,23 +112,53 @@ class OpenAIJudge:
     trajectory, in order, with one judgment per rubric, in the rubrics' order.
     """
 
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
-                 max_concurrency: int = 8, requests_per_minute: float | None = None,
-                 tokens_per_minute: float | None = None, timeout: float = 60.0, max_retries: int = 3,
-                 backoff: tuple[float, float] = (0.5, 8.0), rubrics_per_request: int = 4,
-                 cache_dir: str | os.PathLike | None = None, temperature: float | None = 0.0, *,
-                 max_tokens: int | None = 2048, seed: int | None = None,
-                 extra_body: Mapping[str, Any] | None = None, retry_after_cap: float = 60.0,
-                 pass_threshold: float = 0.5, max_reasks: int = 1, diagnostics: bool = True,
-                 require_request_id: bool = True, include_outcome: bool = True,
-                 max_transcript_chars: int | None = None, structured_outputs: str = "auto",
-                 max_response_bytes: int = 8 << 20) -> None:
-        self.client = ChatClient(ClientOptions(
-            model=model, base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
-            requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute, timeout=timeout,
-            max_retries=max_retries, backoff=backoff, temperature=temperature, max_tokens=max_tokens,
-            seed=seed, extra_body=extra_body, retry_after_cap=retry_after_cap,
-            max_response_bytes=max_response_bytes))
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_concurrency: int = 8,
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: tuple[float, float] = (0.5, 8.0),
+        rubrics_per_request: int = 4,
+        cache_dir: str | os.PathLike | None = None,
+        temperature: float | None = 0.0,
+        *,
+        max_tokens: int | None = 2048,
+        seed: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        retry_after_cap: float = 60.0,
+        pass_threshold: float = 0.5,
+        max_reasks: int = 1,
+        diagnostics: bool = True,
+        require_request_id: bool = True,
+        include_outcome: bool = True,
+        max_transcript_chars: int | None = None,
+        structured_outputs: str = "auto",
+        max_response_bytes: int = 8 << 20,
+    ) -> None:
+        self.client = ChatClient(
+            ClientOptions(
+                model=model,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                max_concurrency=max_concurrency,
+                requests_per_minute=requests_per_minute,
+                tokens_per_minute=tokens_per_minute,
+                timeout=timeout,
+                max_retries=max_retries,
+                backoff=backoff,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=seed,
+                extra_body=extra_body,
+                retry_after_cap=retry_after_cap,
+                max_response_bytes=max_response_bytes,
+            )
+        )
         self.rubrics_per_request = check_count(rubrics_per_request, "rubrics_per_request", low=1)
         self.cache = JudgmentCache(cache_dir) if cache_dir is not None else None
         self.pass_threshold = check_unit(pass_threshold, "pass_threshold")
@@ -137,9 +172,16 @@ class OpenAIJudge:
         self.structured_outputs = structured_outputs
         self.uses_structured_outputs = structured_outputs != "never"  # "auto" turns it off after a rejection
         # Everything besides the model and the two contents that can change a verdict.
-        self._config_digest = hashlib.sha256(repr((
-            template_digest(*_TEMPLATES), self.pass_threshold, self.include_outcome, self.max_transcript_chars,
-        )).encode()).hexdigest()
+        self._config_digest = hashlib.sha256(
+            repr(
+                (
+                    template_digest(*_TEMPLATES),
+                    self.pass_threshold,
+                    self.include_outcome,
+                    self.max_transcript_chars,
+                )
+            ).encode()
+        ).hexdigest()
 
     @property
     def model(self) -> str:
@@ -147,25 +189,43 @@ class OpenAIJudge:
 
     def __repr__(self) -> str:
         o = self.client.options
-        return (f"OpenAIJudge(model={o.model!r}, base_url={o.base_url!r}, api_key_env={o.api_key_env!r}, "
-                f"rubrics_per_request={self.rubrics_per_request}, structured_outputs={self.structured_outputs!r}, "
-                f"cache={self.cache!r})")
+        return (
+            f"OpenAIJudge(model={o.model!r}, base_url={o.base_url!r}, api_key_env={o.api_key_env!r}, "
+            f"rubrics_per_request={self.rubrics_per_request}, structured_outputs={self.structured_outputs!r}, "
+            f"cache={self.cache!r})"
+        )
 
     # ---- keys -------------------------------------------------------------------------------
 
     def judgment_key(self, rubric: RubricSpec, trajectory: Trajectory) -> str:
         """The cache key of one (rubric, trajectory) judgment by this judge."""
-        return cache_key("judgment", model=self.model, rubric=rubric.content_hash(),
-                         trajectory=trajectory.content_hash(), config=self._config_digest)
+        return cache_key(
+            "judgment",
+            model=self.model,
+            rubric=rubric.content_hash(),
+            trajectory=trajectory.content_hash(),
+            config=self._config_digest,
+        )
 
     def _diagnostics_key(self, pool_digest: str, trajectory: Trajectory) -> str:
-        return cache_key("diagnostics", model=self.model, pool=pool_digest,
-                         trajectory=trajectory.content_hash(), config=self._config_digest)
+        return cache_key(
+            "diagnostics",
+            model=self.model,
+            pool=pool_digest,
+            trajectory=trajectory.content_hash(),
+            config=self._config_digest,
+        )
 
     # ---- prompts ----------------------------------------------------------------------------
 
-    def build_messages(self, trajectory: Trajectory, rubrics: Sequence[RubricSpec], request_id: str,
-                       pool: Sequence[RubricSpec] | None = None, structured: bool = False) -> list[dict[str, str]]:
+    def build_messages(
+        self,
+        trajectory: Trajectory,
+        rubrics: Sequence[RubricSpec],
+        request_id: str,
+        pool: Sequence[RubricSpec] | None = None,
+        structured: bool = False,
+    ) -> list[dict[str, str]]:
         """The chat messages of one request; `pool` given -> diagnostics are asked for; `structured` ->
         the system prompt also describes the one-object layout of a structured answer."""
         scored_note = ""
@@ -173,10 +233,17 @@ class OpenAIJudge:
             scored_note = render_file("rubric_evaluation_scored", pass_threshold=f"{self.pass_threshold:g}")
         diagnostics_section = ""
         if pool is not None:
-            listing = [{key: value for key, value in rubric_payload(r, include_scored=False).items()
-                        if key in ("rubric_id", "criterion", "applicability")} for r in pool]
-            diagnostics_section = render_file("rubric_evaluation_diagnostics", request_id=request_id,
-                                              pool=operator_json(listing))
+            listing = [
+                {
+                    key: value
+                    for key, value in rubric_payload(r, include_scored=False).items()
+                    if key in ("rubric_id", "criterion", "applicability")
+                }
+                for r in pool
+            ]
+            diagnostics_section = render_file(
+                "rubric_evaluation_diagnostics", request_id=request_id, pool=operator_json(listing)
+            )
         system = render_file(
             "rubric_evaluation",
             request_id=request_id,
@@ -187,8 +254,11 @@ class OpenAIJudge:
         )
         if structured:
             system += "\n\n" + render_file("rubric_evaluation_structured", request_id=request_id)
-        data = {"trajectory": trajectory_payload(trajectory, include_outcome=self.include_outcome,
-                                                 max_chars=self.max_transcript_chars)}
+        data = {
+            "trajectory": trajectory_payload(
+                trajectory, include_outcome=self.include_outcome, max_chars=self.max_transcript_chars
+            )
+        }
         return [{"role": "system", "content": system}, {"role": "user", "content": untrusted_block(data, request_id)}]
 
     # ---- evaluation -------------------------------------------------------------------------
@@ -197,8 +267,7 @@ class OpenAIJudge:
         """Synchronous `aevaluate`."""
         return run_sync(self.aevaluate(trajectories, rubrics))
 
-    async def aevaluate(self, trajectories: Sequence[Trajectory],
-                        rubrics: Sequence[RubricSpec]) -> list[JudgeReport]:
+    async def aevaluate(self, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec]) -> list[JudgeReport]:
         """One JudgeReport per trajectory (in order) with a judgment for every rubric (in order).
 
         ValueError for bad arguments (before any request); MissingAPIKeyError when no key is
@@ -236,13 +305,22 @@ class OpenAIJudge:
                     uncovered[index] = cached
                     want_diagnostics = False
             for start in range(0, len(pending), self.rubrics_per_request):
-                work.append((index, pending[start:start + self.rubrics_per_request],
-                             want_diagnostics and start == 0, diagnostics_key))
+                work.append(
+                    (
+                        index,
+                        pending[start : start + self.rubrics_per_request],
+                        want_diagnostics and start == 0,
+                        diagnostics_key,
+                    )
+                )
         if work:
             async with self.client.session() as session:
-                results = await asyncio.gather(*(
-                    self._judge_batch_safely(session, trajectories[index], batch, rubrics if with_pool else None)
-                    for index, batch, with_pool, _ in work))
+                results = await asyncio.gather(
+                    *(
+                        self._judge_batch_safely(session, trajectories[index], batch, rubrics if with_pool else None)
+                        for index, batch, with_pool, _ in work
+                    )
+                )
             for (index, _, with_pool, diagnostics_key), (judgments, batch_uncovered) in zip(work, results):
                 found[index].update(judgments)
                 if with_pool and batch_uncovered is not None:
@@ -253,20 +331,28 @@ class OpenAIJudge:
                         except OSError as error:
                             logger.warning("judge cache: could not store diagnostics (%s)", error)
         return [
-            JudgeReport(trajectory.trajectory_id, {r.rubric_id: found[index][r.rubric_id] for r in rubrics},
-                        uncovered[index])
+            JudgeReport(
+                trajectory.trajectory_id, {r.rubric_id: found[index][r.rubric_id] for r in rubrics}, uncovered[index]
+            )
             for index, trajectory in enumerate(trajectories)
         ]
 
-    async def _complete(self, session: ChatSession, trajectory: Trajectory, rubrics: list[RubricSpec],
-                        request_id: str, pool: Sequence[RubricSpec] | None):
+    async def _complete(
+        self,
+        session: ChatSession,
+        trajectory: Trajectory,
+        rubrics: list[RubricSpec],
+        request_id: str,
+        pool: Sequence[RubricSpec] | None,
+    ):
         """One request, with the answer's schema as response_format while structured outputs are on."""
         if not self.uses_structured_outputs:
             return await session.complete(self.build_messages(trajectory, rubrics, request_id, pool))
         schema = response_format(rubrics, request_id, diagnostics=pool is not None)
         try:
-            return await session.complete(self.build_messages(trajectory, rubrics, request_id, pool, structured=True),
-                                          response_format=schema)
+            return await session.complete(
+                self.build_messages(trajectory, rubrics, request_id, pool, structured=True), response_format=schema
+            )
         except ChatError as error:
             if self.structured_outputs != "auto" or error.status not in _SCHEMA_REJECTED:
                 if error.status in _SCHEMA_REJECTED:
@@ -276,26 +362,45 @@ class OpenAIJudge:
         reply = await session.complete(self.build_messages(trajectory, rubrics, request_id, pool))
         if self.uses_structured_outputs:  # the plain request worked: it was response_format the server refused
             self.uses_structured_outputs = False
-            logger.warning("judge %s: the server rejected structured outputs (%s); asking with plain prompts and "
-                           "the tolerant parser from now on (judge.structured_outputs=auto)", self.model, rejection)
+            logger.warning(
+                "judge %s: the server rejected structured outputs (%s); asking with plain prompts and "
+                "the tolerant parser from now on (judge.structured_outputs=auto)",
+                self.model,
+                rejection,
+            )
         return reply
 
-    async def _judge_batch_safely(self, session: ChatSession, trajectory: Trajectory,
-                                  batch: list[tuple[RubricSpec, str]], pool: Sequence[RubricSpec] | None,
-                                  ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
+    async def _judge_batch_safely(
+        self,
+        session: ChatSession,
+        trajectory: Trajectory,
+        batch: list[tuple[RubricSpec, str]],
+        pool: Sequence[RubricSpec] | None,
+    ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
         """`_judge_batch`, with anything it raises turned into INVALID judgments (never a crashed run)."""
         try:
             return await self._judge_batch(session, trajectory, batch, pool)
         except Exception as error:  # noqa: BLE001 - a judge failure is INVALID, whatever it is
             message = session.scrub(f"judging failed: {type(error).__name__}: {error}")
-            logger.warning("judge %s: %s (trajectory %r); its %d rubric(s) are INVALID", self.model, message,
-                           trajectory.trajectory_id, len(batch))
-            return {rubric.rubric_id: RubricJudgment(rubric.rubric_id, Verdict.INVALID, error=message)
-                    for rubric, _ in batch}, None
+            logger.warning(
+                "judge %s: %s (trajectory %r); its %d rubric(s) are INVALID",
+                self.model,
+                message,
+                trajectory.trajectory_id,
+                len(batch),
+            )
+            return {
+                rubric.rubric_id: RubricJudgment(rubric.rubric_id, Verdict.INVALID, error=message)
+                for rubric, _ in batch
+            }, None
 
-    async def _judge_batch(self, session: ChatSession, trajectory: Trajectory,
-                           batch: list[tuple[RubricSpec, str]], pool: Sequence[RubricSpec] | None,
-                           ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
+    async def _judge_batch(
+        self,
+        session: ChatSession,
+        trajectory: Trajectory,
+        batch: list[tuple[RubricSpec, str]],
+        pool: Sequence[RubricSpec] | None,
+    ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
         pending = {rubric.rubric_id: rubric for rubric, _ in batch}
         keys = {rubric.rubric_id: key for rubric, key in batch}
         judgments: dict[str, RubricJudgment] = {}
@@ -306,10 +411,13 @@ class OpenAIJudge:
             ask_pool = pool if round_index == 0 else None
             try:
                 reply = await self._complete(session, trajectory, list(pending.values()), request_id, ask_pool)
-                answer = parse_judge_answer(reply.text, pending,
-                                            request_id=request_id if self.require_request_id else None,
-                                            pass_threshold=self.pass_threshold,
-                                            want_diagnostics=ask_pool is not None)
+                answer = parse_judge_answer(
+                    reply.text,
+                    pending,
+                    request_id=request_id if self.require_request_id else None,
+                    pass_threshold=self.pass_threshold,
+                    want_diagnostics=ask_pool is not None,
+                )
             except ChatError as error:
                 # The client already retried; asking again would only repeat that.
                 problems = {rubric_id: f"judge request failed: {error.message}" for rubric_id in pending}
@@ -317,16 +425,22 @@ class OpenAIJudge:
             except Exception as error:  # noqa: BLE001 - unexpected: asked again in a fresh request, then INVALID
                 problem = session.scrub(f"unexpected error: {type(error).__name__}: {error}")
                 problems = {rubric_id: problem for rubric_id in pending}
-                logger.warning("judge %s: %s (trajectory %r)%s", self.model, problem, trajectory.trajectory_id,
-                               "; asking again" if round_index < self.max_reasks else "")
+                logger.warning(
+                    "judge %s: %s (trajectory %r)%s",
+                    self.model,
+                    problem,
+                    trajectory.trajectory_id,
+                    "; asking again" if round_index < self.max_reasks else "",
+                )
                 continue
             # The client redacted the key from the reply's text; the parsed strings are redacted again in case
             # the parser decoded an escape that spelled it (nothing a reply carries reaches the cache with it).
             if ask_pool is not None:
                 uncovered = None if answer.uncovered is None else tuple(session.redact(u) for u in answer.uncovered)
             for rubric_id, judgment in answer.judgments.items():
-                judgment = dataclasses.replace(judgment, evidence=session.redact(judgment.evidence),
-                                               error=session.redact(judgment.error))
+                judgment = dataclasses.replace(
+                    judgment, evidence=session.redact(judgment.evidence), error=session.redact(judgment.error)
+                )
                 judgments[rubric_id] = judgment
                 del pending[rubric_id]
                 if self.cache is not None:
@@ -339,8 +453,12 @@ class OpenAIJudge:
             if not pending:
                 break
             if round_index < self.max_reasks:
-                logger.info("judge %s left %d rubric(s) unresolved for trajectory %r; asking again",
-                            self.model, len(pending), trajectory.trajectory_id)
+                logger.info(
+                    "judge %s left %d rubric(s) unresolved for trajectory %r; asking again",
+                    self.model,
+                    len(pending),
+                    trajectory.trajectory_id,
+                )
         for rubric_id in pending:
             judgments[rubric_id] = RubricJudgment(rubric_id, Verdict.INVALID, error=problems[rubric_id])
         return judgments, uncovered

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import bisect
 import json
-from array import array
 import math
 import re
+from array import array
 
 MAX_REPLY_CHARS = 1_000_000
 """Replies longer than this are cut before parsing (a runaway generation; bounds the work)."""
@@ -50,9 +50,9 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")
 # decoders such as xgrammar emit them; a string still never spans lines). NaN / Infinity are not
 # numbers here.
 _TOKEN = re.compile(
-    r'[ \t\n\r]*+(?:(?P<open>[\[{])|(?P<close>[\]}])|(?P<colon>:)|(?P<comma>,)'
+    r"[ \t\n\r]*+(?:(?P<open>[\[{])|(?P<close>[\]}])|(?P<colon>:)|(?P<comma>,)"
     r'|(?P<string>"[^"\\\n\r]*+(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\n\r]*+)*+")'
-    r'|(?P<scalar>-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?|true|false|null))'
+    r"|(?P<scalar>-?(?:0|[1-9][0-9]*+)(?:\.[0-9]++)?(?:[eE][-+]?[0-9]++)?|true|false|null))"
 )
 
 # parser states of an open container
@@ -79,11 +79,11 @@ class _Scan:
     __slots__ = ("end", "depth", "failure", "children", "strings")
 
     def __init__(self, end, depth, failure, children, strings):
-        self.end = end            # index after the value, or None when it broke off
-        self.depth = depth        # bracket depth of the complete value
-        self.failure = failure    # where it broke off (index of the offending token), or None
+        self.end = end  # index after the value, or None when it broke off
+        self.depth = depth  # bracket depth of the complete value
+        self.failure = failure  # where it broke off (index of the offending token), or None
         self.children = children  # broken: the maximal complete inner values (start, end, depth)
-        self.strings = strings    # broken: (start, end) of string tokens outside complete inner values
+        self.strings = strings  # broken: (start, end) of string tokens outside complete inner values
 
 
 def _scan(text: str, start: int, limit: int) -> _Scan:
@@ -95,10 +95,10 @@ def _scan(text: str, start: int, limit: int) -> _Scan:
     megabytes, not a Python object per bracket.
     """
     match = _TOKEN.match
-    kinds = bytearray()       # per open container: 1 object, 0 array
-    states = bytearray()      # its parser state
-    starts = array("q")       # where it opened
-    deepest = array("l")      # depth of its deepest complete child
+    kinds = bytearray()  # per open container: 1 object, 0 array
+    states = bytearray()  # its parser state
+    starts = array("q")  # where it opened
+    deepest = array("l")  # depth of its deepest complete child
     children: list[tuple[int, int, int]] = []
     strings: list[tuple[int, int]] = []
     position = start

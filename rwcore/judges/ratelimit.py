@@ -47,8 +47,14 @@ class SlidingWindowLimiter:
     could never fit; refusing would deadlock), so a single oversized request still goes through.
     """
 
-    def __init__(self, limit: float, period: float = 60.0, *, argument: str = "limit",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        limit: float,
+        period: float = 60.0,
+        *,
+        argument: str = "limit",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit <= 0:
             raise ValueError(f"{argument} must be a positive number, got {limit!r}")
         if isinstance(period, bool) or not isinstance(period, (int, float)) or not math.isfinite(period) or period <= 0:

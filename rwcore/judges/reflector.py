@@ -32,14 +32,6 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from rwcore.validation import (
-    check_bool,
-    check_count,
-    check_optional_count,
-    check_rubrics,
-    check_trajectories,
-    check_trajectory,
-)
 from rwcore.judges.client import ChatClient, ChatError, ChatSession, ClientOptions, run_sync
 from rwcore.judges.parsing import (
     SchemaError,
@@ -61,6 +53,14 @@ from rwcore.judges.templates import (
 )
 from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.types import CAUSES, AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
+from rwcore.validation import (
+    check_bool,
+    check_count,
+    check_optional_count,
+    check_rubrics,
+    check_trajectories,
+    check_trajectory,
+)
 from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.judges")
@@ -134,31 +134,66 @@ class OpenAIReflector:
     min_support: trajectories a proposed capability must cite (capped at the number given).
     """
 
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
-                 max_concurrency: int = 8, requests_per_minute: float | None = None,
-                 tokens_per_minute: float | None = None, timeout: float = 120.0, max_retries: int = 3,
-                 backoff: tuple[float, float] = (0.5, 8.0), temperature: float | None = 0.0, *,
-                 max_tokens: int | None = 4096, seed: int | None = None,
-                 extra_body: Mapping[str, Any] | None = None, retry_after_cap: float = 60.0,
-                 capabilities: Sequence[str] = DEFAULT_CAPABILITIES, max_reasks: int = 1,
-                 require_request_id: bool = True, max_transcript_chars: int | None = 24000,
-                 max_trajectories_per_request: int = 16, candidates_per_request: int = 8,
-                 min_support: int = 2, max_response_bytes: int = 8 << 20) -> None:
-        self.client = ChatClient(ClientOptions(
-            model=model, base_url=base_url, api_key_env=api_key_env, max_concurrency=max_concurrency,
-            requests_per_minute=requests_per_minute, tokens_per_minute=tokens_per_minute, timeout=timeout,
-            max_retries=max_retries, backoff=backoff, temperature=temperature, max_tokens=max_tokens,
-            seed=seed, extra_body=extra_body, retry_after_cap=retry_after_cap,
-            max_response_bytes=max_response_bytes))
-        if isinstance(capabilities, (str, bytes)) or not isinstance(capabilities, Sequence) or not capabilities \
-                or not all(isinstance(c, str) and c for c in capabilities) or len(set(capabilities)) != len(capabilities):
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        max_concurrency: int = 8,
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff: tuple[float, float] = (0.5, 8.0),
+        temperature: float | None = 0.0,
+        *,
+        max_tokens: int | None = 4096,
+        seed: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        retry_after_cap: float = 60.0,
+        capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
+        max_reasks: int = 1,
+        require_request_id: bool = True,
+        max_transcript_chars: int | None = 24000,
+        max_trajectories_per_request: int = 16,
+        candidates_per_request: int = 8,
+        min_support: int = 2,
+        max_response_bytes: int = 8 << 20,
+    ) -> None:
+        self.client = ChatClient(
+            ClientOptions(
+                model=model,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                max_concurrency=max_concurrency,
+                requests_per_minute=requests_per_minute,
+                tokens_per_minute=tokens_per_minute,
+                timeout=timeout,
+                max_retries=max_retries,
+                backoff=backoff,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=seed,
+                extra_body=extra_body,
+                retry_after_cap=retry_after_cap,
+                max_response_bytes=max_response_bytes,
+            )
+        )
+        if (
+            isinstance(capabilities, (str, bytes))
+            or not isinstance(capabilities, Sequence)
+            or not capabilities
+            or not all(isinstance(c, str) and c for c in capabilities)
+            or len(set(capabilities)) != len(capabilities)
+        ):
             raise ValueError(f"capabilities must be a non-empty sequence of distinct names, got {capabilities!r}")
         self.capabilities = tuple(capabilities)
         self.max_reasks = check_count(max_reasks, "max_reasks")
         self.require_request_id = check_bool(require_request_id, "require_request_id")
         self.max_transcript_chars = check_optional_count(max_transcript_chars, "max_transcript_chars")
-        self.max_trajectories_per_request = check_count(max_trajectories_per_request,
-                                                        "max_trajectories_per_request", low=1)
+        self.max_trajectories_per_request = check_count(
+            max_trajectories_per_request, "max_trajectories_per_request", low=1
+        )
         self.candidates_per_request = check_count(candidates_per_request, "candidates_per_request", low=1)
         self.min_support = check_count(min_support, "min_support", low=1)
 
@@ -176,11 +211,17 @@ class OpenAIReflector:
         return request_id if self.require_request_id else None
 
     def _payload(self, trajectory: Trajectory, *, ref: str | None = None, include_outcome: bool = True) -> dict:
-        return trajectory_payload(trajectory, include_outcome=include_outcome,
-                                  max_chars=self.max_transcript_chars, ref=ref)
+        return trajectory_payload(
+            trajectory, include_outcome=include_outcome, max_chars=self.max_transcript_chars, ref=ref
+        )
 
-    async def _ask(self, session: ChatSession, what: str, build: Callable[[str], list[dict[str, str]]],
-                   parse: Callable[[str, str], _T]) -> _T:
+    async def _ask(
+        self,
+        session: ChatSession,
+        what: str,
+        build: Callable[[str], list[dict[str, str]]],
+        parse: Callable[[str, str], _T],
+    ) -> _T:
         """`parse(reply, request_id)` of the first usable answer; ReflectionError otherwise."""
         problem = ""
         for attempt in range(1 + self.max_reasks):
@@ -190,8 +231,9 @@ class OpenAIReflector:
             except ChatError as error:
                 raise ReflectionError(f"{what}: request failed: {error.message}") from error
             except Exception as error:  # noqa: BLE001 - never a crash: the caller logs and skips the reflection
-                raise ReflectionError(session.scrub(f"{what}: request failed: {type(error).__name__}: {error}")) \
-                    from error
+                raise ReflectionError(
+                    session.scrub(f"{what}: request failed: {type(error).__name__}: {error}")
+                ) from error
             try:
                 return parse(reply.text, request_id)
             except SchemaError as error:
@@ -200,8 +242,9 @@ class OpenAIReflector:
                     problem += " (the answer was cut off at max_tokens)"
             except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again, then an error
                 problem = session.scrub(f"unexpected error reading the answer: {type(error).__name__}: {error}")
-            logger.info("%s: unusable answer (%s)%s", what, problem,
-                        "; asking again" if attempt < self.max_reasks else "")
+            logger.info(
+                "%s: unusable answer (%s)%s", what, problem, "; asking again" if attempt < self.max_reasks else ""
+            )
         raise ReflectionError(f"{what}: no usable answer after {1 + self.max_reasks} request(s): {problem}")
 
     def _messages(self, template: str, request_id: str, data: object, **values: str) -> list[dict[str, str]]:
@@ -214,8 +257,9 @@ class OpenAIReflector:
         """Synchronous `aanalyze_trajectories`."""
         return run_sync(self.aanalyze_trajectories(trajectories, existing))
 
-    async def aanalyze_trajectories(self, trajectories: Sequence[Trajectory],
-                                    existing: Sequence[RubricSpec] = ()) -> str:
+    async def aanalyze_trajectories(
+        self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec] = ()
+    ) -> str:
         """Diagnostic evidence per trajectory (Arise B.6 "Initial Trajectory Analysis"), as JSON Lines.
 
         One request per trajectory, run concurrently. Each line:
@@ -228,14 +272,18 @@ class OpenAIReflector:
         if not trajectories:
             return ""
         async with self.client.session() as session:
-            results = await asyncio.gather(*(self._analyze_one(session, t, existing) for t in trajectories),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(self._analyze_one(session, t, existing) for t in trajectories), return_exceptions=True
+            )
         lines = []
         failures = []
         for index, (trajectory, result) in enumerate(zip(trajectories, results)):
             if isinstance(result, Exception):  # ReflectionError, or anything unexpected: that trajectory is left out
-                failures.append(f"T{index}: {result}" if isinstance(result, ReflectionError)
-                                else f"T{index}: {type(result).__name__}: {result}")
+                failures.append(
+                    f"T{index}: {result}"
+                    if isinstance(result, ReflectionError)
+                    else f"T{index}: {type(result).__name__}: {result}"
+                )
                 continue
             if isinstance(result, BaseException):
                 raise result
@@ -244,18 +292,26 @@ class OpenAIReflector:
         if not lines:
             raise ReflectionError(f"trajectory analysis failed for every trajectory: {failures[0]}")
         if failures:
-            logger.warning("trajectory analysis left out %d of %d trajectories: %s", len(failures),
-                           len(trajectories), "; ".join(failures))
+            logger.warning(
+                "trajectory analysis left out %d of %d trajectories: %s",
+                len(failures),
+                len(trajectories),
+                "; ".join(failures),
+            )
         return "\n".join(lines)
 
-    async def _analyze_one(self, session: ChatSession, trajectory: Trajectory,
-                           existing: Sequence[RubricSpec]) -> dict:
+    async def _analyze_one(self, session: ChatSession, trajectory: Trajectory, existing: Sequence[RubricSpec]) -> dict:
         existing_ids = {rubric.rubric_id for rubric in existing}
         listing = operator_json([{"rubric_id": r.rubric_id, "criterion": r.criterion} for r in existing])
 
         def build(request_id: str) -> list[dict[str, str]]:
-            return self._messages("trajectory_analysis", request_id, {"trajectory": self._payload(trajectory)},
-                                  capabilities=bulleted(self.capabilities), existing=listing)
+            return self._messages(
+                "trajectory_analysis",
+                request_id,
+                {"trajectory": self._payload(trajectory)},
+                capabilities=bulleted(self.capabilities),
+                existing=listing,
+            )
 
         def parse(text: str, request_id: str) -> dict:
             obj = _single_object(text, "issues", self._checked_id(request_id))
@@ -268,16 +324,19 @@ class OpenAIReflector:
                         raise SchemaError(f"{where} must be an object")
                     capability = item.get("capability")
                     if capability not in self.capabilities:
-                        raise SchemaError(f'{where}: "capability" must be one of {list(self.capabilities)}, '
-                                          f"got {capability!r}")
+                        raise SchemaError(
+                            f'{where}: "capability" must be one of {list(self.capabilities)}, got {capability!r}'
+                        )
                     covered_by = item.get("covered_by")
-                    items.append({
-                        "behavior": text_field(item, "behavior", required=True, max_chars=MAX_FIELD_CHARS),
-                        "signal": text_field(item, "signal", required=False, max_chars=MAX_FIELD_CHARS),
-                        "capability": capability,
-                        # A reference to a rubric that does not exist carries no information.
-                        "covered_by": covered_by if covered_by in existing_ids else None,
-                    })
+                    items.append(
+                        {
+                            "behavior": text_field(item, "behavior", required=True, max_chars=MAX_FIELD_CHARS),
+                            "signal": text_field(item, "signal", required=False, max_chars=MAX_FIELD_CHARS),
+                            "capability": capability,
+                            # A reference to a rubric that does not exist carries no information.
+                            "covered_by": covered_by if covered_by in existing_ids else None,
+                        }
+                    )
                 result[key] = items
             return result
 
@@ -285,13 +344,25 @@ class OpenAIReflector:
 
     # ---- Arise: rubric–skill generation -------------------------------------------------------
 
-    def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
-                              max_new: int, *, diagnostics: str | None = None) -> list[RubricSkillProposal]:
+    def propose_rubric_skills(
+        self,
+        trajectories: Sequence[Trajectory],
+        existing: Sequence[RubricSpec],
+        max_new: int,
+        *,
+        diagnostics: str | None = None,
+    ) -> list[RubricSkillProposal]:
         """Synchronous `apropose_rubric_skills`."""
         return run_sync(self.apropose_rubric_skills(trajectories, existing, max_new, diagnostics=diagnostics))
 
-    async def apropose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
-                                     max_new: int, *, diagnostics: str | None = None) -> list[RubricSkillProposal]:
+    async def apropose_rubric_skills(
+        self,
+        trajectories: Sequence[Trajectory],
+        existing: Sequence[RubricSpec],
+        max_new: int,
+        *,
+        diagnostics: str | None = None,
+    ) -> list[RubricSkillProposal]:
         """At most `max_new` new rubric–skill pairs (Arise eq. 4, B.6 "Rubric–Skill Generation").
 
         The generator sees compressed diagnostics, not trajectories: `diagnostics` when given (e.g.
@@ -314,13 +385,26 @@ class OpenAIReflector:
             diagnostics = await self.aanalyze_trajectories(trajectories, existing)
         if not diagnostics.strip():
             return []
-        listing = operator_json([{key: value for key, value in rubric_payload(r, include_scored=False).items()
-                                  if key in ("rubric_id", "criterion", "applicability", "capability")}
-                                 for r in existing])
+        listing = operator_json(
+            [
+                {
+                    key: value
+                    for key, value in rubric_payload(r, include_scored=False).items()
+                    if key in ("rubric_id", "criterion", "applicability", "capability")
+                }
+                for r in existing
+            ]
+        )
 
         def build(request_id: str) -> list[dict[str, str]]:
-            return self._messages("rubric_skill_generation", request_id, {"diagnostics": diagnostics},
-                                  max_new=str(max_new), capabilities=bulleted(self.capabilities), existing=listing)
+            return self._messages(
+                "rubric_skill_generation",
+                request_id,
+                {"diagnostics": diagnostics},
+                max_new=str(max_new),
+                capabilities=bulleted(self.capabilities),
+                existing=listing,
+            )
 
         def parse(text: str, request_id: str) -> list[RubricSkillProposal]:
             obj = _single_object(text, "proposals", self._checked_id(request_id))
@@ -343,12 +427,21 @@ class OpenAIReflector:
                     evidence = text_field(item, "evidence", required=False, max_chars=MAX_FIELD_CHARS)
                 except SchemaError as error:
                     raise SchemaError(f"{where}: {error}") from None
-                instructions = "\n".join(part for part in (
-                    f"Pass when: {pass_when.strip()}" if pass_when.strip() else "",
-                    f"Fail when: {fail_when.strip()}" if fail_when.strip() else "") if part)
-                proposals.append(RubricSkillProposal(
-                    RubricSpec(rubric_id, criterion.strip(), applicability.strip(), capability, instructions),
-                    skill.strip(), evidence.strip()))
+                instructions = "\n".join(
+                    part
+                    for part in (
+                        f"Pass when: {pass_when.strip()}" if pass_when.strip() else "",
+                        f"Fail when: {fail_when.strip()}" if fail_when.strip() else "",
+                    )
+                    if part
+                )
+                proposals.append(
+                    RubricSkillProposal(
+                        RubricSpec(rubric_id, criterion.strip(), applicability.strip(), capability, instructions),
+                        skill.strip(),
+                        evidence.strip(),
+                    )
+                )
             return proposals[:max_new]
 
         async with self.client.session() as session:
@@ -373,12 +466,17 @@ class OpenAIReflector:
         failures = check_trajectories(failures, "failures")
         if not failures:
             raise ValueError("failures must hold at least one trajectory to refine the skill from")
-        shown = failures[:self.max_trajectories_per_request]
+        shown = failures[: self.max_trajectories_per_request]
         data = {"failures": [self._payload(t, ref=f"T{i}") for i, t in enumerate(shown)]}
 
         def build(request_id: str) -> list[dict[str, str]]:
-            return self._messages("skill_refinement", request_id, data,
-                                  rubric=operator_json(rubric_payload(rubric)), skill=operator_json(skill))
+            return self._messages(
+                "skill_refinement",
+                request_id,
+                data,
+                rubric=operator_json(rubric_payload(rubric)),
+                skill=operator_json(skill),
+            )
 
         def parse(text: str, request_id: str) -> str:
             obj = _single_object(text, "skill", self._checked_id(request_id))
@@ -406,8 +504,10 @@ class OpenAIReflector:
         candidates = check_rubrics(candidates, "candidates")
         if not candidates:
             return []
-        batches = [candidates[start:start + self.candidates_per_request]
-                   for start in range(0, len(candidates), self.candidates_per_request)]
+        batches = [
+            candidates[start : start + self.candidates_per_request]
+            for start in range(0, len(candidates), self.candidates_per_request)
+        ]
         async with self.client.session() as session:
             results = await asyncio.gather(*(self._attribute_batch(session, trajectory, batch) for batch in batches))
         records: dict[str, AttributionRecord] = {}
@@ -417,29 +517,50 @@ class OpenAIReflector:
             problems.update(batch_problems)
         if not records:
             first = next(iter(problems.items()))
-            raise ReflectionError(f"failure attribution of {trajectory.task_id!r} produced no valid record "
-                                  f"({first[0]}: {first[1]})")
+            raise ReflectionError(
+                f"failure attribution of {trajectory.task_id!r} produced no valid record ({first[0]}: {first[1]})"
+            )
         if problems:
-            logger.warning("failure attribution of %r omitted %d candidate(s): %s", trajectory.task_id,
-                           len(problems), "; ".join(f"{key}: {value}" for key, value in problems.items()))
+            logger.warning(
+                "failure attribution of %r omitted %d candidate(s): %s",
+                trajectory.task_id,
+                len(problems),
+                "; ".join(f"{key}: {value}" for key, value in problems.items()),
+            )
         return [records[c.rubric_id] for c in candidates if c.rubric_id in records]
 
-    async def _attribute_batch(self, session: ChatSession, trajectory: Trajectory, batch: Sequence[RubricSpec],
-                               ) -> tuple[dict[str, AttributionRecord], dict[str, str]]:
+    async def _attribute_batch(
+        self,
+        session: ChatSession,
+        trajectory: Trajectory,
+        batch: Sequence[RubricSpec],
+    ) -> tuple[dict[str, AttributionRecord], dict[str, str]]:
         pending = {c.rubric_id: c for c in batch}
         records: dict[str, AttributionRecord] = {}
         problems: dict[str, str] = {}
         data = {"trajectory": self._payload(trajectory)}
         for _ in range(1 + self.max_reasks):
             request_id = new_request_id()
-            listing = operator_json([
-                {key: value for key, value in {
-                    "capability_id": c.rubric_id, "definition": c.criterion, "applicability": c.applicability,
-                    "family": c.capability, "evaluator_instructions": c.evaluator_prompt}.items() if value}
-                for c in pending.values()])
+            listing = operator_json(
+                [
+                    {
+                        key: value
+                        for key, value in {
+                            "capability_id": c.rubric_id,
+                            "definition": c.criterion,
+                            "applicability": c.applicability,
+                            "family": c.capability,
+                            "evaluator_instructions": c.evaluator_prompt,
+                        }.items()
+                        if value
+                    }
+                    for c in pending.values()
+                ]
+            )
             try:
-                reply = await session.complete(self._messages("failure_attribution", request_id, data,
-                                                              candidates=listing))
+                reply = await session.complete(
+                    self._messages("failure_attribution", request_id, data, candidates=listing)
+                )
             except ChatError as error:
                 problems = {key: f"request failed: {error.message}" for key in pending}
                 break
@@ -450,8 +571,9 @@ class OpenAIReflector:
             try:
                 objects = answer_objects(reply.text)
             except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again
-                problems = {key: f"unexpected error reading the answer: {type(error).__name__}: {error}"
-                            for key in pending}
+                problems = {
+                    key: f"unexpected error reading the answer: {type(error).__name__}: {error}" for key in pending
+                }
                 continue
             wanted = self._checked_id(request_id)
             for obj in objects:
@@ -463,12 +585,16 @@ class OpenAIReflector:
             problems = {}
             for capability_id, objs in found.items():
                 if len(objs) != 1:
-                    problems[capability_id] = ("no record in the answer" if not objs
-                                               else f"{len(objs)} records in one answer (ambiguous; none used)")
+                    problems[capability_id] = (
+                        "no record in the answer"
+                        if not objs
+                        else f"{len(objs)} records in one answer (ambiguous; none used)"
+                    )
                     continue
                 try:
-                    records[capability_id] = self._parse_record(objs[0], trajectory, capability_id,
-                                                                self._checked_id(request_id))
+                    records[capability_id] = self._parse_record(
+                        objs[0], trajectory, capability_id, self._checked_id(request_id)
+                    )
                 except SchemaError as error:
                     problems[capability_id] = f"malformed record: {error}"
                 except Exception as error:  # noqa: BLE001 - never a crash (the candidate is omitted, logged)
@@ -479,8 +605,9 @@ class OpenAIReflector:
         return records, problems
 
     @staticmethod
-    def _parse_record(obj: dict, trajectory: Trajectory, capability_id: str,
-                      request_id: str | None) -> AttributionRecord:
+    def _parse_record(
+        obj: dict, trajectory: Trajectory, capability_id: str, request_id: str | None
+    ) -> AttributionRecord:
         check_request_id(obj, request_id)
         deficit = obj.get("deficit")
         if not isinstance(deficit, bool):
@@ -495,13 +622,15 @@ class OpenAIReflector:
 
     # ---- RewardWeaver: controlled capability expansion ---------------------------------------
 
-    def propose_capabilities(self, failures: Sequence[Trajectory], library: Sequence[RubricSpec],
-                             max_new: int) -> list[RubricSpec]:
+    def propose_capabilities(
+        self, failures: Sequence[Trajectory], library: Sequence[RubricSpec], max_new: int
+    ) -> list[RubricSpec]:
         """Synchronous `apropose_capabilities`."""
         return run_sync(self.apropose_capabilities(failures, library, max_new))
 
-    async def apropose_capabilities(self, failures: Sequence[Trajectory], library: Sequence[RubricSpec],
-                                    max_new: int) -> list[RubricSpec]:
+    async def apropose_capabilities(
+        self, failures: Sequence[Trajectory], library: Sequence[RubricSpec], max_new: int
+    ) -> list[RubricSpec]:
         """At most `max_new` candidate capabilities for recurrent failures outside `library` (§2.5).
 
         Shows the first `max_trajectories_per_request` failures, as "T0", "T1", ... Each proposal
@@ -515,17 +644,35 @@ class OpenAIReflector:
         max_new = check_count(max_new, "max_new")
         if max_new == 0 or not failures:
             return []
-        shown = failures[:self.max_trajectories_per_request]
+        shown = failures[: self.max_trajectories_per_request]
         refs = [f"T{i}" for i in range(len(shown))]
         min_support = min(self.min_support, len(shown))
         data = {"failures": [self._payload(t, ref=ref) for t, ref in zip(shown, refs)]}
-        listing = operator_json([{key: value for key, value in {
-            "capability_id": c.rubric_id, "family": c.capability, "definition": c.criterion,
-            "applicability": c.applicability}.items() if value} for c in library])
+        listing = operator_json(
+            [
+                {
+                    key: value
+                    for key, value in {
+                        "capability_id": c.rubric_id,
+                        "family": c.capability,
+                        "definition": c.criterion,
+                        "applicability": c.applicability,
+                    }.items()
+                    if value
+                }
+                for c in library
+            ]
+        )
 
         def build(request_id: str) -> list[dict[str, str]]:
-            return self._messages("capability_proposal", request_id, data, max_new=str(max_new),
-                                  min_support=str(min_support), library=listing)
+            return self._messages(
+                "capability_proposal",
+                request_id,
+                data,
+                max_new=str(max_new),
+                min_support=str(min_support),
+                library=listing,
+            )
 
         def parse(text: str, request_id: str) -> list[RubricSpec]:
             obj = _single_object(text, "proposals", self._checked_id(request_id))
@@ -539,10 +686,10 @@ class OpenAIReflector:
                     capability_id = _new_id(item.get("capability_id"), "capability_id", taken)
                     family = text_field(item, "family", required=True, max_chars=200).strip()
                     definition = text_field(item, "definition", required=True, max_chars=MAX_FIELD_CHARS).strip()
-                    applicability = text_field(item, "applicability", required=False,
-                                               max_chars=MAX_FIELD_CHARS).strip()
-                    instructions = text_field(item, "evaluator_instructions", required=True,
-                                              max_chars=MAX_FIELD_CHARS).strip()
+                    applicability = text_field(item, "applicability", required=False, max_chars=MAX_FIELD_CHARS).strip()
+                    instructions = text_field(
+                        item, "evaluator_instructions", required=True, max_chars=MAX_FIELD_CHARS
+                    ).strip()
                     support = _list_field(item, "support")
                     unknown = [ref for ref in support if ref not in refs]
                     if unknown:
@@ -550,16 +697,20 @@ class OpenAIReflector:
                 except SchemaError as error:
                     raise SchemaError(f"{where}: {error}") from None
                 if len(set(support)) < min_support:
-                    logger.info("dropping proposed capability %r: supported by %d trajectories, %d required",
-                                capability_id, len(set(support)), min_support)
+                    logger.info(
+                        "dropping proposed capability %r: supported by %d trajectories, %d required",
+                        capability_id,
+                        len(set(support)),
+                        min_support,
+                    )
                     continue
-                proposals.append(RubricSpec(capability_id, definition, applicability, family, instructions,
-                                            scored=True))
+                proposals.append(
+                    RubricSpec(capability_id, definition, applicability, family, instructions, scored=True)
+                )
             return proposals[:max_new]
 
         async with self.client.session() as session:
             return await self._ask(session, "capability proposal", build, parse)
-
 
     # ---- RewardWeaver: evaluator revision on the development partition ----------------------
 
@@ -567,8 +718,9 @@ class OpenAIReflector:
         """Synchronous `arevise_evaluator`."""
         return run_sync(self.arevise_evaluator(rubric, disagreements))
 
-    async def arevise_evaluator(self, rubric: RubricSpec,
-                                disagreements: Sequence[tuple[Trajectory, Verdict, Verdict]]) -> str:
+    async def arevise_evaluator(
+        self, rubric: RubricSpec, disagreements: Sequence[tuple[Trajectory, Verdict, Verdict]]
+    ) -> str:
         """New evaluator instructions for `rubric` (RewardWeaver A.3, D.2: rubric-level diagnostics guide
         revision) from development cases the evaluator got wrong: (trajectory, reference label, the
         evaluator's verdict). The definition is kept; the first `max_trajectories_per_request` cases
@@ -579,16 +731,27 @@ class OpenAIReflector:
             raise ValueError("disagreements must be a non-empty sequence of (trajectory, label, verdict)")
         names = {Verdict.PASS: "pass", Verdict.FAIL: "fail", Verdict.NA: "not_applicable", Verdict.INVALID: "invalid"}
         cases = []
-        for i, item in enumerate(disagreements[:self.max_trajectories_per_request]):
-            if not (isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], Trajectory)
-                    and isinstance(item[1], Verdict) and isinstance(item[2], Verdict)):
+        for i, item in enumerate(disagreements[: self.max_trajectories_per_request]):
+            if not (
+                isinstance(item, tuple)
+                and len(item) == 3
+                and isinstance(item[0], Trajectory)
+                and isinstance(item[1], Verdict)
+                and isinstance(item[2], Verdict)
+            ):
                 raise ValueError(f"disagreements[{i}] must be (Trajectory, Verdict, Verdict)")
-            cases.append({**self._payload(item[0], ref=f"T{i}"), "reference_label": names[item[1]],
-                          "evaluator_verdict": names[item[2]]})
+            cases.append(
+                {
+                    **self._payload(item[0], ref=f"T{i}"),
+                    "reference_label": names[item[1]],
+                    "evaluator_verdict": names[item[2]],
+                }
+            )
 
         def build(request_id: str) -> list[dict[str, str]]:
-            return self._messages("evaluator_revision", request_id, {"cases": cases},
-                                  rubric=operator_json(rubric_payload(rubric)))
+            return self._messages(
+                "evaluator_revision", request_id, {"cases": cases}, rubric=operator_json(rubric_payload(rubric))
+            )
 
         def parse(text: str, request_id: str) -> str:
             obj = _single_object(text, "evaluator_instructions", self._checked_id(request_id))
@@ -628,12 +791,19 @@ class OpenAIReflector:
                     local = _new_id(item.get("rubric_id"), "rubric_id", taken)
                     criterion = text_field(item, "criterion", required=True, max_chars=MAX_FIELD_CHARS).strip()
                     applicability = text_field(item, "applicability", required=False, max_chars=MAX_FIELD_CHARS)
-                    instructions = text_field(item, "evaluator_instructions", required=False,
-                                              max_chars=MAX_FIELD_CHARS)
+                    instructions = text_field(item, "evaluator_instructions", required=False, max_chars=MAX_FIELD_CHARS)
                 except SchemaError as error:
                     raise SchemaError(f"{where}: {error}") from None
-                specs.append(RubricSpec(f"{context.task_id}:{local}", criterion, applicability.strip(), "instance",
-                                        instructions.strip(), scored=True))
+                specs.append(
+                    RubricSpec(
+                        f"{context.task_id}:{local}",
+                        criterion,
+                        applicability.strip(),
+                        "instance",
+                        instructions.strip(),
+                        scored=True,
+                    )
+                )
             return specs
 
         async with self.client.session() as session:

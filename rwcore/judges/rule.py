@@ -6,8 +6,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Union
 
-from rwcore.validation import check_rubrics, check_trajectories, check_unit
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory
+from rwcore.validation import check_rubrics, check_trajectories, check_unit
 from rwcore.verdict import Verdict
 
 RuleResult = Union[bool, float, Verdict, RubricJudgment, None]
@@ -52,8 +52,9 @@ class RuleJudge:
         if unknown:
             raise ValueError(f"rubrics: no rule for rubric id(s) {unknown}; known: {sorted(self.rules)}")
         return [
-            JudgeReport(trajectory.trajectory_id,
-                        {rubric.rubric_id: self.judge_one(rubric, trajectory) for rubric in rubrics})
+            JudgeReport(
+                trajectory.trajectory_id, {rubric.rubric_id: self.judge_one(rubric, trajectory) for rubric in rubrics}
+            )
             for trajectory in trajectories
         ]
 
@@ -71,8 +72,14 @@ class RuleJudge:
         if result is None:
             return RubricJudgment(rubric_id, Verdict.NA)
         if isinstance(result, RubricJudgment):
-            return RubricJudgment(rubric_id, result.verdict, score=result.score, confidence=result.confidence,
-                                  evidence=result.evidence, error=result.error)
+            return RubricJudgment(
+                rubric_id,
+                result.verdict,
+                score=result.score,
+                confidence=result.confidence,
+                evidence=result.evidence,
+                error=result.error,
+            )
         if isinstance(result, Verdict):
             if result == Verdict.INVALID:
                 return RubricJudgment(rubric_id, Verdict.INVALID, error="rule returned Verdict.INVALID")
@@ -83,15 +90,19 @@ class RuleJudge:
         # numpy bools are not `bool`; recognise them by type name to avoid importing numpy here.
         if isinstance(result, bool) or type(result).__name__ == "bool_":
             passed = bool(result)
-            return RubricJudgment(rubric_id, Verdict.PASS if passed else Verdict.FAIL,
-                                  score=(1.0 if passed else 0.0) if rubric.scored else None)
+            return RubricJudgment(
+                rubric_id,
+                Verdict.PASS if passed else Verdict.FAIL,
+                score=(1.0 if passed else 0.0) if rubric.scored else None,
+            )
         try:
             number = float(result) if isinstance(result, (int, float)) or hasattr(result, "__float__") else None
         except (TypeError, ValueError):
             number = None
         if number is None:
-            return RubricJudgment(rubric_id, Verdict.INVALID,
-                                  error=f"rule returned unsupported type {type(result).__name__}")
+            return RubricJudgment(
+                rubric_id, Verdict.INVALID, error=f"rule returned unsupported type {type(result).__name__}"
+            )
         if not math.isfinite(number) or not 0.0 <= number <= 1.0:
             return RubricJudgment(rubric_id, Verdict.INVALID, error=f"rule returned score {result!r} outside [0, 1]")
         verdict = Verdict.PASS if number >= self.pass_threshold else Verdict.FAIL

@@ -136,11 +136,12 @@ def _truncate_middle(text: str, limit: int) -> str:
     marker = f" [... {len(text) - limit} characters omitted ...] "
     keep = max(limit - len(marker), 0)
     head = keep - keep // 2
-    return text[:head] + marker + text[len(text) - keep // 2:] if keep else marker.strip()
+    return text[:head] + marker + text[len(text) - keep // 2 :] if keep else marker.strip()
 
 
-def trajectory_payload(trajectory: Trajectory, *, include_outcome: bool = True,
-                       max_chars: int | None = None, ref: str | None = None) -> dict:
+def trajectory_payload(
+    trajectory: Trajectory, *, include_outcome: bool = True, max_chars: int | None = None, ref: str | None = None
+) -> dict:
     """A trajectory as judge/reflector data: task id, tags, optional outcome, turns.
 
     Only fields covered by `Trajectory.content_hash()` are included (ids and metadata are not),
@@ -175,4 +176,3 @@ def trajectory_payload(trajectory: Trajectory, *, include_outcome: bool = True,
 def bulleted(items: Sequence[str]) -> str:
     """`items` as a Markdown bullet list (one per line)."""
     return "\n".join(f"- {item}" for item in items)
-

@@ -67,7 +67,7 @@ VERDICT_WORDS: Mapping[str, Verdict] = {
 MAX_EVIDENCE_CHARS = 4000
 MAX_UNCOVERED_ITEMS = 32
 MAX_UNCOVERED_CHARS = 1000
-SCHEMA_EVIDENCE_CHARS = 300   # what the prompt asks for; also bounds a constrained reply's length
+SCHEMA_EVIDENCE_CHARS = 300  # what the prompt asks for; also bounds a constrained reply's length
 SCHEMA_UNCOVERED_ITEMS = 8
 
 
@@ -88,8 +88,9 @@ class JudgeAnswer:
     ignored: int = 0
 
 
-def parse_verdict(obj: dict, rubric: RubricSpec, *, request_id: str | None,
-                  pass_threshold: float = 0.5) -> RubricJudgment:
+def parse_verdict(
+    obj: dict, rubric: RubricSpec, *, request_id: str | None, pass_threshold: float = 0.5
+) -> RubricJudgment:
     """One candidate object -> a RubricJudgment (PASS / FAIL / NA); SchemaError naming the bad field."""
     check_request_id(obj, request_id)
     word = obj.get("verdict")
@@ -126,8 +127,9 @@ def parse_uncovered(obj: dict, *, request_id: str | None) -> tuple[str, ...]:
     found: list[str] = []
     for item in items:
         if isinstance(item, dict):
-            text = next((item[key] for key in ("behavior", "behaviour", "description")
-                         if isinstance(item.get(key), str)), None)
+            text = next(
+                (item[key] for key in ("behavior", "behaviour", "description") if isinstance(item.get(key), str)), None
+            )
             item = text if text is not None else json.dumps(item, sort_keys=True, ensure_ascii=False)
         if not isinstance(item, str):
             raise SchemaError(f'"uncovered" items must be strings, got {type(item).__name__}')
@@ -155,8 +157,14 @@ def _flatten(objects: list[dict]) -> list[dict]:
     return flat
 
 
-def parse_judge_answer(text: str, rubrics: Mapping[str, RubricSpec], *, request_id: str | None,
-                       pass_threshold: float = 0.5, want_diagnostics: bool = False) -> JudgeAnswer:
+def parse_judge_answer(
+    text: str,
+    rubrics: Mapping[str, RubricSpec],
+    *,
+    request_id: str | None,
+    pass_threshold: float = 0.5,
+    want_diagnostics: bool = False,
+) -> JudgeAnswer:
     """Reads one judge reply for the requested `rubrics` (id -> spec); see the module docstring."""
     answer, drafts = (_flatten(part) for part in answer_parts(text))
 
@@ -197,16 +205,17 @@ def parse_judge_answer(text: str, rubrics: Mapping[str, RubricSpec], *, request_
         if not found:
             problems[rubric_id] = "no verdict for this rubric in the judge's answer"
             if foreign[rubric_id]:
-                problems[rubric_id] += (f' ({foreign[rubric_id]} verdict object(s) without this request\'s '
-                                        '"request_id" ignored, e.g. copied from the trajectory)')
+                problems[rubric_id] += (
+                    f" ({foreign[rubric_id]} verdict object(s) without this request's "
+                    '"request_id" ignored, e.g. copied from the trajectory)'
+                )
         elif len(found) > 1:
-            problems[rubric_id] = (
-                f"{len(found)} verdict objects for this rubric in one answer (ambiguous; none used)"
-            )
+            problems[rubric_id] = f"{len(found)} verdict objects for this rubric in one answer (ambiguous; none used)"
         else:
             try:
                 judgments[rubric_id] = parse_verdict(
-                    found[0], rubrics[rubric_id], request_id=request_id, pass_threshold=pass_threshold)
+                    found[0], rubrics[rubric_id], request_id=request_id, pass_threshold=pass_threshold
+                )
             except SchemaError as error:
                 problems[rubric_id] = f"malformed verdict: {error}"
     uncovered = None
@@ -230,8 +239,11 @@ def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dic
     when read (the schema cannot say "each id once" in the subset servers support).
     """
     specs = list(rubrics) if not isinstance(rubrics, (str, bytes)) else []
-    if not specs or any(not isinstance(r, RubricSpec) for r in specs) \
-            or len({r.rubric_id for r in specs}) != len(specs):
+    if (
+        not specs
+        or any(not isinstance(r, RubricSpec) for r in specs)
+        or len({r.rubric_id for r in specs}) != len(specs)
+    ):
         raise ValueError(f"rubrics must be a non-empty sequence of RubricSpecs with distinct ids, got {rubrics!r}")
     if not isinstance(request_id, str) or not request_id:
         raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
@@ -261,15 +273,24 @@ def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dic
         variants += [item(scored, ["pass", "fail"], unit), item(scored, ["na"], null)]
     properties: dict = {
         "request_id": {"type": "string", "enum": [request_id]},
-        "verdicts": {"type": "array", "items": variants[0] if len(variants) == 1 else {"anyOf": variants},
-                     "minItems": len(specs), "maxItems": len(specs)},
+        "verdicts": {
+            "type": "array",
+            "items": variants[0] if len(variants) == 1 else {"anyOf": variants},
+            "minItems": len(specs),
+            "maxItems": len(specs),
+        },
     }
     required = ["request_id", "verdicts"]
     if diagnostics:
         properties["diagnostics"] = {
             "type": "object",
-            "properties": {"uncovered": {"type": "array", "maxItems": SCHEMA_UNCOVERED_ITEMS,
-                                         "items": {"type": "string", "maxLength": SCHEMA_EVIDENCE_CHARS}}},
+            "properties": {
+                "uncovered": {
+                    "type": "array",
+                    "maxItems": SCHEMA_UNCOVERED_ITEMS,
+                    "items": {"type": "string", "maxLength": SCHEMA_EVIDENCE_CHARS},
+                }
+            },
             "required": ["uncovered"],
             "additionalProperties": False,
         }
@@ -280,7 +301,11 @@ def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dic
 def response_format(rubrics, request_id: str, *, diagnostics: bool = False) -> dict:
     """The chat request's `response_format` for `answer_schema` (the json_schema form of OpenAI's API,
     which vLLM's server reads as `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`)."""
-    return {"type": "json_schema",
-            "json_schema": {"name": "rubric_verdicts",
-                            "schema": answer_schema(rubrics, request_id, diagnostics=diagnostics),
-                            "strict": True}}
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "rubric_verdicts",
+            "schema": answer_schema(rubrics, request_id, diagnostics=diagnostics),
+            "strict": True,
+        },
+    }

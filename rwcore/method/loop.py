@@ -70,15 +70,24 @@ class MethodLoop:
         the diagnosis but do not adapt (the trainer broadcasts the leader's method state afterwards).
     """
 
-    def __init__(self, method: AdaptiveMethod, *, judge=None, diagnose: Callable | None = None,
-                 diagnostic: Callable | None = None, leader: bool = True) -> None:
+    def __init__(
+        self,
+        method: AdaptiveMethod,
+        *,
+        judge=None,
+        diagnose: Callable | None = None,
+        diagnostic: Callable | None = None,
+        leader: bool = True,
+    ) -> None:
         if not isinstance(method, AdaptiveMethod):
             raise ValueError(f"method must be a rwcore.AdaptiveMethod, got {type(method).__name__}")
         if judge is not None and not callable(getattr(judge, "evaluate", None)):
             raise ValueError(f"judge must have an evaluate(trajectories, rubrics) method, got {type(judge).__name__}")
         if method.variant.has_stages and diagnose is None:
-            raise ValueError(f"variant {method.variant.name!r} has RewardWeaver stages: pass diagnose=(task_ids, "
-                             "rubrics) -> (trajectories, reports), a fresh on-policy diagnosis batch")
+            raise ValueError(
+                f"variant {method.variant.name!r} has RewardWeaver stages: pass diagnose=(task_ids, "
+                "rubrics) -> (trajectories, reports), a fresh on-policy diagnosis batch"
+            )
         self.method = method
         self.judge = judge
         self.diagnose = diagnose
@@ -109,9 +118,16 @@ class MethodLoop:
         """Per task group, the rubrics its trajectories are judged on (for trainers that judge elsewhere)."""
         return self.method.rubrics_to_judge(step, list(task_ids))
 
-    def finish(self, step: int, task_ids: Sequence[str], trajectories: Sequence[Trajectory],
-               reports: Sequence[JudgeReport] | None = None, *, policy_versions: Sequence[int] | None = None,
-               judge: Callable | None = None) -> StepResult:
+    def finish(
+        self,
+        step: int,
+        task_ids: Sequence[str],
+        trajectories: Sequence[Trajectory],
+        reports: Sequence[JudgeReport] | None = None,
+        *,
+        policy_versions: Sequence[int] | None = None,
+        judge: Callable | None = None,
+    ) -> StepResult:
         """Judges (unless `reports` are given), scores and observes step `step`'s trajectories (groups of G
         contiguous, in `task_ids` order); the end of the step is pending until `end_step`.
 
@@ -156,8 +172,11 @@ class MethodLoop:
         """After the last step: appendix G's diagnostic set at the end of the last stage (once)."""
         self.catch_up()
         method = self.method
-        if self.diagnostic is not None and method.diagnostic_set and \
-                all(point["step"] != steps for point in method.diagnostic_scores()):
+        if (
+            self.diagnostic is not None
+            and method.diagnostic_set
+            and all(point["step"] != steps for point in method.diagnostic_scores())
+        ):
             self._score_diagnostic_set(steps)
 
     # ------------------------------------------------------------------ adaptation

@@ -76,8 +76,16 @@ from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.method")
 
-__all__ = ["AdaptiveMethod", "AdaptReport", "MethodSettings", "Providers", "Scored", "judge_groups", "safe_evaluate",
-           "setting"]
+__all__ = [
+    "AdaptiveMethod",
+    "AdaptReport",
+    "MethodSettings",
+    "Providers",
+    "Scored",
+    "judge_groups",
+    "safe_evaluate",
+    "setting",
+]
 
 _FORMAT = "rwcore.adaptive_method"
 _VERSION = 1
@@ -105,70 +113,115 @@ class MethodSettings:
     # batch
     batch_size: int = setting(16, "Tasks sampled per training step (batch size B).", "rollout.tasks_per_step", gt=0)
     group_size: int = setting(8, "Rollouts per task (group size G).", "rollout.group_size", gt=0)
-    seed: int = setting(0, "Seed for every random generator (0 to 2**32 - 1, what numpy's legacy seeding takes).",
-                        "train.seed", ge=0, le=2**32 - 1)
+    seed: int = setting(
+        0,
+        "Seed for every random generator (0 to 2**32 - 1, what numpy's legacy seeding takes).",
+        "train.seed",
+        ge=0,
+        le=2**32 - 1,
+    )
     # Arise's sampler (§3.2.2, B.5)
     rho_min: float = setting(0.1, "Minimum discovery share of a batch.", "sampler.rho_min", ge=0, le=1)
-    quota_fraction: float = setting(0.25, "Per-pair quota as a fraction of the batch.", "sampler.quota_fraction",
-                                    gt=0, le=1)
+    quota_fraction: float = setting(
+        0.25, "Per-pair quota as a fraction of the batch.", "sampler.quota_fraction", gt=0, le=1
+    )
     gamma_obs: float = setting(0.2, "Evidence decay on a new observation.", "sampler.gamma_obs", ge=0, le=1)
-    gamma_unobs: float = setting(0.999, "Evidence decay per unobserved policy version.", "sampler.gamma_unobs",
-                                 ge=0, le=1)
-    capabilities: tuple[str, ...] = setting(DEFAULT_CAPABILITIES, "The capability categories rubrics belong to "
-                                            "(Arise table 3).")
+    gamma_unobs: float = setting(
+        0.999, "Evidence decay per unobserved policy version.", "sampler.gamma_unobs", ge=0, le=1
+    )
+    capabilities: tuple[str, ...] = setting(
+        DEFAULT_CAPABILITIES, "The capability categories rubrics belong to (Arise table 3)."
+    )
     # advantages (eq. 15-17, B.4)
     lam: float = setting(0.3, "Weight of the rubric advantages.", "advantage.lam", ge=0, le=1)
     eps: float = setting(1e-9, "Epsilon in the normalizations.", "advantage.eps", gt=0)
     ddof: int = setting(1, "Delta degrees of freedom of the group standard deviation.", "advantage.ddof", ge=0, le=1)
     length_alpha: float = setting(0.5, "Length-regularization strength alpha.", "advantage.length_alpha", ge=0)
-    length_threshold: int = setting(16384, "Length regularization applies above this length.",
-                                    "advantage.length_threshold", ge=0)
+    length_threshold: int = setting(
+        16384, "Length regularization applies above this length.", "advantage.length_threshold", ge=0
+    )
     # Arise's pool (eq. 4-8, B.3)
     delta_pool: int = setting(10, "Steps between pool updates.", "pool.delta_pool", gt=0)
     eta_high: float = setting(0.9, "Pass rate at or above which a pair retires.", "pool.eta_high", ge=0, le=1)
-    eta_low: float = setting(0.3, "Pass rate at or below which a skill activates or refines.", "pool.eta_low",
-                             ge=0, le=1)
+    eta_low: float = setting(
+        0.3, "Pass rate at or below which a skill activates or refines.", "pool.eta_low", ge=0, le=1
+    )
     max_pool: int = setting(64, "Maximum pool size.", "pool.max_pool", gt=0)
     max_new: int = setting(8, "Maximum new pairs per reflection.", "pool.max_new", ge=0)
-    max_records: int = setting(256, "Records of the window one generation call reads at most (Arise B.3).",
-                               "pool.max_records", gt=0)
+    max_records: int = setting(
+        256, "Records of the window one generation call reads at most (Arise B.3).", "pool.max_records", gt=0
+    )
     # RewardWeaver
-    adaptation_interval: int = setting(30, "Steps per stage (between active-set selections).",
-                                       "rewardweaver.adaptation_interval", gt=0)
+    adaptation_interval: int = setting(
+        30, "Steps per stage (between active-set selections).", "rewardweaver.adaptation_interval", gt=0
+    )
     budget: int = setting(6, "Active-set budget B (RewardWeaver §2.3: 6).", "rewardweaver.budget", gt=0)
-    low_outcome: float = setting(0.5, "Outcome reward below which a trajectory is low-outcome.",
-                                 "rewardweaver.low_outcome")
+    low_outcome: float = setting(
+        0.5, "Outcome reward below which a trajectory is low-outcome.", "rewardweaver.low_outcome"
+    )
     min_confidence: float = setting(0.5, "Minimum attribution confidence.", "rewardweaver.min_confidence", ge=0, le=1)
     min_support: int = setting(3, "Minimum number of supporting trajectories (k).", "rewardweaver.min_support", ge=1)
     rank_by: Literal["rate", "support"] = setting(
-        "rate", "How attribution ranks recurrent failure modes for the active set: 'rate' (deficit rate among the "
+        "rate",
+        "How attribution ranks recurrent failure modes for the active set: 'rate' (deficit rate among the "
         "trajectories a capability was a candidate for, then support) or 'support' (trajectories blamed).",
-        "rewardweaver.rank_by")
-    max_candidates: int = setting(8, "Candidate capabilities retrieved per failed trajectory (from its judged "
-                                     "applicable capabilities).", "rewardweaver.max_candidates", gt=0)
-    diagnosis_tasks: int = setting(16, "Tasks of the fresh on-policy diagnosis batch at each stage boundary "
-                                       "(group_size rollouts each).", "rewardweaver.diagnosis_tasks", gt=0)
-    diagnostic_tasks: int = setting(16, "Fixed diagnostic tasks scored at every stage boundary (appendix G); "
-                                        "0 = none.", "rewardweaver.diagnostic_tasks", ge=0)
-    success_sample: int = setting(32, "Success trajectories attributed per stage for appendix E (F_succ); 0 = none.",
-                                  "rewardweaver.success_sample", ge=0)
-    expansion: bool = setting(True, "Controlled expansion of the library at stage boundaries.",
-                              "rewardweaver.expansion")
-    max_new_capabilities: int = setting(2, "Candidate capabilities proposed per expansion.", "rewardweaver.max_new",
-                                        ge=0)
-    max_revisions: int = setting(1, "Evaluator revisions of a rejected candidate (development partition).",
-                                 "rewardweaver.max_revisions", ge=0)
+        "rewardweaver.rank_by",
+    )
+    max_candidates: int = setting(
+        8,
+        "Candidate capabilities retrieved per failed trajectory (from its judged applicable capabilities).",
+        "rewardweaver.max_candidates",
+        gt=0,
+    )
+    diagnosis_tasks: int = setting(
+        16,
+        "Tasks of the fresh on-policy diagnosis batch at each stage boundary (group_size rollouts each).",
+        "rewardweaver.diagnosis_tasks",
+        gt=0,
+    )
+    diagnostic_tasks: int = setting(
+        16,
+        "Fixed diagnostic tasks scored at every stage boundary (appendix G); 0 = none.",
+        "rewardweaver.diagnostic_tasks",
+        ge=0,
+    )
+    success_sample: int = setting(
+        32,
+        "Success trajectories attributed per stage for appendix E (F_succ); 0 = none.",
+        "rewardweaver.success_sample",
+        ge=0,
+    )
+    expansion: bool = setting(
+        True, "Controlled expansion of the library at stage boundaries.", "rewardweaver.expansion"
+    )
+    max_new_capabilities: int = setting(
+        2, "Candidate capabilities proposed per expansion.", "rewardweaver.max_new", ge=0
+    )
+    max_revisions: int = setting(
+        1, "Evaluator revisions of a rejected candidate (development partition).", "rewardweaver.max_revisions", ge=0
+    )
     process_normalization: Literal["active_set", "applicable"] = setting(
-        "active_set", "Process term: 1/|A| over the active set with NA / INVALID judgments counting 0 (the paper's "
+        "active_set",
+        "Process term: 1/|A| over the active set with NA / INVALID judgments counting 0 (the paper's "
         "formula), or the mean over the judgments that apply (rewards not reaching a check).",
-        "rewardweaver.process_normalization")
+        "rewardweaver.process_normalization",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "group_size", "delta_pool", "max_pool", "max_records", "adaptation_interval",
-                     "budget", "min_support", "max_candidates", "diagnosis_tasks"):
+        for name in (
+            "batch_size",
+            "group_size",
+            "delta_pool",
+            "max_pool",
+            "max_records",
+            "adaptation_interval",
+            "budget",
+            "min_support",
+            "max_candidates",
+            "diagnosis_tasks",
+        ):
             check_int(getattr(self, name), name, low=1)
-        for name in ("seed", "max_new", "diagnostic_tasks", "success_sample", "max_new_capabilities",
-                     "max_revisions"):
+        for name in ("seed", "max_new", "diagnostic_tasks", "success_sample", "max_new_capabilities", "max_revisions"):
             check_int(getattr(self, name), name, low=0)
         check_int(self.ddof, "ddof", low=0, high=1)
         for name in ("rho_min", "quota_fraction", "lam", "eta_high", "eta_low", "min_confidence"):
@@ -182,8 +235,12 @@ class MethodSettings:
             value, meta = getattr(self, f.name), f.metadata
             if typing.get_origin(hints[f.name]) is Literal and value not in typing.get_args(hints[f.name]):
                 raise ValueError(f"{f.name} must be one of {typing.get_args(hints[f.name])}, got {value!r}")
-            for bound, ok in (("ge", lambda v, b: v >= b), ("gt", lambda v, b: v > b), ("le", lambda v, b: v <= b),
-                              ("lt", lambda v, b: v < b)):
+            for bound, ok in (
+                ("ge", lambda v, b: v >= b),
+                ("gt", lambda v, b: v > b),
+                ("le", lambda v, b: v <= b),
+                ("lt", lambda v, b: v < b),
+            ):
                 if bound in meta and isinstance(value, (int, float)) and not ok(value, meta[bound]):
                     raise ValueError(f"{f.name} must be {bound} {meta[bound]}, got {value!r}")
 
@@ -288,8 +345,13 @@ class AdaptiveMethod:
     providers: `Providers` for what the variant calls out to.
     """
 
-    def __init__(self, variant: str | Variant, tasks: Mapping[str, Sequence[str]],
-                 settings: MethodSettings | None = None, providers: Providers | None = None) -> None:
+    def __init__(
+        self,
+        variant: str | Variant,
+        tasks: Mapping[str, Sequence[str]],
+        settings: MethodSettings | None = None,
+        providers: Providers | None = None,
+    ) -> None:
         self.variant = variant if isinstance(variant, Variant) else get_variant(variant)
         self.settings = settings if settings is not None else MethodSettings()
         if not isinstance(self.settings, MethodSettings):
@@ -310,13 +372,14 @@ class AdaptiveMethod:
         built = entry.build(s, self.providers) if entry is not None else None
         self.weaver = built if entry is not None and entry.uses_library else None
         self._process = built if entry is not None and not entry.uses_library else None
-        self._diagnostic_scores: list[dict] = []    # appendix G points
+        self._diagnostic_scores: list[dict] = []  # appendix G points
         self._reflection_errors = 0
         self._stage_errors = 0
         rng = np.random.default_rng([s.seed, 0xD1A6])
         size = min(s.diagnostic_tasks, len(self._task_ids))
-        self._diagnostic_set = tuple(self._task_ids[i] for i in sorted(rng.choice(len(self._task_ids), size,
-                                                                                  replace=False)))
+        self._diagnostic_set = tuple(
+            self._task_ids[i] for i in sorted(rng.choice(len(self._task_ids), size, replace=False))
+        )
         self._sync_sampler()
 
     # ------------------------------------------------------------------ the catalogue
@@ -328,9 +391,12 @@ class AdaptiveMethod:
 
     def resolved(self) -> dict:
         """The variant and every setting it runs with (what `rw train` writes to method.json)."""
-        return {"variant": self.variant.to_dict(), "settings": self.settings.to_dict(),
-                "counting": "a rubric in RewardWeaver's rubric set of the step is counted in the process reward "
-                            "only; Arise's rubric advantages use the pool's other rubrics"}
+        return {
+            "variant": self.variant.to_dict(),
+            "settings": self.settings.to_dict(),
+            "counting": "a rubric in RewardWeaver's rubric set of the step is counted in the process reward "
+            "only; Arise's rubric advantages use the pool's other rubrics",
+        }
 
     # ------------------------------------------------------------------ construction
 
@@ -345,18 +411,26 @@ class AdaptiveMethod:
         if v.arise_rubrics is not None:  # generation (evolving) and skill refinement (both)
             needs.append(("reflector", p.reflector, RubricReflector))
         if v.arise_rubrics == "frozen" and not p.frozen_rubrics:
-            raise ValueError(f"variant {v.name!r} needs providers.frozen_rubrics: the rubric-skill pairs a previous "
-                             "Arise run produced (rw train: pool.frozen_from=RUN_DIR)")
+            raise ValueError(
+                f"variant {v.name!r} needs providers.frozen_rubrics: the rubric-skill pairs a previous "
+                "Arise run produced (rw train: pool.frozen_from=RUN_DIR)"
+            )
         entry = self._process_entry()
-        protocols = {"attributor": Attributor, "proposer": CapabilityProposer, "instance_writer": InstanceRubricWriter,
-                     "reflector": RubricReflector}
-        for name in (entry.needs(self.settings) if entry is not None else ()):  # what the registry entry calls
+        protocols = {
+            "attributor": Attributor,
+            "proposer": CapabilityProposer,
+            "instance_writer": InstanceRubricWriter,
+            "reflector": RubricReflector,
+        }
+        for name in entry.needs(self.settings) if entry is not None else ():  # what the registry entry calls
             if name == "library":
                 from rwcore.rewardweaver import CapabilityLibrary
 
                 if not isinstance(p.library, CapabilityLibrary) or not p.library.ids():
-                    raise ValueError(f"variant {v.name!r} needs providers.library: a CapabilityLibrary with at least "
-                                     "one admitted capability")
+                    raise ValueError(
+                        f"variant {v.name!r} needs providers.library: a CapabilityLibrary with at least "
+                        "one admitted capability"
+                    )
             else:
                 needs.append((name, getattr(p, name), protocols.get(name)))
         for name, value, protocol in needs:
@@ -376,9 +450,14 @@ class AdaptiveMethod:
         return RubricSkillPool(
             self.providers.reflector,
             max_pool=max(s.max_pool, len(self.providers.frozen_rubrics)) if frozen else s.max_pool,
-            max_new=s.max_new, delta_pool=s.delta_pool, eta_high=s.eta_high, eta_low=s.eta_low,
-            capabilities=s.capabilities, proposals=list(self.providers.frozen_rubrics) if frozen else (),
-            max_failures=s.max_records, frozen=frozen,
+            max_new=s.max_new,
+            delta_pool=s.delta_pool,
+            eta_high=s.eta_high,
+            eta_low=s.eta_low,
+            capabilities=s.capabilities,
+            proposals=list(self.providers.frozen_rubrics) if frozen else (),
+            max_failures=s.max_records,
+            frozen=frozen,
         )
 
     # ------------------------------------------------------------------ per step
@@ -424,8 +503,12 @@ class AdaptiveMethod:
             plans.append(list(specs.values()))
         return plans
 
-    def score(self, trajectories: Sequence[Trajectory], reports: Sequence[JudgeReport],
-              group_ids: Sequence | np.ndarray | None = None) -> Scored:
+    def score(
+        self,
+        trajectories: Sequence[Trajectory],
+        reports: Sequence[JudgeReport],
+        group_ids: Sequence | np.ndarray | None = None,
+    ) -> Scored:
         """Rewards, advantages and the step's JudgedBatch (see the module docstring for the formulas).
 
         trajectories: the step's N rollouts, groups contiguous (G per task) unless `group_ids` says
@@ -435,11 +518,16 @@ class AdaptiveMethod:
         n = len(trajectories)
         if len(reports) != n:
             raise ValueError(f"reports holds {len(reports)} reports for {n} trajectories")
-        groups = np.repeat(np.arange(n // self.settings.group_size), self.settings.group_size) \
-            if group_ids is None else np.asarray(group_ids)
+        groups = (
+            np.repeat(np.arange(n // self.settings.group_size), self.settings.group_size)
+            if group_ids is None
+            else np.asarray(group_ids)
+        )
         if groups.shape != (n,):
-            raise ValueError(f"group_ids must have shape ({n},); without group_ids N must be a multiple of "
-                             f"group_size={self.settings.group_size}")
+            raise ValueError(
+                f"group_ids must have shape ({n},); without group_ids N must be a multiple of "
+                f"group_size={self.settings.group_size}"
+            )
         # every rubric the method reads, plus whatever else the judge returned; one a report lacks is INVALID
         expected = [spec.rubric_id for spec in (self.pool.active_rubrics() if self.pool is not None else [])]
         for task_id in dict.fromkeys(t.task_id for t in trajectories):
@@ -449,30 +537,45 @@ class AdaptiveMethod:
         # its verdicts are INVALID (no evidence for the sampler, the pool or reflection) and its advantage 0.
         failed = np.array([bool(t.partner_failure) for t in trajectories], dtype=bool)
         if failed.any():
-            reports = [JudgeReport(t.trajectory_id, {}) if bad else report
-                       for t, report, bad in zip(trajectories, reports, failed)]
+            reports = [
+                JudgeReport(t.trajectory_id, {}) if bad else report
+                for t, report, bad in zip(trajectories, reports, failed)
+            ]
         judged = JudgedBatch.from_reports(reports, judged_ids, [t.trajectory_id for t in trajectories])
         s = self.settings
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
         lengths = np.array([t.generated_length for t in trajectories], dtype=np.float64)
-        task_rewards = length_regularize(outcomes, lengths, groups, alpha=s.length_alpha,
-                                         threshold=s.length_threshold, eps=s.eps)
+        task_rewards = length_regularize(
+            outcomes, lengths, groups, alpha=s.length_alpha, threshold=s.length_threshold, eps=s.eps
+        )
         process_terms, process_ids = self._process_terms(trajectories, judged)
         rewards = task_rewards + process_terms
-        advantage_ids = tuple(spec.rubric_id for spec in (self.pool.active_rubrics() if self.pool is not None else [])
-                              if spec.rubric_id not in process_ids and spec.rubric_id in judged)
+        advantage_ids = tuple(
+            spec.rubric_id
+            for spec in (self.pool.active_rubrics() if self.pool is not None else [])
+            if spec.rubric_id not in process_ids and spec.rubric_id in judged
+        )
         verdicts = judged.columns(advantage_ids).reward_verdict_matrix()  # INVALID scores as a FAIL
         if failed.any():  # left out of their groups' normalization; the rest of each group as usual
             keep = ~failed
             advantages = np.zeros(n, dtype=np.float64)
             if keep.any():
-                advantages[keep] = compute_advantages(rewards[keep], verdicts[keep], groups[keep], lam=s.lam,
-                                                      eps=s.eps, ddof=s.ddof)
+                advantages[keep] = compute_advantages(
+                    rewards[keep], verdicts[keep], groups[keep], lam=s.lam, eps=s.eps, ddof=s.ddof
+                )
         else:
             advantages = compute_advantages(rewards, verdicts, groups, lam=s.lam, eps=s.eps, ddof=s.ddof)
         pool_ids = set(self.pool.rubric_ids()) if self.pool is not None else set()
-        return Scored(rewards, np.asarray(advantages, dtype=np.float64), task_rewards, process_terms, judged,
-                      tuple(process_ids), advantage_ids, tuple(rid for rid in process_ids if rid in pool_ids))
+        return Scored(
+            rewards,
+            np.asarray(advantages, dtype=np.float64),
+            task_rewards,
+            process_terms,
+            judged,
+            tuple(process_ids),
+            advantage_ids,
+            tuple(rid for rid in process_ids if rid in pool_ids),
+        )
 
     def _process_terms(self, trajectories: Sequence[Trajectory], judged: JudgedBatch) -> tuple[np.ndarray, list[str]]:
         """RewardWeaver's 1/|A| sum_d J_d per trajectory (rwcore.rewardweaver.process_terms with
@@ -491,15 +594,23 @@ class AdaptiveMethod:
             return np.zeros(n), []
         return process_terms(judged.columns(ids).reward_values(), normalize=normalize)[0], ids
 
-    def observe(self, step: int, task_ids: Sequence[str], trajectories: Sequence[Trajectory], judged: JudgedBatch,
-                policy_versions: Sequence[int] | None = None) -> None:
+    def observe(
+        self,
+        step: int,
+        task_ids: Sequence[str],
+        trajectories: Sequence[Trajectory],
+        judged: JudgedBatch,
+        policy_versions: Sequence[int] | None = None,
+    ) -> None:
         """Evidence of one step: the sampler (per complete group, at the group's policy version), the pool's
         window counts, and Arise's reflection window."""
         step = check_int(step, "step", low=0)
         g = self.settings.group_size
         if len(trajectories) != len(task_ids) * g or len(judged) != len(trajectories):
-            raise ValueError(f"observe needs {len(task_ids)} groups of {g} trajectories and their JudgedBatch, got "
-                             f"{len(trajectories)} trajectories and {len(judged)} judged")
+            raise ValueError(
+                f"observe needs {len(task_ids)} groups of {g} trajectories and their JudgedBatch, got "
+                f"{len(trajectories)} trajectories and {len(judged)} judged"
+            )
         versions = [step] * len(task_ids) if policy_versions is None else [int(v) for v in policy_versions]
         if len(versions) != len(task_ids):
             raise ValueError(f"policy_versions holds {len(versions)} versions for {len(task_ids)} groups")
@@ -563,7 +674,9 @@ class AdaptiveMethod:
 
     # ------------------------------------------------------------------ adaptation
 
-    def adapt(self, step: int, diagnosis: tuple[Sequence[Trajectory], Sequence[JudgeReport]] | None = None) -> AdaptReport:
+    def adapt(
+        self, step: int, diagnosis: tuple[Sequence[Trajectory], Sequence[JudgeReport]] | None = None
+    ) -> AdaptReport:
         """The scheduled adaptation at the end of `step`: the pool update when due, then the stage boundary
         when due (`diagnosis` = (trajectories, reports) of the fresh on-policy batch; required then)."""
         pool_update = error = None
@@ -572,8 +685,10 @@ class AdaptiveMethod:
         stage = None  # stays None when the stage update failed (logged; the active set is kept)
         if self.stage_due(step):
             if diagnosis is None:
-                raise ValueError(f"step {step} is a RewardWeaver stage boundary: adapt needs diagnosis=(trajectories, "
-                                 "reports) of a fresh on-policy batch (diagnosis_tasks / diagnosis_rubrics)")
+                raise ValueError(
+                    f"step {step} is a RewardWeaver stage boundary: adapt needs diagnosis=(trajectories, "
+                    "reports) of a fresh on-policy batch (diagnosis_tasks / diagnosis_rubrics)"
+                )
             stage = self._new_stage(step, *diagnosis)
         self._sync_sampler()
         return AdaptReport(pool_update, stage, error)
@@ -587,8 +702,12 @@ class AdaptiveMethod:
         except Exception as exc:  # noqa: BLE001 - an LLM reflector may fail; training must not stop
             error = f"{type(exc).__name__}: {exc}"
             self._reflection_errors += 1
-            logger.warning("pool update at step %d: the reflector failed (%s); the lifecycle runs without new "
-                           "pairs or refinements", step, error)
+            logger.warning(
+                "pool update at step %d: the reflector failed (%s); the lifecycle runs without new "
+                "pairs or refinements",
+                step,
+                error,
+            )
             update = self.pool.maybe_update(step, failures, reflector=_SilentReflector())
         if self.window is not None:
             self.window.clear()
@@ -599,15 +718,22 @@ class AdaptiveMethod:
         if not trajectories:
             raise ValueError("diagnosis trajectories must not be empty")
         if self.weaver is not None:
-            judged = JudgedBatch.from_reports(reports, self.weaver.library.ids(), [t.trajectory_id for t in trajectories])
+            judged = JudgedBatch.from_reports(
+                reports, self.weaver.library.ids(), [t.trajectory_id for t in trajectories]
+            )
             try:
                 self.weaver.update(trajectories, judged, step=step + 1)
             except (ValueError, TypeError):
                 raise  # bad input or a broken provider contract: the caller's bug, not the model's
             except Exception as exc:  # noqa: BLE001 - an LLM attributor or proposer may fail; keep training
                 self._stage_errors += 1
-                logger.warning("stage boundary after step %d: RewardWeaver's update failed (%s: %s); the current "
-                               "active set stays for another stage", step, type(exc).__name__, exc)
+                logger.warning(
+                    "stage boundary after step %d: RewardWeaver's update failed (%s: %s); the current "
+                    "active set stays for another stage",
+                    step,
+                    type(exc).__name__,
+                    exc,
+                )
                 return None
             return int(self.weaver.stage)
         # open vocabulary: the proposer's dimensions for this stage's failures, used as they come
@@ -635,7 +761,8 @@ class AdaptiveMethod:
         applicable = np.isfinite(values).sum(axis=0)
         sums = np.where(np.isfinite(values), values, 0.0).sum(axis=0)
         point = {
-            "step": int(step), "stage": self.weaver.stage if self.weaver is not None else None,
+            "step": int(step),
+            "stage": self.weaver.stage if self.weaver is not None else None,
             "episodes": len(judged),
             "scores": {rid: (float(sums[j] / applicable[j]) if applicable[j] else None) for j, rid in enumerate(ids)},
             "applicable": {rid: int(applicable[j]) for j, rid in enumerate(ids)},
@@ -702,8 +829,10 @@ class AdaptiveMethod:
     def pool_counts(self) -> list[dict]:
         if self.pool is None:
             return []
-        return [{"step": row["step"] + 1, "active": row["active_rubrics"], "added": row["added"],
-                 "retired": row["retired"]} for row in self.pool.counts()]
+        return [
+            {"step": row["step"] + 1, "active": row["active_rubrics"], "added": row["added"], "retired": row["retired"]}
+            for row in self.pool.counts()
+        ]
 
     def pool_rubrics(self) -> list[dict]:
         """Every rubric the pool ever held (current and retired) with its skill: what
@@ -714,21 +843,39 @@ class AdaptiveMethod:
         out = []
         for pair in pairs:
             r = pair.rubric
-            out.append({"rubric_id": r.rubric_id, "criterion": r.criterion, "applicability": r.applicability,
-                        "capability": r.capability, "evaluator_prompt": r.evaluator_prompt, "scored": r.scored,
-                        "skill": pair.skill.text, "created_step": pair.created_step + 1,
-                        "retired_step": None if pair.retired_step is None else pair.retired_step + 1})
+            out.append(
+                {
+                    "rubric_id": r.rubric_id,
+                    "criterion": r.criterion,
+                    "applicability": r.applicability,
+                    "capability": r.capability,
+                    "evaluator_prompt": r.evaluator_prompt,
+                    "scored": r.scored,
+                    "skill": pair.skill.text,
+                    "created_step": pair.created_step + 1,
+                    "retired_step": None if pair.retired_step is None else pair.retired_step + 1,
+                }
+            )
         return out
 
     def reward_stages(self) -> list[dict]:
         """One record per RewardWeaver stage: steps, active set (with families), strategy, reason."""
         if self.weaver is not None:
             library = self.weaver.library
-            return [{"stage": r.stage, "start_step": r.start_step, "end_step": r.end_step, "active": list(r.active),
-                     "families": {c: library[c].capability.family for c in r.active},
-                     "strategy": r.strategy, "reason": r.reason, "admitted": list(r.admitted),
-                     "expansion": r.diagnosis.get("expansion")}
-                    for r in self.weaver.history.stages]
+            return [
+                {
+                    "stage": r.stage,
+                    "start_step": r.start_step,
+                    "end_step": r.end_step,
+                    "active": list(r.active),
+                    "families": {c: library[c].capability.family for c in r.active},
+                    "strategy": r.strategy,
+                    "reason": r.reason,
+                    "admitted": list(r.admitted),
+                    "expansion": r.diagnosis.get("expansion"),
+                }
+                for r in self.weaver.history.stages
+            ]
         return self._process.reward_stages() if hasattr(self._process, "reward_stages") else []
 
     def reward_history(self) -> dict | None:
@@ -756,7 +903,9 @@ class AdaptiveMethod:
     def state_dict(self) -> dict:
         """Everything an exact resume needs (JSON-serializable apart from nothing: plain types only)."""
         return {
-            "format": _FORMAT, "version": _VERSION, "variant": self.variant.name,
+            "format": _FORMAT,
+            "version": _VERSION,
+            "variant": self.variant.name,
             "settings": self.settings.to_dict(),
             "sampler": self.sampler.state_dict(),
             "pool": self.pool.state_dict() if self.pool is not None else None,
@@ -765,7 +914,8 @@ class AdaptiveMethod:
             "open_stages": self._process.state_dict() if hasattr(self._process, "new_stage") else [],
             "instance_rubrics": self._process.state_dict() if hasattr(self._process, "set_contexts") else {},
             "diagnostic_scores": self.diagnostic_scores(),
-            "reflection_errors": self._reflection_errors, "stage_errors": self._stage_errors,
+            "reflection_errors": self._reflection_errors,
+            "stage_errors": self._stage_errors,
         }
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -773,18 +923,26 @@ class AdaptiveMethod:
         if not isinstance(state, Mapping) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
             raise ValueError(f"state must be a {_FORMAT!r} version {_VERSION} mapping")
         if state.get("variant") != self.variant.name:
-            raise ValueError(f"train.method: the state was written by variant {state.get('variant')!r}, this method is "
-                             f"{self.variant.name!r}; resume with the variant the run started with")
+            raise ValueError(
+                f"train.method: the state was written by variant {state.get('variant')!r}, this method is "
+                f"{self.variant.name!r}; resume with the variant the run started with"
+            )
         saved, mine = dict(state.get("settings") or {}), self.settings.to_dict()
         if "rank_by" not in saved:  # written before rank_by existed, when attribution ranked by support
             saved["rank_by"] = "support" if self.variant.uses_library else mine["rank_by"]
         for key in mine:
             if saved.get(key) != mine[key]:
-                hint = ("; a state saved before rank_by existed ranked by support: resume it with rank_by='support' "
+                hint = (
+                    (
+                        "; a state saved before rank_by existed ranked by support: resume it with rank_by='support' "
                         "(rw train: `rank_by: support` under `rewardweaver:` in the run's config.yaml)"
-                        ) if key == "rank_by" else ""
-                raise ValueError(f"method setting {key!r}: the state has {saved.get(key)!r}, this method "
-                                 f"{mine[key]!r}{hint}")
+                    )
+                    if key == "rank_by"
+                    else ""
+                )
+                raise ValueError(
+                    f"method setting {key!r}: the state has {saved.get(key)!r}, this method {mine[key]!r}{hint}"
+                )
         for name, part in (("pool", self.pool), ("window", self.window), ("weaver", self.weaver)):
             if (state.get(name) is None) != (part is None):
                 raise ValueError(f"state[{name!r}] does not match variant {self.variant.name!r}")
@@ -805,8 +963,9 @@ class AdaptiveMethod:
         self._sync_sampler()
 
 
-def judge_groups(judge: Judge, trajectories: Sequence[Trajectory], plans: Sequence[Sequence[RubricSpec]],
-                 group_size: int) -> list[JudgeReport]:
+def judge_groups(
+    judge: Judge, trajectories: Sequence[Trajectory], plans: Sequence[Sequence[RubricSpec]], group_size: int
+) -> list[JudgeReport]:
     """Judges trajectories group by group on `rubrics_to_judge`'s plans (one rubric list per group of
     `group_size` contiguous trajectories); consecutive groups with the same rubrics go to the judge in
     one call. One report per trajectory, in order; a group with no rubric gets empty reports.
@@ -824,20 +983,25 @@ def judge_groups(judge: Judge, trajectories: Sequence[Trajectory], plans: Sequen
         end = start + 1
         while end < len(plans) and tuple(spec.rubric_id for spec in plans[end]) == key:
             end += 1
-        block = list(trajectories[start * group_size:end * group_size])
+        block = list(trajectories[start * group_size : end * group_size])
         if key:
             reports.extend(safe_evaluate(judge, block, list(plans[start]), failures))
         else:
             reports.extend(JudgeReport(t.trajectory_id, {}) for t in block)
         start = end
     if failures:
-        logger.warning("judge %s raised in %d of its calls; those trajectories' judgments are INVALID (first: %s)",
-                       type(judge).__name__, len(failures), failures[0])
+        logger.warning(
+            "judge %s raised in %d of its calls; those trajectories' judgments are INVALID (first: %s)",
+            type(judge).__name__,
+            len(failures),
+            failures[0],
+        )
     return reports
 
 
-def safe_evaluate(judge: Judge, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec],
-                  failures: list[str] | None = None) -> list[JudgeReport]:
+def safe_evaluate(
+    judge: Judge, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec], failures: list[str] | None = None
+) -> list[JudgeReport]:
     """`judge.evaluate(trajectories, rubrics)`, with any exception turned into INVALID judgments.
 
     The error ("<type>: <message>", cut to 500 characters) is in each INVALID judgment's `error` and
@@ -854,9 +1018,15 @@ def safe_evaluate(judge: Judge, trajectories: Sequence[Trajectory], rubrics: Seq
         if failures is not None:
             failures.append(error)
         message = f"the judge raised {error}"
-        return [JudgeReport(t.trajectory_id, {r.rubric_id: RubricJudgment(r.rubric_id, Verdict.INVALID, error=message)
-                                              for r in rubrics}) for t in trajectories]
+        return [
+            JudgeReport(
+                t.trajectory_id,
+                {r.rubric_id: RubricJudgment(r.rubric_id, Verdict.INVALID, error=message) for r in rubrics},
+            )
+            for t in trajectories
+        ]
     if len(got) != len(trajectories):
-        raise ValueError(f"judge.evaluate returned {len(got)} reports for {len(trajectories)} trajectories "
-                         f"({type(judge).__name__})")
+        raise ValueError(
+            f"judge.evaluate returned {len(got)} reports for {len(trajectories)} trajectories ({type(judge).__name__})"
+        )
     return list(got)

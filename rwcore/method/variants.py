@@ -35,8 +35,9 @@ __all__ = [
     "get_variant",
 ]
 
-LIBRARY_STRATEGIES: tuple[str, ...] = tuple(name for name in process_reward_names()
-                                            if get_process_reward(name).uses_library)
+LIBRARY_STRATEGIES: tuple[str, ...] = tuple(
+    name for name in process_reward_names() if get_process_reward(name).uses_library
+)
 """Process rewards that select a budgeted active set from the validated capability library (the registry's
 `uses_library` entries: `rwcore.rewardweaver.selection.STRATEGIES`)."""
 
@@ -101,8 +102,13 @@ class Variant:
         return self.process_reward is not None and get_process_reward(self.process_reward).has_stages
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "description": self.description, "paper_row": self.paper_row,
-                "parent": self.parent, "components": dict(self.components)}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "paper_row": self.paper_row,
+            "parent": self.parent,
+            "components": dict(self.components),
+        }
 
 
 def _c(process_reward=None, arise_rubrics=None, skills=False, sampler="uniform") -> dict:
@@ -113,49 +119,124 @@ _RW = dict(process_reward="attribution", sampler="uniform")  # RewardWeaver trai
 _ARISE = dict(arise_rubrics="evolving", skills=True, sampler="capability")
 
 _ROWS: tuple[Variant, ...] = (
-    Variant("combined", "RewardWeaver's process reward and Arise's pool, skills and capability sampler together; "
-            "a rubric in RewardWeaver's active set is counted in the process reward only",
-            "both papers' full methods, composed", None, _c(process_reward="attribution", **_ARISE)),
+    Variant(
+        "combined",
+        "RewardWeaver's process reward and Arise's pool, skills and capability sampler together; "
+        "a rubric in RewardWeaver's active set is counted in the process reward only",
+        "both papers' full methods, composed",
+        None,
+        _c(process_reward="attribution", **_ARISE),
+    ),
     # RewardWeaver, table 2
-    Variant("rewardweaver", "failure attribution selects a budgeted active set of validated capabilities every stage",
-            "RewardWeaver table 2: RewardWeaver", None, _c(**_RW)),
-    Variant("rw_outcome_grpo", "no process reward: GRPO on the task outcome alone",
-            "RewardWeaver table 2: Outcome-only GRPO", "rewardweaver", _c(process_reward=None)),
-    Variant("rw_static_topk", "the first stage's top-B capabilities stay active for the whole run",
-            "RewardWeaver table 2: Static Top-K", "rewardweaver", _c(process_reward="static_topk")),
-    Variant("rw_random_active_set", "a random active set of B capabilities every stage",
-            "RewardWeaver table 2: Random Active Set", "rewardweaver", _c(process_reward="random")),
-    Variant("rw_failure_frequency", "every stage the B capabilities the judge fails most on low-outcome "
-            "trajectories (no attribution)", "RewardWeaver table 2: Dynamic Top-K by Failure Frequency",
-            "rewardweaver", _c(process_reward="dynamic_topk")),
-    Variant("rw_random_trajectory", "attribution on randomly chosen trajectories instead of low-outcome ones",
-            "RewardWeaver table 2: Random-Trajectory Attribution", "rewardweaver",
-            _c(process_reward="random_trajectory")),
-    Variant("rw_success_failure", "attribution contrasts failed with successful trajectories",
-            "RewardWeaver table 2: Success-Failure Trajectory Attribution", "rewardweaver",
-            _c(process_reward="success_failure_contrast")),
-    Variant("rw_open_vocabulary", "dimensions proposed freely from each stage's failures; no frozen library, "
-            "no admission", "RewardWeaver table 2: Open-Vocabulary Dimensions", "rewardweaver",
-            _c(process_reward="open_vocabulary")),
-    Variant("rw_instance_specific", "rubrics written for each task instance (no library, no stages)",
-            "RewardWeaver table 2: Instance-Specific Rubrics", "rewardweaver",
-            _c(process_reward="instance_specific")),
+    Variant(
+        "rewardweaver",
+        "failure attribution selects a budgeted active set of validated capabilities every stage",
+        "RewardWeaver table 2: RewardWeaver",
+        None,
+        _c(**_RW),
+    ),
+    Variant(
+        "rw_outcome_grpo",
+        "no process reward: GRPO on the task outcome alone",
+        "RewardWeaver table 2: Outcome-only GRPO",
+        "rewardweaver",
+        _c(process_reward=None),
+    ),
+    Variant(
+        "rw_static_topk",
+        "the first stage's top-B capabilities stay active for the whole run",
+        "RewardWeaver table 2: Static Top-K",
+        "rewardweaver",
+        _c(process_reward="static_topk"),
+    ),
+    Variant(
+        "rw_random_active_set",
+        "a random active set of B capabilities every stage",
+        "RewardWeaver table 2: Random Active Set",
+        "rewardweaver",
+        _c(process_reward="random"),
+    ),
+    Variant(
+        "rw_failure_frequency",
+        "every stage the B capabilities the judge fails most on low-outcome trajectories (no attribution)",
+        "RewardWeaver table 2: Dynamic Top-K by Failure Frequency",
+        "rewardweaver",
+        _c(process_reward="dynamic_topk"),
+    ),
+    Variant(
+        "rw_random_trajectory",
+        "attribution on randomly chosen trajectories instead of low-outcome ones",
+        "RewardWeaver table 2: Random-Trajectory Attribution",
+        "rewardweaver",
+        _c(process_reward="random_trajectory"),
+    ),
+    Variant(
+        "rw_success_failure",
+        "attribution contrasts failed with successful trajectories",
+        "RewardWeaver table 2: Success-Failure Trajectory Attribution",
+        "rewardweaver",
+        _c(process_reward="success_failure_contrast"),
+    ),
+    Variant(
+        "rw_open_vocabulary",
+        "dimensions proposed freely from each stage's failures; no frozen library, no admission",
+        "RewardWeaver table 2: Open-Vocabulary Dimensions",
+        "rewardweaver",
+        _c(process_reward="open_vocabulary"),
+    ),
+    Variant(
+        "rw_instance_specific",
+        "rubrics written for each task instance (no library, no stages)",
+        "RewardWeaver table 2: Instance-Specific Rubrics",
+        "rewardweaver",
+        _c(process_reward="instance_specific"),
+    ),
     # Arise, figure 3(a)
-    Variant("arise", "evolving rubric-skill pool, rubric advantages, skills in the training prompt and "
-            "capability-based adaptive sampling", "Arise fig. 3(a): Arise", None, _c(**_ARISE)),
-    Variant("arise_frozen_rubrics", "the pool fixed to every rubric a previous Arise run produced "
-            "(pool.frozen_from=RUN_DIR); skills still activate, hide and refine",
-            "Arise fig. 3(a): w/o rubric evolution (frozen rubrics)", "arise",
-            _c(**{**_ARISE, "arise_rubrics": "frozen"})),
-    Variant("arise_no_skills", "no skills in the prompt; rubrics, advantages and sampling unchanged",
-            "Arise fig. 3(a): w/o skills", "arise", _c(**{**_ARISE, "skills": False})),
-    Variant("arise_no_adaptive_sampling", "uniform task sampling instead of capability-based sampling",
-            "Arise fig. 3(a): w/o adaptive sampling", "arise", _c(**{**_ARISE, "sampler": "uniform"})),
-    Variant("arise_vade_sampling", "outcome-based (VADE-style) sampling instead of capability-based sampling",
-            "Arise fig. 3(a): VADE sampling", "arise", _c(**{**_ARISE, "sampler": "outcome"})),
-    Variant("outcome_only", "no rubric rewards, no skills, uniform sampling: outcome-only GRPO (both papers' "
-            "baseline; the same components as rw_outcome_grpo)", "Arise fig. 3(a) / RewardWeaver table 2: "
-            "outcome-only RL", None, _c()),
+    Variant(
+        "arise",
+        "evolving rubric-skill pool, rubric advantages, skills in the training prompt and "
+        "capability-based adaptive sampling",
+        "Arise fig. 3(a): Arise",
+        None,
+        _c(**_ARISE),
+    ),
+    Variant(
+        "arise_frozen_rubrics",
+        "the pool fixed to every rubric a previous Arise run produced "
+        "(pool.frozen_from=RUN_DIR); skills still activate, hide and refine",
+        "Arise fig. 3(a): w/o rubric evolution (frozen rubrics)",
+        "arise",
+        _c(**{**_ARISE, "arise_rubrics": "frozen"}),
+    ),
+    Variant(
+        "arise_no_skills",
+        "no skills in the prompt; rubrics, advantages and sampling unchanged",
+        "Arise fig. 3(a): w/o skills",
+        "arise",
+        _c(**{**_ARISE, "skills": False}),
+    ),
+    Variant(
+        "arise_no_adaptive_sampling",
+        "uniform task sampling instead of capability-based sampling",
+        "Arise fig. 3(a): w/o adaptive sampling",
+        "arise",
+        _c(**{**_ARISE, "sampler": "uniform"}),
+    ),
+    Variant(
+        "arise_vade_sampling",
+        "outcome-based (VADE-style) sampling instead of capability-based sampling",
+        "Arise fig. 3(a): VADE sampling",
+        "arise",
+        _c(**{**_ARISE, "sampler": "outcome"}),
+    ),
+    Variant(
+        "outcome_only",
+        "no rubric rewards, no skills, uniform sampling: outcome-only GRPO (both papers' "
+        "baseline; the same components as rw_outcome_grpo)",
+        "Arise fig. 3(a) / RewardWeaver table 2: outcome-only RL",
+        None,
+        _c(),
+    ),
 )
 
 VARIANTS: dict[str, Variant] = {variant.name: variant for variant in _ROWS}

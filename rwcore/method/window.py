@@ -82,8 +82,7 @@ class ReflectionWindow:
         """Records seen since the last update."""
         return self._all.seen
 
-    def add(self, trajectories: Sequence[Trajectory], uncovered: Sequence[Sequence[str]],
-            failed_ids: set[str]) -> None:
+    def add(self, trajectories: Sequence[Trajectory], uncovered: Sequence[Sequence[str]], failed_ids: set[str]) -> None:
         """One step's rollouts, their judge notes (one tuple per trajectory) and the ids of those
         that failed a pool rubric (kept for refinement)."""
         if len(uncovered) != len(trajectories):
@@ -110,9 +109,13 @@ class ReflectionWindow:
         """
         if self._with_notes.items:
             records = self._with_notes.items
-            lines = [json.dumps({"record": f"R{i}", "task_id": t.task_id, "tags": list(t.tags),
-                                 "uncovered": list(notes)}, ensure_ascii=False)
-                     for i, (t, notes) in enumerate(records)]
+            lines = [
+                json.dumps(
+                    {"record": f"R{i}", "task_id": t.task_id, "tags": list(t.tags), "uncovered": list(notes)},
+                    ensure_ascii=False,
+                )
+                for i, (t, notes) in enumerate(records)
+            ]
             return [t for t, _ in records], "\n".join(lines)
         return [t for t, _ in self._all.items], None
 
@@ -124,9 +127,12 @@ class ReflectionWindow:
 
     def state_dict(self) -> dict:
         return {
-            "format": _FORMAT, "max_records": self.max_records, "seed": self._seed,
+            "format": _FORMAT,
+            "max_records": self.max_records,
+            "seed": self._seed,
             "rng": json.loads(json.dumps(self._rng.bit_generator.state)),
-            "with_notes": self._with_notes.state(), "all": self._all.state(),
+            "with_notes": self._with_notes.state(),
+            "all": self._all.state(),
             "failed": [t.to_dict() for t in self._failed.values()],
         }
 

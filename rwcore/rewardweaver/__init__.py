@@ -16,6 +16,13 @@ Modules (one job each):
 - `weaver`: `RewardWeaver`, the stage driver.
 """
 
+from rwcore.rewardweaver.admission import (
+    AdmissionConfig,
+    LabelledCase,
+    acceptance_test,
+    check_source_disjoint,
+    partition_by_source,
+)
 from rwcore.rewardweaver.analysis import (
     AssociationResult,
     RetentionEvent,
@@ -43,17 +50,10 @@ from rwcore.rewardweaver.attribution import (
     screen_record,
     verdict_retriever,
 )
+from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability
 from rwcore.rewardweaver.expansion import ExpansionResult, ExpansionTrigger, expand_library, find_expansion_triggers
 from rwcore.rewardweaver.history import RewardHistory, StageRecord
 from rwcore.rewardweaver.judgments import judge_failure_rates, judgment_matrix, mean_scores
-from rwcore.rewardweaver.admission import (
-    AdmissionConfig,
-    LabelledCase,
-    acceptance_test,
-    check_source_disjoint,
-    partition_by_source,
-)
-from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability
 from rwcore.rewardweaver.library import CapabilityLibrary
 from rwcore.rewardweaver.reward import process_reward, process_terms
 from rwcore.rewardweaver.selection import (

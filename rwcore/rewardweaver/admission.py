@@ -23,8 +23,8 @@ import numpy as np
 
 from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability, _exact_fields
 from rwcore.types import EvaluatorReviser, Judge, JudgeReport, RubricSpec, Trajectory
-from rwcore.verdict import Verdict
 from rwcore.validation import check_int, check_str, check_unit
+from rwcore.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -169,14 +169,18 @@ def evaluator_name(evaluator) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def run_judge(judge, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec], argument: str) -> list[JudgeReport]:
+def run_judge(
+    judge, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec], argument: str
+) -> list[JudgeReport]:
     """Calls `judge.evaluate` and checks it returned one JudgeReport per trajectory, in order."""
     if not isinstance(judge, Judge):
         raise ValueError(f"{argument} must implement rwcore.types.Judge (an evaluate method)")
     reports = judge.evaluate(list(trajectories), list(rubrics))
     if isinstance(reports, (str, bytes)) or not isinstance(reports, Sequence) or len(reports) != len(trajectories):
         got = len(reports) if isinstance(reports, Sequence) else type(reports).__name__
-        raise ValueError(f"{argument}.evaluate must return one JudgeReport per trajectory ({len(trajectories)}), got {got}")
+        raise ValueError(
+            f"{argument}.evaluate must return one JudgeReport per trajectory ({len(trajectories)}), got {got}"
+        )
     for i, (report, trajectory) in enumerate(zip(reports, trajectories)):
         if not isinstance(report, JudgeReport) or not isinstance(report.judgments, Mapping):
             raise ValueError(f"{argument}.evaluate returned {type(report).__name__} at position {i}, not a JudgeReport")
@@ -219,8 +223,9 @@ def acceptance_test(
     if reviser is not None and not isinstance(reviser, EvaluatorReviser):
         raise ValueError("reviser must implement rwcore.types.EvaluatorReviser (revise_evaluator)")
     max_revisions = check_int(max_revisions, "max_revisions", low=0)
-    report, entry, dev, heldout, candidate, name = _accept(candidate, evaluator, cases, dev_cases, heldout_cases,
-                                                           heldout_sources, config, evaluator_id)
+    report, entry, dev, heldout, candidate, name = _accept(
+        candidate, evaluator, cases, dev_cases, heldout_cases, heldout_sources, config, evaluator_id
+    )
     revisions = 0
     while entry is None and reviser is not None and revisions < max_revisions and dev:
         rubric = candidate.rubric
@@ -236,18 +241,25 @@ def acceptance_test(
         try:
             prompt = reviser.revise_evaluator(rubric, disagreements)
         except Exception as error:  # noqa: BLE001 - a failed revision (an LLM's) leaves the rejection standing
-            report = _with(report, reasons=report.reasons + (f"evaluator revision failed ({type(error).__name__}: "
-                                                             f"{error}); candidate left as tested",))
+            report = _with(
+                report,
+                reasons=report.reasons
+                + (f"evaluator revision failed ({type(error).__name__}: {error}); candidate left as tested",),
+            )
             break
         if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError(f"reviser.revise_evaluator returned {prompt!r} for {rubric.rubric_id!r}; "
-                             "evaluator instructions must be non-empty text")
+            raise ValueError(
+                f"reviser.revise_evaluator returned {prompt!r} for {rubric.rubric_id!r}; "
+                "evaluator instructions must be non-empty text"
+            )
         revisions += 1
         candidate = replace(candidate, evaluator_prompt=prompt.strip())
         report, entry, *_ = _accept(candidate, evaluator, None, dev, heldout, None, config, name)
     if revisions:
-        note = (f"after {revisions} evaluator revision(s) from {len(dev)} development case(s); "
-                "the held-out partition decided")
+        note = (
+            f"after {revisions} evaluator revision(s) from {len(dev)} development case(s); "
+            "the held-out partition decided"
+        )
         report = _with(report, reasons=report.reasons + (note,))
         if entry is not None:
             entry = AdmittedCapability.create(candidate, name, report)
@@ -344,9 +356,7 @@ def _accept(candidate, evaluator, cases, dev_cases, heldout_cases, heldout_sourc
             f"({invalid_rate:.3f} > max_invalid_rate {config.max_invalid_rate})"
         )
     if n_applicable < config.min_applicable:
-        problems.append(
-            f"too few applicable held-out cases: {n_applicable} < min_applicable {config.min_applicable}"
-        )
+        problems.append(f"too few applicable held-out cases: {n_applicable} < min_applicable {config.min_applicable}")
     if report.n_reference_pass < config.min_each_label or report.n_reference_fail < config.min_each_label:
         problems.append(
             f"held-out set is not contrastive: {report.n_reference_pass} reference PASS and "
@@ -371,7 +381,9 @@ def _accept(candidate, evaluator, cases, dev_cases, heldout_cases, heldout_sourc
     return report, AdmittedCapability.create(candidate, name, report), dev, heldout, candidate, name
 
 
-def rejected_report(candidate_id: str, reason: str, evaluator: str = "", config: AdmissionConfig | None = None) -> AdmissionReport:
+def rejected_report(
+    candidate_id: str, reason: str, evaluator: str = "", config: AdmissionConfig | None = None
+) -> AdmissionReport:
     """A rejection decided before any test ran (e.g. the id is already taken)."""
     config = config if config is not None else AdmissionConfig()
     return AdmissionReport(

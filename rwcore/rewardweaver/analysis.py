@@ -57,7 +57,7 @@ def rankdata(values) -> np.ndarray:
     ordered = x[order]
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
     ends = np.append(starts[1:], n)
-    average = (starts + 1 + ends) / 2.0          # mean of the ranks start+1 .. end
+    average = (starts + 1 + ends) / 2.0  # mean of the ranks start+1 .. end
     run = np.cumsum(np.concatenate(([True], ordered[1:] != ordered[:-1]))) - 1
     ranks[order] = average[run]
     return ranks
@@ -272,7 +272,9 @@ def capability_retention(scores, active, capability_ids: Sequence[str] | None = 
     if a.dtype != np.bool_ or a.shape != s.shape:
         raise ValueError(f"active must be a bool array of shape {s.shape}, got {a.dtype} {a.shape}")
     k_total, d_total = s.shape
-    names = tuple(str(d) for d in range(d_total)) if capability_ids is None else check_ids(capability_ids, "capability_ids")
+    names = (
+        tuple(str(d) for d in range(d_total)) if capability_ids is None else check_ids(capability_ids, "capability_ids")
+    )
     if len(names) != d_total:
         raise ValueError(f"capability_ids has {len(names)} ids for {d_total} columns")
     events = []
@@ -293,5 +295,11 @@ def capability_retention(scores, active, capability_ids: Sequence[str] | None = 
     if values.size == 0:
         nan = float("nan")
         return RetentionResult(tuple(events), 0, nan, nan, nan, nan)
-    return RetentionResult(tuple(events), int(values.size), float(values.mean()), float(np.median(values)),
-                           float(values.min()), float(values.max()))
+    return RetentionResult(
+        tuple(events),
+        int(values.size),
+        float(values.mean()),
+        float(np.median(values)),
+        float(values.min()),
+        float(values.max()),
+    )

@@ -35,19 +35,19 @@ import numpy as np
 
 from rwcore.rewardweaver.library import CapabilityLibrary
 from rwcore.types import AttributionRecord, Attributor, RubricSpec, Trajectory
-from rwcore.verdict import Verdict
 from rwcore.validation import check_int, check_trajectories, check_unit
+from rwcore.verdict import Verdict
 
 REJECTION_REASONS: tuple[str, ...] = (
-    "no_deficit",        # s = False: the record says the capability was not deficient
-    "no_evidence",       # e is empty: nothing observable supports it
-    "low_confidence",    # c < min_confidence
-    "cause_partner",     # the partner controlled the failure (D.3)
-    "cause_scenario",    # the scenario's constraints did
-    "cause_unclear",     # who controlled it cannot be told
-    "not_candidate",     # capability outside the candidates C_i given to the attributor
+    "no_deficit",  # s = False: the record says the capability was not deficient
+    "no_evidence",  # e is empty: nothing observable supports it
+    "low_confidence",  # c < min_confidence
+    "cause_partner",  # the partner controlled the failure (D.3)
+    "cause_scenario",  # the scenario's constraints did
+    "cause_unclear",  # who controlled it cannot be told
+    "not_candidate",  # capability outside the candidates C_i given to the attributor
     "wrong_trajectory",  # record names another trajectory
-    "duplicate",         # a second record for the same (trajectory, capability)
+    "duplicate",  # a second record for the same (trajectory, capability)
 )
 
 LowOutcomeRule = float | Callable[[float, Trajectory], bool]
@@ -57,8 +57,9 @@ Retriever = Callable[[Trajectory, Sequence[RubricSpec]], Sequence[str]]
 """Candidate retrieval: (trajectory, all candidate rubrics) -> ids of the candidates C_i."""
 
 
-def verdict_retriever(trajectory_ids: Sequence[str], capability_ids: Sequence[str], codes: np.ndarray,
-                      max_candidates: int = 8) -> Retriever:
+def verdict_retriever(
+    trajectory_ids: Sequence[str], capability_ids: Sequence[str], codes: np.ndarray, max_candidates: int = 8
+) -> Retriever:
     """Candidate retrieval from judge verdicts: for each trajectory, the capabilities the judge found
     applicable (FAIL first, then INVALID - the judge could not tell - then PASS; library order within
     each), at most `max_candidates`. A capability judged not applicable is never a candidate, so a
@@ -101,13 +102,19 @@ def low_outcome_mask(trajectories: Sequence[Trajectory], q_o: LowOutcomeRule = 0
                 raise ValueError(f"q_o must return a bool, got {value!r} for trajectories[{i}]")
             mask[i] = bool(value)
         return mask
-    if isinstance(q_o, (bool, np.bool_)) or not isinstance(q_o, (int, float, np.integer, np.floating)) or not np.isfinite(q_o):
+    if (
+        isinstance(q_o, (bool, np.bool_))
+        or not isinstance(q_o, (int, float, np.integer, np.floating))
+        or not np.isfinite(q_o)
+    ):
         raise ValueError(f"q_o must be a finite threshold or a callable (outcome, trajectory) -> bool, got {q_o!r}")
     outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
     return outcomes < float(q_o)
 
 
-def per_task_threshold(thresholds: Mapping[str, float], default: float | None = None) -> Callable[[float, Trajectory], bool]:
+def per_task_threshold(
+    thresholds: Mapping[str, float], default: float | None = None
+) -> Callable[[float, Trajectory], bool]:
     """q_o from per-task thresholds: low when outcome < thresholds[task_id] (or `default`)."""
     if not isinstance(thresholds, Mapping):
         raise ValueError("thresholds must be a mapping of task id -> threshold")
@@ -266,7 +273,9 @@ def attribute(
         else:
             records = attributor.attribute(trajectory, [by_id[cid] for cid in ids]) if ids else []
         if isinstance(records, (str, bytes)) or not isinstance(records, Sequence):
-            raise ValueError(f"attributor.attribute must return a list of AttributionRecord, got {type(records).__name__}")
+            raise ValueError(
+                f"attributor.attribute must return a list of AttributionRecord, got {type(records).__name__}"
+            )
         seen: set[str] = set()
         credited = False
         blamed_outside = False
@@ -274,7 +283,8 @@ def attribute(
         for record in records:
             if not isinstance(record, AttributionRecord):
                 raise ValueError(
-                    f"attributor.attribute returned {type(record).__name__} for trajectory {tid!r}, not an AttributionRecord"
+                    f"attributor.attribute returned {type(record).__name__} for trajectory {tid!r}, not an "
+                    "AttributionRecord"
                 )
             reasons = list(screen_record(record, min_confidence))
             if record.trajectory_id != tid:
@@ -382,8 +392,9 @@ def _rank_key(mode: FailureMode, rank_by: str):
     return (-mode.support, -mode.mean_confidence, mode.capability_id)
 
 
-def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: int = 3,
-              rank_by: str = "rate") -> AggregatedFailures:
+def aggregate(
+    result: AttributionResult, *, min_support: int = 3, max_examples: int = 3, rank_by: str = "rate"
+) -> AggregatedFailures:
     """Aggregates accepted records per capability; recurrent when support >= min_support.
 
     rank_by: "rate" [default] ranks the modes by deficit rate among the trajectories each capability was
@@ -400,8 +411,11 @@ def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: 
     for record in result.accepted:
         per_capability.setdefault(record.capability_id, []).append(record)
     # the trajectories each capability could have been blamed on: candidates, less external blame
-    external = {(r.record.trajectory_id, r.record.capability_id) for r in result.rejected
-                if {"cause_partner", "cause_scenario"} & set(r.reasons)}
+    external = {
+        (r.record.trajectory_id, r.record.capability_id)
+        for r in result.rejected
+        if {"cause_partner", "cause_scenario"} & set(r.reasons)
+    }
     candidates: dict[str, int] = {}
     for tid in result.diagnosed:
         for cid in result.candidates.get(tid, ()):
@@ -415,17 +429,19 @@ def aggregate(result: AttributionResult, *, min_support: int = 3, max_examples: 
         # an accepted record names a candidate and blames the policy, so candidates >= support; the max
         # only guards an AttributionResult assembled by hand
         eligible = max(candidates.get(cid, 0), len(tids))
-        modes.append(FailureMode(
-            capability_id=cid,
-            support=len(tids),
-            frequency=len(tids) / n if n else 0.0,
-            mean_confidence=float(np.mean([float(r.confidence) for r in records])),
-            trajectory_ids=tids,
-            evidence=tuple((r.trajectory_id, r.evidence) for r in records[:max_examples]),
-            recurrent=len(tids) >= min_support,
-            candidates=eligible,
-            rate=len(tids) / eligible,
-        ))
+        modes.append(
+            FailureMode(
+                capability_id=cid,
+                support=len(tids),
+                frequency=len(tids) / n if n else 0.0,
+                mean_confidence=float(np.mean([float(r.confidence) for r in records])),
+                trajectory_ids=tids,
+                evidence=tuple((r.trajectory_id, r.evidence) for r in records[:max_examples]),
+                recurrent=len(tids) >= min_support,
+                candidates=eligible,
+                rate=len(tids) / eligible,
+            )
+        )
     modes.sort(key=lambda mode: _rank_key(mode, rank_by))
     return AggregatedFailures(
         modes=tuple(m for m in modes if m.recurrent),

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rwcore.judged import JudgedBatch
-from rwcore.rewardweaver.attribution import AttributionResult
 from rwcore.rewardweaver.admission import LabelledCase, acceptance_test, evaluator_name, rejected_report
+from rwcore.rewardweaver.attribution import AttributionResult
 from rwcore.rewardweaver.capability import AdmissionReport, AdmittedCapability, Capability
 from rwcore.rewardweaver.library import CapabilityLibrary
 from rwcore.types import CapabilityProposer, Judge, JudgeReport, RubricSpec, Trajectory
@@ -92,9 +92,11 @@ def find_expansion_triggers(
             raise ValueError(f"attribution must be an AttributionResult, got {type(attribution).__name__}")
         unattributed = tuple(tid for tid in attribution.unattributed if tid in members)
         if len(unattributed) >= min_recurrence:
-            triggers.append(ExpansionTrigger(
-                "unattributed", "low-outcome failures with no supported capability in the library", unattributed
-            ))
+            triggers.append(
+                ExpansionTrigger(
+                    "unattributed", "low-outcome failures with no supported capability in the library", unattributed
+                )
+            )
     if reports is not None:
         seen_text: dict[str, str] = {}
         where: dict[str, list[str]] = {}
@@ -133,8 +135,12 @@ def _uncovered_notes(reports) -> list[tuple[str, tuple[str, ...]]]:
 
 def _cases(provider: CaseProvider, candidate: Capability):
     cases = provider(candidate)
-    if (isinstance(cases, tuple) and len(cases) == 2 and all(isinstance(part, Sequence) for part in cases)
-            and not any(isinstance(part, LabelledCase) for part in cases)):
+    if (
+        isinstance(cases, tuple)
+        and len(cases) == 2
+        and all(isinstance(part, Sequence) for part in cases)
+        and not any(isinstance(part, LabelledCase) for part in cases)
+    ):
         return None, list(cases[0]), list(cases[1])
     return cases, None, None
 
@@ -203,8 +209,14 @@ def expand_library(
             continue
         cid = candidate.capability_id
         if cid in library:
-            reports.append(rejected_report(cid, "capability id already in the library (admitted entries are "
-                                                "never replaced; propose a new id)", name, library.config))
+            reports.append(
+                rejected_report(
+                    cid,
+                    "capability id already in the library (admitted entries are never replaced; propose a new id)",
+                    name,
+                    library.config,
+                )
+            )
             continue
         if cid in taken:
             reports.append(rejected_report(cid, "capability id proposed twice", name, library.config))
@@ -215,8 +227,15 @@ def expand_library(
             reports.append(rejected_report(cid, "no labelled cases to test its evaluator on", name, library.config))
             continue
         report, entry = acceptance_test(
-            candidate, evaluator, cases, dev_cases=dev, heldout_cases=heldout,
-            config=library.config, evaluator_id=name, reviser=reviser, max_revisions=max_revisions,
+            candidate,
+            evaluator,
+            cases,
+            dev_cases=dev,
+            heldout_cases=heldout,
+            config=library.config,
+            evaluator_id=name,
+            reviser=reviser,
+            max_revisions=max_revisions,
         )
         reports.append(report)
         if entry is not None:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from rwcore.judged import JudgedBatch, report_matrix
-from rwcore.verdict import Verdict
 from rwcore.validation import check_ids
+from rwcore.verdict import Verdict
 
 
 def judgment_matrix(

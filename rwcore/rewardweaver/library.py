@@ -133,9 +133,16 @@ class CapabilityLibrary:
                 "are immutable, admit a revision under a new id"
             )
         report, entry = acceptance_test(
-            candidate, evaluator, cases,
-            dev_cases=dev_cases, heldout_cases=heldout_cases, heldout_sources=heldout_sources,
-            config=self._config, evaluator_id=evaluator_id, reviser=reviser, max_revisions=max_revisions,
+            candidate,
+            evaluator,
+            cases,
+            dev_cases=dev_cases,
+            heldout_cases=heldout_cases,
+            heldout_sources=heldout_sources,
+            config=self._config,
+            evaluator_id=evaluator_id,
+            reviser=reviser,
+            max_revisions=max_revisions,
         )
         if entry is not None:
             self.add_admitted([entry])

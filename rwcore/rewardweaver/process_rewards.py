@@ -27,8 +27,14 @@ import numpy as np
 
 from rwcore.types import RubricSpec, Trajectory
 
-__all__ = ["InstanceSpecificReward", "OpenVocabularyReward", "ProcessRewardEntry", "get_process_reward",
-           "process_reward_names", "register_process_reward"]
+__all__ = [
+    "InstanceSpecificReward",
+    "OpenVocabularyReward",
+    "ProcessRewardEntry",
+    "get_process_reward",
+    "process_reward_names",
+    "register_process_reward",
+]
 
 logger = logging.getLogger("rwcore.method")
 
@@ -49,8 +55,14 @@ class ProcessRewardEntry:
 _PROCESS_REWARDS: dict[str, ProcessRewardEntry] = {}
 
 
-def register_process_reward(name: str, *, needs: Sequence[str] | Callable = (), uses_library: bool = False,
-                            has_stages: bool = False, description: str = "") -> Callable:
+def register_process_reward(
+    name: str,
+    *,
+    needs: Sequence[str] | Callable = (),
+    uses_library: bool = False,
+    has_stages: bool = False,
+    description: str = "",
+) -> Callable:
     """Decorator: registers `build(settings, providers) -> process reward` under `name` (ValueError if taken).
     `needs`: the `Providers` fields it calls, or a function of the settings returning them."""
     if not isinstance(name, str) or not name.isidentifier():
@@ -60,8 +72,9 @@ def register_process_reward(name: str, *, needs: Sequence[str] | Callable = (), 
     def decorator(build: Callable) -> Callable:
         if name in _PROCESS_REWARDS:
             raise ValueError(f"a process reward named {name!r} is already registered")
-        _PROCESS_REWARDS[name] = ProcessRewardEntry(name, description, needs_fn, bool(uses_library),
-                                                    bool(has_stages), build)
+        _PROCESS_REWARDS[name] = ProcessRewardEntry(
+            name, description, needs_fn, bool(uses_library), bool(has_stages), build
+        )
         return build
 
     return decorator
@@ -88,11 +101,18 @@ def distinct_specs(specs: Sequence[RubricSpec]) -> list[RubricSpec]:
 
 
 def spec_dict(spec: RubricSpec) -> dict:
-    return {"rubric_id": spec.rubric_id, "criterion": spec.criterion, "applicability": spec.applicability,
-            "capability": spec.capability, "evaluator_prompt": spec.evaluator_prompt, "scored": spec.scored}
+    return {
+        "rubric_id": spec.rubric_id,
+        "criterion": spec.criterion,
+        "applicability": spec.applicability,
+        "capability": spec.capability,
+        "evaluator_prompt": spec.evaluator_prompt,
+        "scored": spec.scored,
+    }
 
 
 # ---------------------------------------------------------------------------------- library strategies
+
 
 def _library_needs(strategy: str) -> Callable:
     def needs(settings) -> tuple[str, ...]:
@@ -107,18 +127,30 @@ def _library_builder(strategy: str) -> Callable:
         from rwcore.rewardweaver.weaver import RewardWeaver
 
         s, p = settings, providers
-        expansion = s.expansion and p.proposer is not None and p.evaluator is not None \
-            and p.acceptance_cases is not None
+        expansion = (
+            s.expansion and p.proposer is not None and p.evaluator is not None and p.acceptance_cases is not None
+        )
         return RewardWeaver(
-            p.library, p.attributor, strategy=strategy, budget=s.budget,
-            low_outcome=s.low_outcome, min_confidence=s.min_confidence, min_support=s.min_support,
-            rank_by=s.rank_by, retrieve="verdicts", max_candidates=s.max_candidates,
+            p.library,
+            p.attributor,
+            strategy=strategy,
+            budget=s.budget,
+            low_outcome=s.low_outcome,
+            min_confidence=s.min_confidence,
+            min_support=s.min_support,
+            rank_by=s.rank_by,
+            retrieve="verdicts",
+            max_candidates=s.max_candidates,
             analyze_cohorts=s.success_sample > 0 and p.attributor is not None,
             max_success_attributions=s.success_sample if s.success_sample > 0 else None,
-            proposer=p.proposer if expansion else None, evaluator=p.evaluator if expansion else None,
-            acceptance_cases=p.acceptance_cases if expansion else None, max_new=s.max_new_capabilities,
-            reviser=p.reviser if expansion else None, max_revisions=s.max_revisions,
-            normalize=s.process_normalization, seed=s.seed,
+            proposer=p.proposer if expansion else None,
+            evaluator=p.evaluator if expansion else None,
+            acceptance_cases=p.acceptance_cases if expansion else None,
+            max_new=s.max_new_capabilities,
+            reviser=p.reviser if expansion else None,
+            max_revisions=s.max_revisions,
+            normalize=s.process_normalization,
+            seed=s.seed,
         )
 
     return build
@@ -128,15 +160,20 @@ def _register_library_strategies() -> None:
     from rwcore.rewardweaver.selection import STRATEGIES
 
     for strategy in STRATEGIES:
-        register_process_reward(strategy, needs=_library_needs(strategy), uses_library=True, has_stages=True,
-                                description=f"selection strategy {strategy!r} over the validated capability library")(
-            _library_builder(strategy))
+        register_process_reward(
+            strategy,
+            needs=_library_needs(strategy),
+            uses_library=True,
+            has_stages=True,
+            description=f"selection strategy {strategy!r} over the validated capability library",
+        )(_library_builder(strategy))
 
 
 _register_library_strategies()
 
 
 # ---------------------------------------------------------------------------------- open vocabulary
+
 
 class OpenVocabularyReward:
     """Table 2's open-vocabulary rubrics: at each stage boundary the proposer writes up to `budget` dimensions
@@ -162,18 +199,37 @@ class OpenVocabularyReward:
                 specs = list(self.proposer.propose_capabilities(cohort, [], self.budget))
             except Exception as exc:  # noqa: BLE001 - an LLM proposer may fail; keep the dimensions, keep training
                 self.errors += 1
-                logger.warning("stage boundary after step %d: the capability proposer failed (%s: %s); the current "
-                               "dimensions stay for another stage", step, type(exc).__name__, exc)
+                logger.warning(
+                    "stage boundary after step %d: the capability proposer failed (%s: %s); the current "
+                    "dimensions stay for another stage",
+                    step,
+                    type(exc).__name__,
+                    exc,
+                )
         specs = distinct_specs(specs)[: self.budget]
-        self.stages.append({"stage": len(self.stages), "start_step": step + 1, "specs": tuple(specs),
-                            "cohort": len(cohort), "trajectories": len(trajectories)})
+        self.stages.append(
+            {
+                "stage": len(self.stages),
+                "start_step": step + 1,
+                "specs": tuple(specs),
+                "cohort": len(cohort),
+                "trajectories": len(trajectories),
+            }
+        )
         return len(self.stages) - 1
 
     def reward_stages(self) -> list[dict]:
-        return [{"stage": r["stage"], "start_step": r["start_step"], "active": [s.rubric_id for s in r["specs"]],
-                 "families": {s.rubric_id: s.capability for s in r["specs"]}, "strategy": "open_vocabulary",
-                 "reason": f"proposed from {r['cohort']} low-outcome of {r['trajectories']} trajectories (no admission)"}
-                for r in self.stages]
+        return [
+            {
+                "stage": r["stage"],
+                "start_step": r["start_step"],
+                "active": [s.rubric_id for s in r["specs"]],
+                "families": {s.rubric_id: s.capability for s in r["specs"]},
+                "strategy": "open_vocabulary",
+                "reason": f"proposed from {r['cohort']} low-outcome of {r['trajectories']} trajectories (no admission)",
+            }
+            for r in self.stages
+        ]
 
     def state_dict(self) -> list[dict]:
         return [{**r, "specs": [spec_dict(s) for s in r["specs"]]} for r in self.stages]
@@ -182,13 +238,18 @@ class OpenVocabularyReward:
         self.stages = [{**r, "specs": tuple(RubricSpec(**s) for s in r["specs"])} for r in state]
 
 
-@register_process_reward("open_vocabulary", needs=("proposer",), has_stages=True,
-                         description="dimensions proposed freely from each stage's failures, no admission")
+@register_process_reward(
+    "open_vocabulary",
+    needs=("proposer",),
+    has_stages=True,
+    description="dimensions proposed freely from each stage's failures, no admission",
+)
 def _open_vocabulary(settings, providers):
     return OpenVocabularyReward(providers.proposer, settings.budget, settings.low_outcome)
 
 
 # ---------------------------------------------------------------------------------- instance-specific
+
 
 class InstanceSpecificReward:
     """Table 2's instance-specific rubrics: up to `budget` rubrics written once per task from its context
@@ -225,7 +286,7 @@ class InstanceSpecificReward:
             ids = [spec.rubric_id for spec in self.by_task.get(trajectory.task_id, ())]
             used.update(dict.fromkeys(ids))
             if ids:
-                terms[i] = process_terms(judged.columns(ids).reward_values()[i:i + 1], normalize=normalize)[0][0]
+                terms[i] = process_terms(judged.columns(ids).reward_values()[i : i + 1], normalize=normalize)[0][0]
         return terms, list(used)
 
     def all_rubric_ids(self) -> set[str]:
@@ -238,7 +299,10 @@ class InstanceSpecificReward:
         self.by_task = {task: tuple(RubricSpec(**s) for s in specs) for task, specs in state.items()}
 
 
-@register_process_reward("instance_specific", needs=("instance_writer",),
-                         description="rubrics written once per task instance from its context")
+@register_process_reward(
+    "instance_specific",
+    needs=("instance_writer",),
+    description="rubrics written once per task instance from its context",
+)
 def _instance_specific(settings, providers):
     return InstanceSpecificReward(providers.instance_writer, settings.budget)

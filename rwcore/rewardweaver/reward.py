@@ -54,8 +54,9 @@ def _check_values(judgments, n: int | None, argument: str) -> np.ndarray:
 NORMALIZATIONS: tuple[str, ...] = ("active_set", "applicable")
 
 
-def process_terms(judgments, *, normalize: str = "active_set",
-                  empty_value: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def process_terms(
+    judgments, *, normalize: str = "active_set", empty_value: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """(P [N], number of defined judgments per trajectory [N]) for a [N, |A|] array with NaN for NA
     (INVALID already 0.0, see the module docstring); `normalize` as in the module docstring."""
     if normalize not in NORMALIZATIONS:

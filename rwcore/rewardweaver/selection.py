@@ -126,8 +126,14 @@ def _need(inputs: SelectionInput, name: str, strategy: str):
     return value
 
 
-def _finish(strategy: str, ranked: Sequence[str], scores: Mapping[str, float], inputs: SelectionInput,
-            what: str, keep_previous: bool) -> Selection:
+def _finish(
+    strategy: str,
+    ranked: Sequence[str],
+    scores: Mapping[str, float],
+    inputs: SelectionInput,
+    what: str,
+    keep_previous: bool,
+) -> Selection:
     active = tuple(ranked[: inputs.budget])
     if active:
         shown = ", ".join(f"{cid} ({scores[cid]:.3g})" for cid in active)
@@ -170,10 +176,15 @@ class AttributionSelect(_Stateless):
         failures: AggregatedFailures = _need(inputs, "failures", self.name)
         by_rate = failures.rank_by == "rate"
         scores = {m.capability_id: float(m.rate if by_rate else m.support) for m in failures.modes}
-        return _finish(self.name, failures.ranking(), scores, inputs,
-                       f"recurrent attributed failure modes (support >= {failures.min_support} "
-                       f"of {failures.cohort_size}, ranked by {'deficit rate' if by_rate else 'support'})",
-                       self.keep_previous_when_empty)
+        return _finish(
+            self.name,
+            failures.ranking(),
+            scores,
+            inputs,
+            f"recurrent attributed failure modes (support >= {failures.min_support} "
+            f"of {failures.cohort_size}, ranked by {'deficit rate' if by_rate else 'support'})",
+            self.keep_previous_when_empty,
+        )
 
 
 class RandomTrajectoryAttribution(AttributionSelect):
@@ -199,9 +210,14 @@ class RandomTrajectoryAttribution(AttributionSelect):
 
     def select(self, inputs: SelectionInput) -> Selection:
         selection = super().select(inputs)
-        return Selection(selection.active, self.name, selection.reason.replace(
-            "recurrent attributed failure modes", "recurrent attributed modes on random trajectories", 1),
-            selection.scores)
+        return Selection(
+            selection.active,
+            self.name,
+            selection.reason.replace(
+                "recurrent attributed failure modes", "recurrent attributed modes on random trajectories", 1
+            ),
+            selection.scores,
+        )
 
 
 class StaticTopK:
@@ -236,8 +252,12 @@ class StaticTopK:
             ranking = failures.ranking() + tuple(m.capability_id for m in failures.below_support)
             if not ranking:
                 # Nothing to freeze yet: keep what is active and try again next stage.
-                return Selection(inputs.previous, self.name, "no attributed failure modes to freeze a ranking from; "
-                                 "previous active set kept", {})
+                return Selection(
+                    inputs.previous,
+                    self.name,
+                    "no attributed failure modes to freeze a ranking from; previous active set kept",
+                    {},
+                )
         known = set(inputs.library_ids)
         for cid in ranking:
             if cid not in known:
@@ -245,7 +265,9 @@ class StaticTopK:
         self._ranking = ranking
         active = ranking[: inputs.budget]
         scores = {cid: float(len(ranking) - r) for r, cid in enumerate(ranking)}
-        return Selection(active, self.name, f"static top-{inputs.budget} of a fixed ranking: {', '.join(active)}", scores)
+        return Selection(
+            active, self.name, f"static top-{inputs.budget} of a fixed ranking: {', '.join(active)}", scores
+        )
 
     def state_dict(self) -> dict:
         return {"name": self.name, "ranking": None if self._ranking is None else list(self._ranking)}
@@ -268,8 +290,12 @@ class RandomActiveSet(_Stateless):
         size = min(inputs.budget, len(ids))
         picks = rng.choice(len(ids), size=size, replace=False) if size else np.zeros(0, dtype=int)
         active = tuple(ids[int(j)] for j in picks)
-        return Selection(active, self.name, f"random active set: {', '.join(active) or '(empty library)'}",
-                         {cid: 1.0 for cid in active})
+        return Selection(
+            active,
+            self.name,
+            f"random active set: {', '.join(active) or '(empty library)'}",
+            {cid: 1.0 for cid in active},
+        )
 
 
 class DynamicTopK(_Stateless):
@@ -287,8 +313,14 @@ class DynamicTopK(_Stateless):
         rates = _need(inputs, "judge_fail_rates", self.name)
         scores = {cid: float(rate) for cid, rate in rates.items() if not math.isnan(float(rate)) and float(rate) > 0.0}
         ranked = sorted(scores, key=lambda cid: (-scores[cid], cid))
-        return _finish(self.name, ranked, scores, inputs, "judge failure frequency among low-outcome trajectories",
-                       self.keep_previous_when_empty)
+        return _finish(
+            self.name,
+            ranked,
+            scores,
+            inputs,
+            "judge failure frequency among low-outcome trajectories",
+            self.keep_previous_when_empty,
+        )
 
 
 class SuccessFailureContrast(_Stateless):
@@ -310,12 +342,24 @@ class SuccessFailureContrast(_Stateless):
         support = {m.capability_id: m.support for m in failures.modes}
         scores = {cid: value for cid, value in contrast.items() if value > 0.0}
         ranked = sorted(scores, key=lambda cid: (-scores[cid], -support[cid], cid))
-        return _finish(self.name, ranked, scores, inputs, "positive failure-success contrast F_fail - F_succ",
-                       self.keep_previous_when_empty)
+        return _finish(
+            self.name,
+            ranked,
+            scores,
+            inputs,
+            "positive failure-success contrast F_fail - F_succ",
+            self.keep_previous_when_empty,
+        )
 
 
-SelectionStrategy = AttributionSelect | RandomTrajectoryAttribution | StaticTopK | RandomActiveSet | DynamicTopK \
+SelectionStrategy = (
+    AttributionSelect
+    | RandomTrajectoryAttribution
+    | StaticTopK
+    | RandomActiveSet
+    | DynamicTopK
     | SuccessFailureContrast
+)
 
 _CLASSES = {
     "attribution": AttributionSelect,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rwcore.judged import reward_view
 from rwcore.rewardweaver._util import check_metrics, make_rng, rng_state
 from rwcore.rewardweaver.attribution import (
     RANK_BY,
@@ -35,10 +36,11 @@ from rwcore.rewardweaver.attribution import (
     verdict_retriever,
 )
 from rwcore.rewardweaver.expansion import CaseProvider, ExpansionResult, expand_library, find_expansion_triggers
-from rwcore.rewardweaver.history import RewardHistory, StageRecord, _parse as _parse_history
+from rwcore.rewardweaver.history import RewardHistory, StageRecord
+from rwcore.rewardweaver.history import _parse as _parse_history
 from rwcore.rewardweaver.judgments import judge_failure_rates, judgment_matrix
-from rwcore.rewardweaver.library import CapabilityLibrary, _parse_state as _parse_library
-from rwcore.judged import reward_view
+from rwcore.rewardweaver.library import CapabilityLibrary
+from rwcore.rewardweaver.library import _parse_state as _parse_library
 from rwcore.rewardweaver.reward import NORMALIZATIONS, process_reward, process_terms
 from rwcore.rewardweaver.selection import (
     DEFAULT_BUDGET,
@@ -175,8 +177,10 @@ class RewardWeaver:
         if retrieve is None:
             retrieve = "all"
         if not callable(retrieve) and retrieve not in ("verdicts", "all"):
-            raise ValueError(f"retrieve must be 'verdicts', 'all' or a callable (trajectory, rubrics) -> capability "
-                             f"ids, got {retrieve!r}")
+            raise ValueError(
+                f"retrieve must be 'verdicts', 'all' or a callable (trajectory, rubrics) -> capability "
+                f"ids, got {retrieve!r}"
+            )
         self._library = library
         self._attributor = attributor
         self._low_outcome = low_outcome
@@ -190,14 +194,17 @@ class RewardWeaver:
             "min_confidence": check_unit(min_confidence, "min_confidence"),
             "min_support": min_support,
             "rank_by": rank_by,
-            "max_success_attributions": None if max_success_attributions is None
+            "max_success_attributions": None
+            if max_success_attributions is None
             else check_int(max_success_attributions, "max_success_attributions", low=0),
             "expansion": proposer is not None,
             "retrieve": retrieve if isinstance(retrieve, str) else "callable",
             "max_candidates": check_int(max_candidates, "max_candidates", low=1),
             "analyze_cohorts": bool(analyze_cohorts),
             "max_new": check_int(max_new, "max_new", low=0),
-            "min_recurrence": min_support if min_recurrence is None else check_int(min_recurrence, "min_recurrence", low=1),
+            "min_recurrence": min_support
+            if min_recurrence is None
+            else check_int(min_recurrence, "min_recurrence", low=1),
             "max_revisions": check_int(max_revisions, "max_revisions", low=0),
             "empty_value": float(empty_value),
             "normalize": normalize,
@@ -215,10 +222,16 @@ class RewardWeaver:
             active = library.check_ids(initial_active, "initial_active")
             if len(active) > self._config["budget"]:
                 raise ValueError(f"initial_active has {len(active)} capabilities, more than budget {budget}")
-            self._history.open_stage(StageRecord(
-                stage=0, active=active, active_hashes={cid: library[cid].content_hash for cid in active},
-                strategy="initial", reason="initial active set (given)", start_step=0,
-            ))
+            self._history.open_stage(
+                StageRecord(
+                    stage=0,
+                    active=active,
+                    active_hashes={cid: library[cid].content_hash for cid in active},
+                    strategy="initial",
+                    reason="initial active set (given)",
+                    start_step=0,
+                )
+            )
 
     # -- reading -------------------------------------------------------------------
 
@@ -264,8 +277,12 @@ class RewardWeaver:
         trajectories = check_trajectories(trajectories, need_ids=True, finite_outcomes=True)
         values, codes = judgment_matrix(reports, self.active, trajectory_ids=[t.trajectory_id for t in trajectories])
         outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64)
-        return process_reward(outcomes, reward_view(values, codes), normalize=self._config["normalize"],
-                              empty_value=self._config["empty_value"])
+        return process_reward(
+            outcomes,
+            reward_view(values, codes),
+            normalize=self._config["normalize"],
+            empty_value=self._config["empty_value"],
+        )
 
     # -- the outer-loop update ------------------------------------------------------
 
@@ -333,32 +350,48 @@ class RewardWeaver:
         previous = self.active
         strategy_state = self._strategy.state_dict()
         try:
-            selection = self._strategy.select(SelectionInput(
-                library_ids=library_ids, budget=self._config["budget"],
-                previous=tuple(cid for cid in previous if cid in set(library_ids)),
-                failures=failures if "attribution" in needs else None,
-                successes=successes if "success_attribution" in needs else None,
-                judge_fail_rates=fail_rates, rng=rng,
-            ))
+            selection = self._strategy.select(
+                SelectionInput(
+                    library_ids=library_ids,
+                    budget=self._config["budget"],
+                    previous=tuple(cid for cid in previous if cid in set(library_ids)),
+                    failures=failures if "attribution" in needs else None,
+                    successes=successes if "success_attribution" in needs else None,
+                    judge_fail_rates=fail_rates,
+                    rng=rng,
+                )
+            )
             active = self._library.check_ids(selection.active, "selection.active")
             if len(active) > self._config["budget"]:
-                raise ValueError(f"strategy selected {len(active)} capabilities, more than budget {self._config['budget']}")
+                raise ValueError(
+                    f"strategy selected {len(active)} capabilities, more than budget {self._config['budget']}"
+                )
             expansion = None
             if self._proposer is not None:
                 cohort = [t for t, m in zip(trajectories, low) if m]
                 cohort_attribution = attribution if self._strategy.name not in ("random_trajectory",) else None
                 triggers = find_expansion_triggers(
-                    cohort, attribution=cohort_attribution, reports=reports,
+                    cohort,
+                    attribution=cohort_attribution,
+                    reports=reports,
                     min_recurrence=self._config["min_recurrence"],
                 )
                 expansion = expand_library(
-                    self._library, self._proposer, triggers, cohort, self._evaluator, self._acceptance_cases,
-                    max_new=self._config["max_new"], commit=False, reviser=self._reviser,
+                    self._library,
+                    self._proposer,
+                    triggers,
+                    cohort,
+                    self._evaluator,
+                    self._acceptance_cases,
+                    max_new=self._config["max_new"],
+                    commit=False,
+                    reviser=self._reviser,
                     max_revisions=self._config["max_revisions"],
                 )
             summary = self._performance(trajectories, low, reports, extra)
-            diagnosis = self._diagnosis(len(trajectories), low, attribution, failures, success_attribution,
-                                        successes, fail_rates)
+            diagnosis = self._diagnosis(
+                len(trajectories), low, attribution, failures, success_attribution, successes, fail_rates
+            )
             if expansion is not None:
                 diagnosis["expansion"] = expansion.summary()
         except BaseException:
@@ -383,14 +416,24 @@ class RewardWeaver:
         self._history.open_stage(opened)
         self._rng = rng
         return StageUpdate(
-            stage=opened.stage, active=active, previous=previous, selection=selection,
-            low_outcome=tuple(i for i, m in zip(ids, low) if m), attribution=attribution, failures=failures,
-            success_attribution=success_attribution, successes=successes, judge_fail_rates=fail_rates,
-            expansion=expansion, closed=closed, opened=opened,
+            stage=opened.stage,
+            active=active,
+            previous=previous,
+            selection=selection,
+            low_outcome=tuple(i for i, m in zip(ids, low) if m),
+            attribution=attribution,
+            failures=failures,
+            success_attribution=success_attribution,
+            successes=successes,
+            judge_fail_rates=fail_rates,
+            expansion=expansion,
+            closed=closed,
+            opened=opened,
         )
 
-    def _retriever(self, trajectory_ids: Sequence[str], library_ids: Sequence[str],
-                   codes: np.ndarray | None) -> Retriever | None:
+    def _retriever(
+        self, trajectory_ids: Sequence[str], library_ids: Sequence[str], codes: np.ndarray | None
+    ) -> Retriever | None:
         """The update's candidate retrieval (None: every capability is a candidate)."""
         if callable(self._retrieve):
             return self._retrieve
@@ -398,10 +441,12 @@ class RewardWeaver:
             return None
         return verdict_retriever(trajectory_ids, library_ids, codes, self._config["max_candidates"])
 
-    def _attribute(self, cohort: list[Trajectory], retrieve: Retriever | None) -> tuple[AttributionResult,
-                                                                                       AggregatedFailures]:
-        result = attribute(cohort, self._library, self._attributor, retrieve=retrieve,
-                           min_confidence=self._config["min_confidence"])
+    def _attribute(
+        self, cohort: list[Trajectory], retrieve: Retriever | None
+    ) -> tuple[AttributionResult, AggregatedFailures]:
+        result = attribute(
+            cohort, self._library, self._attributor, retrieve=retrieve, min_confidence=self._config["min_confidence"]
+        )
         return result, aggregate(result, min_support=self._config["min_support"], rank_by=self._config["rank_by"])
 
     def _performance(self, trajectories, low, reports, extra) -> dict:
@@ -429,7 +474,9 @@ class RewardWeaver:
             frequencies = failures.frequencies()
             diagnosis.update(
                 diagnosed=attribution.n_diagnosed,
-                failure_rates={cid: frequencies.get(cid, 0.0) for cid in library_ids} if attribution.n_diagnosed else {},
+                failure_rates={cid: frequencies.get(cid, 0.0) for cid in library_ids}
+                if attribution.n_diagnosed
+                else {},
                 rejections=attribution.rejection_counts(),
                 unattributed=len(attribution.unattributed),
                 external=len(attribution.external),
@@ -439,7 +486,8 @@ class RewardWeaver:
             diagnosis.update(
                 success_diagnosed=success_attribution.n_diagnosed,
                 success_rates={cid: frequencies.get(cid, 0.0) for cid in library_ids}
-                if success_attribution.n_diagnosed else {},
+                if success_attribution.n_diagnosed
+                else {},
             )
         if fail_rates is not None:
             diagnosis["judge_fail_rates"] = {cid: r for cid, r in fail_rates.items() if np.isfinite(r)}

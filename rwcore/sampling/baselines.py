@@ -101,7 +101,9 @@ class OutcomeSampler(TaskSamplerBase):
         capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
     ) -> None:
         self._init_base(tasks, batch_size, group_size, seed, capabilities)
-        self._config.update(gamma_obs=check_gamma(gamma_obs, "gamma_obs"), gamma_unobs=check_gamma(gamma_unobs, "gamma_unobs"))
+        self._config.update(
+            gamma_obs=check_gamma(gamma_obs, "gamma_obs"), gamma_unobs=check_gamma(gamma_unobs, "gamma_unobs")
+        )
         self._store = EvidenceStore(self._config["gamma_obs"], self._config["gamma_unobs"])
         self._rng = numpy_generator(self._config["seed"])
         self._rubrics: dict = {}

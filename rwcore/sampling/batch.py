@@ -38,7 +38,9 @@ class AdaptiveBatchSampler(Sampler[list[int]]):
         policy_version: the policy version batches are drawn for; `advance_policy` moves it.
     """
 
-    def __init__(self, sampler, dataset_task_ids: Sequence[Hashable], num_batches: int, policy_version: int = 0) -> None:
+    def __init__(
+        self, sampler, dataset_task_ids: Sequence[Hashable], num_batches: int, policy_version: int = 0
+    ) -> None:
         super().__init__()
         self.sampler = sampler
         self.num_batches = check_int(num_batches, "num_batches", low=1)
@@ -46,7 +48,10 @@ class AdaptiveBatchSampler(Sampler[list[int]]):
         self._dataset_index: dict = {}
         for index, task_id in enumerate(dataset_task_ids):
             if task_id in self._dataset_index:
-                raise ValueError(f"dataset_task_ids lists task {task_id!r} twice (indices {self._dataset_index[task_id]} and {index})")
+                raise ValueError(
+                    f"dataset_task_ids lists task {task_id!r} twice (indices {self._dataset_index[task_id]} and "
+                    f"{index})"
+                )
             self._dataset_index[task_id] = index
         missing = [task_id for task_id in sampler.task_ids if task_id not in self._dataset_index]
         if missing:
@@ -96,7 +101,10 @@ class AdaptiveBatchSampler(Sampler[list[int]]):
         if state.get("format") != _STATE_FORMAT:
             raise ValueError(f"state_dict has format {state.get('format')!r}; this version reads {_STATE_FORMAT}")
         if state.get("num_batches") != self.num_batches:
-            raise ValueError(f"state_dict was saved with num_batches={state.get('num_batches')!r}, this sampler has {self.num_batches}")
+            raise ValueError(
+                f"state_dict was saved with num_batches={state.get('num_batches')!r}, this sampler has "
+                f"{self.num_batches}"
+            )
         version = check_version(state.get("policy_version"))
         done = check_int(state.get("batches_done"), "state_dict['batches_done']", low=0, high=self.num_batches)
         self.sampler.load_state_dict(state["sampler"])

@@ -46,8 +46,9 @@ def make_tasks(num_tasks: int, rng: np.random.Generator) -> dict[str, list[str]]
     return tasks
 
 
-def judge_group(pass_rate: np.ndarray, tag_indices: list[int], rubrics: dict[str, str], group_size: int,
-                rng: np.random.Generator) -> dict[str, list]:
+def judge_group(
+    pass_rate: np.ndarray, tag_indices: list[int], rubrics: dict[str, str], group_size: int, rng: np.random.Generator
+) -> dict[str, list]:
     """Verdicts of every rubric on `group_size` simulated trajectories of one task."""
     verdicts = {}
     for rubric_id, capability in rubrics.items():
@@ -101,8 +102,9 @@ def report(step: int, sampler: CapabilitySampler, pass_rate: np.ndarray, out) ->
     return mass, share
 
 
-def run(steps: int, num_tasks: int, batch_size: int, group_size: int, report_every: int, seed: int,
-        out=sys.stdout) -> list[tuple[dict, dict]]:
+def run(
+    steps: int, num_tasks: int, batch_size: int, group_size: int, report_every: int, seed: int, out=sys.stdout
+) -> list[tuple[dict, dict]]:
     """Runs the simulation; returns (pick mass per band, share of pairs per band) at each report."""
     rng = np.random.default_rng(seed)
     pass_rate = initial_pass_rates(rng)

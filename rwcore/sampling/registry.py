@@ -53,16 +53,26 @@ def build_sampler(name: str, tasks: Mapping[str, Sequence[str]], settings) -> ob
 
 
 def _common(settings) -> dict:
-    return dict(batch_size=settings.batch_size, group_size=settings.group_size, seed=settings.seed,
-                capabilities=settings.capabilities)
+    return dict(
+        batch_size=settings.batch_size,
+        group_size=settings.group_size,
+        seed=settings.seed,
+        capabilities=settings.capabilities,
+    )
 
 
 @register_sampler("capability", "Arise §3.2.2: weight p(1-p)^2 per (task type, capability), with a quota")
 def _capability(tasks, settings):
     from rwcore.arise.sampler import CapabilitySampler
 
-    return CapabilitySampler(tasks, rho_min=settings.rho_min, quota_fraction=settings.quota_fraction,
-                             gamma_obs=settings.gamma_obs, gamma_unobs=settings.gamma_unobs, **_common(settings))
+    return CapabilitySampler(
+        tasks,
+        rho_min=settings.rho_min,
+        quota_fraction=settings.quota_fraction,
+        gamma_obs=settings.gamma_obs,
+        gamma_unobs=settings.gamma_unobs,
+        **_common(settings),
+    )
 
 
 @register_sampler("outcome", "VADE-style: tasks weighted by their outcome variance")

@@ -62,8 +62,10 @@ an outcome evaluator that failed returns `Outcome(..., failure=reason)`. The rol
 `Trajectory.partner_failure`; `rwcore.AdaptiveMethod.score` then gives the trajectory no
 advantage (0, left out of its group's normalization), no judged evidence (every verdict INVALID, so the
 sampler, the pool and reflection learn nothing from it; VADE's outcome evidence gives it its group's
-mean outcome), and the trainer masks its tokens out of the loss. Attribution sees the reason (rwcore.rewardweaver.attribute records a partner failure with cause
-"partner" and the reason as evidence: rejected as cause_partner, the trajectory "external"). The run goes on; `partner_failures` counts them per step in metrics.jsonl.
+mean outcome), and the trainer masks its tokens out of the loss. Attribution sees the reason
+(rwcore.rewardweaver.attribute records a partner failure with cause
+"partner" and the reason as evidence: rejected as cause_partner, the trajectory "external"). The run goes on;
+`partner_failures` counts them per step in metrics.jsonl.
 
 Users add their own environments by implementing this protocol and registering a factory with
 `rwcore.trainer.envs.register`.
@@ -171,7 +173,6 @@ class Rule:
     check: Callable[[Trajectory], object]
 
 
-
 @dataclass(frozen=True)
 class RuleDef:
     """A programmatic rubric written over an environment's episode state (the dict its `episode_state`
@@ -180,19 +181,25 @@ class RuleDef:
     rule_id: str
     criterion: str
     applicability: str
-    category: str      # Arise capability category -> RubricSpec.capability
-    family: str        # RewardWeaver family -> Rule.family
+    category: str  # Arise capability category -> RubricSpec.capability
+    family: str  # RewardWeaver family -> Rule.family
     check: Callable[[dict], tuple]
 
 
 def rule_spec(rule: RuleDef) -> RubricSpec:
     """The rubric a RuleDef checks, as the judge and the methods see it."""
-    return RubricSpec(rubric_id=rule.rule_id, criterion=rule.criterion, applicability=rule.applicability,
-                      capability=rule.category, scored=False)
+    return RubricSpec(
+        rubric_id=rule.rule_id,
+        criterion=rule.criterion,
+        applicability=rule.applicability,
+        capability=rule.category,
+        scored=False,
+    )
 
 
 def rules_from(defs: Sequence[RuleDef], episode_state: Callable[[Trajectory], dict]) -> list[Rule]:
     """`defs` as Rules whose checks read a trajectory through `episode_state` (a RuleJudge returns the verdict)."""
+
     def wrap(rule: RuleDef) -> Callable[[Trajectory], object]:
         def check(trajectory: Trajectory):
             return rule.check(episode_state(trajectory))[0]
@@ -203,13 +210,14 @@ def rules_from(defs: Sequence[RuleDef], episode_state: Callable[[Trajectory], di
 
     return [Rule(spec=rule_spec(r), family=r.family, check=wrap(r)) for r in defs]
 
+
 @runtime_checkable
 class Environment(Protocol):
     """The simulator part every environment has (the providers are optional; see the module docstring)."""
 
     name: str
-    system_prompt: str   # the policy's base system prompt (Arise skills are appended to it)
-    max_turns: int       # agent turns per episode at most
+    system_prompt: str  # the policy's base system prompt (Arise skills are appended to it)
+    max_turns: int  # agent turns per episode at most
 
     def tasks(self, split: str) -> list[Task]:
         """Tasks of split "train" or "eval" (disjoint, seeded, same every call)."""
@@ -258,8 +266,15 @@ class Providers(Protocol):
         gradients) for the partner's turns."""
 
 
-_PROVIDERS = ("rules", "reflector", "attributor", "labelled_cases", "labelled_cases_by_rule", "initial_library",
-              "capability_candidates")
+_PROVIDERS = (
+    "rules",
+    "reflector",
+    "attributor",
+    "labelled_cases",
+    "labelled_cases_by_rule",
+    "initial_library",
+    "capability_candidates",
+)
 
 
 def provided(env, name: str, *args):
@@ -275,15 +290,17 @@ def step_all(env, episodes: Sequence[Episode], actions: Sequence[str]) -> list[E
     """`env.step_many(episodes, actions)` when the environment has it, else `env.step` on each; checks
     that one episode comes back per action."""
     if len(episodes) != len(actions):
-        raise ValueError(f"step_many needs one action per episode, got {len(actions)} actions for "
-                         f"{len(episodes)} episodes")
+        raise ValueError(
+            f"step_many needs one action per episode, got {len(actions)} actions for {len(episodes)} episodes"
+        )
     many = getattr(env, "step_many", None)
     if many is None:
         return [env.step(episode, action) for episode, action in zip(episodes, actions)]
     out = list(many(list(episodes), list(actions)))
     if len(out) != len(episodes):
-        raise ValueError(f"env.name {getattr(env, 'name', '?')!r}: step_many returned {len(out)} episodes for "
-                         f"{len(episodes)}")
+        raise ValueError(
+            f"env.name {getattr(env, 'name', '?')!r}: step_many returned {len(out)} episodes for {len(episodes)}"
+        )
     return out
 
 
@@ -294,8 +311,10 @@ def outcome_all(env, episodes: Sequence[Episode]) -> list[Outcome]:
         return [env.outcome(episode) for episode in episodes]
     out = list(many(list(episodes)))
     if len(out) != len(episodes):
-        raise ValueError(f"env.name {getattr(env, 'name', '?')!r}: outcome_many returned {len(out)} outcomes for "
-                         f"{len(episodes)} episodes")
+        raise ValueError(
+            f"env.name {getattr(env, 'name', '?')!r}: outcome_many returned {len(out)} outcomes for "
+            f"{len(episodes)} episodes"
+        )
     return out
 
 
@@ -332,8 +351,9 @@ def make(name: str, **options) -> Environment:
             importlib.import_module(f"rwcore.trainer.envs.{name}")
         except ModuleNotFoundError as error:
             if error.name != f"rwcore.trainer.envs.{name}":
-                raise ValueError(f"env.name {name!r}: its module needs {error.name!r}, which is not installed "
-                                 f"({error})") from None
+                raise ValueError(
+                    f"env.name {name!r}: its module needs {error.name!r}, which is not installed ({error})"
+                ) from None
     if name not in _REGISTRY:
         raise ValueError(f"env.name {name!r} is not a registered environment; known: {sorted(_REGISTRY)}")
     factory = _REGISTRY[name]
@@ -352,9 +372,14 @@ def _check_options(name: str, factory: Callable[..., Environment], options: dict
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return
-    known = [p.name for p in parameters if p.kind in (inspect.Parameter.KEYWORD_ONLY,
-                                                         inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    known = [
+        p.name
+        for p in parameters
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
     unknown = [key for key in options if key not in known]
     if unknown:
-        raise ValueError(f"config key 'env.options.{unknown[0]}': env.name {name!r} has no option {unknown[0]!r}; "
-                         f"its options: {', '.join(known) or 'none'}")
+        raise ValueError(
+            f"config key 'env.options.{unknown[0]}': env.name {name!r} has no option {unknown[0]!r}; "
+            f"its options: {', '.join(known) or 'none'}"
+        )

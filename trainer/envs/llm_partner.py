@@ -48,8 +48,15 @@ from dataclasses import dataclass
 
 logger = logging.getLogger("rwcore.trainer.partner")
 
-__all__ = ["OpenAIPartner", "PartnerFailure", "PartnerReply", "PartnerRequest", "PolicyPartner", "garbage_reason",
-           "make_partner"]
+__all__ = [
+    "OpenAIPartner",
+    "PartnerFailure",
+    "PartnerReply",
+    "PartnerRequest",
+    "PolicyPartner",
+    "garbage_reason",
+    "make_partner",
+]
 
 
 @dataclass(frozen=True)
@@ -81,8 +88,11 @@ def garbage_reason(text: object, max_chars: int) -> str | None:
     stripped = text.strip()
     if not stripped:
         return "empty message"
-    printable = sum(1 for ch in stripped if ch.isprintable() and unicodedata.category(ch) not in ("Co", "Cn", "Cs")
-                    and ch != "\ufffd")
+    printable = sum(
+        1
+        for ch in stripped
+        if ch.isprintable() and unicodedata.category(ch) not in ("Co", "Cn", "Cs") and ch != "\ufffd"
+    )
     if printable < 0.5 * len(stripped):
         return f"mostly unprintable message ({printable}/{len(stripped)} printable characters)"
     if len(stripped) > 4 * max_chars:
@@ -91,18 +101,29 @@ def garbage_reason(text: object, max_chars: int) -> str | None:
 
 
 def _reply_schema(max_chars: int) -> dict:
-    return {"type": "json_schema",
-            "json_schema": {"name": "partner_reply", "strict": True,
-                            "schema": {"type": "object",
-                                       "properties": {"message": {"type": "string", "minLength": 1,
-                                                                  "maxLength": max_chars},
-                                                      "leave": {"type": "boolean"}},
-                                       "required": ["message", "leave"], "additionalProperties": False}}}
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "partner_reply",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "message": {"type": "string", "minLength": 1, "maxLength": max_chars},
+                    "leave": {"type": "boolean"},
+                },
+                "required": ["message", "leave"],
+                "additionalProperties": False,
+            },
+        },
+    }
 
 
 _FORMAT_NOTE = {
-    "json": ('\n\nAnswer with one JSON object only: {"message": "<your next message>", "leave": false}; set "leave" '
-             "to true only when you end the conversation."),
+    "json": (
+        '\n\nAnswer with one JSON object only: {"message": "<your next message>", "leave": false}; set "leave" '
+        "to true only when you end the conversation."
+    ),
     "text": "\n\nAnswer with your next message only. Write [leave] in it when you end the conversation.",
 }
 
@@ -110,10 +131,21 @@ _FORMAT_NOTE = {
 class OpenAIPartner:
     """A fixed LLM partner over an OpenAI-compatible server (see the module docstring)."""
 
-    def __init__(self, model: str, base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY", *,
-                 max_concurrency: int = 8, timeout: float = 60.0, max_retries: int = 1, temperature: float = 0.7,
-                 max_tokens: int = 256, max_reply_chars: int = 600, reply_format: str = "json",
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        *,
+        max_concurrency: int = 8,
+        timeout: float = 60.0,
+        max_retries: int = 1,
+        temperature: float = 0.7,
+        max_tokens: int = 256,
+        max_reply_chars: int = 600,
+        reply_format: str = "json",
+        seed: int | None = None,
+    ) -> None:
         from rwcore.judges.client import ChatClient, ClientOptions
 
         if reply_format not in ("json", "text"):
@@ -122,10 +154,19 @@ class OpenAIPartner:
             raise ValueError(f"partner max_reply_chars must be a positive integer, got {max_reply_chars!r}")
         self.model, self.base_url, self.reply_format = model, base_url, reply_format
         self.max_reply_chars = max_reply_chars
-        self.client = ChatClient(ClientOptions(model=model, base_url=base_url, api_key_env=api_key_env,
-                                               max_concurrency=max_concurrency, timeout=timeout,
-                                               max_retries=max_retries, temperature=temperature,
-                                               max_tokens=max_tokens, seed=seed))
+        self.client = ChatClient(
+            ClientOptions(
+                model=model,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                max_concurrency=max_concurrency,
+                timeout=timeout,
+                max_retries=max_retries,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=seed,
+            )
+        )
         self.failures = 0
 
     def __repr__(self) -> str:  # never the key: it is not held
@@ -139,10 +180,10 @@ class OpenAIPartner:
             except (ValueError, TypeError) as error:
                 return PartnerFailure(f"garbage reply: not JSON ({error.__class__.__name__}: {str(error)[:80]})")
             if not isinstance(answer, dict) or "message" not in answer:
-                return PartnerFailure("garbage reply: not a {\"message\", \"leave\"} object")
+                return PartnerFailure('garbage reply: not a {"message", "leave"} object')
             message, leave = answer.get("message"), answer.get("leave", False)
             if not isinstance(leave, bool):
-                return PartnerFailure("garbage reply: \"leave\" is not a boolean")
+                return PartnerFailure('garbage reply: "leave" is not a boolean')
         else:
             message = text
             leave = "[leave]" in text.lower() if isinstance(text, str) else False
@@ -179,8 +220,13 @@ class OpenAIPartner:
         failed = [r.reason for r in out if isinstance(r, PartnerFailure)]
         if failed:
             self.failures += len(failed)
-            logger.warning("partner %s: %d of %d replies failed (%s); those episodes end as partner failures",
-                           self.model, len(failed), len(out), failed[0])
+            logger.warning(
+                "partner %s: %d of %d replies failed (%s); those episodes end as partner failures",
+                self.model,
+                len(failed),
+                len(out),
+                failed[0],
+            )
         return out
 
 
@@ -197,31 +243,49 @@ class PolicyPartner:
 
     def reply_many(self, requests: Sequence[PartnerRequest]) -> list[PartnerReply | PartnerFailure]:
         if self.generate is None:
-            raise RuntimeError("a self-play partner needs the policy: the trainer attaches it "
-                               "(env.attach_policy) before the first rollout")
+            raise RuntimeError(
+                "a self-play partner needs the policy: the trainer attaches it "
+                "(env.attach_policy) before the first rollout"
+            )
         if not requests:
             return []
         briefs = []
         for request in requests:
             lines = [f"{'them' if m['role'] == 'user' else 'you'}: {m['content']}" for m in request.messages]
-            briefs.append((request.system, "conversation so far: " + (" | ".join(lines) if lines else "none")
-                           + " | your next message:"))
+            briefs.append(
+                (
+                    request.system,
+                    "conversation so far: " + (" | ".join(lines) if lines else "none") + " | your next message:",
+                )
+            )
         texts = self.generate(briefs)
         out: list[PartnerReply | PartnerFailure] = []
         for text in texts:
             reason = garbage_reason(text, self.max_reply_chars)
-            out.append(PartnerFailure(f"self-play reply: {reason}") if reason else
-                       PartnerReply(" ".join(str(text).split())[: self.max_reply_chars], "[leave]" in str(text)))
+            out.append(
+                PartnerFailure(f"self-play reply: {reason}")
+                if reason
+                else PartnerReply(" ".join(str(text).split())[: self.max_reply_chars], "[leave]" in str(text))
+            )
         return out
 
 
-def make_partner(kind: str, *, model: str = "", base_url: str = "", api_key_env: str | None = "OPENAI_API_KEY",
-                 argument: str = "env.options.partner", **options):
-    """"llm" -> OpenAIPartner (model required), "self" -> PolicyPartner; others are the caller's."""
+def make_partner(
+    kind: str,
+    *,
+    model: str = "",
+    base_url: str = "",
+    api_key_env: str | None = "OPENAI_API_KEY",
+    argument: str = "env.options.partner",
+    **options,
+):
+    """ "llm" -> OpenAIPartner (model required), "self" -> PolicyPartner; others are the caller's."""
     if kind == "llm":
         if not model:
-            raise ValueError(f"{argument}=llm needs a model: set env.options.partner_model (and partner_base_url for a "
-                             "vllm serve / self-hosted server)")
+            raise ValueError(
+                f"{argument}=llm needs a model: set env.options.partner_model (and partner_base_url for a "
+                "vllm serve / self-hosted server)"
+            )
         return OpenAIPartner(model, base_url or None, api_key_env, **options)
     if kind == "self":
         return PolicyPartner(max_reply_chars=options.get("max_reply_chars", 600))

@@ -1,4 +1,4 @@
-'''The built-in negotiation environment ("negotiation"): the embedded default's task family.
+"""The built-in negotiation environment ("negotiation"): the embedded default's task family.
 
 The agent is a seller facing a scripted, seeded buyer, in the spirit of the RewardWeaver Sales
 Benchmark (papers/rewardweaver.txt appendix B: elicit the buyer's constraint before proposing;
@@ -105,7 +105,7 @@ metadata["env_state"] (the finished Episode.state, copied as is); when it is mis
 replay the episode from metadata["task"], metadata["task_id"] (else trajectory.task_id),
 metadata["seed"] (else 0) and the assistant turns; when both are missing they raise
 (RuleJudge: INVALID).
-'''
+"""
 
 from __future__ import annotations
 
@@ -138,22 +138,53 @@ __all__ = [
 
 PRICES: tuple[int, ...] = tuple(range(20, 201, 20))
 """The prices the built-in policy can say; every cost, budget and list price is one of them."""
-ITEMS: tuple[str, ...] = ("laptop", "phone", "chair", "lamp", "bike", "watch", "desk", "camera", "guitar", "kettle",
-                          "tablet", "sofa", "drone", "heater", "printer", "radio", "scooter", "speaker", "stove", "tent")
-BUNDLE_EXTRA = 20     # the accessory's cost: bundle cost = item cost + 20
-INSULT_MARGIN = 20    # a haggler leaves when an offer is more than this above its budget
+ITEMS: tuple[str, ...] = (
+    "laptop",
+    "phone",
+    "chair",
+    "lamp",
+    "bike",
+    "watch",
+    "desk",
+    "camera",
+    "guitar",
+    "kettle",
+    "tablet",
+    "sofa",
+    "drone",
+    "heater",
+    "printer",
+    "radio",
+    "scooter",
+    "speaker",
+    "stove",
+    "tent",
+)
+BUNDLE_EXTRA = 20  # the accessory's cost: bundle cost = item cost + 20
+INSULT_MARGIN = 20  # a haggler leaves when an offer is more than this above its budget
 
 VERBS: tuple[str, ...] = ("ask", "offer", "match", "list", "bundle", "accept", "confirm", "close", "end")
 PRICE_VERBS: tuple[str, ...] = ("offer", "bundle")
 # Lenient synonyms: the first recognised word decides the verb.
 _SYNONYMS: dict[str, str] = {
-    "ask": "ask", "budget": "ask",
-    "offer": "offer", "price": "offer", "sell": "offer",
+    "ask": "ask",
+    "budget": "ask",
+    "offer": "offer",
+    "price": "offer",
+    "sell": "offer",
     "bundle": "bundle",
-    "match": "match", "list": "list",
-    "accept": "accept", "yes": "accept", "agree": "accept",
-    "confirm": "confirm", "close": "close", "deal": "close",
-    "end": "end", "stop": "end", "quit": "end", "bye": "end",
+    "match": "match",
+    "list": "list",
+    "accept": "accept",
+    "yes": "accept",
+    "agree": "accept",
+    "confirm": "confirm",
+    "close": "close",
+    "deal": "close",
+    "end": "end",
+    "stop": "end",
+    "quit": "end",
+    "bye": "end",
 }
 
 VERB_PHRASES: tuple[str, ...] = ("ask", "match", "list", "bundle", "accept", "confirm", "close", "end")
@@ -175,14 +206,51 @@ KINDS: dict[str, tuple[str, ...]] = {
 }
 # Relative weights (normalized when splits are drawn: shares 15 / 15 / 15 / 15 / 14 / 13 / 13 %).
 KIND_WEIGHTS: dict[str, float] = {
-    "standard": 0.15, "bundle": 0.15, "haggler": 0.15, "quote": 0.15, "no_deal": 0.14, "hostile": 0.13,
+    "standard": 0.15,
+    "bundle": 0.15,
+    "haggler": 0.15,
+    "quote": 0.15,
+    "no_deal": 0.14,
+    "hostile": 0.13,
     "sold_out": 0.13,
 }
 
-_OPENINGS = {"bundle": "buyer wants bundle", "haggler": "buyer haggles", "quote": "buyer wants price"}  # every other kind: "buyer wants item"
-_OBS_WORDS = ("item", "cost", "list", "bundle", "buyer", "wants", "likes", "haggles", "budget", "secret", "too",
-              "high", "offer", "leaves", "changed", "mind", "sold", "out", "no", "deal", "time", "up", "above", "below",
-              "not", "interested", "price", "agrees", "confirms")
+_OPENINGS = {
+    "bundle": "buyer wants bundle",
+    "haggler": "buyer haggles",
+    "quote": "buyer wants price",
+}  # every other kind: "buyer wants item"
+_OBS_WORDS = (
+    "item",
+    "cost",
+    "list",
+    "bundle",
+    "buyer",
+    "wants",
+    "likes",
+    "haggles",
+    "budget",
+    "secret",
+    "too",
+    "high",
+    "offer",
+    "leaves",
+    "changed",
+    "mind",
+    "sold",
+    "out",
+    "no",
+    "deal",
+    "time",
+    "up",
+    "above",
+    "below",
+    "not",
+    "interested",
+    "price",
+    "agrees",
+    "confirms",
+)
 
 
 # -- parsing ----------------------------------------------------------------------
@@ -232,9 +300,22 @@ def parse_observation(observation: str) -> dict:
     counter-offer), and the flags wants_bundle, bundle_on (the buyer likes the proposed bundle),
     haggles, secret, over. Missing facts are None / False."""
     words = observation.split()
-    facts: dict = {"cost": None, "list": None, "bundle_cost": None, "budget": None, "bundle_budget": None,
-                   "counter": None, "wants_bundle": False, "bundle_on": False, "haggles": False, "secret": False,
-                   "over": False, "quote": False, "agreed": None, "confirmed": False}
+    facts: dict = {
+        "cost": None,
+        "list": None,
+        "bundle_cost": None,
+        "budget": None,
+        "bundle_budget": None,
+        "counter": None,
+        "wants_bundle": False,
+        "bundle_on": False,
+        "haggles": False,
+        "secret": False,
+        "over": False,
+        "quote": False,
+        "agreed": None,
+        "confirmed": False,
+    }
 
     def num(i: int) -> int | None:
         return int(words[i]) if 0 <= i < len(words) and words[i].isdigit() else None
@@ -281,19 +362,36 @@ class NegotiationEnv:
 
     name = "negotiation"
 
-    def __init__(self, seed: int = 0, num_train: int = 400, num_eval: int = 300, max_turns: int = 6,
-                 kind_weights: dict | None = None, price_words: bool = False) -> None:
-        for key, value, low in (("seed", seed, None), ("num_train", num_train, 1), ("num_eval", num_eval, 1),
-                                ("max_turns", max_turns, 1)):
+    def __init__(
+        self,
+        seed: int = 0,
+        num_train: int = 400,
+        num_eval: int = 300,
+        max_turns: int = 6,
+        kind_weights: dict | None = None,
+        price_words: bool = False,
+    ) -> None:
+        for key, value, low in (
+            ("seed", seed, None),
+            ("num_train", num_train, 1),
+            ("num_eval", num_eval, 1),
+            ("max_turns", max_turns, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
                 bound = f" >= {low}" if low is not None else ""
                 raise ValueError(f"env.options.{key} must be an integer{bound}, got {value!r}")
         weights = dict(KIND_WEIGHTS if kind_weights is None else kind_weights)
         unknown = set(weights) - set(KINDS)
-        if unknown or not weights or any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0
-                                         for w in weights.values()) or sum(weights.values()) <= 0:
-            raise ValueError(f"env.options.kind_weights must map kinds from {sorted(KINDS)} to non-negative weights "
-                             f"with a positive sum, got {weights}")
+        if (
+            unknown
+            or not weights
+            or any(not isinstance(w, (int, float)) or isinstance(w, bool) or w < 0 for w in weights.values())
+            or sum(weights.values()) <= 0
+        ):
+            raise ValueError(
+                f"env.options.kind_weights must map kinds from {sorted(KINDS)} to non-negative weights "
+                f"with a positive sum, got {weights}"
+            )
         if not isinstance(price_words, bool):
             raise ValueError(f"env.options.price_words must be true or false, got {price_words!r}")
         self.price_words = price_words
@@ -306,8 +404,10 @@ class NegotiationEnv:
         self._splits = self._generate()
 
     def __repr__(self) -> str:
-        return (f"NegotiationEnv(seed={self.seed}, num_train={self.num_train}, num_eval={self.num_eval}, "
-                f"max_turns={self.max_turns})")
+        return (
+            f"NegotiationEnv(seed={self.seed}, num_train={self.num_train}, num_eval={self.num_eval}, "
+            f"max_turns={self.max_turns})"
+        )
 
     # -- tasks ----------------------------------------------------------------
 
@@ -346,18 +446,31 @@ class NegotiationEnv:
     def reset(self, task: Task, seed: int) -> Episode:
         d = task.data
         state = {
-            "seed": int(seed), "max_turns": self.max_turns, "kind": d["kind"], "item": d["item"],
-            "cost": d["cost"], "list": d["list"], "budget": d["budget"],
-            "bundle_cost": d.get("bundle_cost"), "bundle_budget": d.get("bundle_budget"),
-            "haggler": d["kind"] == "haggler", "quote": d["kind"] == "quote", "hostile": d["kind"] == "hostile", "sold_out": d["kind"] == "sold_out",
-            "feasible": bool(d["feasible"]), "winnable": bool(d["winnable"]),
+            "seed": int(seed),
+            "max_turns": self.max_turns,
+            "kind": d["kind"],
+            "item": d["item"],
+            "cost": d["cost"],
+            "list": d["list"],
+            "budget": d["budget"],
+            "bundle_cost": d.get("bundle_cost"),
+            "bundle_budget": d.get("bundle_budget"),
+            "haggler": d["kind"] == "haggler",
+            "quote": d["kind"] == "quote",
+            "hostile": d["kind"] == "hostile",
+            "sold_out": d["kind"] == "sold_out",
+            "feasible": bool(d["feasible"]),
+            "winnable": bool(d["winnable"]),
             "budget_revealed": False,  # the buyer stated its budget (ask) or countered at it (haggler)
-            "bundle_on": False,        # the bundle was proposed: later prices are the bundle's
-            "counter": None,           # a haggler's standing counter-offer
-            "offered": [],             # [verb, price] of every offer the buyer answered
-            "agreed": None,            # the price, kind and cost the buyer agreed to (then: confirm, close)
-            "confirmed": False,        # the seller confirmed the agreement (then: close)
-            "turns": 0, "events": [], "deal": None, "ended_by": None,
+            "bundle_on": False,  # the bundle was proposed: later prices are the bundle's
+            "counter": None,  # a haggler's standing counter-offer
+            "offered": [],  # [verb, price] of every offer the buyer answered
+            "agreed": None,  # the price, kind and cost the buyer agreed to (then: confirm, close)
+            "confirmed": False,  # the seller confirmed the agreement (then: close)
+            "turns": 0,
+            "events": [],
+            "deal": None,
+            "ended_by": None,
         }
         opening = _OPENINGS.get(d["kind"], "buyer wants item")
         return Episode(task=task, observation=self._observe(state, opening), state=state)
@@ -376,17 +489,26 @@ class NegotiationEnv:
         verb, price = parse_action(action)
         said = verb
         if verb == "match":  # the buyer's latest number for what is on the table
-            price = s["counter"] if s["counter"] is not None else (
-                (s["bundle_budget"] if s["bundle_on"] else s["budget"]) if s["budget_revealed"] else None)
+            price = (
+                s["counter"]
+                if s["counter"] is not None
+                else ((s["bundle_budget"] if s["bundle_on"] else s["budget"]) if s["budget_revealed"] else None)
+            )
             verb = "offer" if price is not None else "unclear"
         elif verb == "list":
             verb, price = "offer", s["list"]
         if verb == "offer" and s["bundle_on"]:
             verb = "bundle"  # once the bundle is proposed, a price is the bundle's
         s["turns"] += 1
-        event = {"turn": s["turns"], "text": action if isinstance(action, str) else "", "said": said, "verb": verb,
-                 "price": price,
-                 "budget_known_before": s["budget_revealed"], "counter_before": s["counter"]}
+        event = {
+            "turn": s["turns"],
+            "text": action if isinstance(action, str) else "",
+            "said": said,
+            "verb": verb,
+            "price": price,
+            "budget_known_before": s["budget_revealed"],
+            "counter_before": s["counter"],
+        }
         reply, kind = self._respond(s, verb, price)
         event["reply"] = kind
         s["events"].append(event)
@@ -534,9 +656,13 @@ class NegotiationEnv:
         """How guidance names this environment's situations and moves (the built-in model's reading prior)."""
         from rwcore.trainer.envs import negotiation_rubrics as rubrics
 
-        return GuidanceLanguage(situations=GUIDANCE_SITUATIONS, actions=tuple(self.action_vocabulary()),
-                                observe=observe_situation, situation_of=situation_of,
-                                skill_texts=tuple(text for variants in rubrics.SKILLS.values() for text in variants))
+        return GuidanceLanguage(
+            situations=GUIDANCE_SITUATIONS,
+            actions=tuple(self.action_vocabulary()),
+            observe=observe_situation,
+            situation_of=situation_of,
+            skill_texts=tuple(text for variants in rubrics.SKILLS.values() for text in variants),
+        )
 
     # -- adaptive-method pieces -----------------------------------------------------
 
@@ -599,7 +725,7 @@ def _with_hints(message: str, state: dict) -> str:
     for i, word in enumerate(words):
         out.append(word)
         if word.isdigit() and i:
-            bundle = "bundle" in words[max(0, i - 2):i] and state.get("bundle_cost") is not None
+            bundle = "bundle" in words[max(0, i - 2) : i] and state.get("bundle_cost") is not None
             cost = state["bundle_cost"] if bundle else state["cost"]
             out.append("above" if int(word) >= cost else "below")
     return " ".join(out)
@@ -676,10 +802,17 @@ _SITUATION_MESSAGES: dict[str, tuple[tuple[str, ...], str]] = {
 }
 # the buyer's message with its numbers and above / below hints left out -> situation
 _MESSAGE_SITUATIONS: dict[str, str] = {
-    "buyer wants item": "wants_item", "buyer wants bundle": "wants_bundle", "buyer haggles": "haggles",
-    "buyer wants price": "wants_price", "buyer secret": "secret", "buyer budget bundle budget": "bundle_budgets",
-    "buyer likes bundle": "likes_bundle", "buyer likes bundle budget": "likes_bundle_budget",
-    "buyer too high offer": "counter", "buyer agrees": "agrees", "buyer agrees bundle": "agrees",
+    "buyer wants item": "wants_item",
+    "buyer wants bundle": "wants_bundle",
+    "buyer haggles": "haggles",
+    "buyer wants price": "wants_price",
+    "buyer secret": "secret",
+    "buyer budget bundle budget": "bundle_budgets",
+    "buyer likes bundle": "likes_bundle",
+    "buyer likes bundle budget": "likes_bundle_budget",
+    "buyer too high offer": "counter",
+    "buyer agrees": "agrees",
+    "buyer agrees bundle": "agrees",
     "buyer confirms": "confirms",
 }
 
@@ -705,8 +838,10 @@ def observe_situation(name: str, rng: random.Random) -> str:
 def situation_of(observation: str) -> str | None:
     """The GUIDANCE_SITUATIONS name an observation shows (None: the buyer left, the deal is done, time is up)."""
     words = observation.split()
-    start = next((i + 2 for i, word in enumerate(words) if word == "list" and i + 1 < len(words)
-                  and words[i + 1].isdigit()), None)
+    start = next(
+        (i + 2 for i, word in enumerate(words) if word == "list" and i + 1 < len(words) and words[i + 1].isdigit()),
+        None,
+    )
     if start is None:
         return None
     message = words[start:]
@@ -747,10 +882,19 @@ def random_policy(observation: str, rng: random.Random) -> str:
 # -- trajectories ---------------------------------------------------------------------
 
 
-def build_trajectory(env: NegotiationEnv, episode: Episode, agent_messages: Sequence[str],
-                     partner_messages: Sequence[str], *, system_prompt: str | None = None,
-                     outcome: Outcome | None = None, trajectory_id: str = "", group_id: str = "",
-                     policy_version: int = 0, generated_length: int = 0) -> Trajectory:
+def build_trajectory(
+    env: NegotiationEnv,
+    episode: Episode,
+    agent_messages: Sequence[str],
+    partner_messages: Sequence[str],
+    *,
+    system_prompt: str | None = None,
+    outcome: Outcome | None = None,
+    trajectory_id: str = "",
+    group_id: str = "",
+    policy_version: int = 0,
+    generated_length: int = 0,
+) -> Trajectory:
     """The Trajectory of a finished episode, built the way the trainer must build it.
 
     partner_messages: the observations in order, the first (the brief) included, so
@@ -775,13 +919,22 @@ def build_trajectory(env: NegotiationEnv, episode: Episode, agent_messages: Sequ
         policy_version=policy_version,
         generated_length=generated_length,
         trajectory_id=trajectory_id or f"{episode.task.task_id}/{group_id}/0",
-        metadata={"env_state": episode.state, "task": dict(episode.task.data), "task_id": episode.task.task_id,
-                  "seed": int(episode.state.get("seed", 0)), "success": bool(outcome.success)},
+        metadata={
+            "env_state": episode.state,
+            "task": dict(episode.task.data),
+            "task_id": episode.task.task_id,
+            "seed": int(episode.state.get("seed", 0)),
+            "success": bool(outcome.success),
+        },
     )
 
 
-def evaluate_policy(env: NegotiationEnv, policy_fn: Callable[[str, random.Random], str], split: str = "eval",
-                    seeds: Sequence[int] = (0,)) -> tuple[float, float]:
+def evaluate_policy(
+    env: NegotiationEnv,
+    policy_fn: Callable[[str, random.Random], str],
+    split: str = "eval",
+    seeds: Sequence[int] = (0,),
+) -> tuple[float, float]:
     """(success rate, mean reward) of `policy_fn(observation, rng)` over `split` x `seeds`
     (rng seeded per task and seed, so the figures are reproducible)."""
     wins = total = 0
@@ -831,8 +984,11 @@ def _winning_moves(state: dict, turns_left: int) -> set:
     if state["quote"]:
         return {"list", str(state["budget"])} if turns_left >= 3 else set()
     if not state["budget_revealed"]:
-        need = 4 if state["feasible"] and state["bundle_cost"] is None else (5 - state["bundle_on"] if
-                                                                             state["feasible"] else 2)
+        need = (
+            4
+            if state["feasible"] and state["bundle_cost"] is None
+            else (5 - state["bundle_on"] if state["feasible"] else 2)
+        )
         return {"ask"} if turns_left >= need else set()
     if not state["feasible"]:
         return {"end"} if events and events[-1]["reply"] == "budget" else set()
@@ -849,13 +1005,15 @@ def _winning_moves(state: dict, turns_left: int) -> set:
     return moves if ("offer", state["budget"]) not in offered else set()
 
 
-def best_fixed_sequence(env: NegotiationEnv, split: str = "eval", max_length: int | None = None,
-                        phrases: Sequence[str] | None = None) -> tuple[float, tuple[str, ...]]:
+def best_fixed_sequence(
+    env: NegotiationEnv, split: str = "eval", max_length: int | None = None, phrases: Sequence[str] | None = None
+) -> tuple[float, tuple[str, ...]]:
     """(success rate, sequence) of the best *fixed* message sequence on `split`: the same messages in the
     same order whatever the buyer says (an episode that ends early stops reading the sequence).
 
     Exhaustive depth-first search over sequences of `phrases` (default: the environment's action
-    words, `env.action_vocabulary()`) up to `max_length` (default env.max_turns), with branch-and-bound: every running episode that can still succeed needs one
+    words, `env.action_vocabulary()`) up to `max_length` (default env.max_turns), with branch-and-bound: every running
+    episode that can still succeed needs one
     of a few messages (`_winning_moves`), and one message of the continuation can serve only the
     episodes that need it, so the successes of the best continuation of k more messages are at most
     the sum of the k largest counts of needed messages. A prefix is extended only while its
@@ -902,8 +1060,14 @@ def best_fixed_sequence(env: NegotiationEnv, split: str = "eval", max_length: in
     return best[0] / len(tasks), tuple(best[1])
 
 
-def run_episode(env: NegotiationEnv, task: Task, policy_fn: Callable[[str], str], seed: int = 0,
-                trajectory_id: str = "", group_id: str = "") -> Trajectory:
+def run_episode(
+    env: NegotiationEnv,
+    task: Task,
+    policy_fn: Callable[[str], str],
+    seed: int = 0,
+    trajectory_id: str = "",
+    group_id: str = "",
+) -> Trajectory:
     """Runs `task` with `policy_fn(observation) -> message` and returns its Trajectory."""
     episode = env.reset(task, seed)
     partner = [episode.observation]
@@ -913,8 +1077,14 @@ def run_episode(env: NegotiationEnv, task: Task, policy_fn: Callable[[str], str]
         agent.append(message)
         episode = env.step(episode, message)
         partner.append(episode.observation)
-    return build_trajectory(env, episode, agent, partner, trajectory_id=trajectory_id or f"{task.task_id}/{group_id}/{seed}",
-                            group_id=group_id)
+    return build_trajectory(
+        env,
+        episode,
+        agent,
+        partner,
+        trajectory_id=trajectory_id or f"{task.task_id}/{group_id}/{seed}",
+        group_id=group_id,
+    )
 
 
 def _main() -> None:  # python -m rwcore.trainer.envs.negotiation
@@ -922,8 +1092,10 @@ def _main() -> None:  # python -m rwcore.trainer.envs.negotiation
     scripted, _ = evaluate_policy(env, lambda observation, rng: scripted_policy(observation))
     rand, _ = evaluate_policy(env, random_policy, seeds=range(20))
     rate, sequence = best_fixed_sequence(env)
-    print(f"held-out success over {len(env.tasks('eval'))} tasks: scripted {scripted:.3f}, random {rand:.4f} "
-          f"(20 seeds), best fixed sequence {rate:.3f} ({', '.join(sequence)})")
+    print(
+        f"held-out success over {len(env.tasks('eval'))} tasks: scripted {scripted:.3f}, random {rand:.4f} "
+        f"(20 seeds), best fixed sequence {rate:.3f} ({', '.join(sequence)})"
+    )
 
 
 if __name__ == "__main__":

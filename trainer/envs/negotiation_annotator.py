@@ -36,13 +36,13 @@ class _Reply:
     def number_after(self, *phrase: str) -> int | None:
         n = len(phrase)
         for i in range(len(self.words) - n):
-            if tuple(self.words[i:i + n]) == phrase and self.words[i + n].isdigit():
+            if tuple(self.words[i : i + n]) == phrase and self.words[i + n].isdigit():
                 return int(self.words[i + n])
         return None
 
     def has(self, *phrase: str) -> bool:
         n = len(phrase)
-        return any(tuple(self.words[i:i + n]) == phrase for i in range(len(self.words) - n + 1))
+        return any(tuple(self.words[i : i + n]) == phrase for i in range(len(self.words) - n + 1))
 
 
 @dataclass
@@ -51,10 +51,10 @@ class _Dialogue:
     bundle_cost: int | None
     list_price: int
     haggles: bool
-    quote: bool               # the buyer asked for a price
-    agent: list[str]          # agent messages in order
-    replies: list[_Reply]     # replies[i] answers agent[i]
-    scenario: dict            # the task's scenario sheet
+    quote: bool  # the buyer asked for a price
+    agent: list[str]  # agent messages in order
+    replies: list[_Reply]  # replies[i] answers agent[i]
+    scenario: dict  # the task's scenario sheet
 
 
 def _reply(observation: str) -> _Reply:
@@ -62,7 +62,7 @@ def _reply(observation: str) -> _Reply:
     words = [w for w in observation.split() if w not in ("above", "below")]
     if "list" in words:
         i = words.index("list")
-        words = words[i + 2:]
+        words = words[i + 2 :]
     return _Reply(words)
 
 
@@ -70,7 +70,7 @@ def _header_number(observation: str, *phrase: str) -> int | None:
     words = observation.split()
     n = len(phrase)
     for i in range(len(words) - n):
-        if tuple(words[i:i + n]) == phrase and words[i + n].isdigit():
+        if tuple(words[i : i + n]) == phrase and words[i + n].isdigit():
             return int(words[i + n])
     return None
 
@@ -85,11 +85,16 @@ def _read(trajectory: Trajectory) -> _Dialogue:
     list_price = _header_number(brief, "list")
     if cost is None or list_price is None:
         raise ValueError("the brief does not state the cost and the list price")
-    return _Dialogue(cost=cost, bundle_cost=_header_number(brief, "bundle", "cost"), list_price=list_price,
-                     haggles=_reply(brief).has("buyer", "haggles"), quote=_reply(brief).has("buyer", "wants", "price"),
-                     agent=agent,
-                     replies=[_reply(text) for text in partner[1:]],
-                     scenario=dict((trajectory.metadata or {}).get("task") or {}))
+    return _Dialogue(
+        cost=cost,
+        bundle_cost=_header_number(brief, "bundle", "cost"),
+        list_price=list_price,
+        haggles=_reply(brief).has("buyer", "haggles"),
+        quote=_reply(brief).has("buyer", "wants", "price"),
+        agent=agent,
+        replies=[_reply(text) for text in partner[1:]],
+        scenario=dict((trajectory.metadata or {}).get("task") or {}),
+    )
 
 
 def _moves(d: _Dialogue) -> list[tuple[str, int | None]]:
@@ -111,8 +116,9 @@ def _moves(d: _Dialogue) -> list[tuple[str, int | None]]:
             verb = "bundle"
         out.append((verb, price))
         reply = d.replies[turn] if turn < len(d.replies) else _Reply([])
-        if reply.has("buyer", "likes", "bundle") or (verb == "bundle" and price is not None
-                                                     and d.bundle_cost is not None):
+        if reply.has("buyer", "likes", "bundle") or (
+            verb == "bundle" and price is not None and d.bundle_cost is not None
+        ):
             bundle_on = True
         budget = reply.number_after("buyer", "budget") if budget is None else budget
         bundle_budget = reply.number_after("bundle", "budget") if bundle_budget is None else bundle_budget
@@ -122,8 +128,11 @@ def _moves(d: _Dialogue) -> list[tuple[str, int | None]]:
 
 def _offers(d: _Dialogue) -> list[tuple[int, str, int]]:
     """(turn, verb, price) of the agent's offers at a price."""
-    return [(turn, verb, price) for turn, (verb, price) in enumerate(_moves(d))
-            if verb in _OFFER_VERBS and price is not None]
+    return [
+        (turn, verb, price)
+        for turn, (verb, price) in enumerate(_moves(d))
+        if verb in _OFFER_VERBS and price is not None
+    ]
 
 
 def _budget_turn(d: _Dialogue) -> int | None:
@@ -136,6 +145,7 @@ def _budget_turn(d: _Dialogue) -> int | None:
 
 # -- one function per rubric, from its criterion and applicability text -----------------------
 
+
 def _asks_budget_first(d: _Dialogue):
     # the seller asks the buyer's budget before it commits (its first offer, or ending the talk); applies: it
     # committed, the buyer neither haggles nor asked for a price
@@ -146,7 +156,7 @@ def _asks_budget_first(d: _Dialogue):
     commits = [turn for turn, (verb, _) in enumerate(moves) if turn in offer_turns or verb == "end"]
     if not commits:
         return None
-    return any(verb == "ask" for verb, _ in moves[:commits[0]])
+    return any(verb == "ask" for verb, _ in moves[: commits[0]])
 
 
 def _move_after_budget(d: _Dialogue) -> tuple[int, str, int | None] | None:
@@ -180,7 +190,7 @@ def _proposes_bundle_when_wanted(d: _Dialogue):
     after = _move_after_budget(d)
     if not _wants_affordable_bundle(d) or after is None:
         return None
-    return any(verb == "bundle" for verb, _ in _moves(d)[:after[0] + 1])
+    return any(verb == "bundle" for verb, _ in _moves(d)[: after[0] + 1])
 
 
 def _offers_bundle_when_wanted(d: _Dialogue):
@@ -191,7 +201,7 @@ def _offers_bundle_when_wanted(d: _Dialogue):
     moves = _moves(d)
     proposed = False
     bundle_budget = None
-    for turn, reply in enumerate(d.replies[:len(d.agent) - 1]):
+    for turn, reply in enumerate(d.replies[: len(d.agent) - 1]):
         proposed = proposed or moves[turn][0] == "bundle"
         stated = reply.number_after("bundle", "budget")
         bundle_budget = stated if stated is not None else bundle_budget
@@ -276,7 +286,9 @@ def _clear_actions(d: _Dialogue):
     # the seller never repeats a move the buyer already answered; applies: at least two moves
     if len(d.agent) < 2:
         return None
-    moves = [(verb, price) for verb, price in _moves(d) if verb in ("ask", "bundle", "offer", "accept", "confirm", "close")]
+    moves = [
+        (verb, price) for verb, price in _moves(d) if verb in ("ask", "bundle", "offer", "accept", "confirm", "close")
+    ]
     return len(set(moves)) == len(moves)
 
 

@@ -27,9 +27,9 @@ from collections.abc import Callable, Sequence
 from rwcore.trainer.envs.base import Rule, RuleDef, Task, rule_spec, rules_from
 from rwcore.trainer.envs.negotiation import (
     ACTION_PHRASES,
-    is_offer,
     KINDS,
     NegotiationEnv,
+    is_offer,
     make_task_data,
     parse_observation,
     random_policy,
@@ -39,9 +39,8 @@ from rwcore.trainer.envs.negotiation import (
 from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 
-
-
 # -- facts -------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=16)
 def _replay_env(max_turns: int) -> NegotiationEnv:
@@ -115,7 +114,7 @@ def _proposes_bundle_when_wanted(s):
     events = _events(s)
     for i, e in enumerate(events[:-1]):
         if e["reply"] == "budget":
-            proposed = any(prev["verb"] == "bundle" for prev in events[:i + 2])  # before, or as the next move
+            proposed = any(prev["verb"] == "bundle" for prev in events[: i + 2])  # before, or as the next move
             return proposed, events[i + 1]["text"]
     return None, ""
 
@@ -155,8 +154,9 @@ def _list_opening_then(s, kind_flag: str, follows) -> tuple:
 
 
 def _opens_at_list_with_haggler(s):
-    return _list_opening_then(s, "haggler", lambda nxt: nxt["verb"] == "accept" or (
-        nxt["verb"] == "offer" and nxt["price"] == s["budget"]))
+    return _list_opening_then(
+        s, "haggler", lambda nxt: nxt["verb"] == "accept" or (nxt["verb"] == "offer" and nxt["price"] == s["budget"])
+    )
 
 
 def _quotes_list_price(s):
@@ -204,42 +204,101 @@ def _clear_actions(s):
 
 
 RULE_DEFS: tuple[RuleDef, ...] = (
-    RuleDef("asks_budget_first", "the seller asks the buyer's budget before it commits (its first offer, or ending "
-            "the negotiation)", "the seller made an offer or ended, with a buyer who neither haggles nor asked for a "
-            "price", "Understanding", "information", _asks_budget_first),
-    RuleDef("offers_at_budget", "when the buyer states a budget that covers the cost, the seller's next move offers "
-            "exactly that budget", "the buyer (no bundle) stated a budget that covers the cost and the seller moved "
-            "again", "Execution", "pricing", _offers_at_budget),
-    RuleDef("proposes_bundle_when_wanted", "when a buyer who wants the bundle has stated its budgets, the bundle is "
-            "proposed by the seller's next move at the latest", "a buyer who wants the bundle and can afford it "
-            "stated its budgets and the seller moved again", "Understanding", "pricing",
-            _proposes_bundle_when_wanted),
-    RuleDef("offers_bundle_when_wanted", "once the bundle is on the table and the buyer's bundle budget is known, the "
-            "seller's next move offers the bundle at exactly that budget", "a buyer who wants the bundle and can "
-            "afford it stated its bundle budget with the bundle proposed, and the seller moved again", "Execution",
-            "pricing", _offers_bundle_when_wanted),
-    RuleDef("opens_at_list_with_haggler", "against a buyer who haggles, the seller's first offer is at the list "
-            "price (which draws a counter at the buyer's budget) and its next move takes that counter",
-            "the buyer haggles and the seller moved", "Efficiency", "information", _opens_at_list_with_haggler),
-    RuleDef("quotes_list_price", "when the buyer asks for a price, the seller's first offer is the list price and "
-            "its next move confirms the buyer's agreement", "the buyer asked for a price and the seller moved",
-            "Understanding", "pricing", _quotes_list_price),
-    RuleDef("confirms_agreement", "when the buyer agrees to a price, the seller's next move confirms the agreement",
-            "the buyer agreed to a price and the seller moved again", "Verification", "closing",
-            _confirms_agreement),
-    RuleDef("closes_after_confirmation", "once the buyer has confirmed, the seller's next move closes the deal",
-            "the buyer confirmed an agreement and the seller moved again", "Execution", "closing",
-            _closes_after_confirmation),
-    RuleDef("accepts_counter", "when the buyer counters at its budget the seller takes the counter (accepts it or "
-            "offers exactly the countered price)",
-            "the buyer countered at its budget and the seller moved again", "Debugging", "persistence",
-            _accepts_counter),
-    RuleDef("ends_hopeless_negotiation", "when the stated budget cannot cover the cost the seller's next move is "
-            "to end the negotiation", "the buyer stated a budget below the cost of anything it would buy and the "
-            "seller moved again", "Verification", "boundaries", _ends_hopeless_negotiation),
-    RuleDef("clear_actions", "the seller never repeats a move the buyer already answered (asking twice, the same "
-            "offer or bundle proposal twice, confirming or accepting twice)", "the seller moved at least twice",
-            "Efficiency", "communication", _clear_actions),
+    RuleDef(
+        "asks_budget_first",
+        "the seller asks the buyer's budget before it commits (its first offer, or ending the negotiation)",
+        "the seller made an offer or ended, with a buyer who neither haggles nor asked for a price",
+        "Understanding",
+        "information",
+        _asks_budget_first,
+    ),
+    RuleDef(
+        "offers_at_budget",
+        "when the buyer states a budget that covers the cost, the seller's next move offers exactly that budget",
+        "the buyer (no bundle) stated a budget that covers the cost and the seller moved again",
+        "Execution",
+        "pricing",
+        _offers_at_budget,
+    ),
+    RuleDef(
+        "proposes_bundle_when_wanted",
+        "when a buyer who wants the bundle has stated its budgets, the bundle is "
+        "proposed by the seller's next move at the latest",
+        "a buyer who wants the bundle and can afford it stated its budgets and the seller moved again",
+        "Understanding",
+        "pricing",
+        _proposes_bundle_when_wanted,
+    ),
+    RuleDef(
+        "offers_bundle_when_wanted",
+        "once the bundle is on the table and the buyer's bundle budget is known, the "
+        "seller's next move offers the bundle at exactly that budget",
+        "a buyer who wants the bundle and can "
+        "afford it stated its bundle budget with the bundle proposed, and the seller moved again",
+        "Execution",
+        "pricing",
+        _offers_bundle_when_wanted,
+    ),
+    RuleDef(
+        "opens_at_list_with_haggler",
+        "against a buyer who haggles, the seller's first offer is at the list "
+        "price (which draws a counter at the buyer's budget) and its next move takes that counter",
+        "the buyer haggles and the seller moved",
+        "Efficiency",
+        "information",
+        _opens_at_list_with_haggler,
+    ),
+    RuleDef(
+        "quotes_list_price",
+        "when the buyer asks for a price, the seller's first offer is the list price and "
+        "its next move confirms the buyer's agreement",
+        "the buyer asked for a price and the seller moved",
+        "Understanding",
+        "pricing",
+        _quotes_list_price,
+    ),
+    RuleDef(
+        "confirms_agreement",
+        "when the buyer agrees to a price, the seller's next move confirms the agreement",
+        "the buyer agreed to a price and the seller moved again",
+        "Verification",
+        "closing",
+        _confirms_agreement,
+    ),
+    RuleDef(
+        "closes_after_confirmation",
+        "once the buyer has confirmed, the seller's next move closes the deal",
+        "the buyer confirmed an agreement and the seller moved again",
+        "Execution",
+        "closing",
+        _closes_after_confirmation,
+    ),
+    RuleDef(
+        "accepts_counter",
+        "when the buyer counters at its budget the seller takes the counter (accepts it or "
+        "offers exactly the countered price)",
+        "the buyer countered at its budget and the seller moved again",
+        "Debugging",
+        "persistence",
+        _accepts_counter,
+    ),
+    RuleDef(
+        "ends_hopeless_negotiation",
+        "when the stated budget cannot cover the cost the seller's next move is to end the negotiation",
+        "the buyer stated a budget below the cost of anything it would buy and the seller moved again",
+        "Verification",
+        "boundaries",
+        _ends_hopeless_negotiation,
+    ),
+    RuleDef(
+        "clear_actions",
+        "the seller never repeats a move the buyer already answered (asking twice, the same "
+        "offer or bundle proposal twice, confirming or accepting twice)",
+        "the seller moved at least twice",
+        "Efficiency",
+        "communication",
+        _clear_actions,
+    ),
 )
 RULES_BY_ID: dict[str, RuleDef] = {r.rule_id: r for r in RULE_DEFS}
 
@@ -248,30 +307,57 @@ RULES_BY_ID: dict[str, RuleDef] = {r.rule_id: r for r in RULE_DEFS}
 # that rule wants there, so that a policy that reads guidance can act on it; clear_actions concerns every
 # turn and names no single move.
 SKILLS: dict[str, tuple[str, ...]] = {
-    "asks_budget_first": ("when the buyer wants item say ask", "if the buyer wants item say ask first",
-                          "when the buyer wants item ask the budget before you offer"),
-    "offers_at_budget": ("when the buyer says budget say match", "if budget is above cost say match",
-                         "when budget is above cost match the buyer offer"),
-    "proposes_bundle_when_wanted": ("when the buyer wants bundle say bundle",
-                                    "if the buyer says bundle budget say bundle",
-                                    "when the buyer wants bundle say bundle first"),
-    "offers_bundle_when_wanted": ("when the buyer likes bundle budget say match",
-                                  "if the buyer likes bundle budget say match",
-                                  "after the buyer likes bundle budget match that budget"),
-    "opens_at_list_with_haggler": ("when the buyer haggles say list", "if the buyer haggles say list first",
-                                   "when the buyer haggles list the price"),
-    "quotes_list_price": ("when the buyer wants price say list", "if the buyer wants price say list",
-                          "after the buyer wants price list the price"),
-    "confirms_agreement": ("when the buyer agrees say confirm", "after the buyer agrees say confirm",
-                           "if the buyer agrees confirm the deal"),
-    "closes_after_confirmation": ("when the buyer confirms say close", "after the buyer confirms say close",
-                                  "if the buyer confirms close the deal"),
-    "accepts_counter": ("when the buyer says too high say accept", "if the buyer says too high say accept",
-                        "after the buyer says too high accept the offer"),
-    "ends_hopeless_negotiation": ("when budget is below cost say end", "if budget is below cost say end",
-                                  "when budget is below cost end the deal"),
-    "clear_actions": ("use one clear move each turn", "never repeat a move the buyer answered",
-                      "say each move once"),
+    "asks_budget_first": (
+        "when the buyer wants item say ask",
+        "if the buyer wants item say ask first",
+        "when the buyer wants item ask the budget before you offer",
+    ),
+    "offers_at_budget": (
+        "when the buyer says budget say match",
+        "if budget is above cost say match",
+        "when budget is above cost match the buyer offer",
+    ),
+    "proposes_bundle_when_wanted": (
+        "when the buyer wants bundle say bundle",
+        "if the buyer says bundle budget say bundle",
+        "when the buyer wants bundle say bundle first",
+    ),
+    "offers_bundle_when_wanted": (
+        "when the buyer likes bundle budget say match",
+        "if the buyer likes bundle budget say match",
+        "after the buyer likes bundle budget match that budget",
+    ),
+    "opens_at_list_with_haggler": (
+        "when the buyer haggles say list",
+        "if the buyer haggles say list first",
+        "when the buyer haggles list the price",
+    ),
+    "quotes_list_price": (
+        "when the buyer wants price say list",
+        "if the buyer wants price say list",
+        "after the buyer wants price list the price",
+    ),
+    "confirms_agreement": (
+        "when the buyer agrees say confirm",
+        "after the buyer agrees say confirm",
+        "if the buyer agrees confirm the deal",
+    ),
+    "closes_after_confirmation": (
+        "when the buyer confirms say close",
+        "after the buyer confirms say close",
+        "if the buyer confirms close the deal",
+    ),
+    "accepts_counter": (
+        "when the buyer says too high say accept",
+        "if the buyer says too high say accept",
+        "after the buyer says too high accept the offer",
+    ),
+    "ends_hopeless_negotiation": (
+        "when budget is below cost say end",
+        "if budget is below cost say end",
+        "when budget is below cost end the deal",
+    ),
+    "clear_actions": ("use one clear move each turn", "never repeat a move the buyer answered", "say each move once"),
 }
 
 
@@ -289,8 +375,9 @@ def rule_judge_rules(env: NegotiationEnv | None = None) -> dict:
     return {rule.spec.rubric_id: rule.check for rule in make_rules(env)}
 
 
-def constant_action_rates(env: NegotiationEnv, split: str = "eval",
-                          phrases: Sequence[str] = ACTION_PHRASES) -> dict[str, dict[str, float]]:
+def constant_action_rates(
+    env: NegotiationEnv, split: str = "eval", phrases: Sequence[str] = ACTION_PHRASES
+) -> dict[str, dict[str, float]]:
     """phrase -> rule id -> share of `split`'s tasks on which the policy that says `phrase` every turn
     passes the rule (what a degenerate policy could earn from it)."""
     rates = {}
@@ -362,16 +449,23 @@ class NegotiationReflector:
         candidates.sort()
         return candidates
 
-    def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
-                              max_new: int, *, diagnostics: str | None = None) -> list[RubricSkillProposal]:
+    def propose_rubric_skills(
+        self,
+        trajectories: Sequence[Trajectory],
+        existing: Sequence[RubricSpec],
+        max_new: int,
+        *,
+        diagnostics: str | None = None,
+    ) -> list[RubricSkillProposal]:
         if max_new <= 0:
             return []
         candidates = self._ranked(trajectories, {spec.rubric_id for spec in existing})
         proposals = []
         for _, _, rule_id, fails, applicable, example in candidates[:max_new]:
             evidence = f"{rule_id} failed on {fails} of {applicable} applicable trajectories, e.g. {example}"
-            proposals.append(RubricSkillProposal(rubric=rule_spec(RULES_BY_ID[rule_id]), skill=SKILLS[rule_id][0],
-                                                 evidence=evidence))
+            proposals.append(
+                RubricSkillProposal(rubric=rule_spec(RULES_BY_ID[rule_id]), skill=SKILLS[rule_id][0], evidence=evidence)
+            )
         return proposals
 
     def refine_skill(self, rubric: RubricSpec, skill: str, failures: Sequence[Trajectory]) -> str:
@@ -382,8 +476,9 @@ class NegotiationReflector:
             return variants[(variants.index(skill) + 1) % len(variants)]
         return variants[0]
 
-    def propose_capabilities(self, failures: Sequence[Trajectory], library: Sequence[RubricSpec],
-                             max_new: int) -> list[RubricSpec]:
+    def propose_capabilities(
+        self, failures: Sequence[Trajectory], library: Sequence[RubricSpec], max_new: int
+    ) -> list[RubricSpec]:
         if max_new <= 0:
             return []
         candidates = self._ranked(failures, {spec.rubric_id for spec in library})
@@ -400,7 +495,7 @@ class NegotiationReflector:
                 general.append(rule)
             elif fits:
                 specific.append(rule)
-        return [rule_spec(rule) for rule in (specific + general)[:max(0, int(max_rubrics))]]
+        return [rule_spec(rule) for rule in (specific + general)[: max(0, int(max_rubrics))]]
 
 
 def _covers(data: dict) -> bool:
@@ -429,9 +524,11 @@ INSTANCE_APPLICABILITY: dict[str, Callable[[dict], bool | None]] = {
     "clear_actions": lambda d: None,
 }
 
-INITIAL_LIBRARY: tuple[str, ...] = tuple(r.rule_id for r in RULE_DEFS
-                                         if r.rule_id not in ("ends_hopeless_negotiation", "offers_bundle_when_wanted",
-                                                              "quotes_list_price", "clear_actions"))
+INITIAL_LIBRARY: tuple[str, ...] = tuple(
+    r.rule_id
+    for r in RULE_DEFS
+    if r.rule_id not in ("ends_hopeless_negotiation", "offers_bundle_when_wanted", "quotes_list_price", "clear_actions")
+)
 """The capability library RewardWeaver starts from; the other rules are there for controlled
 expansion to find (recurrent failures the initial library does not cover) and admit."""
 
@@ -566,10 +663,23 @@ def _bad_policies() -> dict[str, Callable[[str, random.Random], str]]:
     def scripted(obs, rng):
         return scripted_policy(obs)
 
-    return {"scripted": scripted, "random": rand, "lowballer": lowballer, "greedy": greedy,
-            "bundle_blind": bundle_blind, "bundle_low": bundle_low, "blind": blind, "stubborn": stubborn,
-            "hesitant": hesitant, "unconfirmed": unconfirmed, "reconfirmer": reconfirmer,
-            "closer_quits": closer_quits, "asker": asker, "quitter": quitter, "babbler": babbler}
+    return {
+        "scripted": scripted,
+        "random": rand,
+        "lowballer": lowballer,
+        "greedy": greedy,
+        "bundle_blind": bundle_blind,
+        "bundle_low": bundle_low,
+        "blind": blind,
+        "stubborn": stubborn,
+        "hesitant": hesitant,
+        "unconfirmed": unconfirmed,
+        "reconfirmer": reconfirmer,
+        "closer_quits": closer_quits,
+        "asker": asker,
+        "quitter": quitter,
+        "babbler": babbler,
+    }
 
 
 def _source_trajectories(env: NegotiationEnv, source: int, tasks_per_kind: int) -> list[Trajectory]:
@@ -582,15 +692,28 @@ def _source_trajectories(env: NegotiationEnv, source: int, tasks_per_kind: int) 
     for name, policy in _bad_policies().items():
         for task in tasks:
             prng = random.Random(f"{task.task_id}-{name}")
-            trajectory = run_episode(env, task, lambda obs, p=policy, r=prng: p(obs, r), seed=source,
-                                     trajectory_id=f"{task.task_id}/{name}", group_id=name)
+            trajectory = run_episode(
+                env,
+                task,
+                lambda obs, p=policy, r=prng: p(obs, r),
+                seed=source,
+                trajectory_id=f"{task.task_id}/{name}",
+                group_id=name,
+            )
             trajectory.metadata["policy"] = name
             out.append(trajectory)
     return out
 
 
-def labelled_cases_by_rule(env: NegotiationEnv, rule_ids: Sequence[str], *, num_sources: int = 10,
-                           per_label: int = 3, per_na: int = 1, tasks_per_kind: int = 4) -> dict[str, list]:
+def labelled_cases_by_rule(
+    env: NegotiationEnv,
+    rule_ids: Sequence[str],
+    *,
+    num_sources: int = 10,
+    per_label: int = 3,
+    per_na: int = 1,
+    tasks_per_kind: int = 4,
+) -> dict[str, list]:
     """rule id -> LabelledCases for admitting that rule.
 
     Sources are "gen0".."gen<num_sources-1>": each draws its own tasks (every kind, `tasks_per_kind`

@@ -7,7 +7,8 @@ What every call gets
 - A clean environment: PATH, HOME, TMPDIR, LANG and LC_ALL only. Nothing of the parent's environment
   (API keys, tokens, proxies) is inherited.
 - Resource limits (`Limits`), set with setrlimit by the sandbox's init (or, in the weaker mode, the audit
-  wrapper) just before the tool starts - never in a preexec_fn, so calls may run from several threads: CPU seconds (RLIMIT_CPU),
+  wrapper) just before the tool starts - never in a preexec_fn, so calls may run from several threads: CPU seconds
+  (RLIMIT_CPU),
   address space (RLIMIT_AS), size of any one file (RLIMIT_FSIZE), open files (RLIMIT_NOFILE), processes
   of its user (RLIMIT_NPROC; effective only when the tool runs under its own unprivileged uid, see
   below), and a wall-clock limit enforced by the parent, which then kills the tool.
@@ -99,7 +100,6 @@ import contextlib
 import errno
 import os
 import random
-import resource
 import selectors
 import shutil
 import signal
@@ -142,14 +142,25 @@ class Limits:
     workspace_files: int = 4096
 
     def __post_init__(self) -> None:
-        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "file_bytes", "processes", "open_files",
-                     "output_bytes", "flood_bytes", "workspace_bytes", "workspace_files"):
+        for name in (
+            "wall_seconds",
+            "cpu_seconds",
+            "memory_bytes",
+            "file_bytes",
+            "processes",
+            "open_files",
+            "output_bytes",
+            "flood_bytes",
+            "workspace_bytes",
+            "workspace_files",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"limits.{name} must be a positive number, got {value!r}")
         if self.flood_bytes < self.output_bytes:
-            raise ValueError(f"limits.flood_bytes ({self.flood_bytes}) must be >= limits.output_bytes "
-                             f"({self.output_bytes})")
+            raise ValueError(
+                f"limits.flood_bytes ({self.flood_bytes}) must be >= limits.output_bytes ({self.output_bytes})"
+            )
 
 
 @dataclass(frozen=True)
@@ -284,8 +295,13 @@ def _rlimits(limits: Limits | None, own_uid: bool) -> str:
     """The resource limits as "RLIMIT_X=n,..." (what the init and the audit wrapper set before the tool runs)."""
     if limits is None:
         return "RLIMIT_CORE=0"
-    pairs = {"RLIMIT_CPU": int(max(1, limits.cpu_seconds)), "RLIMIT_AS": int(limits.memory_bytes),
-             "RLIMIT_FSIZE": int(limits.file_bytes), "RLIMIT_NOFILE": int(limits.open_files), "RLIMIT_CORE": 0}
+    pairs = {
+        "RLIMIT_CPU": int(max(1, limits.cpu_seconds)),
+        "RLIMIT_AS": int(limits.memory_bytes),
+        "RLIMIT_FSIZE": int(limits.file_bytes),
+        "RLIMIT_NOFILE": int(limits.open_files),
+        "RLIMIT_CORE": 0,
+    }
     if own_uid:  # counts the sandbox uid's processes (root itself is exempt while it is still root)
         pairs["RLIMIT_NPROC"] = int(limits.processes)
     return ",".join(f"{k}={v}" for k, v in pairs.items())
@@ -302,13 +318,20 @@ def _unshare_prefix(isolation: str, uid: int | None, workdir: str = "/", limits:
 
 
 def detect_isolation() -> str | None:
-    """"namespace" when a namespace probe runs here, else None (cached per process)."""
+    """ "namespace" when a namespace probe runs here, else None (cached per process)."""
     if "namespace" not in _PROBES:
         try:
             with tempfile.TemporaryDirectory(prefix="rw-sandbox-probe-") as folder:
                 argv = _unshare_prefix("namespace", _UID_RANGE[0], folder) + ["/bin/sh", "-c", "exit 0"]
-                done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin"}, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=20, cwd="/")
+                done = subprocess.run(
+                    argv,
+                    env={"PATH": "/usr/bin:/bin"},
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    timeout=20,
+                    cwd="/",
+                )
             _PROBES["namespace"] = "namespace" if done.returncode == 0 else None
             _PROBES["namespace_error"] = f"exit {done.returncode}: {done.stderr.decode(errors='replace')[-300:]}"
         except (OSError, subprocess.SubprocessError) as exc:
@@ -368,8 +391,13 @@ def remove_tree(path: str) -> None:
         return
     rm = shutil.which("rm")
     if rm:
-        subprocess.run([rm, "-rf", "--one-file-system", "--", path], stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [rm, "-rf", "--one-file-system", "--", path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
     if os.path.lexists(path):  # no rm, or it failed: an iterative walk, deepest first
         stack, order = [path], []
         while stack:
@@ -445,7 +473,8 @@ class Sandbox:
         if isolation in ("auto", "namespace"):
             if detect_isolation() is None:
                 raise SandboxUnavailable(
-                    f"isolation={isolation!r}: no network namespace can be created here (the `unshare --net` probe failed, "
+                    f"isolation={isolation!r}: no network namespace can be created here (the `unshare --net` probe "
+                    "failed, "
                     f"{_PROBES.get('namespace_error', '').strip()!r}; it needs root or unprivileged user namespaces). "
                     "Tool calls would reach the network. To run "
                     "anyway with the weaker audit-hook guard (Python tool only, no shell; see "
@@ -502,8 +531,10 @@ class Sandbox:
             _PROBES[key] = found
         if found is None:
             self.close()
-            raise SandboxUnavailable("no Python interpreter runs inside the sandbox (tried this interpreter, "
-                                     "/usr/bin/python3, /usr/local/bin/python3); pass python=<path>")
+            raise SandboxUnavailable(
+                "no Python interpreter runs inside the sandbox (tried this interpreter, "
+                "/usr/bin/python3, /usr/local/bin/python3); pass python=<path>"
+            )
         return found
 
     # -- files (written by the parent, owned by the sandbox's uid) ------------------------
@@ -592,8 +623,13 @@ class Sandbox:
         return self._run(["/bin/sh", "-c", cmd])
 
     def _env(self) -> dict[str, str]:
-        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": self.workdir, "TMPDIR": self.workdir,
-                "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+        return {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": self.workdir,
+            "TMPDIR": self.workdir,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+        }
 
     def _run(self, argv: list[str]) -> ToolResult:
         if self._closed:
@@ -602,11 +638,16 @@ class Sandbox:
         before = self.snapshot()
         start = time.monotonic()
         try:
-            proc = subprocess.Popen(_PDEATHSIG + _unshare_prefix(self.isolation, self.uid, self.workdir, self.limits)
-                                    + argv, cwd=self.workdir,
-                                    env=self._env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True,
-                                    close_fds=True)
+            proc = subprocess.Popen(
+                _PDEATHSIG + _unshare_prefix(self.isolation, self.uid, self.workdir, self.limits) + argv,
+                cwd=self.workdir,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                close_fds=True,
+            )
         except OSError as exc:
             return ToolResult(False, None, "", "", error=f"start_failed: {exc.strerror or exc}")
         kept = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
@@ -661,12 +702,17 @@ class Sandbox:
             self._kill_uid()
         code = proc.returncode
         signum = -code if code is not None and code < 0 else (code - 128 if code is not None and code > 128 else None)
-        if error is None and self.isolation == "namespace" and code in (111, 112) and \
-                kept[list(kept)[1]].startswith(b"sandbox"):
+        if (
+            error is None
+            and self.isolation == "namespace"
+            and code in (111, 112)
+            and kept[list(kept)[1]].startswith(b"sandbox")
+        ):
             error = "sandbox_setup"
         if error is None and signum is not None:
             error = {signal.SIGXCPU: "cpu_limit", signal.SIGXFSZ: "file_limit", signal.SIGKILL: "killed"}.get(
-                signum, f"signal {signum}")
+                signum, f"signal {signum}"
+            )
         exit_code = None if error in ("timeout", "output_limit") else code
         after = self.snapshot()
         changed = tuple(sorted(p for p, meta in after.items() if before.get(p) != meta))
@@ -677,9 +723,18 @@ class Sandbox:
         stdout = kept[out_fd].decode("utf-8", "replace")
         stderr = kept[err_fd].decode("utf-8", "replace")
         truncated = total > len(kept[out_fd]) + len(kept[err_fd])
-        return ToolResult(ok=error is None and code == 0, exit_code=exit_code, stdout=stdout, stderr=stderr,
-                          error=error, truncated=truncated, wall_seconds=time.monotonic() - start,
-                          output_bytes=total, changed=changed, workspace=workspace)
+        return ToolResult(
+            ok=error is None and code == 0,
+            exit_code=exit_code,
+            stdout=stdout,
+            stderr=stderr,
+            error=error,
+            truncated=truncated,
+            wall_seconds=time.monotonic() - start,
+            output_bytes=total,
+            changed=changed,
+            workspace=workspace,
+        )
 
     @staticmethod
     def _kill_group(proc: subprocess.Popen) -> None:

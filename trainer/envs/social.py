@@ -31,7 +31,8 @@ Partner (env.options.partner)
 - "llm": a fixed LLM partner (rwcore.trainer.envs.llm_partner.OpenAIPartner) role-playing the partner's
   profile: partner_model, partner_base_url, partner_api_key_env (the NAME of the variable holding the
   key), partner_max_tokens (256), partner_timeout (60 s), partner_max_concurrency (8),
-  partner_reply_format ("json" structured outputs | "text"), partner_temperature (0.7), partner_max_reply_chars (600; with "json"
+  partner_reply_format ("json" structured outputs | "text"), partner_temperature (0.7), partner_max_reply_chars (600;
+  with "json"
   keep it well inside partner_max_tokens, or long replies are cut off and count as partner failures).
   All episodes of a turn are answered concurrently.
 - "self": self-play; the policy being trained writes the partner's turns without gradients.
@@ -47,7 +48,8 @@ Reward = goal / 10; success = goal >= 7 (the agent achieved its private goal). A
 to Outcome.details (trajectory.metadata["outcome_details"]).
 - "llm": an LLM outcome evaluator, DISTINCT from the process-reward judge: its own settings
   evaluator_model, evaluator_base_url, evaluator_api_key_env, evaluator_timeout (120 s),
-  evaluator_max_tokens (512), evaluator_temperature (0); unset ones default to the judge's server (judge.kind=openai). Structured
+  evaluator_max_tokens (512), evaluator_temperature (0); unset ones default to the judge's server (judge.kind=openai).
+  Structured
   outputs (a JSON schema with each dimension's allowed integers and the request's random id); the
   conversation goes to it as delimited untrusted data (rwcore.judges.templates.untrusted_block), so
   nothing the agent or the partner says can change its instructions. A failed or garbage evaluation is
@@ -78,15 +80,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, partner_failed, register
-from rwcore.trainer.envs.llm_partner import (PartnerFailure, PartnerRequest, make_partner)
+from rwcore.trainer.envs.llm_partner import PartnerFailure, PartnerRequest, make_partner
 from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
 
 logger = logging.getLogger("rwcore.trainer.social")
 
 DEFAULT_SCENARIOS = Path(__file__).parent / "social_scenarios" / "scenarios.json"
 TASK_TYPES = ("negotiation", "persuasion", "cooperation", "conflict", "information")
-REQUIRED = ("id", "task_type", "difficulty", "split", "setting", "agent", "partner", "goal_keywords",
-            "secret_keywords", "partner_lines", "partner_agrees")
+REQUIRED = (
+    "id",
+    "task_type",
+    "difficulty",
+    "split",
+    "setting",
+    "agent",
+    "partner",
+    "goal_keywords",
+    "secret_keywords",
+    "partner_lines",
+    "partner_agrees",
+)
 SIDE_FIELDS = ("name", "background", "goal", "secret")
 DIMENSIONS = {  # SOTOPIA-EVAL: name -> (low, high, what it measures)
     "goal": (0, 10, "goal completion: how far the agent achieved its private social goal"),
@@ -101,9 +114,11 @@ POLITE = {"please", "thanks", "thank", "sorry", "appreciate", "understand", "tog
 RUDE = {"stupid", "shut", "hate", "idiot", "whatever", "liar", "threat", "sue", "force", "useless"}
 QUESTION = {"what", "why", "how", "which", "when", "where", "would", "could", "can"}
 PROPOSE = {"offer", "propose", "suggest", "deal", "plan", "split", "share", "half", "together", "schedule", "rota"}
-GENERIC_WORDS = ("hello hi please thanks thank you sorry yes no ok i we can could would what why how which when where "
-                 "offer propose suggest deal plan split share half together fair agree help understand appreciate "
-                 "goodbye").split()
+GENERIC_WORDS = (
+    "hello hi please thanks thank you sorry yes no ok i we can could would what why how which when where "
+    "offer propose suggest deal plan split share half together fair agree help understand appreciate "
+    "goodbye"
+).split()
 
 
 def _words(text: str) -> list[str]:
@@ -116,7 +131,9 @@ def load_scenarios(path: str | Path) -> list[dict]:
     path = Path(path)
     files = sorted(path.glob("*.json")) if path.is_dir() else [path]
     if not files or not all(f.is_file() for f in files):
-        raise ValueError(f"env.options.scenarios: {str(path)!r} is not a scenario file or a folder holding *.json files")
+        raise ValueError(
+            f"env.options.scenarios: {str(path)!r} is not a scenario file or a folder holding *.json files"
+        )
     scenarios, seen = [], {}
     for file in files:
         try:
@@ -221,23 +238,45 @@ def _evaluator_schema(request_id: str) -> dict:
     for name, (low, high, _) in DIMENSIONS.items():
         props[name] = {"type": "integer", "enum": list(range(low, high + 1))}
     props["reasoning"] = {"type": "string", "maxLength": 200}
-    return {"type": "json_schema", "json_schema": {"name": "sotopia_eval", "strict": True, "schema": {
-        "type": "object", "properties": props, "required": list(props), "additionalProperties": False}}}
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "sotopia_eval",
+            "strict": True,
+            "schema": {"type": "object", "properties": props, "required": list(props), "additionalProperties": False},
+        },
+    }
 
 
 class LLMEvaluator:
     """The SOTOPIA-EVAL outcome evaluator over an OpenAI-compatible server (see the module docstring)."""
 
-    def __init__(self, model: str, base_url: str | None, api_key_env: str | None, timeout: float = 120.0,
-                 max_tokens: int = 512, max_concurrency: int = 8, max_retries: int = 1,
-                 temperature: float = 0.0) -> None:
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None,
+        api_key_env: str | None,
+        timeout: float = 120.0,
+        max_tokens: int = 512,
+        max_concurrency: int = 8,
+        max_retries: int = 1,
+        temperature: float = 0.0,
+    ) -> None:
         from rwcore.judges.client import ChatClient, ClientOptions
 
         self.model, self.base_url = model, base_url
-        self.client = ChatClient(ClientOptions(model=model, base_url=base_url, api_key_env=api_key_env,
-                                               max_concurrency=max_concurrency, timeout=timeout,
-                                               max_retries=max_retries, temperature=temperature,
-                                               max_tokens=max_tokens))
+        self.client = ChatClient(
+            ClientOptions(
+                model=model,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                max_concurrency=max_concurrency,
+                timeout=timeout,
+                max_retries=max_retries,
+                temperature=temperature,
+                max_tokens=max_tokens,
+            )
+        )
 
     def __repr__(self) -> str:
         return f"LLMEvaluator(model={self.model!r}, base_url={self.base_url!r})"
@@ -245,14 +284,25 @@ class LLMEvaluator:
     def messages(self, scenario: dict, history: Sequence[dict], request_id: str) -> list[dict]:
         from rwcore.judges.templates import data_rules, operator_json, untrusted_block
 
-        sheet = {"setting": scenario["setting"], "task_type": scenario["task_type"],
-                 "agent": dict(scenario["agent"]), "partner": dict(scenario["partner"])}
+        sheet = {
+            "setting": scenario["setting"],
+            "task_type": scenario["task_type"],
+            "agent": dict(scenario["agent"]),
+            "partner": dict(scenario["partner"]),
+        }
         dims = "\n".join(f"- {name} ({low}..{high}): {text}" for name, (low, high, text) in DIMENSIONS.items())
-        system = _EVALUATOR_SYSTEM.format(scenario=operator_json(sheet), dimensions=dims,
-                                          data_rules=data_rules(request_id), request_id=request_id)
-        payload = {"conversation": [{"speaker": "AGENT" if h["role"] == "agent" else "PARTNER", "text": h["text"]}
-                                    for h in history]}
-        return [{"role": "system", "content": system}, {"role": "user", "content": untrusted_block(payload, request_id)}]
+        system = _EVALUATOR_SYSTEM.format(
+            scenario=operator_json(sheet), dimensions=dims, data_rules=data_rules(request_id), request_id=request_id
+        )
+        payload = {
+            "conversation": [
+                {"speaker": "AGENT" if h["role"] == "agent" else "PARTNER", "text": h["text"]} for h in history
+            ]
+        }
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": untrusted_block(payload, request_id)},
+        ]
 
     @staticmethod
     def parse(text: str, request_id: str) -> dict | str:
@@ -282,8 +332,9 @@ class LLMEvaluator:
         async def one(session, scenario, history):
             request_id = new_request_id()
             try:
-                reply = await session.complete(self.messages(scenario, history, request_id),
-                                               response_format=_evaluator_schema(request_id))
+                reply = await session.complete(
+                    self.messages(scenario, history, request_id), response_format=_evaluator_schema(request_id)
+                )
             except ChatError as error:
                 return f"evaluator request failed: {session.scrub(str(error))[:300]}"
             return self.parse(reply.text, request_id)
@@ -310,16 +361,33 @@ class SocialEnv:
     """Two-party social scenarios with a scripted, LLM or self-play partner (see the module docstring)."""
 
     name = "social"
-    system_prompt = ("You are a person in a social scenario talking with a partner. Pursue your private goal, "
-                     "keep your secret, stay polite. Write your next message; write goodbye to end.")
+    system_prompt = (
+        "You are a person in a social scenario talking with a partner. Pursue your private goal, "
+        "keep your secret, stay polite. Write your next message; write goodbye to end."
+    )
 
-    def __init__(self, scenarios: str | None = None, partner: str = "scripted", partner_model: str = "",
-                 partner_base_url: str = "", partner_api_key_env: str = "OPENAI_API_KEY",
-                 partner_max_tokens: int = 256, partner_timeout: float = 60.0, partner_max_concurrency: int = 8,
-                 partner_reply_format: str = "json", partner_max_reply_chars: int = 600,
-                 partner_temperature: float = 0.7, evaluator: str = "auto", evaluator_model: str = "",
-                 evaluator_base_url: str = "", evaluator_api_key_env: str = "", evaluator_timeout: float = 120.0,
-                 evaluator_max_tokens: int = 512, evaluator_temperature: float = 0.0, max_turns: int = 6) -> None:
+    def __init__(
+        self,
+        scenarios: str | None = None,
+        partner: str = "scripted",
+        partner_model: str = "",
+        partner_base_url: str = "",
+        partner_api_key_env: str = "OPENAI_API_KEY",
+        partner_max_tokens: int = 256,
+        partner_timeout: float = 60.0,
+        partner_max_concurrency: int = 8,
+        partner_reply_format: str = "json",
+        partner_max_reply_chars: int = 600,
+        partner_temperature: float = 0.7,
+        evaluator: str = "auto",
+        evaluator_model: str = "",
+        evaluator_base_url: str = "",
+        evaluator_api_key_env: str = "",
+        evaluator_timeout: float = 120.0,
+        evaluator_max_tokens: int = 512,
+        evaluator_temperature: float = 0.0,
+        max_turns: int = 6,
+    ) -> None:
         self.scenarios = load_scenarios(scenarios or DEFAULT_SCENARIOS)
         self.by_id = {s["id"]: s for s in self.scenarios}
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
@@ -331,16 +399,33 @@ class SocialEnv:
             raise ValueError(f"env.options.evaluator must be one of 'auto', 'llm', 'heuristic', got {evaluator!r}")
         self.partner_kind = partner
         self.scripted = ScriptedPartner()
-        self.partner = None if partner == "scripted" else make_partner(
-            partner, model=partner_model, base_url=partner_base_url, api_key_env=partner_api_key_env or None,
-            max_tokens=partner_max_tokens, timeout=partner_timeout, max_concurrency=partner_max_concurrency,
-            reply_format=partner_reply_format, max_reply_chars=partner_max_reply_chars,
-            temperature=partner_temperature) if partner == "llm" \
+        self.partner = (
+            None
+            if partner == "scripted"
+            else make_partner(
+                partner,
+                model=partner_model,
+                base_url=partner_base_url,
+                api_key_env=partner_api_key_env or None,
+                max_tokens=partner_max_tokens,
+                timeout=partner_timeout,
+                max_concurrency=partner_max_concurrency,
+                reply_format=partner_reply_format,
+                max_reply_chars=partner_max_reply_chars,
+                temperature=partner_temperature,
+            )
+            if partner == "llm"
             else make_partner("self", max_reply_chars=partner_max_reply_chars)
+        )
         self._evaluator_kind = evaluator
-        self._evaluator_settings = dict(model=evaluator_model, base_url=evaluator_base_url,
-                                        api_key_env=evaluator_api_key_env, timeout=evaluator_timeout,
-                                        max_tokens=evaluator_max_tokens, temperature=evaluator_temperature)
+        self._evaluator_settings = dict(
+            model=evaluator_model,
+            base_url=evaluator_base_url,
+            api_key_env=evaluator_api_key_env,
+            timeout=evaluator_timeout,
+            max_tokens=evaluator_max_tokens,
+            temperature=evaluator_temperature,
+        )
         self.evaluator: LLMEvaluator | None = None
         self._resolve_evaluator()
 
@@ -361,9 +446,14 @@ class SocialEnv:
             self.evaluator = None  # may come from the judge (configure_llm_defaults); checked at first use
             return
         if kind in ("llm", "auto") and s["model"]:
-            self.evaluator = LLMEvaluator(s["model"], s["base_url"] or None, s["api_key_env"] or None,
-                                          timeout=s["timeout"], max_tokens=s["max_tokens"],
-                                          temperature=s["temperature"])
+            self.evaluator = LLMEvaluator(
+                s["model"],
+                s["base_url"] or None,
+                s["api_key_env"] or None,
+                timeout=s["timeout"],
+                max_tokens=s["max_tokens"],
+                temperature=s["temperature"],
+            )
         else:
             self.evaluator = None
 
@@ -376,14 +466,19 @@ class SocialEnv:
     def tasks(self, split: str) -> list[Task]:
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-        return [Task(s["id"], (s["task_type"], f"difficulty{s['difficulty']}"), dict(s))
-                for s in self.scenarios if s["split"] == split]
+        return [
+            Task(s["id"], (s["task_type"], f"difficulty{s['difficulty']}"), dict(s))
+            for s in self.scenarios
+            if s["split"] == split
+        ]
 
     def _brief(self, s: dict) -> str:
         a = s["agent"]
         secret = f" your secret {a['secret']}" if a["secret"] else ""
-        return (f"setting {s['setting']} you are {a['name']} {a['background']} your goal {a['goal']}{secret} "
-                f"you talk with {s['partner']['name']} you speak first")
+        return (
+            f"setting {s['setting']} you are {a['name']} {a['background']} your goal {a['goal']}{secret} "
+            f"you talk with {s['partner']['name']} you speak first"
+        )
 
     def reset(self, task: Task, seed: int) -> Episode:
         s = self.by_id.get(task.task_id)
@@ -403,8 +498,11 @@ class SocialEnv:
                 out[i] = episode
                 continue
             s = self.by_id[episode.task.task_id]
-            state = {**episode.state, "history": list(episode.state["history"]),
-                     "agent_words": list(episode.state["agent_words"])}
+            state = {
+                **episode.state,
+                "history": list(episode.state["history"]),
+                "agent_words": list(episode.state["agent_words"]),
+            }
             text = " ".join(str(action).split())
             state["turn"] += 1
             state["history"].append({"role": "agent", "text": text})
@@ -419,9 +517,16 @@ class SocialEnv:
             else:
                 pending.append((i, episode, s, state))
         if pending:
-            requests = [PartnerRequest(self._partner_system(s), tuple(
-                {"role": "user" if h["role"] == "agent" else "assistant", "content": h["text"]}
-                for h in state["history"])) for _, _, s, state in pending]
+            requests = [
+                PartnerRequest(
+                    self._partner_system(s),
+                    tuple(
+                        {"role": "user" if h["role"] == "agent" else "assistant", "content": h["text"]}
+                        for h in state["history"]
+                    ),
+                )
+                for _, _, s, state in pending
+            ]
             replies = self.partner.reply_many(requests)
             for (i, episode, s, state), reply in zip(pending, replies):
                 if isinstance(reply, PartnerFailure):
@@ -432,9 +537,11 @@ class SocialEnv:
 
     def _partner_system(self, s: dict) -> str:
         p = s["partner"]
-        return (f"You are {p['name']}, {p['background']}. Setting: {s['setting']}. Your private goal: {p['goal']}. "
-                f"Your secret, which you never reveal: {p['secret']}. You are talking with {s['agent']['name']}. "
-                "Stay in character and reply briefly, in one or two sentences.")
+        return (
+            f"You are {p['name']}, {p['background']}. Setting: {s['setting']}. Your private goal: {p['goal']}. "
+            f"Your secret, which you never reveal: {p['secret']}. You are talking with {s['agent']['name']}. "
+            "Stay in character and reply briefly, in one or two sentences."
+        )
 
     def _after_reply(self, task: Task, s: dict, state: dict, reply: str, leave: bool) -> Episode:
         state["history"].append({"role": "partner", "text": reply})
@@ -453,25 +560,33 @@ class SocialEnv:
         llm = []
         for i, episode in enumerate(episodes):
             if episode.state.get("partner_failure"):
-                out[i] = Outcome(0.0, False, f"partner failure: {episode.state['partner_failure']}",
-                                 failure=str(episode.state["partner_failure"]))
+                out[i] = Outcome(
+                    0.0,
+                    False,
+                    f"partner failure: {episode.state['partner_failure']}",
+                    failure=str(episode.state["partner_failure"]),
+                )
             elif self.evaluator is not None:
                 llm.append(i)
             else:
                 if self._evaluator_kind == "llm":
-                    raise ValueError("env.options.evaluator=llm needs env.options.evaluator_model (or judge.kind=openai, "
-                                     "whose server is the default)")
+                    raise ValueError(
+                        "env.options.evaluator=llm needs env.options.evaluator_model (or judge.kind=openai, "
+                        "whose server is the default)"
+                    )
                 s = self.by_id[episode.task.task_id]
                 messages = [h["text"] for h in episode.state["history"] if h["role"] == "agent"]
                 out[i] = self._outcome(heuristic_scores(s, episode.state, messages), "heuristic")
         if llm:
-            results = self.evaluator.evaluate_many([(self.by_id[episodes[i].task.task_id], episodes[i].state["history"])
-                                                    for i in llm])
+            results = self.evaluator.evaluate_many(
+                [(self.by_id[episodes[i].task.task_id], episodes[i].state["history"]) for i in llm]
+            )
             for i, result in zip(llm, results):
                 if isinstance(result, str):
                     logger.warning("social outcome evaluator: %s; the episode is a partner failure", result)
-                    out[i] = Outcome(0.0, False, f"outcome evaluator failure: {result}",
-                                     failure=f"outcome evaluator: {result}")
+                    out[i] = Outcome(
+                        0.0, False, f"outcome evaluator failure: {result}", failure=f"outcome evaluator: {result}"
+                    )
                 else:
                     out[i] = self._outcome(result, "llm evaluator")
         return out
@@ -485,8 +600,14 @@ class SocialEnv:
         words = set(GENERIC_WORDS) | set(self.action_vocabulary())
         words |= set(self.system_prompt.lower().split())
         for s in self.scenarios:
-            for text in (s["setting"], s["partner_agrees"], *s["partner_lines"], *s["agent"].values(),
-                         s["partner"]["name"], self._brief(s)):
+            for text in (
+                s["setting"],
+                s["partner_agrees"],
+                *s["partner_lines"],
+                *s["agent"].values(),
+                s["partner"]["name"],
+                self._brief(s),
+            ):
                 words |= set(text.lower().split())
         words |= {"says", "setting"}
         return sorted(words)
@@ -521,19 +642,39 @@ class SocialEnv:
             return len(messages) == len(set(messages))
 
         checks = {
-            "pursues_goal": ("Understanding", "The agent states what it wants in terms of its private goal.", pursues_goal),
-            "asks_partner": ("Understanding", "The agent asks the partner about its needs or views.",
-                             lambda t: bool(QUESTION & set(agent_words(t)))),
-            "proposes_terms": ("Execution", "The agent proposes concrete terms (an offer, a split, a plan).",
-                               lambda t: bool(PROPOSE & set(agent_words(t)))),
-            "stays_polite": ("Execution", "The agent stays polite and never insults or threatens the partner.",
-                             lambda t: not (RUDE & set(agent_words(t)))),
+            "pursues_goal": (
+                "Understanding",
+                "The agent states what it wants in terms of its private goal.",
+                pursues_goal,
+            ),
+            "asks_partner": (
+                "Understanding",
+                "The agent asks the partner about its needs or views.",
+                lambda t: bool(QUESTION & set(agent_words(t))),
+            ),
+            "proposes_terms": (
+                "Execution",
+                "The agent proposes concrete terms (an offer, a split, a plan).",
+                lambda t: bool(PROPOSE & set(agent_words(t))),
+            ),
+            "stays_polite": (
+                "Execution",
+                "The agent stays polite and never insults or threatens the partner.",
+                lambda t: not (RUDE & set(agent_words(t))),
+            ),
             "keeps_secret": ("Verification", "The agent does not reveal its secret.", keeps_secret),
-            "no_repetition": ("Efficiency", "The agent never repeats a message; each moves the conversation on.",
-                              no_repetition),
+            "no_repetition": (
+                "Efficiency",
+                "The agent never repeats a message; each moves the conversation on.",
+                no_repetition,
+            ),
         }
-        return [Rule(RubricSpec(rid, criterion, "" if rid != "keeps_secret" else "The agent has a secret.", cap),
-                     rid, check) for rid, (cap, criterion, check) in checks.items()]
+        return [
+            Rule(
+                RubricSpec(rid, criterion, "" if rid != "keeps_secret" else "The agent has a secret.", cap), rid, check
+            )
+            for rid, (cap, criterion, check) in checks.items()
+        ]
 
     def capability_candidates(self) -> list[RubricSpec]:
         return [rule.spec for rule in self.rules()]
@@ -554,8 +695,11 @@ class _SocialReflector:
     def propose_rubric_skills(self, trajectories, existing, max_new):
         known = {spec.rubric_id for spec in existing}
         hints = _skill_hints()
-        return [RubricSkillProposal(rule.spec, hints[rule.spec.rubric_id]) for rule in self.rules
-                if rule.spec.rubric_id not in known][:max_new]
+        return [
+            RubricSkillProposal(rule.spec, hints[rule.spec.rubric_id])
+            for rule in self.rules
+            if rule.spec.rubric_id not in known
+        ][:max_new]
 
     def refine_skill(self, rubric, skill, failures):
         return skill if "concrete" in skill else skill + " Be concrete."
@@ -575,8 +719,16 @@ class _SocialAttributor:
             result = check(trajectory) if check else None
             if result is None:
                 continue
-            records.append(AttributionRecord(trajectory.trajectory_id, spec.rubric_id, not result, 0.7,
-                                             f"agent said: {said[:200]}" if said else "", "policy"))
+            records.append(
+                AttributionRecord(
+                    trajectory.trajectory_id,
+                    spec.rubric_id,
+                    not result,
+                    0.7,
+                    f"agent said: {said[:200]}" if said else "",
+                    "policy",
+                )
+            )
         return records
 
 

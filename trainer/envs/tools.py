@@ -1,4 +1,4 @@
-'''The tool-use environment ("tools"): Arise-style agent tasks solved with a sandboxed Python / shell tool.
+"""The tool-use environment ("tools"): Arise-style agent tasks solved with a sandboxed Python / shell tool.
 
 Each episode gets a private sandbox (rwcore.trainer.envs.sandbox: a subprocess in its own working
 folder, with time, CPU, memory, file-size, process and output limits, a clean environment, and no
@@ -70,7 +70,7 @@ ok, exit, error, files changed), answer, verdict (reward, success, reason, set w
 seed, sandbox (the id of the live sandbox in the environment, None once it is closed). `step` runs the
 tool for real, so an episode can be stepped only once per state; the sandbox is closed (its folder
 deleted) when the episode ends, and `close()` closes any left.
-'''
+"""
 
 from __future__ import annotations
 
@@ -92,24 +92,49 @@ __all__ = ["KINDS", "TOOL_SCHEMAS", "OraclePolicy", "ToolsEnv", "parse_call", "r
 
 KINDS: tuple[str, ...] = ("compute", "transform", "write_file", "fix_bug", "search")
 OUTPUT_FILES = {"transform": "out.json", "write_file": "notes/summary.txt", "fix_bug": "stats.py"}
-INPUT_FILES = {"compute": ("data.csv",), "transform": ("people.csv",), "write_file": (),
-               "fix_bug": ("stats.py", "numbers.txt"), "search": ("docs",)}
+INPUT_FILES = {
+    "compute": ("data.csv",),
+    "transform": ("people.csv",),
+    "write_file": (),
+    "fix_bug": ("stats.py", "numbers.txt"),
+    "search": ("docs",),
+}
 CALL_BUDGET = {"compute": 3, "transform": 4, "write_file": 3, "fix_bug": 4, "search": 4}
 """Tool calls a careful agent needs at most (efficient_calls)."""
 
 TOOL_SCHEMAS: list[dict] = [
-    {"type": "function", "function": {
-        "name": "python", "description": "Run a Python 3 program in the task folder; returns exit code, stdout, stderr.",
-        "parameters": {"type": "object", "properties": {"code": {"type": "string", "description": "the program"}},
-                       "required": ["code"]}}},
-    {"type": "function", "function": {
-        "name": "shell", "description": "Run a shell command (/bin/sh) in the task folder; returns exit code, stdout, "
-                                        "stderr.",
-        "parameters": {"type": "object", "properties": {"cmd": {"type": "string", "description": "the command"}},
-                       "required": ["cmd"]}}},
-    {"type": "function", "function": {
-        "name": "answer", "description": "Give the final answer and end the task.",
-        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "python",
+            "description": "Run a Python 3 program in the task folder; returns exit code, stdout, stderr.",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string", "description": "the program"}},
+                "required": ["code"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "shell",
+            "description": "Run a shell command (/bin/sh) in the task folder; returns exit code, stdout, stderr.",
+            "parameters": {
+                "type": "object",
+                "properties": {"cmd": {"type": "string", "description": "the command"}},
+                "required": ["cmd"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "answer",
+            "description": "Give the final answer and end the task.",
+            "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+        },
+    },
 ]
 
 SYSTEM_PROMPT_JSON = (
@@ -126,21 +151,46 @@ SYSTEM_PROMPT_TEMPLATE = (
 
 _GROUPS = ("red", "blue", "green", "gold")
 _ITEMS = ("bolt", "nut", "gear", "pipe", "valve", "wire", "cog", "pin", "rod", "belt", "cap", "disk")
-_NAMES = ("ada", "ben", "cleo", "dan", "eve", "finn", "gus", "hana", "ivan", "june", "kai", "lena", "milo", "nora",
-          "omar", "pia", "quin", "rosa", "sam", "tara")
+_NAMES = (
+    "ada",
+    "ben",
+    "cleo",
+    "dan",
+    "eve",
+    "finn",
+    "gus",
+    "hana",
+    "ivan",
+    "june",
+    "kai",
+    "lena",
+    "milo",
+    "nora",
+    "omar",
+    "pia",
+    "quin",
+    "rosa",
+    "sam",
+    "tara",
+)
 _CITIES = ("oslo", "lima", "rome", "kyiv", "baku")
 _WORDS = ("alpha", "beta", "gamma", "delta", "omega", "lamp", "river", "stone", "cloud", "maple", "north", "amber")
 _ENTITIES = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa")
 _KEYS = ("port", "owner", "region", "version", "color")
-_VALUES = {"port": lambda r: str(r.randrange(1024, 9999)), "owner": lambda r: r.choice(_NAMES),
-           "region": lambda r: r.choice(("north", "south", "east", "west")) + str(r.randrange(1, 9)),
-           "version": lambda r: f"{r.randrange(1, 9)}.{r.randrange(0, 20)}",
-           "color": lambda r: r.choice(("teal", "ochre", "navy", "plum", "jade"))}
+_VALUES = {
+    "port": lambda r: str(r.randrange(1024, 9999)),
+    "owner": lambda r: r.choice(_NAMES),
+    "region": lambda r: r.choice(("north", "south", "east", "west")) + str(r.randrange(1, 9)),
+    "version": lambda r: f"{r.randrange(1, 9)}.{r.randrange(0, 20)}",
+    "color": lambda r: r.choice(("teal", "ochre", "navy", "plum", "jade")),
+}
 STATS = ("sum", "mean", "max", "count")
 
-_GOOD_STATS = ("import sys\n\n\ndef total(values):\n    s = 0\n    for i in range(0, len(values)):\n"
-               "        s += values[i]\n    return s\n\n\nvalues = [int(line) for line in open('numbers.txt') if "
-               "line.strip()]\nprint(total(values))\n")
+_GOOD_STATS = (
+    "import sys\n\n\ndef total(values):\n    s = 0\n    for i in range(0, len(values)):\n"
+    "        s += values[i]\n    return s\n\n\nvalues = [int(line) for line in open('numbers.txt') if "
+    "line.strip()]\nprint(total(values))\n"
+)
 BUGS: dict[str, tuple[str, str]] = {  # bug name -> (buggy text, correct text) in stats.py
     "skips_first": ("range(1, len(values))", "range(0, len(values))"),
     "subtracts": ("s -= values[i]", "s += values[i]"),
@@ -178,8 +228,10 @@ def parse_call(text: object, max_chars: int = 8000) -> tuple[str, str]:
     block = re.search(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", text, re.S)
     call = _first_json_object(block.group(1) if block else text)
     if call is None:
-        return "error", ("no tool call found; call a tool with {\"tool\": \"python\", \"code\": \"...\"} or "
-                         "{\"tool\": \"shell\", \"cmd\": \"...\"}, or answer with {\"answer\": \"...\"}")
+        return "error", (
+            'no tool call found; call a tool with {"tool": "python", "code": "..."} or '
+            '{"tool": "shell", "cmd": "..."}, or answer with {"answer": "..."}'
+        )
     if "name" in call and "tool" not in call:  # function-call shape
         args = call.get("arguments", {})
         if isinstance(args, str):
@@ -221,26 +273,36 @@ def make_task_data(rng: random.Random, kind: str) -> dict:
         group = rows[0][1]
         stat = rng.choice(STATS)
         values = [v for _, g, v in rows if g == group]
-        expected = {"sum": sum(values), "mean": round(statistics.mean(values), 2), "max": max(values),
-                    "count": len(values)}[stat]
+        expected = {
+            "sum": sum(values),
+            "mean": round(statistics.mean(values), 2),
+            "max": max(values),
+            "count": len(values),
+        }[stat]
         data["files"]["data.csv"] = "item,group,value\n" + "".join(f"{i},{g},{v}\n" for i, g, v in rows)
         data.update(stat=stat, group=group, expected=expected)
-        data["brief"] = (f"data.csv has columns item , group , value . answer the {stat} of value over the rows "
-                         f"whose group is {group}" + (" , rounded to 2 decimals" if stat == "mean" else ""))
+        data["brief"] = (
+            f"data.csv has columns item , group , value . answer the {stat} of value over the rows "
+            f"whose group is {group}" + (" , rounded to 2 decimals" if stat == "mean" else "")
+        )
     elif kind == "transform":
-        people = [(name, rng.randrange(18, 70), rng.choice(_CITIES))
-                  for name in rng.sample(_NAMES, 16 if hard else 6)]
+        people = [(name, rng.randrange(18, 70), rng.choice(_CITIES)) for name in rng.sample(_NAMES, 16 if hard else 6)]
         city, age = people[0][2], rng.choice((25, 30, 40))
         expected = sorted(n for n, a, c in people if c == city and a >= age)
         data["files"]["people.csv"] = "name,age,city\n" + "".join(f"{n},{a},{c}\n" for n, a, c in people)
         data.update(city=city, min_age=age, expected=expected, output="out.json")
-        data["brief"] = (f"people.csv has columns name , age , city . write out.json : a json list of the names of "
-                         f"the people in {city} aged at least {age} , sorted . then answer done")
+        data["brief"] = (
+            f"people.csv has columns name , age , city . write out.json : a json list of the names of "
+            f"the people in {city} aged at least {age} , sorted . then answer done"
+        )
     elif kind == "write_file":
         lines = [" ".join(rng.choice(_WORDS) for _ in range(rng.randrange(2, 5))) for _ in range(5 if hard else 2)]
         data.update(lines=lines, output="notes/summary.txt")
-        data["brief"] = ("create notes/summary.txt whose content is exactly these lines : "
-                         + " | ".join(lines) + " . then answer done")
+        data["brief"] = (
+            "create notes/summary.txt whose content is exactly these lines : "
+            + " | ".join(lines)
+            + " . then answer done"
+        )
     elif kind == "fix_bug":
         numbers = [rng.randrange(1, 50) for _ in range(12 if hard else 4)]
         bug = rng.choice(sorted(BUGS))
@@ -248,8 +310,10 @@ def make_task_data(rng: random.Random, kind: str) -> dict:
         data["files"]["numbers.txt"] = "".join(f"{n}\n" for n in numbers)
         data["files"]["stats.py"] = _GOOD_STATS.replace(correct, buggy)
         data.update(bug=bug, patch=[buggy, correct], expected=sum(numbers), output="stats.py")
-        data["brief"] = ("stats.py should print the sum of the numbers in numbers.txt but it has a bug . fix it , "
-                         "run it and answer what it prints")
+        data["brief"] = (
+            "stats.py should print the sum of the numbers in numbers.txt but it has a bug . fix it , "
+            "run it and answer what it prints"
+        )
     else:  # search
         entity, key = rng.choice(_ENTITIES), rng.choice(_KEYS)
         facts = {}
@@ -278,7 +342,7 @@ def _printable_name(name: str) -> str:
 
 
 def _changed_line(names: Sequence[str], budget: int) -> str:
-    """"files changed : a , b ..." within `budget` characters (names escaped; the rest counted)."""
+    """ "files changed : a , b ..." within `budget` characters (names escaped; the rest counted)."""
     if not names:
         return ""
     shown, used = [], 0
@@ -306,14 +370,33 @@ class ToolsEnv:
 
     name = "tools"
 
-    def __init__(self, seed: int = 0, num_train: int = 200, num_eval: int = 100, max_turns: int = 6,
-                 kinds: Sequence[str] | None = None, call_format: str = "json", max_call_chars: int = 4000,
-                 max_observation_chars: int = 1500, isolation: str = "auto", wall_seconds: float = 10.0,
-                 memory_mb: int = 1024, output_bytes: int = 4096, workers: int = 4) -> None:
-        for key, value, low in (("seed", seed, None), ("num_train", num_train, 1), ("num_eval", num_eval, 1),
-                                ("max_turns", max_turns, 2), ("max_call_chars", max_call_chars, 16),
-                                ("max_observation_chars", max_observation_chars, 64), ("memory_mb", memory_mb, 64),
-                                ("output_bytes", output_bytes, 64), ("workers", workers, 1)):
+    def __init__(
+        self,
+        seed: int = 0,
+        num_train: int = 200,
+        num_eval: int = 100,
+        max_turns: int = 6,
+        kinds: Sequence[str] | None = None,
+        call_format: str = "json",
+        max_call_chars: int = 4000,
+        max_observation_chars: int = 1500,
+        isolation: str = "auto",
+        wall_seconds: float = 10.0,
+        memory_mb: int = 1024,
+        output_bytes: int = 4096,
+        workers: int = 4,
+    ) -> None:
+        for key, value, low in (
+            ("seed", seed, None),
+            ("num_train", num_train, 1),
+            ("num_eval", num_eval, 1),
+            ("max_turns", max_turns, 2),
+            ("max_call_chars", max_call_chars, 16),
+            ("max_observation_chars", max_observation_chars, 64),
+            ("memory_mb", memory_mb, 64),
+            ("output_bytes", output_bytes, 64),
+            ("workers", workers, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
                 bound = f" >= {low}" if low is not None else ""
                 raise ValueError(f"env.options.{key} must be an integer{bound}, got {value!r}")
@@ -333,9 +416,13 @@ class ToolsEnv:
         self.max_observation_chars = max_observation_chars
         self.isolation = isolation
         self.workers = workers
-        self.limits = Limits(wall_seconds=float(wall_seconds), cpu_seconds=max(1, int(wall_seconds)),
-                             memory_bytes=memory_mb << 20, output_bytes=output_bytes,
-                             flood_bytes=max(output_bytes, 1 << 20))
+        self.limits = Limits(
+            wall_seconds=float(wall_seconds),
+            cpu_seconds=max(1, int(wall_seconds)),
+            memory_bytes=memory_mb << 20,
+            output_bytes=output_bytes,
+            flood_bytes=max(output_bytes, 1 << 20),
+        )
         self.system_prompt = SYSTEM_PROMPT_JSON if call_format == "json" else SYSTEM_PROMPT_TEMPLATE
         self._boxes: dict[str, Sandbox] = {}
         self._ids = itertools.count()
@@ -345,8 +432,10 @@ class ToolsEnv:
         self._splits = self._generate()
 
     def __repr__(self) -> str:
-        return (f"ToolsEnv(seed={self.seed}, num_train={self.num_train}, num_eval={self.num_eval}, "
-                f"max_turns={self.max_turns}, kinds={self.kinds})")
+        return (
+            f"ToolsEnv(seed={self.seed}, num_train={self.num_train}, num_eval={self.num_eval}, "
+            f"max_turns={self.max_turns}, kinds={self.kinds})"
+        )
 
     def tool_schemas(self) -> list[dict]:
         """OpenAI function schemas of the tools, for `tokenizer.apply_chat_template(..., tools=...)`."""
@@ -393,8 +482,16 @@ class ToolsEnv:
         files = sorted(data.get("files", {}))
         listing = " , ".join(files) if files else "( empty )"
         observation = f"task : {data['brief']} . files : {listing}"
-        state = {"seed": int(seed), "kind": data["kind"], "turns": 0, "events": [], "answer": None,
-                 "verdict": None, "sandbox": box_id, "max_turns": self.max_turns}
+        state = {
+            "seed": int(seed),
+            "kind": data["kind"],
+            "turns": 0,
+            "events": [],
+            "answer": None,
+            "verdict": None,
+            "sandbox": box_id,
+            "max_turns": self.max_turns,
+        }
         return Episode(task=task, observation=observation, state=state)
 
     def step(self, episode: Episode, action: str) -> Episode:
@@ -407,11 +504,24 @@ class ToolsEnv:
         s["events"] = list(s["events"])
         s["turns"] += 1
         kind, argument = parse_call(action, self.max_call_chars)
-        if kind == "error" and self.call_format == "chat_template" and isinstance(action, str) \
-                and "<tool_call>" not in action and "{" not in action and len(action) <= self.max_call_chars:
+        if (
+            kind == "error"
+            and self.call_format == "chat_template"
+            and isinstance(action, str)
+            and "<tool_call>" not in action
+            and "{" not in action
+            and len(action) <= self.max_call_chars
+        ):
             kind, argument = "answer", action.strip()  # a tool-calling model ends with a plain message
-        event = {"turn": s["turns"], "kind": kind, "text": argument[:2000], "ok": False, "exit": None, "error": None,
-                 "changed": []}
+        event = {
+            "turn": s["turns"],
+            "kind": kind,
+            "text": argument[:2000],
+            "ok": False,
+            "exit": None,
+            "error": None,
+            "changed": [],
+        }
         done = False
         if kind == "error":
             event["error"] = "malformed"
@@ -427,15 +537,23 @@ class ToolsEnv:
             except Exception as exc:  # noqa: BLE001 - whatever the tool did to the host side: not the agent's fault
                 s["events"].append(event)
                 self._close(s)
-                return partner_failed(Episode(episode.task, episode.observation, False, s),
-                                      f"tool sandbox failed: {type(exc).__name__}: {str(exc)[:200]}")
-            event.update(ok=result.ok, exit=result.exit_code, error=result.error,
-                         changed=[_printable_name(name) for name in result.changed[:64]])
+                return partner_failed(
+                    Episode(episode.task, episode.observation, False, s),
+                    f"tool sandbox failed: {type(exc).__name__}: {str(exc)[:200]}",
+                )
+            event.update(
+                ok=result.ok,
+                exit=result.exit_code,
+                error=result.error,
+                changed=[_printable_name(name) for name in result.changed[:64]],
+            )
             if result.error in ("sandbox_setup", "start_failed"):
                 s["events"].append(event)
                 self._close(s)
-                return partner_failed(Episode(episode.task, episode.observation, False, s),
-                                      f"tool sandbox failed: {result.error} {result.stderr[:200]}")
+                return partner_failed(
+                    Episode(episode.task, episode.observation, False, s),
+                    f"tool sandbox failed: {result.error} {result.stderr[:200]}",
+                )
             changed = _changed_line(result.changed, self.max_observation_chars // 4)
             text = result.render(max(16, self.max_observation_chars - len(changed)))
             observation = f"tool {kind} result : {text}{changed}"
@@ -507,8 +625,10 @@ class ToolsEnv:
             printed = run.stdout.strip() if run.ok else None
             fixed = printed == str(data["expected"])
             ok = fixed and _number_close(answer, data["expected"])
-            reason = (f"the verifier's run of stats.py printed {printed!r} ({run.error or 'exit %s' % run.exit_code}),"
-                      f" answer {answer!r}, expected {data['expected']}")
+            reason = (
+                f"the verifier's run of stats.py printed {printed!r} ({run.error or 'exit %s' % run.exit_code}),"
+                f" answer {answer!r}, expected {data['expected']}"
+            )
         else:
             ok = answer.strip().strip(".").lower() == str(data["expected"]).lower()
             reason = f"answer {answer!r}, expected {data['expected']!r}"
@@ -528,9 +648,35 @@ class ToolsEnv:
     def action_vocabulary(self) -> list[str]:
         """The tokens the built-in policy's agent messages are made of: the JSON call syntax spelled with spaces
         (`{ "tool" : "shell" , "cmd" : "ls" }`), quoted command words and file names, and a few answers."""
-        words = {"{", "}", ":", ",", '"tool"', '"python"', '"shell"', '"code"', '"cmd"', '"answer"', '"done"', '"ls"',
-                 '"ls', '"cat', '"head', '"grep', '"python3', "-r", "docs", 'data.csv"', 'people.csv"', 'stats.py"',
-                 'numbers.txt"', 'out.json"', 'docs"', '"0"', '"1"'}
+        words = {
+            "{",
+            "}",
+            ":",
+            ",",
+            '"tool"',
+            '"python"',
+            '"shell"',
+            '"code"',
+            '"cmd"',
+            '"answer"',
+            '"done"',
+            '"ls"',
+            '"ls',
+            '"cat',
+            '"head',
+            '"grep',
+            '"python3',
+            "-r",
+            "docs",
+            'data.csv"',
+            'people.csv"',
+            'stats.py"',
+            'numbers.txt"',
+            'out.json"',
+            'docs"',
+            '"0"',
+            '"1"',
+        }
         return sorted(words)
 
     def vocabulary(self) -> list[str]:
@@ -538,8 +684,31 @@ class ToolsEnv:
 
         words: set[str] = set(SYSTEM_PROMPT_JSON.split()) | set(SYSTEM_PROMPT_TEMPLATE.split())
         words |= set(self.action_vocabulary())
-        words |= {"task", "files", "(", ")", "empty", "tool", "error", "result", "exit", "stdout", "stderr",
-                  "answer", "received", "time", "up", "changed", "python", "shell", "no", "code", "|", "?", "."}
+        words |= {
+            "task",
+            "files",
+            "(",
+            ")",
+            "empty",
+            "tool",
+            "error",
+            "result",
+            "exit",
+            "stdout",
+            "stderr",
+            "answer",
+            "received",
+            "time",
+            "up",
+            "changed",
+            "python",
+            "shell",
+            "no",
+            "code",
+            "|",
+            "?",
+            ".",
+        }
         for task in self.tasks("train")[:50] + self.tasks("eval")[:20]:
             words |= set(task.data["brief"].split())
         words |= set(_GROUPS) | set(_CITIES) | set(_WORDS) | set(_ENTITIES) | set(_KEYS) | set(STATS)
@@ -612,33 +781,56 @@ class OraclePolicy:
         kind, turn = d["kind"], self.turn
         self.turn += 1
         if kind == "compute":
-            code = ("import csv, statistics\nrows = [r for r in csv.DictReader(open('data.csv')) "
-                    f"if r['group'] == {d['group']!r}]\nvalues = [int(r['value']) for r in rows]\n"
-                    f"stat = {d['stat']!r}\n"
-                    "print({'sum': sum(values), 'max': max(values), 'count': len(values), "
-                    "'mean': round(statistics.mean(values), 2)}[stat])")
-            steps = [lambda: _call("shell", "head -n 5 data.csv"), lambda: _call("python", code),
-                     lambda: json.dumps({"answer": _stdout(observation)})]
+            code = (
+                "import csv, statistics\nrows = [r for r in csv.DictReader(open('data.csv')) "
+                f"if r['group'] == {d['group']!r}]\nvalues = [int(r['value']) for r in rows]\n"
+                f"stat = {d['stat']!r}\n"
+                "print({'sum': sum(values), 'max': max(values), 'count': len(values), "
+                "'mean': round(statistics.mean(values), 2)}[stat])"
+            )
+            steps = [
+                lambda: _call("shell", "head -n 5 data.csv"),
+                lambda: _call("python", code),
+                lambda: json.dumps({"answer": _stdout(observation)}),
+            ]
         elif kind == "transform":
-            code = ("import csv, json\nnames = sorted(r['name'] for r in csv.DictReader(open('people.csv')) "
-                    f"if r['city'] == {d['city']!r} and int(r['age']) >= {d['min_age']})\n"
-                    "json.dump(names, open('out.json', 'w'))")
-            steps = [lambda: _call("shell", "head -n 3 people.csv"), lambda: _call("python", code),
-                     lambda: _call("shell", "cat out.json"), lambda: json.dumps({"answer": "done"})]
+            code = (
+                "import csv, json\nnames = sorted(r['name'] for r in csv.DictReader(open('people.csv')) "
+                f"if r['city'] == {d['city']!r} and int(r['age']) >= {d['min_age']})\n"
+                "json.dump(names, open('out.json', 'w'))"
+            )
+            steps = [
+                lambda: _call("shell", "head -n 3 people.csv"),
+                lambda: _call("python", code),
+                lambda: _call("shell", "cat out.json"),
+                lambda: json.dumps({"answer": "done"}),
+            ]
         elif kind == "write_file":
-            code = ("import os\nos.makedirs('notes', exist_ok=True)\n"
-                    f"open('notes/summary.txt', 'w').write({chr(10).join(d['lines']) + chr(10)!r})")
-            steps = [lambda: _call("python", code), lambda: _call("shell", "cat notes/summary.txt"),
-                     lambda: json.dumps({"answer": "done"})]
+            code = (
+                "import os\nos.makedirs('notes', exist_ok=True)\n"
+                f"open('notes/summary.txt', 'w').write({chr(10).join(d['lines']) + chr(10)!r})"
+            )
+            steps = [
+                lambda: _call("python", code),
+                lambda: _call("shell", "cat notes/summary.txt"),
+                lambda: json.dumps({"answer": "done"}),
+            ]
         elif kind == "fix_bug":
             buggy, correct = d["patch"]
-            code = (f"src = open('stats.py').read()\nopen('stats.py', 'w').write(src.replace({buggy!r}, {correct!r}))")
-            steps = [lambda: _call("shell", "cat stats.py numbers.txt"), lambda: _call("python", code),
-                     lambda: _call("shell", "python3 stats.py"), lambda: json.dumps({"answer": _stdout(observation)})]
+            code = f"src = open('stats.py').read()\nopen('stats.py', 'w').write(src.replace({buggy!r}, {correct!r}))"
+            steps = [
+                lambda: _call("shell", "cat stats.py numbers.txt"),
+                lambda: _call("python", code),
+                lambda: _call("shell", "python3 stats.py"),
+                lambda: json.dumps({"answer": _stdout(observation)}),
+            ]
         else:
             pattern = f"the {d['key']} of {d['entity']} is"
-            steps = [lambda: _call("shell", "ls docs"), lambda: _call("shell", f"grep -rh '{pattern}' docs"),
-                     lambda: json.dumps({"answer": _search_value(observation, pattern)})]
+            steps = [
+                lambda: _call("shell", "ls docs"),
+                lambda: _call("shell", f"grep -rh '{pattern}' docs"),
+                lambda: json.dumps({"answer": _search_value(observation, pattern)}),
+            ]
         return steps[min(turn, len(steps) - 1)]()
 
 
@@ -647,8 +839,9 @@ def _search_value(observation: str, pattern: str) -> str:
     return match.group(1) if match else ""
 
 
-def run_episode(env: ToolsEnv, task: Task, policy: Callable[[str], str], seed: int = 0, trajectory_id: str = "",
-                group_id: str = "") -> Trajectory:
+def run_episode(
+    env: ToolsEnv, task: Task, policy: Callable[[str], str], seed: int = 0, trajectory_id: str = "", group_id: str = ""
+) -> Trajectory:
     """Runs `task` with `policy(observation) -> message`; returns the Trajectory the trainer would build (turns
     system / partner / assistant; metadata env_state, task, task_id, seed, success)."""
     episode = env.reset(task, seed)
@@ -659,11 +852,23 @@ def run_episode(env: ToolsEnv, task: Task, policy: Callable[[str], str], seed: i
         episode = env.step(episode, message)
         turns.append(Turn("partner", episode.observation))
     outcome = env.outcome(episode)
-    metadata = {"env_state": episode.state, "task": task.data, "task_id": task.task_id, "seed": seed,
-                "success": bool(outcome.success)}
-    return Trajectory(task_id=task.task_id, turns=turns, outcome=float(outcome.reward), tags=tuple(task.tags),
-                      group_id=group_id, trajectory_id=trajectory_id or f"{task.task_id}/{group_id}/{seed}",
-                      metadata=metadata, partner_failure=str(episode.state.get("partner_failure") or ""))
+    metadata = {
+        "env_state": episode.state,
+        "task": task.data,
+        "task_id": task.task_id,
+        "seed": seed,
+        "success": bool(outcome.success),
+    }
+    return Trajectory(
+        task_id=task.task_id,
+        turns=turns,
+        outcome=float(outcome.reward),
+        tags=tuple(task.tags),
+        group_id=group_id,
+        trajectory_id=trajectory_id or f"{task.task_id}/{group_id}/{seed}",
+        metadata=metadata,
+        partner_failure=str(episode.state.get("partner_failure") or ""),
+    )
 
 
 register("tools", ToolsEnv)

@@ -10,12 +10,15 @@ ls, wc, grep, sed, awk, less, more, find, file, nl) and names an input (data.csv
 numbers.txt, docs), before the first call that changed a file and before the answer.
 
 rule id                 Arise category / RewardWeaver family   PASS when                          applies when
-inspects_input          Understanding / information     an inspection came first                  the task has inputs and the agent acted
+inspects_input          Understanding / information     an inspection came first                  the task has inputs
+and the agent acted
 runs_code_before_answer Execution / execution           a tool call succeeded before the answer   the agent answered
-checks_output           Verification / verification     after its last write of the output file a the agent wrote out.json /
+checks_output           Verification / verification     after its last write of the output file a the agent wrote
+out.json /
                                                         later successful call names the file and  notes/summary.txt
                                                         changes nothing
-reruns_after_fix        Debugging / debugging           after its last change to stats.py a later the agent changed stats.py
+reruns_after_fix        Debugging / debugging           after its last change to stats.py a later the agent changed
+stats.py
                                                         successful call names it, changing nothing
 recovers_from_errors    Debugging / persistence         no failed call is repeated verbatim next  some call failed
 answer_format           Understanding / communication   the answer has the required form (a plain the agent answered
@@ -39,8 +42,13 @@ from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Tra
 from rwcore.verdict import Verdict
 
 LOOK = ("cat", "head", "tail", "ls", "wc", "grep", "sed", "awk", "less", "more", "find", "file", "nl")
-INPUTS = {"compute": ("data.csv",), "transform": ("people.csv",), "write_file": (),
-          "fix_bug": ("stats.py", "numbers.txt"), "search": ("docs",)}
+INPUTS = {
+    "compute": ("data.csv",),
+    "transform": ("people.csv",),
+    "write_file": (),
+    "fix_bug": ("stats.py", "numbers.txt"),
+    "search": ("docs",),
+}
 OUTPUTS = {"transform": "out.json", "write_file": "notes/summary.txt"}
 CALL_BUDGET = {"compute": 3, "transform": 4, "write_file": 3, "fix_bug": 4, "search": 4}
 
@@ -96,12 +104,12 @@ def _runs_code_before_answer(s: dict):
 
 
 def _checked_after_last_change(s: dict, path: str):
-    events = s["events"][:_answer_index(s)]
+    events = s["events"][: _answer_index(s)]
     last = max((i for i, e in enumerate(events) if path in e["changed"]), default=None)
     if last is None:
         return None, ""
     name = path.rsplit("/", 1)[-1]
-    for e in events[last + 1:]:
+    for e in events[last + 1 :]:
         if e["kind"] in ("python", "shell") and e["ok"] and not e["changed"] and name in e["text"]:
             return True, e["text"]
     return False, events[last]["text"]
@@ -166,43 +174,111 @@ def _efficient_calls(s: dict):
 
 
 RULE_DEFS: tuple[RuleDef, ...] = (
-    RuleDef("inspects_input", "before changing any file or answering, the agent looks at an input (a shell cat, head, "
-            "ls, grep... of the input file or folder)", "the task has input files and the agent acted",
-            "Understanding", "information", _inspects_input),
-    RuleDef("runs_code_before_answer", "the agent ran at least one successful tool call before answering",
-            "the agent answered", "Execution", "execution", _runs_code_before_answer),
-    RuleDef("checks_output", "after its last write of the output file the agent reads it back with a successful call "
-            "before answering", "the agent wrote the task's output file", "Verification", "verification",
-            _checks_output),
-    RuleDef("reruns_after_fix", "after its last change to stats.py the agent runs or reads it again with a successful "
-            "call before answering", "the agent changed stats.py", "Debugging", "debugging", _reruns_after_fix),
-    RuleDef("recovers_from_errors", "the agent never repeats a failed call verbatim right after it failed",
-            "some call failed", "Debugging", "persistence", _recovers_from_errors),
-    RuleDef("answer_format", "the answer has the required form: a plain number for compute and fix_bug, one word for "
-            "search, done for file tasks", "the agent answered", "Understanding", "communication", _answer_format),
-    RuleDef("efficient_calls", "the agent answers within the task type's call budget and never repeats a call",
-            "the agent answered", "Efficiency", "efficiency", _efficient_calls),
+    RuleDef(
+        "inspects_input",
+        "before changing any file or answering, the agent looks at an input (a shell cat, head, "
+        "ls, grep... of the input file or folder)",
+        "the task has input files and the agent acted",
+        "Understanding",
+        "information",
+        _inspects_input,
+    ),
+    RuleDef(
+        "runs_code_before_answer",
+        "the agent ran at least one successful tool call before answering",
+        "the agent answered",
+        "Execution",
+        "execution",
+        _runs_code_before_answer,
+    ),
+    RuleDef(
+        "checks_output",
+        "after its last write of the output file the agent reads it back with a successful call before answering",
+        "the agent wrote the task's output file",
+        "Verification",
+        "verification",
+        _checks_output,
+    ),
+    RuleDef(
+        "reruns_after_fix",
+        "after its last change to stats.py the agent runs or reads it again with a successful call before answering",
+        "the agent changed stats.py",
+        "Debugging",
+        "debugging",
+        _reruns_after_fix,
+    ),
+    RuleDef(
+        "recovers_from_errors",
+        "the agent never repeats a failed call verbatim right after it failed",
+        "some call failed",
+        "Debugging",
+        "persistence",
+        _recovers_from_errors,
+    ),
+    RuleDef(
+        "answer_format",
+        "the answer has the required form: a plain number for compute and fix_bug, one word for "
+        "search, done for file tasks",
+        "the agent answered",
+        "Understanding",
+        "communication",
+        _answer_format,
+    ),
+    RuleDef(
+        "efficient_calls",
+        "the agent answers within the task type's call budget and never repeats a call",
+        "the agent answered",
+        "Efficiency",
+        "efficiency",
+        _efficient_calls,
+    ),
 )
 RULES_BY_ID = {r.rule_id: r for r in RULE_DEFS}
-INITIAL_LIBRARY: tuple[str, ...] = ("inspects_input", "runs_code_before_answer", "checks_output", "reruns_after_fix",
-                                    "answer_format")
+INITIAL_LIBRARY: tuple[str, ...] = (
+    "inspects_input",
+    "runs_code_before_answer",
+    "checks_output",
+    "reruns_after_fix",
+    "answer_format",
+)
 """RewardWeaver's starting library; recovers_from_errors and efficient_calls are left for expansion."""
 
 SKILLS: dict[str, tuple[str, ...]] = {
-    "inspects_input": ("look at the input files first with head or cat", "first run ls and head on the input",
-                       "read the input before you write code"),
-    "runs_code_before_answer": ("run code before you answer", "compute the answer with a tool call",
-                                "never answer before a tool call"),
-    "checks_output": ("cat the output file after you write it", "check the file you wrote before you answer",
-                      "read back the output file"),
-    "reruns_after_fix": ("run the script again after you fix it", "after a fix run python3 on the script",
-                         "check the fixed script by running it"),
-    "recovers_from_errors": ("when a call fails change it before you try again", "never repeat a failed call",
-                             "read the error and fix the call"),
-    "answer_format": ("answer with only the number or the word asked for", "answer done for file tasks",
-                      "keep the answer to the value asked for"),
-    "efficient_calls": ("use few tool calls and never repeat one", "plan the calls then answer",
-                        "answer once the output is checked"),
+    "inspects_input": (
+        "look at the input files first with head or cat",
+        "first run ls and head on the input",
+        "read the input before you write code",
+    ),
+    "runs_code_before_answer": (
+        "run code before you answer",
+        "compute the answer with a tool call",
+        "never answer before a tool call",
+    ),
+    "checks_output": (
+        "cat the output file after you write it",
+        "check the file you wrote before you answer",
+        "read back the output file",
+    ),
+    "reruns_after_fix": (
+        "run the script again after you fix it",
+        "after a fix run python3 on the script",
+        "check the fixed script by running it",
+    ),
+    "recovers_from_errors": (
+        "when a call fails change it before you try again",
+        "never repeat a failed call",
+        "read the error and fix the call",
+    ),
+    "answer_format": (
+        "answer with only the number or the word asked for",
+        "answer done for file tasks",
+        "keep the answer to the value asked for",
+    ),
+    "efficient_calls": (
+        "use few tool calls and never repeat one",
+        "plan the calls then answer",
+        "answer once the output is checked",
+    ),
 }
 
 
@@ -250,15 +326,25 @@ class ToolsReflector:
                 ranked.append((-fails, order, rule.rule_id, fails, applicable, example))
         return sorted(ranked)
 
-    def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec], max_new: int,
-                              *, diagnostics: str | None = None) -> list[RubricSkillProposal]:
+    def propose_rubric_skills(
+        self,
+        trajectories: Sequence[Trajectory],
+        existing: Sequence[RubricSpec],
+        max_new: int,
+        *,
+        diagnostics: str | None = None,
+    ) -> list[RubricSkillProposal]:
         if max_new <= 0:
             return []
         ranked = self._ranked(trajectories, {spec.rubric_id for spec in existing})
-        return [RubricSkillProposal(rubric=rule_spec(RULES_BY_ID[rid]), skill=SKILLS[rid][0],
-                                    evidence=f"{rid} failed on {fails} of {applicable} applicable trajectories, e.g. "
-                                             f"{example}")
-                for _, _, rid, fails, applicable, example in ranked[:max_new]]
+        return [
+            RubricSkillProposal(
+                rubric=rule_spec(RULES_BY_ID[rid]),
+                skill=SKILLS[rid][0],
+                evidence=f"{rid} failed on {fails} of {applicable} applicable trajectories, e.g. {example}",
+            )
+            for _, _, rid, fails, applicable, example in ranked[:max_new]
+        ]
 
     def refine_skill(self, rubric: RubricSpec, skill: str, failures: Sequence[Trajectory]) -> str:
         variants = SKILLS.get(rubric.rubric_id)
@@ -266,8 +352,9 @@ class ToolsReflector:
             return skill
         return variants[(variants.index(skill) + 1) % len(variants)] if skill in variants else variants[0]
 
-    def propose_capabilities(self, failures: Sequence[Trajectory], library: Sequence[RubricSpec],
-                             max_new: int) -> list[RubricSpec]:
+    def propose_capabilities(
+        self, failures: Sequence[Trajectory], library: Sequence[RubricSpec], max_new: int
+    ) -> list[RubricSpec]:
         if max_new <= 0:
             return []
         ranked = self._ranked(failures, {spec.rubric_id for spec in library})
@@ -285,8 +372,7 @@ class ToolsAttributor:
             state = episode_state(trajectory)
         except KeyError:
             state = None
-        failed = bool(trajectory.partner_failure) or bool(
-            state and state.get("partner_failure"))
+        failed = bool(trajectory.partner_failure) or bool(state and state.get("partner_failure"))
         cause = "partner" if failed else "policy"
         records = []
         for spec in candidates:
@@ -309,23 +395,44 @@ class ToolsAttributor:
 _KINDS = ("compute", "transform", "write_file", "fix_bug", "search")
 _WORK = {  # kind -> (main call kind, text, files it changes)
     "compute": ("python", "import csv\nrows = list(csv.DictReader(open('data.csv')))\nprint(len(rows))", []),
-    "transform": ("python", "import csv, json\njson.dump([r['name'] for r in csv.DictReader(open('people.csv'))], "
-                            "open('out.json', 'w'))", ["out.json"]),
-    "write_file": ("python", "import os\nos.makedirs('notes', exist_ok=True)\nopen('notes/summary.txt', 'w')"
-                             ".write('a b\\n')", ["notes/summary.txt"]),
-    "fix_bug": ("python", "s = open('stats.py').read()\nopen('stats.py', 'w').write(s.replace('s -= ', 's += '))",
-                ["stats.py"]),
+    "transform": (
+        "python",
+        "import csv, json\njson.dump([r['name'] for r in csv.DictReader(open('people.csv'))], open('out.json', 'w'))",
+        ["out.json"],
+    ),
+    "write_file": (
+        "python",
+        "import os\nos.makedirs('notes', exist_ok=True)\nopen('notes/summary.txt', 'w').write('a b\\n')",
+        ["notes/summary.txt"],
+    ),
+    "fix_bug": (
+        "python",
+        "s = open('stats.py').read()\nopen('stats.py', 'w').write(s.replace('s -= ', 's += '))",
+        ["stats.py"],
+    ),
     "search": ("python", "import os\nfor f in os.listdir('docs'):\n    print(open('docs/' + f).read())", []),
 }
 _CHECK = {"transform": "cat out.json", "write_file": "cat notes/summary.txt", "fix_bug": "python3 stats.py"}
 _GOOD_ANSWER = {"compute": "42", "fix_bug": "17", "search": "teal", "transform": "done", "write_file": "done"}
-_BAD_ANSWER = {"compute": "the answer is 42", "fix_bug": "it prints 17", "search": "the color is teal",
-               "transform": "i wrote the file", "write_file": "finished writing"}
+_BAD_ANSWER = {
+    "compute": "the answer is 42",
+    "fix_bug": "it prints 17",
+    "search": "the color is teal",
+    "transform": "i wrote the file",
+    "write_file": "finished writing",
+}
 
 
 def _event(turn, kind, text, ok=True, changed=(), error=None):
-    return {"turn": turn, "kind": kind, "text": text, "ok": ok, "exit": 0 if ok else 1, "error": error,
-            "changed": list(changed)}
+    return {
+        "turn": turn,
+        "kind": kind,
+        "text": text,
+        "ok": ok,
+        "exit": 0 if ok else 1,
+        "error": error,
+        "changed": list(changed),
+    }
 
 
 def _synthetic(rng: random.Random, kind: str, flags: dict) -> list[dict]:
@@ -340,8 +447,12 @@ def _synthetic(rng: random.Random, kind: str, flags: dict) -> list[dict]:
         if flags["error"] == "repeat":
             add("python", bad, ok=False)
     if flags["inspect"] and INPUTS[kind]:
-        add("shell", f"{rng.choice(('head -n 3', 'cat', 'wc -l'))} {INPUTS[kind][0]}"
-            if kind != "search" else rng.choice(("ls docs", "grep -rh port docs")))
+        add(
+            "shell",
+            f"{rng.choice(('head -n 3', 'cat', 'wc -l'))} {INPUTS[kind][0]}"
+            if kind != "search"
+            else rng.choice(("ls docs", "grep -rh port docs")),
+        )
     if flags["work"]:
         call, text, changed = _WORK[kind]
         add(call, text, changed=changed)
@@ -358,22 +469,33 @@ def _labels(kind: str, flags: dict) -> dict[str, Verdict]:
     """The declared verdict of every rule for a log built from `flags` (the rules' specification restated over
     the flags, independently of the code that reads logs)."""
     P, F, NA = Verdict.PASS, Verdict.FAIL, Verdict.NA
-    acted = flags["error"] != "none" or flags["work"] or flags["extra"] or flags["answered"] or (
-        flags["inspect"] and INPUTS[kind])
-    calls = ((2 if flags["error"] == "repeat" else 1 if flags["error"] == "recover" else 0)
-             + bool(flags["inspect"] and INPUTS[kind]) + flags["work"] + (flags["work"] and flags["check"]
-                                                                          and kind in _CHECK) + flags["extra"])
+    acted = (
+        flags["error"] != "none"
+        or flags["work"]
+        or flags["extra"]
+        or flags["answered"]
+        or (flags["inspect"] and INPUTS[kind])
+    )
+    calls = (
+        (2 if flags["error"] == "repeat" else 1 if flags["error"] == "recover" else 0)
+        + bool(flags["inspect"] and INPUTS[kind])
+        + flags["work"]
+        + (flags["work"] and flags["check"] and kind in _CHECK)
+        + flags["extra"]
+    )
     answered = flags["answered"]
     return {
         "inspects_input": NA if not INPUTS[kind] or not acted else (P if flags["inspect"] else F),
-        "runs_code_before_answer": NA if not answered else (
-            P if (flags["inspect"] and INPUTS[kind]) or flags["work"] or flags["extra"] else F),
+        "runs_code_before_answer": NA
+        if not answered
+        else (P if (flags["inspect"] and INPUTS[kind]) or flags["work"] or flags["extra"] else F),
         "checks_output": NA if kind not in OUTPUTS or not flags["work"] else (P if flags["check"] else F),
         "reruns_after_fix": NA if kind != "fix_bug" or not flags["work"] else (P if flags["check"] else F),
         "recovers_from_errors": NA if flags["error"] == "none" else (P if flags["error"] == "recover" else F),
         "answer_format": NA if not answered else (P if flags["answer_ok"] else F),
-        "efficient_calls": NA if not answered else (
-            P if flags["error"] != "repeat" and calls <= CALL_BUDGET[kind] else F),
+        "efficient_calls": NA
+        if not answered
+        else (P if flags["error"] != "repeat" and calls <= CALL_BUDGET[kind] else F),
     }
 
 
@@ -383,13 +505,19 @@ def _case_trajectory(kind: str, events: list[dict], case_id: str) -> Trajectory:
         turns.append(Turn("assistant", e["text"], generated=True))
         turns.append(Turn("partner", "tool result : exit 0" if e["ok"] else "tool result : exit 1"))
     state = {"kind": kind, "events": events, "answer": None, "verdict": None, "turns": len(events)}
-    return Trajectory(task_id=case_id, turns=turns, outcome=0.0, tags=(kind,), trajectory_id=case_id,
-                      metadata={"env_state": state, "task": {"kind": kind}, "task_id": case_id, "seed": 0,
-                                "success": False})
+    return Trajectory(
+        task_id=case_id,
+        turns=turns,
+        outcome=0.0,
+        tags=(kind,),
+        trajectory_id=case_id,
+        metadata={"env_state": state, "task": {"kind": kind}, "task_id": case_id, "seed": 0, "success": False},
+    )
 
 
-def labelled_cases_by_rule(rule_ids: Sequence[str], *, num_sources: int = 10, per_label: int = 3,
-                           per_na: int = 1, logs_per_source: int = 60) -> dict[str, list]:
+def labelled_cases_by_rule(
+    rule_ids: Sequence[str], *, num_sources: int = 10, per_label: int = 3, per_na: int = 1, logs_per_source: int = 60
+) -> dict[str, list]:
     """rule id -> LabelledCases: per source "gen<i>", `logs_per_source` synthetic logs with random behaviour flags
     and task kinds; up to `per_label` PASS and FAIL and `per_na` NA cases per rule and source."""
     from rwcore.rewardweaver import LabelledCase
@@ -403,9 +531,15 @@ def labelled_cases_by_rule(rule_ids: Sequence[str], *, num_sources: int = 10, pe
         quotas = {r: {Verdict.PASS: per_label, Verdict.FAIL: per_label, Verdict.NA: per_na} for r in rule_ids}
         for j in range(logs_per_source):
             kind = _KINDS[j % len(_KINDS)]
-            flags = {"inspect": rng.random() < 0.5, "work": rng.random() < 0.75, "check": rng.random() < 0.5,
-                     "error": rng.choice(("none", "none", "recover", "repeat")), "extra": rng.choice((0, 0, 1, 3)),
-                     "answered": rng.random() < 0.8, "answer_ok": rng.random() < 0.6}
+            flags = {
+                "inspect": rng.random() < 0.5,
+                "work": rng.random() < 0.75,
+                "check": rng.random() < 0.5,
+                "error": rng.choice(("none", "none", "recover", "repeat")),
+                "extra": rng.choice((0, 0, 1, 3)),
+                "answered": rng.random() < 0.8,
+                "answer_ok": rng.random() < 0.6,
+            }
             labels = _labels(kind, flags)
             events = _synthetic(rng, kind, flags)
             for rule_id in rule_ids:

@@ -13,8 +13,18 @@ from __future__ import annotations
 from rwcore.trainer.prior.corpus import CorpusSpec, heldout_pairs, parse_guidance
 from rwcore.trainer.prior.pretrain import Prior, cache_folder, ensure_prior, language_of, prior_record, prior_spec
 
-__all__ = ["CorpusSpec", "Prior", "cache_folder", "ensure_prior", "heldout_pairs", "language_of", "parse_guidance",
-           "prior_record", "prior_spec", "resolve_init"]
+__all__ = [
+    "CorpusSpec",
+    "Prior",
+    "cache_folder",
+    "ensure_prior",
+    "heldout_pairs",
+    "language_of",
+    "parse_guidance",
+    "prior_record",
+    "prior_spec",
+    "resolve_init",
+]
 
 
 def resolve_init(config, env) -> str | None:
@@ -26,8 +36,10 @@ def resolve_init(config, env) -> str | None:
     wanted = config.model.init
     has_language = language_of(env) is not None
     if wanted == "pretrained" and not has_language:
-        raise ValueError(f"config key 'model.init': pretrained needs an environment with a guidance language to "
-                         f"pretrain the reading prior on; env.name={env.name!r} has none (use model.init=random)")
+        raise ValueError(
+            f"config key 'model.init': pretrained needs an environment with a guidance language to "
+            f"pretrain the reading prior on; env.name={env.name!r} has none (use model.init=random)"
+        )
     if wanted is None:
         return "pretrained" if has_language else "random"
     return wanted

@@ -45,8 +45,18 @@ from dataclasses import dataclass
 from rwcore.arise.pool.prompt import render_system_prompt
 from rwcore.trainer.envs.base import GuidanceLanguage
 
-__all__ = ["CorpusSpec", "Example", "GUIDANCE_WORDS", "TEMPLATES", "fillers_for", "heldout_pairs",
-           "encode_conversation", "make_example", "parse_guidance", "render_line"]
+__all__ = [
+    "CorpusSpec",
+    "Example",
+    "GUIDANCE_WORDS",
+    "TEMPLATES",
+    "fillers_for",
+    "heldout_pairs",
+    "encode_conversation",
+    "make_example",
+    "parse_guidance",
+    "render_line",
+]
 
 CONNECTORS: tuple[str, ...] = ("when", "if", "after")
 TEMPLATES: tuple[str, ...] = (
@@ -66,11 +76,11 @@ class CorpusSpec:
     """What the corpus draws; every field is part of the prior's cache key."""
 
     seed: int = 0
-    guided_share: float = 0.8      # examples with a skills section
-    max_lines: int = 10            # guidance lines per guided example, at most
-    named_share: float = 0.6       # in guided examples: turns whose situation a line names
-    heldout_pairs: int = 12        # situation -> move pairings kept out of the corpus for the probe
-    max_length: int = 256          # tokens per example at most (turns are dropped to fit)
+    guided_share: float = 0.8  # examples with a skills section
+    max_lines: int = 10  # guidance lines per guided example, at most
+    named_share: float = 0.6  # in guided examples: turns whose situation a line names
+    heldout_pairs: int = 12  # situation -> move pairings kept out of the corpus for the probe
+    max_length: int = 256  # tokens per example at most (turns are dropped to fit)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -114,8 +124,8 @@ def parse_guidance(text: str, language: GuidanceLanguage) -> tuple[str, str] | N
     for phrase, name in _phrases(language):
         width = len(phrase)
         for i in range(len(words) - width + 1):
-            if words[i:i + width] == phrase and not any(taken[i:i + width]):
-                taken[i:i + width] = [True] * width
+            if words[i : i + width] == phrase and not any(taken[i : i + width]):
+                taken[i : i + width] = [True] * width
                 situations.append(name)
     moves = [w for w, inside in zip(words, taken) if not inside and w in language.actions]
     if len(set(situations)) != 1 or len(situations) != 1 or len(moves) != 1:
@@ -140,8 +150,14 @@ def fillers_for(language: GuidanceLanguage, vocabulary: Sequence[str]) -> list[s
     return sorted(w for w in vocabulary if w not in banned and w.isalpha())
 
 
-def render_line(rng: random.Random, situation: str, move: str, language: GuidanceLanguage,
-                fillers: Sequence[str], forbidden: frozenset[str] | set[str] = frozenset()) -> str:
+def render_line(
+    rng: random.Random,
+    situation: str,
+    move: str,
+    language: GuidanceLanguage,
+    fillers: Sequence[str],
+    forbidden: frozenset[str] | set[str] = frozenset(),
+) -> str:
     """A guidance line naming `situation` and `move` in a random template (parses back to both), never one
     of the `forbidden` texts (the environment's own skill texts)."""
     phrases = language.situation(situation).phrases
@@ -153,13 +169,23 @@ def render_line(rng: random.Random, situation: str, move: str, language: Guidanc
         text = " ".join(template.format(c=rng.choice(CONNECTORS), s=rng.choice(phrases), a=move, f=filler).split())
         if text not in forbidden and parse_guidance(text, language) == (situation, move):
             return text
-    raise ValueError(f"no guidance line for situation {situation!r} and move {move!r} parses back to both: "
-                     "its phrases must not contain a second situation's phrase")
+    raise ValueError(
+        f"no guidance line for situation {situation!r} and move {move!r} parses back to both: "
+        "its phrases must not contain a second situation's phrase"
+    )
 
 
-def make_example(index: int, spec: CorpusSpec, language: GuidanceLanguage, codec, base_prompt: str,
-                 max_turns: int, heldout: set[tuple[str, str]], fillers: Sequence[str],
-                 forbidden: frozenset[str] | set[str] = frozenset()) -> Example:
+def make_example(
+    index: int,
+    spec: CorpusSpec,
+    language: GuidanceLanguage,
+    codec,
+    base_prompt: str,
+    max_turns: int,
+    heldout: set[tuple[str, str]],
+    fillers: Sequence[str],
+    forbidden: frozenset[str] | set[str] = frozenset(),
+) -> Example:
     """Example `index` of the corpus (its own generator, seeded by spec.seed and index)."""
     rng = random.Random(f"rwcore-prior-{spec.seed}-{index}")
     names = [s.name for s in language.situations]
@@ -187,10 +213,21 @@ def make_example(index: int, spec: CorpusSpec, language: GuidanceLanguage, codec
     ids, positions = encode_conversation(codec, system, observations, moves, spec.max_length)
     kept = len(positions)
     if not kept:
-        raise ValueError(f"corpus example {index}: the system prompt alone exceeds {spec.max_length} tokens; "
-                         "raise model.max_length or lower the corpus' max_lines")
-    return Example(ids, positions, targets[:kept], moves[:kept], lines, situations[:kept], system,
-                   observations[:kept], _line_moves(system, lines))
+        raise ValueError(
+            f"corpus example {index}: the system prompt alone exceeds {spec.max_length} tokens; "
+            "raise model.max_length or lower the corpus' max_lines"
+        )
+    return Example(
+        ids,
+        positions,
+        targets[:kept],
+        moves[:kept],
+        lines,
+        situations[:kept],
+        system,
+        observations[:kept],
+        _line_moves(system, lines),
+    )
 
 
 def _line_moves(system: str, lines: Sequence[tuple[str, str, str]]) -> list[int]:
@@ -200,15 +237,16 @@ def _line_moves(system: str, lines: Sequence[tuple[str, str, str]]) -> list[int]
     found, cursor = [], 0
     for _, move, text in lines:
         line = text.lower().split()
-        while words[cursor:cursor + len(line)] != line:
+        while words[cursor : cursor + len(line)] != line:
             cursor += 1
         found.append(2 + cursor + max(i for i, word in enumerate(line) if word == move))
         cursor += len(line)
     return found
 
 
-def encode_conversation(codec, system: str, observations: Sequence[str], moves: Sequence[str],
-                        max_length: int | None = None) -> tuple[list[int], list[int]]:
+def encode_conversation(
+    codec, system: str, observations: Sequence[str], moves: Sequence[str], max_length: int | None = None
+) -> tuple[list[int], list[int]]:
     """(token ids, positions): a conversation as rollouts encode it (`codec.start`, then per agent turn the
     move word and `<end>`, then `codec.reply` with the next observation) and the index of each agent turn's
     cue, whose next token is its move. With len(moves) == len(observations) - 1 it ends at the last cue;

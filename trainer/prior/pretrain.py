@@ -14,12 +14,14 @@ auxiliary head is dropped afterwards; it only makes the two things reading needs
 on screen and the one a line names - form early: following the right line among several appears suddenly,
 after 700 to 1400 steps in the runs measured with it (seeds 0-2, one or two threads), and in one of four
 runs without it within 1500 steps. It names situations, never moves. AdamW, `prior.lr` after
-`prior.warmup_steps` of linear warm-up, constant, then a linear decay to a tenth over the last 30% of `prior.steps`; batches of `prior.batch_size` examples of similar
+`prior.warmup_steps` of linear warm-up, constant, then a linear decay to a tenth over the last 30% of `prior.steps`;
+batches of `prior.batch_size` examples of similar
 length (pools of 8 batches sorted by length, in a seeded order).
 
 Cache: `<prior.cache_dir or $RWCORE_CACHE/priors or ~/.cache/rwcore/priors>/<env>-<key>/`, where the key is a
 sha256 of everything the result depends on (`prior_spec`: the corpus spec, the model's shape, the prior
-settings, the environment's language and vocabulary, and the source of the modules that build it). The
+settings, the environment's language and vocabulary, and the code of the modules that build it, as syntax trees
+without docstrings, so comments, formatting and docs do not retrain it). The
 folder holds `model.pt` (the state dict), `prior.json` (the spec, the training curve, the probe, the
 machine) and `manifest.json` (size and sha256 of both, `rwcore.trainer.checkpoint`). It is written under a
 temporary name and renamed into place, so a killed `rw pretrain` leaves nothing a later run would load; a
@@ -32,6 +34,7 @@ rounding differs between CPUs, which is why the cache is per machine rather than
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import fcntl
@@ -53,12 +56,24 @@ from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer.prior.corpus import GUIDANCE_WORDS, CorpusSpec, Example, fillers_for, heldout_pairs, make_example
 from rwcore.trainer.prior.scoring import _head_logprobs
 
-__all__ = ["Prior", "PRIOR_FORMAT", "cache_folder", "ensure_prior", "language_of", "pretrain", "prior_record",
-           "prior_spec"]
+__all__ = [
+    "Prior",
+    "PRIOR_FORMAT",
+    "cache_folder",
+    "ensure_prior",
+    "language_of",
+    "pretrain",
+    "prior_record",
+    "prior_spec",
+]
 
 PRIOR_FORMAT = 1
 _POOL = 8  # batches per length-sorted pool
-_CODE = ("corpus.py", "pretrain.py", "scoring.py")  # this package's sources that shape the result (with the modules below)
+_CODE = (
+    "corpus.py",
+    "pretrain.py",
+    "scoring.py",
+)  # this package's sources that shape the result (with the modules below)
 
 
 @dataclass
@@ -78,15 +93,32 @@ def language_of(env):
     return language if language is not None and language.actions else None
 
 
+def _code_digest(source: str) -> str:
+    """sha256 of a module's code as its syntax tree, without docstrings: comments, formatting and docs do not
+    change a prior, so editing them does not retrain it."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+
+
 def _sources() -> str:
-    """sha256 over the source of every module whose code changes the prior."""
+    """sha256 over the code (`_code_digest`) of every module whose code changes the prior."""
     import rwcore.arise.pool.prompt as prompt
     import rwcore.trainer.policy as policy
 
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for path in [here / name for name in _CODE] + [Path(policy.__file__), Path(prompt.__file__)]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(path.name.encode() + b"\0" + _code_digest(path.read_text()).encode())
     return digest.hexdigest()
 
 
@@ -98,14 +130,17 @@ def prior_spec(config, env) -> dict:
     """Everything the prior depends on, as plain data (its sha256 is the cache key)."""
     language = language_of(env)
     if language is None:
-        raise ValueError(f"model.init=pretrained: env.name={env.name!r} has no guidance language "
-                         "(guidance_language()) to pretrain a reading prior on; use model.init=random")
+        raise ValueError(
+            f"model.init=pretrained: env.name={env.name!r} has no guidance language "
+            "(guidance_language()) to pretrain a reading prior on; use model.init=random"
+        )
     m = config.model
     vocabulary = sorted(env.vocabulary())
     missing = sorted(set(GUIDANCE_WORDS) - set(vocabulary))
     if missing:
-        raise ValueError(f"model.init=pretrained: env.name={env.name!r}'s vocabulary lacks the guidance lines' words "
-                         f"{missing}")
+        raise ValueError(
+            f"model.init=pretrained: env.name={env.name!r}'s vocabulary lacks the guidance lines' words {missing}"
+        )
     module = sys.modules.get(type(env).__module__)
     return {
         "format": PRIOR_FORMAT,
@@ -113,15 +148,28 @@ def prior_spec(config, env) -> dict:
         "base_prompt": env.system_prompt,
         "max_turns": env.max_turns,
         "vocabulary": hashlib.sha256("\n".join(vocabulary).encode()).hexdigest(),
-        "language": {"situations": [[s.name, list(s.phrases)] for s in language.situations],
-                     "actions": list(language.actions), "skill_texts": list(language.skill_texts)},
-        "model": {"hidden_size": m.hidden_size, "num_layers": m.num_layers, "num_heads": m.num_heads,
-                  "intermediate_size": m.intermediate_size, "head_dim": m.head_dim, "max_length": m.max_length,
-                  "tie_embeddings": m.tie_embeddings},
+        "language": {
+            "situations": [[s.name, list(s.phrases)] for s in language.situations],
+            "actions": list(language.actions),
+            "skill_texts": list(language.skill_texts),
+        },
+        "model": {
+            "hidden_size": m.hidden_size,
+            "num_layers": m.num_layers,
+            "num_heads": m.num_heads,
+            "intermediate_size": m.intermediate_size,
+            "head_dim": m.head_dim,
+            "max_length": m.max_length,
+            "tie_embeddings": m.tie_embeddings,
+        },
         "prior": dataclasses.asdict(config.prior) | {"cache_dir": None},
         "corpus": corpus_spec(config).to_dict(),
-        "code": _sources() + (hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()
-                              if module is not None and getattr(module, "__file__", None) else ""),
+        "code": _sources()
+        + (
+            _code_digest(Path(module.__file__).read_text())
+            if module is not None and getattr(module, "__file__", None)
+            else ""
+        ),
     }
 
 
@@ -134,7 +182,8 @@ def cache_folder(config) -> Path:
     if config.prior.cache_dir:
         return Path(config.prior.cache_dir).expanduser()
     root = os.environ.get("RWCORE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rwcore")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rwcore"
+    )
     return Path(root) / "priors"
 
 
@@ -158,13 +207,21 @@ def prior_record(prior: Prior) -> dict:
     sha256 of its weights, how it was trained and the probe's summary."""
     manifest = json.loads((prior.folder / ckpt.MANIFEST).read_text(encoding="utf-8"))
     probe = prior.report.get("probe", {})
-    return {"key": prior.key, "folder": str(prior.folder), "model_sha256": manifest["files"]["model.pt"]["sha256"],
-            "spec": prior.report.get("spec"), "seconds": prior.report.get("seconds"),
-            "threads": prior.report.get("threads"), "machine": prior.report.get("machine"),
-            "curve_last": (prior.report.get("curve") or [None])[-1],
-            "probe": {"chance": probe.get("chance"),
-                      "heldout": {k: v for k, v in probe.get("heldout", {}).items() if k != "pairs"},
-                      "skills_summary": probe.get("skills_summary")}}
+    return {
+        "key": prior.key,
+        "folder": str(prior.folder),
+        "model_sha256": manifest["files"]["model.pt"]["sha256"],
+        "spec": prior.report.get("spec"),
+        "seconds": prior.report.get("seconds"),
+        "threads": prior.report.get("threads"),
+        "machine": prior.report.get("machine"),
+        "curve_last": (prior.report.get("curve") or [None])[-1],
+        "probe": {
+            "chance": probe.get("chance"),
+            "heldout": {k: v for k, v in probe.get("heldout", {}).items() if k != "pairs"},
+            "skills_summary": probe.get("skills_summary"),
+        },
+    }
 
 
 @contextlib.contextmanager
@@ -182,8 +239,9 @@ def _locked(path: Path, log: Callable[[str], None]):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def ensure_prior(config, env, *, rebuild: bool = False, progress: bool = True,
-                 log: Callable[[str], None] | None = None) -> Prior:
+def ensure_prior(
+    config, env, *, rebuild: bool = False, progress: bool = True, log: Callable[[str], None] | None = None
+) -> Prior:
     """The prior for `config` and `env`: from the cache when an intact one is there, else pretrained now and
     cached. A damaged or mismatched cache entry is rebuilt, with one line naming it; `rebuild` forces it."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -231,7 +289,7 @@ def _batches(spec: CorpusSpec, size: int, make: Callable[[int], Example], seed: 
     while True:
         pool = sorted((make(index + i) for i in range(size * _POOL)), key=lambda e: len(e.token_ids))
         index += size * _POOL
-        chunks = [pool[i * size:(i + 1) * size] for i in range(_POOL)]
+        chunks = [pool[i * size : (i + 1) * size] for i in range(_POOL)]
         order.shuffle(chunks)
         yield from chunks
 
@@ -242,17 +300,25 @@ def _tensors(examples: list[Example], pad_id: int, situations: dict[str, int]):
     the auxiliary loss asks which situation: every turn's cue and every line's move word."""
     width = max(len(e.token_ids) for e in examples)
     ids = torch.tensor([e.token_ids + [pad_id] * (width - len(e.token_ids)) for e in examples], dtype=torch.long)
-    mask = torch.tensor([[1] * len(e.token_ids) + [0] * (width - len(e.token_ids)) for e in examples],
-                        dtype=torch.long)
+    mask = torch.tensor([[1] * len(e.token_ids) + [0] * (width - len(e.token_ids)) for e in examples], dtype=torch.long)
     rows = [r for r, e in enumerate(examples) for _ in e.positions]
     positions = [p for e in examples for p in e.positions]
     targets = [t for e in examples for t in e.targets]
     aux_rows = rows + [r for r, e in enumerate(examples) for _ in e.line_moves]
     aux_positions = positions + [p for e in examples for p in e.line_moves]
     aux_labels = [situations[s] for e in examples for s in e.situations] + [
-        situations[s] for e in examples for s, _, _ in e.lines]
-    return (ids, mask, torch.tensor(rows), torch.tensor(positions), torch.tensor(targets), torch.tensor(aux_rows),
-            torch.tensor(aux_positions), torch.tensor(aux_labels))
+        situations[s] for e in examples for s, _, _ in e.lines
+    ]
+    return (
+        ids,
+        mask,
+        torch.tensor(rows),
+        torch.tensor(positions),
+        torch.tensor(targets),
+        torch.tensor(aux_rows),
+        torch.tensor(aux_positions),
+        torch.tensor(aux_labels),
+    )
 
 
 def _loss(logprobs: torch.Tensor, targets: torch.Tensor, moves: int) -> tuple[torch.Tensor, dict]:
@@ -289,8 +355,17 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
     p, m = config.prior, config.model
     spec = corpus_spec(config)
     codec = WordCodec(env.vocabulary())
-    model = build_model(len(codec), m.hidden_size, m.num_layers, m.num_heads, m.intermediate_size, m.max_length,
-                        p.seed, m.tie_embeddings, m.head_dim)
+    model = build_model(
+        len(codec),
+        m.hidden_size,
+        m.num_layers,
+        m.num_heads,
+        m.intermediate_size,
+        m.max_length,
+        p.seed,
+        m.tie_embeddings,
+        m.head_dim,
+    )
     model.train()
     actions = list(language.actions)
     allowed = torch.tensor([codec.vocab[a] for a in actions] + [codec.end_id], dtype=torch.long)
@@ -299,8 +374,9 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
     texts = set(language.skill_texts)
 
     def make(index: int) -> Example:
-        return make_example(index, spec, language, codec, env.system_prompt, env.max_turns, heldout, fillers,
-                            forbidden=texts)
+        return make_example(
+            index, spec, language, codec, env.system_prompt, env.max_turns, heldout, fillers, forbidden=texts
+        )
 
     with torch.random.fork_rng():
         torch.manual_seed(p.seed)
@@ -314,17 +390,23 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
             from tqdm import tqdm
 
             bar = tqdm(total=p.steps, desc="rw pretrain", unit="step", dynamic_ncols=True, file=sys.stderr)
-        log(f"rw: pretraining the reading prior ({m.num_layers} layers x {m.hidden_size}, {p.steps} steps of "
-            f"{p.batch_size} examples; once per machine, then cached)")
+        log(
+            f"rw: pretraining the reading prior ({m.num_layers} layers x {m.hidden_size}, {p.steps} steps of "
+            f"{p.batch_size} examples; once per machine, then cached)"
+        )
         curve, window, start = [], [], time.perf_counter()
         for step in range(p.steps):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(step, p.lr, p.warmup_steps, p.steps)
             ids, mask, rows, positions, targets, aux_rows, aux_positions, aux_labels = _tensors(
-                next(batches), codec.pad_id, situation_index)
+                next(batches), codec.pad_id, situation_index
+            )
             out = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=bool(p.aux_weight))
-            loss, stats = _loss(_head_logprobs(out.last_hidden_state[rows, positions], model.lm_head.weight[allowed]),
-                                targets, len(actions))
+            loss, stats = _loss(
+                _head_logprobs(out.last_hidden_state[rows, positions], model.lm_head.weight[allowed]),
+                targets,
+                len(actions),
+            )
             if p.aux_weight:
                 aux_logits = aux_head(out.hidden_states[1][aux_rows, aux_positions].float())
                 aux = torch.nn.functional.cross_entropy(aux_logits, aux_labels)
@@ -340,11 +422,12 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
                 curve.append(point)
                 window = []
                 if bar is not None:
-                    bar.set_postfix(loss=f"{point['loss']:.3f}", read=f"{point['guided_accuracy']:.2f}",
-                                    refresh=False)
+                    bar.set_postfix(loss=f"{point['loss']:.3f}", read=f"{point['guided_accuracy']:.2f}", refresh=False)
                 elif (step + 1) % max(100, p.steps // 10 // 100 * 100) == 0 or step + 1 == p.steps:
-                    log(f"rw pretrain: step {step + 1}/{p.steps} loss {point['loss']:.3f} guided accuracy "
-                        f"{point['guided_accuracy']:.3f} ({time.perf_counter() - start:.0f} s)")
+                    log(
+                        f"rw pretrain: step {step + 1}/{p.steps} loss {point['loss']:.3f} guided accuracy "
+                        f"{point['guided_accuracy']:.3f} ({time.perf_counter() - start:.0f} s)"
+                    )
             if bar is not None:
                 bar.update(1)
         if bar is not None:
@@ -355,8 +438,12 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
         "curve": curve,
         "seconds": round(seconds, 1),
         "threads": torch.get_num_threads(),
-        "machine": {"cpu": _cpu(), "cpu_capability": _capability(), "torch": torch.__version__,
-                    "python": platform.python_version()},
+        "machine": {
+            "cpu": _cpu(),
+            "cpu_capability": _capability(),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
         "probe": probe(model, codec, env, language, spec),
     }
     state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
@@ -374,4 +461,3 @@ def _capability() -> str | None:
         return torch.backends.cpu.get_cpu_capability()
     except Exception:  # pragma: no cover - older torch
         return None
-

@@ -25,8 +25,14 @@ from collections.abc import Sequence
 import torch
 
 from rwcore.arise.pool.prompt import render_system_prompt
-from rwcore.trainer.prior.corpus import (CorpusSpec, encode_conversation, fillers_for, heldout_pairs,
-                                         parse_guidance, render_line)
+from rwcore.trainer.prior.corpus import (
+    CorpusSpec,
+    encode_conversation,
+    fillers_for,
+    heldout_pairs,
+    parse_guidance,
+    render_line,
+)
 
 __all__ = ["probe", "format_probe", "episode_contexts"]
 
@@ -34,8 +40,9 @@ CONTEXTS_PER_PAIR = 24
 CONTEXTS_PER_SKILL = 24
 
 
-def episode_contexts(env, language, tasks: int = 300, depth: int = 4,
-                     per_situation: int = CONTEXTS_PER_SKILL) -> dict[str, list[tuple[list[str], list[str]]]]:
+def episode_contexts(
+    env, language, tasks: int = 300, depth: int = 4, per_situation: int = CONTEXTS_PER_SKILL
+) -> dict[str, list[tuple[list[str], list[str]]]]:
     """situation -> up to `per_situation` (observations, moves) of real held-out episodes whose last
     observation shows it (every move sequence of up to `depth` moves from the first `tasks` held-out tasks,
     at most 2 contexts per task and situation, so that many tasks are represented)."""
@@ -58,8 +65,14 @@ def episode_contexts(env, language, tasks: int = 300, depth: int = 4,
     return found
 
 
-def _probabilities(model, codec, prompts: Sequence[tuple[str, list[str], list[str]]], actions: Sequence[str],
-                   max_length: int, batch: int = 64) -> torch.Tensor:
+def _probabilities(
+    model,
+    codec,
+    prompts: Sequence[tuple[str, list[str], list[str]]],
+    actions: Sequence[str],
+    max_length: int,
+    batch: int = 64,
+) -> torch.Tensor:
     """[N, len(actions)] probabilities of each move at the last cue of each (system, observations, moves)."""
     from rwcore.trainer.policy import Policy
     from rwcore.trainer.prior.scoring import move_logprobs
@@ -73,7 +86,7 @@ def _probabilities(model, codec, prompts: Sequence[tuple[str, list[str], list[st
     with torch.no_grad():
         for start in range(0, len(prompts), batch):
             encoded = []
-            for system, observations, moves in prompts[start:start + batch]:
+            for system, observations, moves in prompts[start : start + batch]:
                 ids, positions = encode_conversation(codec, system, observations, moves)
                 encoded.append((ids[-max_length:], len(ids[-max_length:]) - 1))
             width = max(len(ids) for ids, _ in encoded)
@@ -81,7 +94,9 @@ def _probabilities(model, codec, prompts: Sequence[tuple[str, list[str], list[st
             mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in encoded], device=device)
             rows = torch.arange(len(encoded), device=device)
             positions = torch.tensor([p for _, p in encoded], device=device)
-            out.append(move_logprobs(policy, tensor, mask, rows, positions, allowed.to(device)).exp()[:, :len(actions)])
+            out.append(
+                move_logprobs(policy, tensor, mask, rows, positions, allowed.to(device)).exp()[:, : len(actions)]
+            )
     if was_training:
         model.train()
     return torch.cat(out).cpu()
@@ -106,8 +121,11 @@ def probe(model, codec, env, language, spec: CorpusSpec, *, seed: int = 12345) -
             observations = [language.observe(s, rng) for s in earlier] + [language.observe(situation, rng)]
             moves = [rng.choice(actions) for _ in earlier]
             distractors = [t for (s, _), t in zip(lines, texts) if s != situation]
-            prompts += [(render_system_prompt(base, texts), observations, moves), (base, observations, moves),
-                        (render_system_prompt(base, distractors), observations, moves)]
+            prompts += [
+                (render_system_prompt(base, texts), observations, moves),
+                (base, observations, moves),
+                (render_system_prompt(base, distractors), observations, moves),
+            ]
             index.append((situation, move))
     probs = _probabilities(model, codec, prompts, actions, spec.max_length)
     pairs: dict[str, dict] = {}
@@ -130,30 +148,42 @@ def probe(model, codec, env, language, spec: CorpusSpec, *, seed: int = 12345) -
             continue
         situation, move = pair
         for observations, moves in contexts[situation]:
-            prompts += [(render_system_prompt(base, [text]), observations, moves), (base, observations, moves),
-                        (render_system_prompt(base, firsts), observations, moves)]
+            prompts += [
+                (render_system_prompt(base, [text]), observations, moves),
+                (base, observations, moves),
+                (render_system_prompt(base, firsts), observations, moves),
+            ]
             index.append(len(skills))
-        skills.append({"text": text, "probed": True, "situation": situation, "move": move,
-                       "contexts": len(contexts[situation])})
+        skills.append(
+            {"text": text, "probed": True, "situation": situation, "move": move, "contexts": len(contexts[situation])}
+        )
     probs = _probabilities(model, codec, prompts, actions, spec.max_length) if prompts else torch.zeros(0, 1)
     gathered: dict[int, list] = {}
     for k, position in enumerate(index):
         column = actions.index(skills[position]["move"])
         gathered.setdefault(position, []).append([float(probs[3 * k + j, column]) for j in range(3)])
     for position, rows in gathered.items():
-        skills[position].update({"with": _mean([r[0] for r in rows]), "without": _mean([r[1] for r in rows]),
-                                 "among_all_skills": _mean([r[2] for r in rows])})
+        skills[position].update(
+            {
+                "with": _mean([r[0] for r in rows]),
+                "without": _mean([r[1] for r in rows]),
+                "among_all_skills": _mean([r[2] for r in rows]),
+            }
+        )
         skills[position]["lift"] = skills[position]["with"] - skills[position]["without"]
     probed = [s for s in skills if s.get("probed") and "lift" in s]
     return {
         "chance": 1.0 / len(actions),
         "heldout": {**heldout, "pairs": pairs, "contexts_per_pair": CONTEXTS_PER_PAIR},
         "skills": skills,
-        "skills_summary": {"probed": len(probed), "not_probed": sum(not s["probed"] for s in skills),
-                           "min_lift": min((s["lift"] for s in probed), default=None),
-                           "mean_lift": _mean([s["lift"] for s in probed]) if probed else None,
-                           "mean_with": _mean([s["with"] for s in probed]) if probed else None,
-                           "mean_without": _mean([s["without"] for s in probed]) if probed else None},
+        "skills_summary": {
+            "probed": len(probed),
+            "not_probed": sum(not s["probed"] for s in skills),
+            "min_lift": min((s["lift"] for s in probed), default=None),
+            "mean_lift": _mean([s["lift"] for s in probed]) if probed else None,
+            "mean_with": _mean([s["with"] for s in probed]) if probed else None,
+            "mean_without": _mean([s["without"] for s in probed]) if probed else None,
+        },
     }
 
 
@@ -176,23 +206,31 @@ def format_probe(report: dict) -> str:
     """The probe as a few lines and a table, for the terminal."""
     chance = report["chance"]
     h = report["heldout"]
-    lines = [f"held-out pairings ({len(h['pairs'])}, {h['contexts_per_pair']} contexts each, never in the corpus): "
-             f"P(hinted move) {h['with']:.3f} with the guidance line, {h['without']:.3f} without it, "
-             f"{h['distractors_only']:.3f} with only the other lines (chance {chance:.3f})"]
+    lines = [
+        f"held-out pairings ({len(h['pairs'])}, {h['contexts_per_pair']} contexts each, never in the corpus): "
+        f"P(hinted move) {h['with']:.3f} with the guidance line, {h['without']:.3f} without it, "
+        f"{h['distractors_only']:.3f} with only the other lines (chance {chance:.3f})"
+    ]
     summary = report["skills_summary"]
     if summary["probed"]:
-        lines.append(f"environment skill texts at their situation ({summary['probed']} probed, "
-                     f"{summary['not_probed']} name no single move): P(move) {summary['mean_with']:.3f} with the "
-                     f"text vs {summary['mean_without']:.3f} without; lift min {summary['min_lift']:+.3f}, "
-                     f"mean {summary['mean_lift']:+.3f}")
+        lines.append(
+            f"environment skill texts at their situation ({summary['probed']} probed, "
+            f"{summary['not_probed']} name no single move): P(move) {summary['mean_with']:.3f} with the "
+            f"text vs {summary['mean_without']:.3f} without; lift min {summary['min_lift']:+.3f}, "
+            f"mean {summary['mean_lift']:+.3f}"
+        )
     lines.append(f"{'with':>6} {'without':>7} {'lift':>6} {'all':>6}  situation -> move  text")
     for skill in report["skills"]:
         if not skill["probed"]:
             lines.append(f"{'':>6} {'':>7} {'':>6} {'':>6}  (not probed)  {skill['text']}")
         elif "lift" not in skill:
-            lines.append(f"{'':>6} {'':>7} {'':>6} {'':>6}  {skill['situation']} -> {skill['move']} "
-                         f"(no held-out episode reaches it)  {skill['text']}")
+            lines.append(
+                f"{'':>6} {'':>7} {'':>6} {'':>6}  {skill['situation']} -> {skill['move']} "
+                f"(no held-out episode reaches it)  {skill['text']}"
+            )
         else:
-            lines.append(f"{skill['with']:6.3f} {skill['without']:7.3f} {skill['lift']:+6.3f} "
-                         f"{skill['among_all_skills']:6.3f}  {skill['situation']} -> {skill['move']}  {skill['text']}")
+            lines.append(
+                f"{skill['with']:6.3f} {skill['without']:7.3f} {skill['lift']:+6.3f} "
+                f"{skill['among_all_skills']:6.3f}  {skill['situation']} -> {skill['move']}  {skill['text']}"
+            )
     return "\n".join(lines)

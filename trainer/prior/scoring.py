@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def move_logprobs(policy, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-                  allowed: torch.Tensor) -> torch.Tensor:
+def move_logprobs(
+    policy, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor
+) -> torch.Tensor:
     """[N, K] float log-probs over the action space `allowed` [K] (long token ids) at the N (row, position)
     pairs of a right-padded batch ids [B, W] (long) with mask [B, W], for a `Policy` (whose hidden_states
     encode the prompt the rows share - the system prompt, the skills preamble - once)."""

@@ -11,7 +11,13 @@ decision), `prompt` (rendering), `pool` (the pool itself).
 
 from rwcore.arise.pool.lifecycle import transition
 from rwcore.arise.pool.pool import RubricSkillPool
-from rwcore.arise.pool.prompt import SKILLS_BEGIN, SKILLS_END, SKILLS_PREAMBLE, render_skills_section, render_system_prompt
+from rwcore.arise.pool.prompt import (
+    SKILLS_BEGIN,
+    SKILLS_END,
+    SKILLS_PREAMBLE,
+    render_skills_section,
+    render_system_prompt,
+)
 from rwcore.arise.pool.records import EVENT_KINDS, PoolEvent, PoolUpdate, Rubric, RubricSkillPair, Skill, SkillStatus
 
 __all__ = [

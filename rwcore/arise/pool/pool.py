@@ -47,7 +47,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from rwcore._io import atomic_write_bytes
-from rwcore.judged import JudgedBatch
 from rwcore.arise.pool.lifecycle import transition
 from rwcore.arise.pool.prompt import render_system_prompt
 from rwcore.arise.pool.records import (
@@ -60,6 +59,7 @@ from rwcore.arise.pool.records import (
     pass_rate,
 )
 from rwcore.arise.pool.window import WindowEvidence, parse_counts, parse_reports
+from rwcore.judged import JudgedBatch
 from rwcore.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_state
 from rwcore.types import RubricReflector, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.validation import check_int, check_trajectories, check_unit
@@ -68,7 +68,12 @@ from rwcore.verdict import Verdict
 _STATE_KIND = "RubricSkillPool"
 _STATE_FORMAT = 1
 _SPEC_FIELDS = ("rubric_id", "criterion", "applicability", "capability", "evaluator_prompt", "scored")
-_ORDER = ("activated", "hidden", "retired", "retained")  # event order within an update ("refined" goes with "activated")
+_ORDER = (
+    "activated",
+    "hidden",
+    "retired",
+    "retained",
+)  # event order within an update ("refined" goes with "activated")
 
 
 @dataclass(frozen=True)
@@ -109,11 +114,21 @@ class RubricSkillPool:
     Bad arguments raise ValueError naming them, and leave the pool unchanged.
     """
 
-    def __init__(self, reflector: RubricReflector | None = None, *, max_pool: int = 64, max_new: int = 8,
-                 delta_pool: int = 10, eta_high: float = 0.9, eta_low: float = 0.3,
-                 capabilities: Sequence[str] = DEFAULT_CAPABILITIES, base_prompt: str = "",
-                 proposals: Sequence[RubricSkillProposal] = (), max_failures: int = 256,
-                 frozen: bool = False) -> None:
+    def __init__(
+        self,
+        reflector: RubricReflector | None = None,
+        *,
+        max_pool: int = 64,
+        max_new: int = 8,
+        delta_pool: int = 10,
+        eta_high: float = 0.9,
+        eta_low: float = 0.3,
+        capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
+        base_prompt: str = "",
+        proposals: Sequence[RubricSkillProposal] = (),
+        max_failures: int = 256,
+        frozen: bool = False,
+    ) -> None:
         self._max_pool = check_int(max_pool, "max_pool", low=1)
         self._max_new = check_int(max_new, "max_new", low=0)
         self._delta_pool = check_int(delta_pool, "delta_pool", low=1)
@@ -136,9 +151,14 @@ class RubricSkillPool:
         self.base_prompt = base_prompt
         self._reflector = None if reflector is None else _check_reflector(reflector, "reflector")
         self._config = {
-            "max_pool": self._max_pool, "max_new": self._max_new, "delta_pool": self._delta_pool,
-            "eta_high": self._eta_high, "eta_low": self._eta_low, "capabilities": list(self._capabilities),
-            "max_failures": self._max_failures, "frozen": self._frozen,
+            "max_pool": self._max_pool,
+            "max_new": self._max_new,
+            "delta_pool": self._delta_pool,
+            "eta_high": self._eta_high,
+            "eta_low": self._eta_low,
+            "capabilities": list(self._capabilities),
+            "max_failures": self._max_failures,
+            "frozen": self._frozen,
         }
 
         self._entries: dict[str, _Entry] = {}
@@ -192,8 +212,10 @@ class RubricSkillPool:
         self._reflector = None if reflector is None else _check_reflector(reflector, "reflector")
 
     def __repr__(self) -> str:
-        return (f"RubricSkillPool(pairs={len(self._entries)}, active_skills={len(self.active_skills())}, "
-                f"retired={len(self._retired)}, last_update_step={self._last_update})")
+        return (
+            f"RubricSkillPool(pairs={len(self._entries)}, active_skills={len(self.active_skills())}, "
+            f"retired={len(self._retired)}, last_update_step={self._last_update})"
+        )
 
     # -- the pool as the rest of training sees it -------------------------------------------------
     def __len__(self) -> int:
@@ -301,10 +323,12 @@ class RubricSkillPool:
             if rubric_id not in self._entries:
                 continue
             column = judged.codes[:, j]
-            counts[rubric_id] = [int((column == code).sum()) for code in (Verdict.PASS, Verdict.FAIL, Verdict.NA,
-                                                                         Verdict.INVALID)]
-            failures[rubric_id] = [tid for tid, code in zip(judged.trajectory_ids, column)
-                                   if code == Verdict.FAIL and tid]
+            counts[rubric_id] = [
+                int((column == code).sum()) for code in (Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID)
+            ]
+            failures[rubric_id] = [
+                tid for tid, code in zip(judged.trajectory_ids, column) if code == Verdict.FAIL and tid
+            ]
         self._window.add(step, counts, failures)
 
     def record_counts(self, counts: Mapping[str, Sequence[int]], step: int) -> None:
@@ -319,17 +343,29 @@ class RubricSkillPool:
         step = check_int(step, "step", low=0)
         return (step + 1) % self._delta_pool == 0
 
-    def maybe_update(self, step: int, trajectories: Sequence[Trajectory] = (), *,
-                     reflector: RubricReflector | None = None, evidence: Sequence[Trajectory] | None = None,
-                     diagnostics: str | None = None) -> PoolUpdate | None:
+    def maybe_update(
+        self,
+        step: int,
+        trajectories: Sequence[Trajectory] = (),
+        *,
+        reflector: RubricReflector | None = None,
+        evidence: Sequence[Trajectory] | None = None,
+        diagnostics: str | None = None,
+    ) -> PoolUpdate | None:
         """`update(step, ...)` when step is an update step not yet run, else None."""
         if self.is_update_step(step) and step > self._last_update:
             return self.update(step, trajectories, reflector=reflector, evidence=evidence, diagnostics=diagnostics)
         return None
 
-    def update(self, step: int, trajectories: Sequence[Trajectory] = (), *,
-               reflector: RubricReflector | None = None, evidence: Sequence[Trajectory] | None = None,
-               diagnostics: str | None = None) -> PoolUpdate:
+    def update(
+        self,
+        step: int,
+        trajectories: Sequence[Trajectory] = (),
+        *,
+        reflector: RubricReflector | None = None,
+        evidence: Sequence[Trajectory] | None = None,
+        diagnostics: str | None = None,
+    ) -> PoolUpdate:
         """Runs the scheduled update at the end of step `step` (see the module docstring); all or nothing.
 
         trajectories: the window's rollouts, where each refined skill's failures are looked up
@@ -380,7 +416,7 @@ class RubricSkillPool:
                 continue
             failed_ids = set(self._window.failure_ids(rubric_id, low, step))
             failures = [t for t in trajectories if t.trajectory_id in failed_ids]
-            failures = failures[-self._max_failures:] if self._max_failures else []
+            failures = failures[-self._max_failures :] if self._max_failures else []
             if not failures:
                 plan[rubric_id] = "retained"  # nothing to refine from: keep the skill, ask nobody
                 continue
@@ -412,13 +448,21 @@ class RubricSkillPool:
                 proposals = reflector.propose_rubric_skills(evidence, existing, room)
             argument = "reflector.propose_rubric_skills(...)"
             if isinstance(proposals, (str, bytes)) or not isinstance(proposals, Sequence):
-                raise ValueError(f"{argument} must return a list of RubricSkillProposal, got {type(proposals).__name__}")
+                raise ValueError(
+                    f"{argument} must return a list of RubricSkillProposal, got {type(proposals).__name__}"
+                )
             taken = set(self._entries) | set(self._retired)
             # A reflector (an LLM especially) may propose a rubric the pool holds or has
             # retired; ids are never reused, so such proposals are dropped, not fatal.
-            fresh = [p for p in proposals
-                     if not (isinstance(p, RubricSkillProposal) and isinstance(p.rubric, RubricSpec)
-                             and p.rubric.rubric_id in taken)]
+            fresh = [
+                p
+                for p in proposals
+                if not (
+                    isinstance(p, RubricSkillProposal)
+                    and isinstance(p.rubric, RubricSpec)
+                    and p.rubric.rubric_id in taken
+                )
+            ]
             dropped = len(proposals) - min(len(fresh), room)
             new_pairs, next_id = self._check_proposals(fresh[:room], argument, taken, next_id)
 
@@ -436,9 +480,15 @@ class RubricSkillPool:
                 entry = replace(entry, status=SkillStatus.HIDDEN)
             counts = window[rubric_id]
             event = PoolEvent(
-                kind=kind, rubric_id=rubric_id, step=step, capability=entry.spec.capability,
-                pass_rate=rates[rubric_id], applicable=counts[0] + counts[1], passes=counts[0],
-                skill_status=entry.status.value, revision=entry.revisions,
+                kind=kind,
+                rubric_id=rubric_id,
+                step=step,
+                capability=entry.spec.capability,
+                pass_rate=rates[rubric_id],
+                applicable=counts[0] + counts[1],
+                passes=counts[0],
+                skill_status=entry.status.value,
+                revision=entry.revisions,
                 skill=entry.skill if kind == "refined" else None,
             )
             events["activated" if kind == "refined" else kind].append(event)
@@ -460,10 +510,17 @@ class RubricSkillPool:
             return tuple(rid for rid, k in plan.items() if k == kind)
 
         summary = PoolUpdate(
-            step=step, pass_rates=dict(rates), activated=ids("activated"), refined=ids("refined"),
-            hidden=ids("hidden"), retired=ids("retired"), retained=ids("retained"),
-            created=tuple(spec.rubric_id for spec, _ in new_pairs), dropped=dropped,
-            active_rubrics=len(entries), active_skills=sum(e.status == SkillStatus.ACTIVE for e in entries.values()),
+            step=step,
+            pass_rates=dict(rates),
+            activated=ids("activated"),
+            refined=ids("refined"),
+            hidden=ids("hidden"),
+            retired=ids("retired"),
+            retained=ids("retained"),
+            created=tuple(spec.rubric_id for spec, _ in new_pairs),
+            dropped=dropped,
+            active_rubrics=len(entries),
+            active_skills=sum(e.status == SkillStatus.ACTIVE for e in entries.values()),
             added_total=len(entries) + len(self._retired) + len(retired),
             retired_total=len(self._retired) + len(retired),
         )
@@ -586,8 +643,9 @@ class RubricSkillPool:
             )
         return step
 
-    def _check_proposals(self, proposals: Sequence, argument: str, taken: set[str],
-                         next_id: int) -> tuple[list[tuple[RubricSpec, str]], int]:
+    def _check_proposals(
+        self, proposals: Sequence, argument: str, taken: set[str], next_id: int
+    ) -> tuple[list[tuple[RubricSpec, str]], int]:
         """Validated (spec, skill) pairs; an empty rubric id gets the next free "rubric-<n>"."""
         taken = set(taken)
         checked: list[tuple[RubricSpec, str]] = []
@@ -605,7 +663,9 @@ class RubricSkillPool:
                 spec = replace(spec, rubric_id=f"rubric-{next_id}")
                 next_id += 1
             elif spec.rubric_id in taken:
-                raise ValueError(f"{at}.rubric.rubric_id {spec.rubric_id!r} is already used in (or was retired from) the pool")
+                raise ValueError(
+                    f"{at}.rubric.rubric_id {spec.rubric_id!r} is already used in (or was retired from) the pool"
+                )
             if not isinstance(proposal.skill, str) or not proposal.skill.strip():
                 raise ValueError(f"{at}.skill must be non-empty text, got {proposal.skill!r}")
             taken.add(spec.rubric_id)
@@ -624,7 +684,8 @@ class RubricSkillPool:
             raise ValueError(f"{argument}.scored must be a bool, got {spec.scored!r}")
         if spec.capability not in self._capabilities:
             raise ValueError(
-                f"{argument}.capability {spec.capability!r} is not one of the pool's capabilities {self._capabilities!r}"
+                f"{argument}.capability {spec.capability!r} is not one of the pool's capabilities "
+                f"{self._capabilities!r}"
             )
 
     def _load_entry(self, data, argument: str, last: int) -> _Entry:
@@ -671,9 +732,16 @@ def _check_reflector(reflector, argument: str) -> RubricReflector:
 
 def _rubric(spec: RubricSpec, counts: Sequence[int]) -> Rubric:
     return Rubric(
-        rubric_id=spec.rubric_id, criterion=spec.criterion, applicability=spec.applicability,
-        capability=spec.capability, evaluator_prompt=spec.evaluator_prompt, scored=spec.scored,
-        passes=counts[0], fails=counts[1], not_applicable=counts[2], invalid=counts[3],
+        rubric_id=spec.rubric_id,
+        criterion=spec.criterion,
+        applicability=spec.applicability,
+        capability=spec.capability,
+        evaluator_prompt=spec.evaluator_prompt,
+        scored=spec.scored,
+        passes=counts[0],
+        fails=counts[1],
+        not_applicable=counts[2],
+        invalid=counts[3],
     )
 
 
@@ -699,6 +767,14 @@ def _entry_state(entry: _Entry) -> dict:
 
 def _created_event(spec: RubricSpec, skill: str, step: int) -> PoolEvent:
     return PoolEvent(
-        kind="created", rubric_id=spec.rubric_id, step=step, capability=spec.capability, pass_rate=None,
-        applicable=0, passes=0, skill_status=SkillStatus.HIDDEN.value, revision=0, skill=skill,
+        kind="created",
+        rubric_id=spec.rubric_id,
+        step=step,
+        capability=spec.capability,
+        pass_rate=None,
+        applicable=0,
+        passes=0,
+        skill_status=SkillStatus.HIDDEN.value,
+        revision=0,
+        skill=skill,
     )

@@ -74,15 +74,25 @@ class Rubric:
     def spec(self) -> RubricSpec:
         """The RubricSpec a judge takes (evidence dropped)."""
         return RubricSpec(
-            rubric_id=self.rubric_id, criterion=self.criterion, applicability=self.applicability,
-            capability=self.capability, evaluator_prompt=self.evaluator_prompt, scored=self.scored,
+            rubric_id=self.rubric_id,
+            criterion=self.criterion,
+            applicability=self.applicability,
+            capability=self.capability,
+            evaluator_prompt=self.evaluator_prompt,
+            scored=self.scored,
         )
 
     def to_dict(self) -> dict:
         return {
-            "rubric_id": self.rubric_id, "criterion": self.criterion, "applicability": self.applicability,
-            "capability": self.capability, "evaluator_prompt": self.evaluator_prompt, "scored": self.scored,
-            "passes": self.passes, "fails": self.fails, "not_applicable": self.not_applicable,
+            "rubric_id": self.rubric_id,
+            "criterion": self.criterion,
+            "applicability": self.applicability,
+            "capability": self.capability,
+            "evaluator_prompt": self.evaluator_prompt,
+            "scored": self.scored,
+            "passes": self.passes,
+            "fails": self.fails,
+            "not_applicable": self.not_applicable,
             "invalid": self.invalid,
         }
 
@@ -118,8 +128,10 @@ class RubricSkillPair:
 
     def to_dict(self) -> dict:
         return {
-            "rubric": self.rubric.to_dict(), "skill": self.skill.to_dict(),
-            "created_step": self.created_step, "retired_step": self.retired_step,
+            "rubric": self.rubric.to_dict(),
+            "skill": self.skill.to_dict(),
+            "created_step": self.created_step,
+            "retired_step": self.retired_step,
         }
 
 
@@ -148,9 +160,16 @@ class PoolEvent:
 
     def to_dict(self) -> dict:
         return {
-            "kind": self.kind, "rubric_id": self.rubric_id, "step": self.step, "capability": self.capability,
-            "pass_rate": self.pass_rate, "applicable": self.applicable, "passes": self.passes,
-            "skill_status": self.skill_status, "revision": self.revision, "skill": self.skill,
+            "kind": self.kind,
+            "rubric_id": self.rubric_id,
+            "step": self.step,
+            "capability": self.capability,
+            "pass_rate": self.pass_rate,
+            "applicable": self.applicable,
+            "passes": self.passes,
+            "skill_status": self.skill_status,
+            "revision": self.revision,
+            "skill": self.skill,
         }
 
     @classmethod
@@ -184,8 +203,18 @@ class PoolEvent:
             raise ValueError(f"{argument}.capability must be a string, got {self.capability!r}")
 
 
-_EVENT_FIELDS = ("kind", "rubric_id", "step", "capability", "pass_rate", "applicable", "passes",
-                 "skill_status", "revision", "skill")
+_EVENT_FIELDS = (
+    "kind",
+    "rubric_id",
+    "step",
+    "capability",
+    "pass_rate",
+    "applicable",
+    "passes",
+    "skill_status",
+    "revision",
+    "skill",
+)
 
 
 @dataclass(frozen=True)
@@ -219,19 +248,33 @@ class PoolUpdate:
     def counts(self) -> dict:
         """One row of figure 4a: active / added / retired counts at this update (and running totals)."""
         return {
-            "step": self.step, "active_rubrics": self.active_rubrics, "active_skills": self.active_skills,
-            "added": len(self.created), "retired": len(self.retired), "activated": len(self.activated),
-            "hidden": len(self.hidden), "refined": len(self.refined),
-            "added_total": self.added_total, "retired_total": self.retired_total,
+            "step": self.step,
+            "active_rubrics": self.active_rubrics,
+            "active_skills": self.active_skills,
+            "added": len(self.created),
+            "retired": len(self.retired),
+            "activated": len(self.activated),
+            "hidden": len(self.hidden),
+            "refined": len(self.refined),
+            "added_total": self.added_total,
+            "retired_total": self.retired_total,
         }
 
     def to_dict(self) -> dict:
         return {
-            "step": self.step, "pass_rates": dict(self.pass_rates),
-            "activated": list(self.activated), "refined": list(self.refined), "hidden": list(self.hidden),
-            "retired": list(self.retired), "retained": list(self.retained), "created": list(self.created),
-            "dropped": self.dropped, "active_rubrics": self.active_rubrics, "active_skills": self.active_skills,
-            "added_total": self.added_total, "retired_total": self.retired_total,
+            "step": self.step,
+            "pass_rates": dict(self.pass_rates),
+            "activated": list(self.activated),
+            "refined": list(self.refined),
+            "hidden": list(self.hidden),
+            "retired": list(self.retired),
+            "retained": list(self.retained),
+            "created": list(self.created),
+            "dropped": self.dropped,
+            "active_rubrics": self.active_rubrics,
+            "active_skills": self.active_skills,
+            "added_total": self.added_total,
+            "retired_total": self.retired_total,
         }
 
     @classmethod

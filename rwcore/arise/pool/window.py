@@ -48,7 +48,7 @@ class WindowEvidence:
         for step in sorted(self.failures.get(rubric_id, {})):
             if low <= step <= high:
                 ids.extend(self.failures[rubric_id][step])
-        return ids[-self.max_failures:] if self.max_failures else []
+        return ids[-self.max_failures :] if self.max_failures else []
 
     # -- writing (callers validate first; these cannot fail half-way) ----------------------------
     def add(self, step: int, counts: Mapping[str, Sequence[int]], failures: Mapping[str, Sequence[str]]) -> None:
@@ -63,7 +63,7 @@ class WindowEvidence:
                 if ids:
                     kept = self.failures.setdefault(rubric_id, {}).setdefault(step, [])
                     kept.extend(ids)
-                    del kept[:-self.max_failures]
+                    del kept[: -self.max_failures]
 
     def drop_through(self, step: int) -> None:
         """Forgets every step <= `step` (the window an update consumed, and anything older)."""
@@ -101,7 +101,9 @@ class WindowEvidence:
         failures: dict[int, list[str]] = {}
         for n, entry in enumerate(evidence):
             if not isinstance(entry, list) or len(entry) != 5 or not all(_is_count(x) for x in entry):
-                raise ValueError(f"{argument}['evidence'][{n}] must be [step, passes, fails, na, invalid], integers >= 0")
+                raise ValueError(
+                    f"{argument}['evidence'][{n}] must be [step, passes, fails, na, invalid], integers >= 0"
+                )
             if entry[0] <= after_step or entry[0] in counts:
                 raise ValueError(f"{argument}['evidence'][{n}]: step {entry[0]} is repeated or in a closed window")
             counts[int(entry[0])] = [int(x) for x in entry[1:]]
@@ -111,7 +113,11 @@ class WindowEvidence:
             step, ids = entry
             if step <= after_step or step in failures:
                 raise ValueError(f"{argument}['failures'][{n}]: step {step} is repeated or in a closed window")
-            if not isinstance(ids, list) or not all(isinstance(x, str) and x for x in ids) or len(ids) > self.max_failures:
+            if (
+                not isinstance(ids, list)
+                or not all(isinstance(x, str) and x for x in ids)
+                or len(ids) > self.max_failures
+            ):
                 raise ValueError(f"{argument}['failures'][{n}] must list at most {self.max_failures} trajectory ids")
             failures[step] = list(ids)
         if counts:
@@ -124,8 +130,9 @@ def _is_count(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and value >= 0
 
 
-def parse_reports(reports: Sequence[JudgeReport], known: Collection[str], retired: Mapping[str, int],
-                  argument: str = "reports") -> tuple[dict[str, list[int]], dict[str, list[str]]]:
+def parse_reports(
+    reports: Sequence[JudgeReport], known: Collection[str], retired: Mapping[str, int], argument: str = "reports"
+) -> tuple[dict[str, list[int]], dict[str, list[str]]]:
     """Validated per-rubric counts [passes, fails, na, invalid] and failed trajectory ids of `reports`.
 
     Every judgment must name a rubric in `known` (the pool); a retired one is
@@ -161,8 +168,9 @@ def parse_reports(reports: Sequence[JudgeReport], known: Collection[str], retire
     return counts, failures
 
 
-def parse_counts(counts: Mapping, known: Collection[str], retired: Mapping[str, int],
-                 argument: str = "counts") -> dict[str, list[int]]:
+def parse_counts(
+    counts: Mapping, known: Collection[str], retired: Mapping[str, int], argument: str = "counts"
+) -> dict[str, list[int]]:
     """Validated {rubric id: (passes, fails)} -> rows [passes, fails, 0, 0]."""
     if not isinstance(counts, Mapping):
         raise ValueError(f"{argument} must be a mapping of rubric id -> (passes, fails), got {type(counts).__name__}")

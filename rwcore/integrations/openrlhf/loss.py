@@ -72,14 +72,19 @@ class RwcorePolicyLoss(nn.Module):
     ) -> None:
         super().__init__()
         if policy_loss_type != "ppo":
-            raise ValueError(f"RwcorePolicyLoss implements the token-level ratio loss (policy_loss_type='ppo'), "
-                             f"got {policy_loss_type!r}")
+            raise ValueError(
+                f"RwcorePolicyLoss implements the token-level ratio loss (policy_loss_type='ppo'), "
+                f"got {policy_loss_type!r}"
+            )
         if is_correction_level != "off":
-            raise ValueError("RwcorePolicyLoss does not reproduce OpenRLHF's is_correction_* (vLLM mismatch) "
-                             f"weighting; use is_correction_level='off', got {is_correction_level!r}")
+            raise ValueError(
+                "RwcorePolicyLoss does not reproduce OpenRLHF's is_correction_* (vLLM mismatch) "
+                f"weighting; use is_correction_level='off', got {is_correction_level!r}"
+            )
         if dual_clip is None:
-            raise ValueError("rwcore's loss always dual-clips: pass dual_clip > 1 (Arise uses 3.0; "
-                             "OpenRLHF: --actor.dual_clip 3)")
+            raise ValueError(
+                "rwcore's loss always dual-clips: pass dual_clip > 1 (Arise uses 3.0; OpenRLHF: --actor.dual_clip 3)"
+            )
         self.clip_eps_low = float(clip_eps_low)
         self.clip_eps_high = float(clip_eps_high)
         self.dual_clip = float(dual_clip)
@@ -100,11 +105,22 @@ class RwcorePolicyLoss(nn.Module):
         check_loss_bounds(self.ratio_low, self.ratio_high, self.clip_c)
 
     @classmethod
-    def arise(cls, ratio_low: float = 0.5, ratio_high: float = 5.0, clip_c: float = 3.0,
-              token_level_loss: bool = True, backend: str = "auto") -> "RwcorePolicyLoss":
+    def arise(
+        cls,
+        ratio_low: float = 0.5,
+        ratio_high: float = 5.0,
+        clip_c: float = 3.0,
+        token_level_loss: bool = True,
+        backend: str = "auto",
+    ) -> "RwcorePolicyLoss":
         """The module from rwcore's own parameters (the filter bounds and the dual-clip constant)."""
-        module = cls(clip_eps_low=1.0 - ratio_low, clip_eps_high=ratio_high - 1.0, dual_clip=clip_c,
-                     token_level_loss=token_level_loss, backend=backend)
+        module = cls(
+            clip_eps_low=1.0 - ratio_low,
+            clip_eps_high=ratio_high - 1.0,
+            dual_clip=clip_c,
+            token_level_loss=token_level_loss,
+            backend=backend,
+        )
         module.ratio_low, module.ratio_high = float(ratio_low), float(ratio_high)  # exact, no 1 - (1 - x) round-off
         return module
 
@@ -146,8 +162,15 @@ class RwcorePolicyLoss(nn.Module):
             else:
                 denominator = _scalar(global_batch_size, device) / dp_size
         loss, stats = filtered_dual_clip_loss(
-            log_probs, old_log_probs, adv.detach(), mask, self.ratio_low, self.ratio_high, self.clip_c,
-            num_model_tokens=denominator, backend=self.backend,
+            log_probs,
+            old_log_probs,
+            adv.detach(),
+            mask,
+            self.ratio_low,
+            self.ratio_high,
+            self.clip_c,
+            num_model_tokens=denominator,
+            backend=self.backend,
         )
         self.last_stats = stats
         with torch.no_grad():

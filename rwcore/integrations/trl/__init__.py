@@ -1,4 +1,5 @@
-"""rwcore inside TRL's `GRPOTrainer`: the filtered dual-clip loss, the adaptive task sampler, rubric rewards, the method.
+"""rwcore inside TRL's `GRPOTrainer`: the filtered dual-clip loss, the adaptive task sampler, rubric rewards and
+the method.
 
     from rwcore import CapabilitySampler
     from rwcore.integrations.trl import RWGRPOTrainer, rubric_reward_funcs

@@ -20,10 +20,12 @@ _LOGIC = {
         "`RubricRecorder`) to a rwcore sampler with `record_group` and advances its policy version to "
         "`state.global_step`. Args: sampler (a rwcore sampler or AdaptiveBatchSampler), recorder, group_size "
         "(default: args.num_generations), set_rubrics (give the sampler the rubrics' capabilities at train start "
-        "when its pool is empty)."),
+        "when its pool is empty).",
+    ),
     "AdaptiveMethodCallback": (
         _AdaptiveMethodCallbackLogic,
-        "`transformers.TrainerCallback` that ends the method's step (`MethodLoop.end_step`) after each optimizer step."),
+        "`transformers.TrainerCallback` that ends the method's step (`MethodLoop.end_step`) after each optimizer step.",
+    ),
 }
 
 
@@ -34,5 +36,6 @@ def callback_class(name: str) -> type:
         raise ValueError(f"callback must be one of {sorted(_LOGIC)}, got {name!r}")
     _, transformers = require_trl()
     logic, doc = _LOGIC[name]
-    return type(name, (logic, transformers.TrainerCallback), {"__module__": PACKAGE, "__qualname__": name,
-                                                               "__doc__": doc})
+    return type(
+        name, (logic, transformers.TrainerCallback), {"__module__": PACKAGE, "__qualname__": name, "__doc__": doc}
+    )

@@ -17,11 +17,13 @@ _TRAINERS = {
     "RWGRPOTrainer": (
         RWGRPOMixin,
         "`trl.GRPOTrainer` with rwcore's filtered dual-clip loss, optional adaptive task sampler and rubric "
-        "feedback; see `RWGRPOMixin` for the extra arguments."),
+        "feedback; see `RWGRPOMixin` for the extra arguments.",
+    ),
     "AdaptiveGRPOTrainer": (
         AdaptiveGRPOMixin,
         "`trl.GRPOTrainer` driven by a `rwcore.AdaptiveMethod` (sampler, rewards, advantages, pool and skills, "
-        "RewardWeaver's active set); see rwcore.integrations.trl.method."),
+        "RewardWeaver's active set); see rwcore.integrations.trl.method.",
+    ),
 }
 
 

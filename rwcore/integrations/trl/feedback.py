@@ -19,20 +19,23 @@ def _gather_calls(calls: list[dict], world_size: int) -> list[dict]:
         raise RuntimeError(f"processes recorded different numbers of reward batches: {[len(p) for p in per_process]}")
     merged = []
     for parts in zip(*per_process):
-        merged.append({
-            "task_ids": [t for part in parts for t in part["task_ids"]],
-            "verdicts": [v for part in parts for v in part["verdicts"]],
-            "outcomes": [o for part in parts for o in part["outcomes"]],
-            "policy_version": parts[0]["policy_version"],
-        })
+        merged.append(
+            {
+                "task_ids": [t for part in parts for t in part["task_ids"]],
+                "verdicts": [v for part in parts for v in part["verdicts"]],
+                "outcomes": [o for part in parts for o in part["outcomes"]],
+                "policy_version": parts[0]["policy_version"],
+            }
+        )
     return merged
 
 
 class _RubricFeedbackLogic:
     """The body of `RubricFeedbackCallback` (which adds `transformers.TrainerCallback` as a base)."""
 
-    def __init__(self, sampler, recorder: RubricRecorder, *, group_size: int | None = None,
-                 set_rubrics: bool = True) -> None:
+    def __init__(
+        self, sampler, recorder: RubricRecorder, *, group_size: int | None = None, set_rubrics: bool = True
+    ) -> None:
         if not callable(getattr(sampler, "record_group", None)) and not callable(getattr(sampler, "feedback", None)):
             raise ValueError(
                 "sampler must be a rwcore sampler (record_group) or an AdaptiveBatchSampler (feedback), "

@@ -41,9 +41,19 @@ REWARD_NAME = "rwcore_method"
 class AdaptiveGRPOMixin(RWGRPOMixin):
     """`RWGRPOMixin` whose sampler, rewards and advantages come from an `AdaptiveMethod` (see the module)."""
 
-    def __init__(self, *args, method, judge, outcome_fn: Callable | None = None, diagnose: Callable | None = None,
-                 base_system_prompt: str = "", task_id_column: str = "task_id", tags_column: str | None = "tags",
-                 keep_rounds: int = 16, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        method,
+        judge,
+        outcome_fn: Callable | None = None,
+        diagnose: Callable | None = None,
+        base_system_prompt: str = "",
+        task_id_column: str = "task_id",
+        tags_column: str | None = "tags",
+        keep_rounds: int = 16,
+        **kwargs,
+    ) -> None:
         from rwcore.method.loop import MethodLoop
 
         if judge is None:
@@ -83,17 +93,25 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
     def _rw_check_method_setup(self) -> None:
         s, args = self.rw_method.settings, self.args
         if getattr(args, "world_size", 1) != 1:
-            raise ValueError(f"AdaptiveGRPOTrainer runs on one process (the method scores whole groups); "
-                             f"world_size is {args.world_size}")
+            raise ValueError(
+                f"AdaptiveGRPOTrainer runs on one process (the method scores whole groups); "
+                f"world_size is {args.world_size}"
+            )
         if self.num_generations != s.group_size:
-            raise ValueError(f"GRPOConfig.num_generations ({self.num_generations}) must equal the method's "
-                             f"MethodSettings.group_size ({s.group_size})")
+            raise ValueError(
+                f"GRPOConfig.num_generations ({self.num_generations}) must equal the method's "
+                f"MethodSettings.group_size ({s.group_size})"
+            )
         if args.generation_batch_size != s.batch_size * s.group_size:
-            raise ValueError(f"GRPOConfig.generation_batch_size ({args.generation_batch_size}) must equal the "
-                             f"method's batch_size * group_size ({s.batch_size} * {s.group_size})")
+            raise ValueError(
+                f"GRPOConfig.generation_batch_size ({args.generation_batch_size}) must equal the "
+                f"method's batch_size * group_size ({s.batch_size} * {s.group_size})"
+            )
         if self.num_iterations * args.steps_per_generation != 1:
-            raise ValueError("the method scores each rollout for one policy update: set GRPOConfig num_iterations=1 "
-                             f"and steps_per_generation=1 (got {self.num_iterations} and {args.steps_per_generation})")
+            raise ValueError(
+                "the method scores each rollout for one policy update: set GRPOConfig num_iterations=1 "
+                f"and steps_per_generation=1 (got {self.num_iterations} and {args.steps_per_generation})"
+            )
 
     def _rw_index_rows(self) -> dict:
         dataset, column = self.train_dataset, self.rw_task_id_column
@@ -134,11 +152,13 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
             raise RuntimeError("TRL computed no method rewards for this generation round")
         import torch
 
-        advantages = torch.as_tensor(pending["scored"].advantages, dtype=output["advantages"].dtype,
-                                     device=output["advantages"].device)
+        advantages = torch.as_tensor(
+            pending["scored"].advantages, dtype=output["advantages"].dtype, device=output["advantages"].device
+        )
         if advantages.shape != output["advantages"].shape:
-            raise RuntimeError(f"method advantages {tuple(advantages.shape)} do not match TRL's "
-                               f"{tuple(output['advantages'].shape)}")
+            raise RuntimeError(
+                f"method advantages {tuple(advantages.shape)} do not match TRL's {tuple(output['advantages'].shape)}"
+            )
         output["advantages"] = advantages
         pending["advantages_used"] = advantages.detach().cpu().clone()
         return output
@@ -154,20 +174,31 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         tags = columns.get(self.rw_tags_column) if self.rw_tags_column else None
         trajectories = []
         for i, (prompt, completion) in enumerate(zip(prompts, completions)):
-            trajectory = trajectory_from_trl(prompt, completion, ids[i], tags=tags[i] if tags is not None else (),
-                                             trajectory_id=f"s{step}-r{self._rw_rounds}-{i}",
-                                             group_id=f"s{step}-g{i // g}", policy_version=step)
+            trajectory = trajectory_from_trl(
+                prompt,
+                completion,
+                ids[i],
+                tags=tags[i] if tags is not None else (),
+                trajectory_id=f"s{step}-r{self._rw_rounds}-{i}",
+                group_id=f"s{step}-g{i // g}",
+                policy_version=step,
+            )
             if self.rw_outcome_fn is not None:
                 trajectory.outcome = float(self.rw_outcome_fn(trajectory))
             trajectories.append(trajectory)
         task_ids = [trajectories[i].task_id for i in range(0, len(trajectories), g)]
         for k, task_id in enumerate(task_ids):
-            if any(t.task_id != task_id for t in trajectories[k * g:(k + 1) * g]):
+            if any(t.task_id != task_id for t in trajectories[k * g : (k + 1) * g]):
                 raise ValueError("a TRL reward batch is not made of groups of num_generations completions of one task")
         result = self.rw_loop.finish(step, task_ids, trajectories)  # judge, score, observe
         reports, scored = result.reports, result.scored
-        record = {"step": step, "task_ids": task_ids, "trajectories": trajectories, "reports": reports,
-                  "scored": scored}
+        record = {
+            "step": step,
+            "task_ids": task_ids,
+            "trajectories": trajectories,
+            "reports": reports,
+            "scored": scored,
+        }
         self.rw_scored.append(record)
         self._rw_rounds += 1
         self._rw_pending = record

@@ -50,9 +50,18 @@ def _turns(messages, generated: bool) -> list[Turn]:
     return turns
 
 
-def trajectory_from_trl(prompt, completion, task_id, *, tags: Sequence = (), trajectory_id: str = "",
-                        group_id: str = "", policy_version: int = 0, outcome: float = 0.0,
-                        metadata: Mapping | None = None) -> Trajectory:
+def trajectory_from_trl(
+    prompt,
+    completion,
+    task_id,
+    *,
+    tags: Sequence = (),
+    trajectory_id: str = "",
+    group_id: str = "",
+    policy_version: int = 0,
+    outcome: float = 0.0,
+    metadata: Mapping | None = None,
+) -> Trajectory:
     """A `rwcore.Trajectory` from one TRL prompt and completion (plain strings or chat messages).
 
     Prompt messages become non-generated turns; completion messages become turns whose assistant
@@ -63,8 +72,13 @@ def trajectory_from_trl(prompt, completion, task_id, *, tags: Sequence = (), tra
     if isinstance(tags, str):
         tags = (tags,)
     return Trajectory(
-        task_id=str(task_id), turns=turns, outcome=float(outcome), tags=tuple(str(t) for t in tags),
-        group_id=group_id, policy_version=int(policy_version), trajectory_id=trajectory_id,
+        task_id=str(task_id),
+        turns=turns,
+        outcome=float(outcome),
+        tags=tuple(str(t) for t in tags),
+        group_id=group_id,
+        policy_version=int(policy_version),
+        trajectory_id=trajectory_id,
         metadata=dict(metadata or {}),
     )
 
@@ -84,16 +98,23 @@ class RubricRecorder:
     def __len__(self) -> int:
         return len(self._calls)
 
-    def record(self, task_ids: Sequence, verdicts: Sequence[Mapping], outcomes: Sequence | None = None,
-               policy_version: int | None = None) -> None:
+    def record(
+        self,
+        task_ids: Sequence,
+        verdicts: Sequence[Mapping],
+        outcomes: Sequence | None = None,
+        policy_version: int | None = None,
+    ) -> None:
         if len(verdicts) != len(task_ids) or (outcomes is not None and len(outcomes) != len(task_ids)):
             raise ValueError("RubricRecorder.record: task_ids, verdicts and outcomes must have the same length")
-        self._calls.append({
-            "task_ids": list(task_ids),
-            "verdicts": [dict(v) for v in verdicts],
-            "outcomes": list(outcomes) if outcomes is not None else [None] * len(task_ids),
-            "policy_version": policy_version,
-        })
+        self._calls.append(
+            {
+                "task_ids": list(task_ids),
+                "verdicts": [dict(v) for v in verdicts],
+                "outcomes": list(outcomes) if outcomes is not None else [None] * len(task_ids),
+                "policy_version": policy_version,
+            }
+        )
 
     def drain(self) -> list[dict]:
         """Every entry recorded since the last drain, oldest first; the recorder is left empty."""
@@ -132,8 +153,12 @@ class _SharedJudgement:
         self._rows: list[dict] = []
 
     def judgments(self, func_index: int, prompts, completions, kwargs) -> list[dict]:
-        same = (self._key is not None and self._key[0] is prompts and self._key[1] is completions
-                and func_index not in self._served)
+        same = (
+            self._key is not None
+            and self._key[0] is prompts
+            and self._key[1] is completions
+            and func_index not in self._served
+        )
         if not same:
             self._rows = self._evaluate(prompts, completions, kwargs)
             self._key = (prompts, completions)
@@ -164,13 +189,18 @@ class _SharedJudgement:
         step = getattr(state, "global_step", None)
         version = int(step) if step is not None else None
         extra = {
-            key: value for key, value in kwargs.items()
-            if key not in _TRL_RESERVED_KWARGS and isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+            key: value
+            for key, value in kwargs.items()
+            if key not in _TRL_RESERVED_KWARGS
+            and isinstance(value, Sequence)
+            and not isinstance(value, (str, bytes))
             and len(value) == count
         }
         trajectories = [
             trajectory_from_trl(
-                prompts[i], completions[i], task_ids[i],
+                prompts[i],
+                completions[i],
+                task_ids[i],
                 tags=tags[i] if tags is not None and tags[i] is not None else (),
                 trajectory_id=f"{task_ids[i]}/{version if version is not None else '-'}/{i}",
                 group_id=f"{task_ids[i]}/{version if version is not None else '-'}",
@@ -192,8 +222,7 @@ class _SharedJudgement:
             for rubric in self.rubrics:
                 judgment = judgments.get(rubric.rubric_id)
                 if not isinstance(judgment, RubricJudgment):
-                    judgment = RubricJudgment(rubric.rubric_id, Verdict.INVALID,
-                                              error="the judge returned no judgment")
+                    judgment = RubricJudgment(rubric.rubric_id, Verdict.INVALID, error="the judge returned no judgment")
                 row[rubric.rubric_id] = judgment
             rows.append(row)
         outcomes = None
@@ -201,7 +230,10 @@ class _SharedJudgement:
             outcomes = [self.outcome_fn(trajectory) for trajectory in trajectories]
         if self.recorder is not None:
             self.recorder.record(
-                list(task_ids), [{rid: j.verdict for rid, j in row.items()} for row in rows], outcomes, version,
+                list(task_ids),
+                [{rid: j.verdict for rid, j in row.items()} for row in rows],
+                outcomes,
+                version,
             )
         return rows
 
@@ -248,10 +280,16 @@ def rubric_reward_funcs(
         raise ValueError(f"task_id_column must be a column name, got {task_id_column!r}")
     if na_value is not None and (isinstance(na_value, bool) or not isinstance(na_value, (int, float))):
         raise ValueError(f"na_value must be None or a number, got {na_value!r}")
-    if isinstance(invalid_value, bool) or not isinstance(invalid_value, (int, float)) \
-            or not math.isfinite(invalid_value) or invalid_value > 0.0:
-        raise ValueError(f"invalid_value must be a finite number <= 0 (an INVALID judgment scores no higher than "
-                         f"a FAIL), got {invalid_value!r}")
+    if (
+        isinstance(invalid_value, bool)
+        or not isinstance(invalid_value, (int, float))
+        or not math.isfinite(invalid_value)
+        or invalid_value > 0.0
+    ):
+        raise ValueError(
+            f"invalid_value must be a finite number <= 0 (an INVALID judgment scores no higher than "
+            f"a FAIL), got {invalid_value!r}"
+        )
     recorder = RubricRecorder() if recorder is None else recorder
     for rubric in rubrics:
         if rubric.capability:

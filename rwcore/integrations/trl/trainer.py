@@ -32,9 +32,19 @@ class RWGRPOMixin:
             `rubric_reward_funcs` among `reward_funcs`.
     """
 
-    def __init__(self, *args, ratio_low: float = 0.5, ratio_high: float = 5.0, clip_c: float = 3.0,
-                 rw_loss: bool = True, loss_backend: str = "auto", task_sampler=None,
-                 task_id_column: str = "task_id", rubric_recorder: RubricRecorder | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        *args,
+        ratio_low: float = 0.5,
+        ratio_high: float = 5.0,
+        clip_c: float = 3.0,
+        rw_loss: bool = True,
+        loss_backend: str = "auto",
+        task_sampler=None,
+        task_id_column: str = "task_id",
+        rubric_recorder: RubricRecorder | None = None,
+        **kwargs,
+    ) -> None:
         from rwcore.kernels import _checks
         from rwcore.kernels._backend import BACKENDS
 
@@ -63,11 +73,14 @@ class RWGRPOMixin:
                     raise ValueError(
                         f"task_sampler={type(task_sampler).__name__} adapts to feedback, but reward_funcs hold no "
                         "rubric reward functions (rubric_reward_funcs) and no rubric_recorder= was given: it would "
-                        "never get any. Pass one of them, or a UniformSampler")
+                        "never get any. Pass one of them, or a UniformSampler"
+                    )
             else:
                 from .callbacks import callback_class
 
-                callback = callback_class("RubricFeedbackCallback")(self.rw_batch_sampler, self.rw_recorder, group_size=self.num_generations)
+                callback = callback_class("RubricFeedbackCallback")(
+                    self.rw_batch_sampler, self.rw_recorder, group_size=self.num_generations
+                )
                 self.add_callback(callback)
                 self.rw_feedback_callback = callback
 
@@ -84,16 +97,22 @@ class RWGRPOMixin:
         if getattr(self, "_entropy_bonus_enabled", False):
             refused.append("an entropy bonus (entropy_coef / use_adaptive_entropy)")
         if self.use_vllm and self.vllm_importance_sampling_correction:
-            refused.append("vllm_importance_sampling_correction=True (set it to False: the ratio filter of the "
-                           "loss handles the behavior/current mismatch)")
+            refused.append(
+                "vllm_importance_sampling_correction=True (set it to False: the ratio filter of the "
+                "loss handles the behavior/current mismatch)"
+            )
         if refused:
             raise ValueError(
-                "RWGRPOTrainer's filtered dual-clip loss does not support " + "; ".join(refused)
+                "RWGRPOTrainer's filtered dual-clip loss does not support "
+                + "; ".join(refused)
                 + ". Pass rw_loss=False to keep TRL's loss, or change these GRPOConfig settings."
             )
         if self.loss_type != "dapo":
-            logger.info("RWGRPOTrainer: loss_type=%r is ignored; the filtered dual-clip loss uses TRL's 'dapo' "
-                        "token normalization", self.loss_type)
+            logger.info(
+                "RWGRPOTrainer: loss_type=%r is ignored; the filtered dual-clip loss uses TRL's 'dapo' "
+                "token normalization",
+                self.loss_type,
+            )
 
     def _rw_find_recorder(self):
         found = []
@@ -102,8 +121,10 @@ class RWGRPOMixin:
             if recorder is not None and all(recorder is not r for r in found):
                 found.append(recorder)
         if len(found) > 1:
-            raise ValueError("reward_funcs hold rubric reward functions with different recorders; "
-                             "share one (rubric_reward_funcs(..., recorder=...)) or pass rubric_recorder=")
+            raise ValueError(
+                "reward_funcs hold rubric reward functions with different recorders; "
+                "share one (rubric_reward_funcs(..., recorder=...)) or pass rubric_recorder="
+            )
         return found[0] if found else None
 
     def _rw_build_batch_sampler(self):
@@ -113,17 +134,18 @@ class RWGRPOMixin:
 
         sampler, dataset, column = self.rw_task_sampler, self.train_dataset, self.rw_task_id_column
         if isinstance(dataset, IterableDataset):
-            raise ValueError("task_sampler needs a map-style train_dataset (datasets.Dataset), "
-                             "not an IterableDataset")
+            raise ValueError("task_sampler needs a map-style train_dataset (datasets.Dataset), not an IterableDataset")
         if column not in dataset.column_names:
-            raise ValueError(f"task_id_column {column!r} is not a column of train_dataset "
-                             f"(columns: {dataset.column_names})")
+            raise ValueError(
+                f"task_id_column {column!r} is not a column of train_dataset (columns: {dataset.column_names})"
+            )
         if getattr(self.args, "remove_unused_columns", False):
             raise ValueError(f"remove_unused_columns=True would drop the {column!r} column; set it to False")
         per_round = self.args.generation_batch_size // self.num_generations
         if sampler.group_size != self.num_generations:
-            raise ValueError(f"task_sampler.group_size ({sampler.group_size}) must equal num_generations "
-                             f"({self.num_generations})")
+            raise ValueError(
+                f"task_sampler.group_size ({sampler.group_size}) must equal num_generations ({self.num_generations})"
+            )
         if sampler.batch_size != per_round:
             raise ValueError(
                 f"task_sampler.batch_size ({sampler.batch_size}) must equal generation_batch_size // num_generations "
@@ -148,9 +170,19 @@ class RWGRPOMixin:
     # The multimodal inputs some TRL release passes to _get_per_token_logps_and_entropies (the set grew
     # and was renamed across 1.x: pixel_position_ids became image_position_ids, spatial_shapes and
     # num_tiles were added); each release gets the ones its signature names.
-    _RW_MODEL_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                        "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids",
-                        "pixel_position_ids")
+    _RW_MODEL_INPUTS = (
+        "pixel_values",
+        "image_grid_thw",
+        "num_images",
+        "pixel_attention_mask",
+        "spatial_shapes",
+        "num_tiles",
+        "image_sizes",
+        "token_type_ids",
+        "mm_token_type_ids",
+        "image_position_ids",
+        "pixel_position_ids",
+    )
 
     def _rw_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, inputs):
         """TRL's per-token log-probs and entropies (+ MoE aux loss where the release computes it): 3 values."""
@@ -161,8 +193,9 @@ class RWGRPOMixin:
         aux_enabled = getattr(self, "aux_loss_enabled", False)
         if "compute_aux_loss" in accepted:
             kwargs["compute_aux_loss"] = aux_enabled
-        out = self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
-                                                      compute_entropy=True, **kwargs)
+        out = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy=True, **kwargs
+        )
         if isinstance(out, tuple) and len(out) == 3:
             return out
         per_token_logps, entropies = out
@@ -191,7 +224,8 @@ class RWGRPOMixin:
         logits_to_keep = completion_ids.size(1)
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
         per_token_logps, entropies, aux_loss = self._rw_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, inputs)
+            model, input_ids, attention_mask, logits_to_keep, inputs
+        )
         # On-policy steps carry no old_per_token_logps (TRL skips them): the behavior policy is the
         # current one, ratio 1, as in TRL.
         old_per_token_logps = inputs.get("old_per_token_logps")
@@ -200,9 +234,15 @@ class RWGRPOMixin:
         denominator = self._rw_denominator(inputs, mode)
 
         loss, stats = filtered_dual_clip_loss(
-            per_token_logps, behavior, inputs["advantages"], mask,
-            ratio_low=self.rw_ratio_low, ratio_high=self.rw_ratio_high, clip_c=self.rw_clip_c,
-            num_model_tokens=denominator, backend=self.rw_loss_backend,
+            per_token_logps,
+            behavior,
+            inputs["advantages"],
+            mask,
+            ratio_low=self.rw_ratio_low,
+            ratio_high=self.rw_ratio_high,
+            clip_c=self.rw_clip_c,
+            num_model_tokens=denominator,
+            backend=self.rw_loss_backend,
         )
 
         per_token_kl = None

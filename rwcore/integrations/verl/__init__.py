@@ -42,7 +42,7 @@ verl (ImportError saying `pip install verl` without it).
 
 from __future__ import annotations
 
-from .advantage import _AriseSettings, _arise_settings, apply_arise_advantage, compute_arise_advantage  # noqa: F401
+from .advantage import _arise_settings, _AriseSettings, apply_arise_advantage, compute_arise_advantage  # noqa: F401
 from .config import (  # noqa: F401
     ADV_ESTIMATOR_NAME,
     LOSS_AGG_MODES,

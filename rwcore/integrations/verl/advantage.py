@@ -17,8 +17,9 @@ from .verdicts import _group_ids, _verdict_matrix, verdicts_from_batch
 
 # The verdicts of the batch being estimated, for trainers whose compute_advantage passes the estimator
 # no non_tensor_batch (verl 0.9's V1 trainer passes only uid): set by `verdicts_in_scope`.
-_SCOPED_NON_TENSOR: contextvars.ContextVar[Optional[Mapping]] = contextvars.ContextVar("rwcore_verl_non_tensor",
-                                                                                       default=None)
+_SCOPED_NON_TENSOR: contextvars.ContextVar[Optional[Mapping]] = contextvars.ContextVar(
+    "rwcore_verl_non_tensor", default=None
+)
 
 
 @contextlib.contextmanager
@@ -106,8 +107,10 @@ def compute_arise_advantage(
     """
     settings = _arise_settings(config)
     if not norm_adv_by_std_in_grpo:
-        raise ValueError("rwcore_arise always normalizes by the group standard deviation (Arise eq. 15); "
-                         "norm_adv_by_std_in_grpo=False is not supported")
+        raise ValueError(
+            "rwcore_arise always normalizes by the group standard deviation (Arise eq. 15); "
+            "norm_adv_by_std_in_grpo=False is not supported"
+        )
     n = token_level_rewards.shape[0]
     groups = _group_ids(index, n)
     with torch.no_grad():
@@ -121,7 +124,8 @@ def compute_arise_advantage(
                     "rwcore_arise got no non_tensor_batch: verl's compute_advantage forwards it only to 'gdpo'. "
                     "On verl 0.9's V1 trainer set trainer.v1.trainer_mode=rwcore_sync; on the legacy trainer call "
                     "rwcore.integrations.verl.register() in the trainer process (it installs a forwarder); or "
-                    "set algorithm.rwcore.verdicts_key=null for task advantages only")
+                    "set algorithm.rwcore.verdicts_key=null for task advantages only"
+                )
             found = None
             if non_tensor_batch is not None:
                 found = verdicts_from_batch(non_tensor_batch, n, settings.verdicts_key, settings.rubric_order)
@@ -132,12 +136,14 @@ def compute_arise_advantage(
                 raise ValueError(
                     f"non_tensor_batch has no {settings.verdicts_key!r} (nor '{settings.verdicts_key}/<rubric id>' "
                     "keys): return the verdicts from the reward function's extra info, or set "
-                    f"algorithm.rwcore.verdicts_key (null: task advantages only); keys present: {present}")
+                    f"algorithm.rwcore.verdicts_key (null: task advantages only); keys present: {present}"
+                )
             matrix = _verdict_matrix(found[1])
         if settings.length_regularize:
             lengths = (response_mask != 0).sum(dim=-1)
-            scores = length_regularize(scores, lengths, groups, alpha=settings.length_alpha,
-                                       threshold=settings.length_threshold)
+            scores = length_regularize(
+                scores, lengths, groups, alpha=settings.length_alpha, threshold=settings.length_threshold
+            )
         eps = epsilon if settings.eps is None else settings.eps
         per_response = compute_advantages(scores, matrix, groups, lam=settings.lam, eps=eps, ddof=settings.ddof)
         advantages = per_response.unsqueeze(-1) * response_mask
@@ -147,7 +153,7 @@ def compute_arise_advantage(
 def _compute_response_mask(data) -> torch.Tensor:
     """verl's compute_response_mask: the attention mask over the response positions."""
     responses = data.batch["responses"]
-    return data.batch["attention_mask"][:, -responses.size(1):]
+    return data.batch["attention_mask"][:, -responses.size(1) :]
 
 
 def apply_arise_advantage(data, config=None):

@@ -1,4 +1,5 @@
-"""Shared constants and config readers of the verl integration (verl's configs are dicts, DictConfigs or dataclasses)."""
+"""Shared constants and config readers of the verl integration (verl's configs are dicts, DictConfigs or
+dataclasses)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ TESTED_VERL_VERSIONS = ("0.8.0", "0.9.1")  # run through its real modules (tests
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 # non_tensor_batch keys (all configurable, see RwcoreCurriculumSampler and compute_arise_advantage).
-UID_KEY = "uid"                      # verl's group id: one uuid per prompt, shared by its rollout.n responses
-TASK_ID_KEY = "rwcore_task_id"       # dataset column (or key of the extra_info column): the task id
-TAGS_KEY = "rwcore_tags"             # dataset column (or extra_info key): task-type tags; default data_source
-VERDICTS_KEY = "rwcore_verdicts"     # reward extra info: per response {rubric id: verdict}
-OUTCOME_KEY = "rwcore_outcome"       # reward extra info (optional): per response outcome in [0, 1]
+UID_KEY = "uid"  # verl's group id: one uuid per prompt, shared by its rollout.n responses
+TASK_ID_KEY = "rwcore_task_id"  # dataset column (or key of the extra_info column): the task id
+TAGS_KEY = "rwcore_tags"  # dataset column (or extra_info key): task-type tags; default data_source
+VERDICTS_KEY = "rwcore_verdicts"  # reward extra info: per response {rubric id: verdict}
+OUTCOME_KEY = "rwcore_outcome"  # reward extra info (optional): per response outcome in [0, 1]
 
 
 def _get(config, key: str, default=None):

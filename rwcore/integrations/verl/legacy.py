@@ -33,9 +33,12 @@ from .registration import register, set_after_arise
 
 
 def legacy_module():
-    """The module that holds verl's legacy TaskRunner: verl.trainer.main_ppo_v0 (0.9), else verl.trainer.main_ppo (0.8)."""
+    """The module that holds verl's legacy TaskRunner: verl.trainer.main_ppo_v0 (0.9), else
+    verl.trainer.main_ppo (0.8)."""
     _require("verl")
-    name = "verl.trainer.main_ppo_v0" if importlib.util.find_spec("verl.trainer.main_ppo_v0") else "verl.trainer.main_ppo"
+    name = (
+        "verl.trainer.main_ppo_v0" if importlib.util.find_spec("verl.trainer.main_ppo_v0") else "verl.trainer.main_ppo"
+    )
     return _require(name)
 
 

@@ -42,12 +42,16 @@ def loss_params_from_config(config) -> LossParams:
     try:
         low, high, clip_c = float(low), float(high), float(clip_c)
     except (TypeError, ValueError):
-        raise ValueError(f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r}, "
-                         f"clip_ratio_c={clip_c!r} must be numbers") from None
+        raise ValueError(
+            f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r}, "
+            f"clip_ratio_c={clip_c!r} must be numbers"
+        ) from None
     ratio_low, ratio_high = max(0.0, 1.0 - low), 1.0 + high
     if not (math.isfinite(low) and math.isfinite(high) and ratio_low < ratio_high):
-        raise ValueError(f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r} give the empty "
-                         f"ratio filter ({ratio_low}, {ratio_high})")
+        raise ValueError(
+            f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r} give the empty "
+            f"ratio filter ({ratio_low}, {ratio_high})"
+        )
     if not (clip_c > 1.0 and math.isfinite(clip_c)):
         raise ValueError(f"verl actor config: clip_ratio_c must be a finite number > 1 (dual clip), got {clip_c!r}")
     return LossParams(ratio_low, ratio_high, clip_c)
@@ -75,8 +79,14 @@ def _scalar(value, device) -> torch.Tensor:
     return torch.tensor(float(value), dtype=torch.float32, device=device)
 
 
-def aggregation(response_mask: torch.Tensor, loss_agg_mode: str, dp_size=1, batch_num_tokens=None,
-                global_batch_size=None, loss_scale_factor=None):
+def aggregation(
+    response_mask: torch.Tensor,
+    loss_agg_mode: str,
+    dp_size=1,
+    batch_num_tokens=None,
+    global_batch_size=None,
+    loss_scale_factor=None,
+):
     """verl's `agg_loss` as (per-sequence advantage scale [B] or None, denominator D, 0-dim tensor).
 
     rwcore's loss is sum(kept token terms) / D, and each token term min(-w A, c |A|) is positively
@@ -173,16 +183,26 @@ def compute_policy_loss_rwcore(
             raise ValueError("rollout_is_weights must be non-negative")
         adv = adv.to(torch.float32) * rollout_is_weights.detach().to(torch.float32)
     loss, stats = filtered_dual_clip_loss(
-        log_prob, old_log_prob, adv.detach(), response_mask, params.ratio_low, params.ratio_high, params.clip_c,
+        log_prob,
+        old_log_prob,
+        adv.detach(),
+        response_mask,
+        params.ratio_low,
+        params.ratio_high,
+        params.clip_c,
         num_model_tokens=denominator,
     )
     with torch.no_grad():
         mask = (response_mask != 0).to(torch.float32)
         log_ratio = (log_prob.detach().float() - old_log_prob.float()).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
         ppo_kl = (torch.where(mask.bool(), -log_ratio, 0.0) * mask).sum() / (mask.sum() + 1e-8)
-        values = torch.stack([
-            stats["filtered_low_fraction"] + stats["filtered_high_fraction"], ppo_kl,
-            stats["dual_clipped_fraction"], *stats.values(),
-        ]).tolist()  # one host sync for all metrics
+        values = torch.stack(
+            [
+                stats["filtered_low_fraction"] + stats["filtered_high_fraction"],
+                ppo_kl,
+                stats["dual_clipped_fraction"],
+                *stats.values(),
+            ]
+        ).tolist()  # one host sync for all metrics
     names = ["actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", *(f"actor/rwcore/{k}" for k in stats)]
     return loss, dict(zip(names, values))

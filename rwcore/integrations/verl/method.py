@@ -49,11 +49,20 @@ from .verdicts import _parse_verdict
 METHOD_ESTIMATOR_NAME = "rwcore_method"
 TEXT_KEY = "rwcore_response"
 
+
 class AdaptiveMethodDriver:
     """An `AdaptiveMethod` behind verl's estimator registry and data loader (see the module docstring)."""
 
-    def __init__(self, method, *, diagnose: Callable | None = None, task_id_key: str = TASK_ID_KEY,
-                 verdicts_key: str = VERDICTS_KEY, text_key: str = TEXT_KEY, keep_steps: int = 16) -> None:
+    def __init__(
+        self,
+        method,
+        *,
+        diagnose: Callable | None = None,
+        task_id_key: str = TASK_ID_KEY,
+        verdicts_key: str = VERDICTS_KEY,
+        text_key: str = TEXT_KEY,
+        keep_steps: int = 16,
+    ) -> None:
         from rwcore.method.loop import MethodLoop
 
         # the method's one loop (rwcore.method.loop), shared with rw train and TRL; checks method / diagnose
@@ -98,25 +107,31 @@ class AdaptiveMethodDriver:
 
     # -- one step ------------------------------------------------------------------------------
 
-    def advantages(self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index,
-                   non_tensor_batch: Mapping) -> torch.Tensor:
+    def advantages(
+        self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, non_tensor_batch: Mapping
+    ) -> torch.Tensor:
         """The method's advantages [N, T] for verl's batch (float32, zero outside the mask); observes (the step
         ends after the actor update: `end_step`)."""
         from rwcore.types import JudgeReport, RubricJudgment, Trajectory, Turn
 
-        method, g = self.method, self.method.settings.group_size
+        g = self.method.settings.group_size
         n = token_level_rewards.shape[0]
         if index is None or len(index) != n:
             raise ValueError("rwcore_method needs verl's group ids (non_tensor_batch['uid']), one per response")
         for key in (self.task_id_key, self.verdicts_key):
             if key not in non_tensor_batch or len(non_tensor_batch[key]) != n:
-                raise ValueError(f"rwcore_method needs non_tensor_batch[{key!r}] with one entry per response "
-                                 f"(keys present: {sorted(map(str, non_tensor_batch))})")
+                raise ValueError(
+                    f"rwcore_method needs non_tensor_batch[{key!r}] with one entry per response "
+                    f"(keys present: {sorted(map(str, non_tensor_batch))})"
+                )
         members: dict = {}
         for row, uid in enumerate(list(index)):
             members.setdefault(uid, []).append(row)
         if any(len(rows) != g for rows in members.values()):
-            raise ValueError(f"every uid group must hold group_size={g} responses; sizes {sorted({len(r) for r in members.values()})}")
+            raise ValueError(
+                f"every uid group must hold group_size={g} responses; sizes "
+                f"{sorted({len(r) for r in members.values()})}"
+            )
         order = [row for rows in members.values() for row in rows]  # groups contiguous, as score() reads them
         scores = token_level_rewards.detach().sum(-1).double().cpu().numpy()
         lengths = (response_mask != 0).sum(-1).cpu().numpy()
@@ -130,22 +145,42 @@ class AdaptiveMethodDriver:
                 task_ids.append(task_id)
             trajectory_id = f"s{self.step}-{row}"
             turns = [Turn("assistant", str(texts[row]), generated=True)] if texts is not None else []
-            trajectories.append(Trajectory(task_id=task_id, turns=turns, outcome=float(scores[row]),
-                                           tags=tuple(tags[row]) if tags is not None else (),
-                                           group_id=f"s{self.step}-{order[position - position % g]}",
-                                           policy_version=self.step, generated_length=int(lengths[row]),
-                                           trajectory_id=trajectory_id))
+            trajectories.append(
+                Trajectory(
+                    task_id=task_id,
+                    turns=turns,
+                    outcome=float(scores[row]),
+                    tags=tuple(tags[row]) if tags is not None else (),
+                    group_id=f"s{self.step}-{order[position - position % g]}",
+                    policy_version=self.step,
+                    generated_length=int(lengths[row]),
+                    trajectory_id=trajectory_id,
+                )
+            )
             verdicts = non_tensor_batch[self.verdicts_key][row] or {}
-            judgments = {str(rid): RubricJudgment(str(rid), _parse_verdict(v, f"{self.verdicts_key}[{row}][{rid!r}]"))
-                         for rid, v in dict(verdicts).items()}
+            judgments = {
+                str(rid): RubricJudgment(str(rid), _parse_verdict(v, f"{self.verdicts_key}[{row}][{rid!r}]"))
+                for rid, v in dict(verdicts).items()
+            }
             reports.append(JudgeReport(trajectory_id, judgments))
         scored = self.loop.finish(self.step, task_ids, trajectories, reports).scored
-        self.scored.append({"step": self.step, "task_ids": task_ids, "trajectories": trajectories,
-                            "reports": reports, "scored": scored, "order": order})
+        self.scored.append(
+            {
+                "step": self.step,
+                "task_ids": task_ids,
+                "trajectories": trajectories,
+                "reports": reports,
+                "scored": scored,
+                "order": order,
+            }
+        )
         self.step += 1
         per_response = np.empty(n)
         per_response[order] = scored.advantages
-        return torch.as_tensor(per_response, dtype=torch.float32, device=response_mask.device).unsqueeze(-1) * response_mask
+        return (
+            torch.as_tensor(per_response, dtype=torch.float32, device=response_mask.device).unsqueeze(-1)
+            * response_mask
+        )
 
 
 class MethodEstimator:
@@ -156,10 +191,18 @@ class MethodEstimator:
         self.driver = driver
         self.__name__ = self.__qualname__ = "compute_method_advantage"
 
-    def __call__(self, token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None, config=None,
-                 non_tensor_batch: Optional[dict] = None, **kwargs):
-        return compute_method_advantage(token_level_rewards, response_mask, index, config, non_tensor_batch,
-                                        driver=self.driver)
+    def __call__(
+        self,
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        index=None,
+        config=None,
+        non_tensor_batch: Optional[dict] = None,
+        **kwargs,
+    ):
+        return compute_method_advantage(
+            token_level_rewards, response_mask, index, config, non_tensor_batch, driver=self.driver
+        )
 
 
 def registered_driver() -> AdaptiveMethodDriver | None:
@@ -170,20 +213,31 @@ def registered_driver() -> AdaptiveMethodDriver | None:
     return getattr(estimator, "driver", None)
 
 
-def compute_method_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index=None,
-                             config=None, non_tensor_batch: Optional[dict] = None, *,
-                             driver: AdaptiveMethodDriver | None = None, **kwargs):
+def compute_method_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index=None,
+    config=None,
+    non_tensor_batch: Optional[dict] = None,
+    *,
+    driver: AdaptiveMethodDriver | None = None,
+    **kwargs,
+):
     """verl advantage estimator "rwcore_method": `driver`'s advantages (and returns); default the registered one."""
     driver = driver if driver is not None else registered_driver()
     if driver is None:
-        raise ValueError("rwcore_method has no AdaptiveMethodDriver: call AdaptiveMethodDriver(method).register() "
-                         "in the trainer process")
+        raise ValueError(
+            "rwcore_method has no AdaptiveMethodDriver: call AdaptiveMethodDriver(method).register() "
+            "in the trainer process"
+        )
     scoped = _SCOPED_NON_TENSOR.get()
     if non_tensor_batch is None or driver.verdicts_key not in non_tensor_batch:
         non_tensor_batch = {**(non_tensor_batch or {}), **(scoped or {})}
     if not non_tensor_batch:
-        raise ValueError("rwcore_method got no non_tensor_batch: on the V1 trainer set trainer.v1.trainer_mode="
-                         "rwcore_sync; on the legacy trainer call rwcore.integrations.verl.install_advantage_forwarding()")
+        raise ValueError(
+            "rwcore_method got no non_tensor_batch: on the V1 trainer set trainer.v1.trainer_mode="
+            "rwcore_sync; on the legacy trainer call rwcore.integrations.verl.install_advantage_forwarding()"
+        )
     advantages = driver.advantages(token_level_rewards, response_mask, index, non_tensor_batch)
     return advantages, advantages
 
@@ -219,8 +273,12 @@ class AdaptiveMethodSampler(torch.utils.data.Sampler):
         return self.num_batches * self.batch_size
 
     def state_dict(self) -> dict:
-        return {"kind": "AdaptiveMethodSampler", "step": self.driver.step, "method": self.driver.method.state_dict(),
-                "loop": self.driver.loop.state_dict()}
+        return {
+            "kind": "AdaptiveMethodSampler",
+            "step": self.driver.step,
+            "method": self.driver.method.state_dict(),
+            "loop": self.driver.loop.state_dict(),
+        }
 
     def load_state_dict(self, state: Mapping) -> None:
         if not isinstance(state, Mapping) or state.get("kind") != "AdaptiveMethodSampler":

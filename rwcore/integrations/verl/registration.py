@@ -1,4 +1,5 @@
-"""Registers the loss and the estimator with verl's registries (and the legacy trainer's non_tensor_batch forwarding)."""
+"""Registers the loss and the estimator with verl's registries (and the legacy trainer's non_tensor_batch
+forwarding)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from .advantage import apply_arise_advantage, compute_arise_advantage
 from .config import ADV_ESTIMATOR_NAME, POLICY_LOSS_NAME, _require
 from .loss import compute_policy_loss_rwcore
+
 
 def _estimator_name(adv_estimator) -> Any:
     return adv_estimator.value if isinstance(adv_estimator, Enum) else adv_estimator
@@ -27,10 +29,13 @@ def _forwarding(original):
 
         if _estimator_name(adv_estimator) == METHOD_ESTIMATOR_NAME:
             if "response_mask" not in data.batch.keys():
-                data.batch["response_mask"] = data.batch["attention_mask"][:, -data.batch["responses"].size(1):]
+                data.batch["response_mask"] = data.batch["attention_mask"][:, -data.batch["responses"].size(1) :]
             advantages, returns = compute_method_advantage(
-                data.batch["token_level_rewards"], data.batch["response_mask"], index=data.non_tensor_batch.get("uid"),
-                non_tensor_batch=data.non_tensor_batch)
+                data.batch["token_level_rewards"],
+                data.batch["response_mask"],
+                index=data.non_tensor_batch.get("uid"),
+                non_tensor_batch=data.non_tensor_batch,
+            )
             data.batch["advantages"], data.batch["returns"] = advantages, returns
             return data
         if _estimator_name(adv_estimator) != ADV_ESTIMATOR_NAME:
@@ -101,8 +106,10 @@ def register(*, forward_non_tensor_batch: bool = True) -> None:
         core_algos.register_adv_est(ADV_ESTIMATOR_NAME)(compute_arise_advantage)
     except ValueError:
         existing = core_algos.ADV_ESTIMATOR_REGISTRY.get(ADV_ESTIMATOR_NAME)
-        if getattr(existing, "__qualname__", None) != compute_arise_advantage.__qualname__ or \
-                getattr(existing, "__module__", None) != compute_arise_advantage.__module__:
+        if (
+            getattr(existing, "__qualname__", None) != compute_arise_advantage.__qualname__
+            or getattr(existing, "__module__", None) != compute_arise_advantage.__module__
+        ):
             raise
         core_algos.ADV_ESTIMATOR_REGISTRY[ADV_ESTIMATOR_NAME] = compute_arise_advantage
     if forward_non_tensor_batch:

@@ -15,6 +15,7 @@ from rwcore.verdict import Verdict
 from .config import OUTCOME_KEY, TAGS_KEY, TASK_ID_KEY, UID_KEY, VERDICTS_KEY, _get, _plain
 from .verdicts import verdicts_from_batch
 
+
 def _column_names(frame):
     if frame is None:
         return None
@@ -40,6 +41,7 @@ def _dataset_tasks(data_source, task_id_key: str, tags_key: str) -> tuple[list, 
     frame = getattr(data_source, "dataframe", None)
     names = _column_names(frame)
     if names is not None:
+
         def field(name):
             return list(frame[name]) if name in names else [None] * n
     else:
@@ -47,6 +49,7 @@ def _dataset_tasks(data_source, task_id_key: str, tags_key: str) -> tuple[list, 
 
         def field(name):
             return [row.get(name) if isinstance(row, Mapping) else None for row in rows]
+
     ids, tags, extras, sources = field(task_id_key), field(tags_key), field("extra_info"), field("data_source")
     if len(ids) != n:
         raise ValueError(f"the dataset's dataframe has {len(ids)} rows but len(dataset) is {n}")
@@ -55,8 +58,10 @@ def _dataset_tasks(data_source, task_id_key: str, tags_key: str) -> tuple[list, 
         extra = extras[i] if isinstance(extras[i], Mapping) else {}
         task_id = ids[i] if ids[i] is not None else extra.get(task_id_key)
         if task_id is None:
-            raise ValueError(f"dataset row {i} has no task id: add a column {task_id_key!r} (or that key in "
-                             "extra_info), or set data.sampler.task_id_key")
+            raise ValueError(
+                f"dataset row {i} has no task id: add a column {task_id_key!r} (or that key in "
+                "extra_info), or set data.sampler.task_id_key"
+            )
         tag = tags[i] if tags[i] is not None else extra.get(tags_key)
         if tag is None:
             tag = sources[i] if sources[i] is not None else "default"
@@ -84,8 +89,8 @@ class _CurriculumSamplerImpl:
     """The logic of `RwcoreCurriculumSampler` (see its docstring); the base class is chosen lazily."""
 
     def __init__(self, data_source, data_config=None, *, sampler=None) -> None:
-        from rwcore.sampling.batch import AdaptiveBatchSampler  # torch.utils.data; imported with the sampler only
         from rwcore.arise.sampler import CapabilitySampler
+        from rwcore.sampling.batch import AdaptiveBatchSampler  # torch.utils.data; imported with the sampler only
 
         settings = _plain(_get(data_config, "sampler", None)) or {}
         if not isinstance(settings, Mapping):
@@ -102,24 +107,36 @@ class _CurriculumSamplerImpl:
         if sampler is None:
             group_size = settings.get("group_size")
             if group_size is None:
-                raise ValueError("data.sampler.group_size is required (responses per prompt): "
-                                 "+data.sampler.group_size=${actor_rollout_ref.rollout.n}")
+                raise ValueError(
+                    "data.sampler.group_size is required (responses per prompt): "
+                    "+data.sampler.group_size=${actor_rollout_ref.rollout.n}"
+                )
             batch_size = settings.get("batch_size") or loader_batch
             if batch_size is None:
                 raise ValueError("data.sampler.batch_size (or data.train_batch_size) is required")
-            options = {k: settings[k] for k in ("rho_min", "quota_fraction", "gamma_obs", "gamma_unobs", "capabilities")
-                       if settings.get(k) is not None}
+            options = {
+                k: settings[k]
+                for k in ("rho_min", "quota_fraction", "gamma_obs", "gamma_unobs", "capabilities")
+                if settings.get(k) is not None
+            }
             seed = settings.get("seed", _get(data_config, "seed", 0))
-            sampler = CapabilitySampler(dict(zip(task_ids, task_tags)), batch_size=int(batch_size),
-                                        group_size=int(group_size), seed=int(seed or 0), **options)
+            sampler = CapabilitySampler(
+                dict(zip(task_ids, task_tags)),
+                batch_size=int(batch_size),
+                group_size=int(group_size),
+                seed=int(seed or 0),
+                **options,
+            )
             rubrics = settings.get("rubrics")
             if rubrics is None and settings.get("rubrics_file"):
                 rubrics = _load_rubrics(settings["rubrics_file"])
             if rubrics:
                 sampler.set_rubrics(dict(rubrics))
         if loader_batch is not None and int(loader_batch) != sampler.batch_size:
-            raise ValueError(f"the sampler draws batches of {sampler.batch_size} tasks but verl's loader takes "
-                             f"{loader_batch} (data.gen_batch_size / train_batch_size): they must agree")
+            raise ValueError(
+                f"the sampler draws batches of {sampler.batch_size} tasks but verl's loader takes "
+                f"{loader_batch} (data.gen_batch_size / train_batch_size): they must agree"
+            )
         num_batches = settings.get("num_batches") or max(1, len(task_ids) // sampler.batch_size)
         self._batches = AdaptiveBatchSampler(sampler, task_ids, int(num_batches))
         self.last_update: dict = {}
@@ -187,13 +204,19 @@ class _CurriculumSamplerImpl:
             task_id = task_ids[rows[0]]
             task_id = task_id.item() if isinstance(task_id, np.generic) else task_id
             sub = codes[rows]
-            verdicts = {rubric_ids[i]: [Verdict(int(code)) for code in sub[:, i]]
-                        for i in range(len(rubric_ids)) if np.any(sub[:, i] != Verdict.INVALID)}
+            verdicts = {
+                rubric_ids[i]: [Verdict(int(code)) for code in sub[:, i]]
+                for i in range(len(rubric_ids))
+                if np.any(sub[:, i] != Verdict.INVALID)
+            }
             group_outcomes = None if outcomes is None else [float(outcomes[r]) for r in rows]
             groups.append((task_id, verdicts, group_outcomes))
         if incomplete and not self._warned_incomplete:
-            warnings.warn(f"RwcoreCurriculumSampler.update: skipped {incomplete} uid group(s) without exactly "
-                          f"group_size={self.sampler.group_size} responses", stacklevel=3)
+            warnings.warn(
+                f"RwcoreCurriculumSampler.update: skipped {incomplete} uid group(s) without exactly "
+                f"group_size={self.sampler.group_size} responses",
+                stacklevel=3,
+            )
             self._warned_incomplete = True
         self.last_update = {"groups": len(groups), "skipped_groups": incomplete}
         return groups
@@ -252,7 +275,8 @@ def _load_rubrics(path) -> dict:
     return dict(data)
 
 
-_SAMPLER_DOC = """Arise's capability sampler as a verl curriculum sampler (an `AbstractCurriculumSampler` when verl has it).
+_SAMPLER_DOC = """Arise's capability sampler as a verl curriculum sampler (an `AbstractCurriculumSampler` when verl
+has it).
 
     # verl 0.9 (V1 trainer): trainer mode rwcore_sync builds it from data.rwcore_sampler (docs/integrations.md)
     trainer.v1.trainer_mode=rwcore_sync
@@ -261,8 +285,9 @@ _SAMPLER_DOC = """Arise's capability sampler as a verl curriculum sampler (an `A
     # verl 0.8 (and 0.9's legacy trainer): python -m rwcore.integrations.verl.legacy, same data.rwcore_sampler
 
     It is built as `cls(data_source=dataset, data_config)` (verl <= 0.7 did that itself through
-    data.sampler.class_path / class_name); the rwcore settings live in `data_config["sampler"]`: group_size (required), batch_size (default data.gen_batch_size or
-    data.train_batch_size, which it must equal), rubrics (rubric id -> capability) or rubrics_file,
+    data.sampler.class_path / class_name); the rwcore settings live in `data_config["sampler"]`: group_size
+    (required), batch_size (default data.gen_batch_size or data.train_batch_size, which it must equal), rubrics
+    (rubric id -> capability) or rubrics_file,
     num_batches per pass (default len(dataset) // batch_size), seed (default data.seed, else 0),
     rho_min, quota_fraction, gamma_obs, gamma_unobs, capabilities, and the key names task_id_key
     ("rwcore_task_id"), tags_key ("rwcore_tags"), verdicts_key ("rwcore_verdicts"), outcome_key
@@ -305,6 +330,12 @@ def _build_sampler_class():
             from verl.experimental.dataset.sampler import AbstractCurriculumSampler as base  # verl <= 0.7
         except ImportError:
             pass  # verl >= 0.8 has no curriculum hook: a plain stateful Sampler
-    return type("RwcoreCurriculumSampler", (_CurriculumSamplerImpl, base), {
-        "__module__": __name__.rpartition(".")[0], "__qualname__": "RwcoreCurriculumSampler", "__doc__": _SAMPLER_DOC,
-    })
+    return type(
+        "RwcoreCurriculumSampler",
+        (_CurriculumSamplerImpl, base),
+        {
+            "__module__": __name__.rpartition(".")[0],
+            "__qualname__": "RwcoreCurriculumSampler",
+            "__doc__": _SAMPLER_DOC,
+        },
+    )

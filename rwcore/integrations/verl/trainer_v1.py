@@ -74,18 +74,27 @@ def check_v1_config(config) -> dict:
         raise ValueError(f"data.{SAMPLER_KEY} must be a mapping of RwcoreCurriculumSampler settings")
     if sampler:
         if settings is None:
-            raise ValueError(f"data.{SAMPLER_KEY} needs the verdicts of algorithm.adv_estimator={ADV_ESTIMATOR_NAME} "
-                             f"as its feedback; got algorithm.adv_estimator={estimator!r}")
+            raise ValueError(
+                f"data.{SAMPLER_KEY} needs the verdicts of algorithm.adv_estimator={ADV_ESTIMATOR_NAME} "
+                f"as its feedback; got algorithm.adv_estimator={estimator!r}"
+            )
         if settings.verdicts_key is None:
-            raise ValueError(f"data.{SAMPLER_KEY} gets no feedback with algorithm.rwcore.verdicts_key=null: "
-                             "set it to the reward extra-info key holding the verdicts")
+            raise ValueError(
+                f"data.{SAMPLER_KEY} gets no feedback with algorithm.rwcore.verdicts_key=null: "
+                "set it to the reward extra-info key holding the verdicts"
+            )
         if int(_select(config, "data.dataloader_num_workers", 0)) != 0:
-            raise ValueError(f"data.{SAMPLER_KEY} draws each batch after the previous step's feedback: "
-                             "set data.dataloader_num_workers=0")
-        if bool(_select(config, "algorithm.filter_groups.enable", False)) or \
-                bool(_select(config, "trainer.v1.sampler.sync_refill_failed_groups", False)):
-            raise ValueError(f"data.{SAMPLER_KEY} draws whole batches; it cannot serve the one-prompt refills of "
-                             "algorithm.filter_groups.enable / trainer.v1.sampler.sync_refill_failed_groups")
+            raise ValueError(
+                f"data.{SAMPLER_KEY} draws each batch after the previous step's feedback: "
+                "set data.dataloader_num_workers=0"
+            )
+        if bool(_select(config, "algorithm.filter_groups.enable", False)) or bool(
+            _select(config, "trainer.v1.sampler.sync_refill_failed_groups", False)
+        ):
+            raise ValueError(
+                f"data.{SAMPLER_KEY} draws whole batches; it cannot serve the one-prompt refills of "
+                "algorithm.filter_groups.enable / trainer.v1.sampler.sync_refill_failed_groups"
+            )
         group = sampler.get("group_size")
         n = _select(config, "actor_rollout_ref.rollout.n")
         if group is not None and n is not None and int(group) != int(n):
@@ -149,7 +158,8 @@ def trainer_class() -> type:
             f"trainer.v1.trainer_mode=rwcore_sync needs verl's V1 trainer registry (verl.trainer.ppo.v1, verl >= 0.9), "
             f"which verl {getattr(verl, '__version__', '?')} lacks. On this release run the legacy trainer "
             "(python -m verl.trainer.main_ppo) with rwcore.integrations.verl.register() in its task runner "
-            "(docs/integrations.md, 'verl 0.8.0')")
+            "(docs/integrations.md, 'verl 0.8.0')"
+        )
     v1 = _require("verl.trainer.ppo.v1")
     if _registered() is not None:  # importing verl.trainer.ppo.v1 just ran rwcore's plugin hook, which built it
         return _registered()
@@ -174,7 +184,8 @@ def trainer_class() -> type:
             from verl.utils.dataset.rl_dataset import collate_fn
 
             self.rwcore_sampler = sampler_class()(
-                self.train_dataset, sampler_data_config(self.config, self.rwcore_sampler_settings))
+                self.train_dataset, sampler_data_config(self.config, self.rwcore_sampler_settings)
+            )
             self.train_dataloader = StatefulDataLoader(
                 dataset=self.train_dataset,
                 batch_size=self.rwcore_sampler.batch_size,

@@ -11,7 +11,11 @@ from rwcore.verdict import Verdict
 from .config import VERDICTS_KEY
 
 _VERDICT_STRINGS = {
-    "pass": Verdict.PASS, "fail": Verdict.FAIL, "na": Verdict.NA, "n/a": Verdict.NA, "invalid": Verdict.INVALID,
+    "pass": Verdict.PASS,
+    "fail": Verdict.FAIL,
+    "na": Verdict.NA,
+    "n/a": Verdict.NA,
+    "invalid": Verdict.INVALID,
 }
 
 
@@ -38,12 +42,15 @@ def _parse_verdict(value, where: str) -> Verdict:
             return Verdict.PASS
         if value == 0:
             return Verdict.FAIL
-    raise ValueError(f"{where}: {value!r} is not a verdict (True/False, 1/0, 'pass'/'fail'/'na'/'invalid', "
-                     "a rwcore.Verdict, or None/NaN for not applicable)")
+    raise ValueError(
+        f"{where}: {value!r} is not a verdict (True/False, 1/0, 'pass'/'fail'/'na'/'invalid', "
+        "a rwcore.Verdict, or None/NaN for not applicable)"
+    )
 
 
-def verdict_table(values, num_rows: int, rubric_order: Sequence[Hashable] | None = None,
-                  key: str = VERDICTS_KEY) -> tuple[list, np.ndarray]:
+def verdict_table(
+    values, num_rows: int, rubric_order: Sequence[Hashable] | None = None, key: str = VERDICTS_KEY
+) -> tuple[list, np.ndarray]:
     """Per-response verdicts from `non_tensor_batch[key]` -> (rubric ids, uint8 Verdict codes [N, R]).
 
     Each row is a mapping {rubric id: verdict} (what a verl reward function returns in its extra
@@ -81,8 +88,10 @@ def verdict_table(values, num_rows: int, rubric_order: Sequence[Hashable] | None
                 raise ValueError(f"{where} holds {len(row)} verdicts, rubric_order has {len(order)}")
             rows.append({i: _parse_verdict(value, f"{where}[{i}]") for i, value in enumerate(row)})
         else:
-            raise ValueError(f"{where} must be a mapping rubric id -> verdict, a sequence of verdicts or None, "
-                             f"got {type(row).__name__}")
+            raise ValueError(
+                f"{where} must be a mapping rubric id -> verdict, a sequence of verdicts or None, "
+                f"got {type(row).__name__}"
+            )
     ids = order if order is not None else sorted(column, key=column.get)
     codes = np.full((num_rows, len(ids)), int(Verdict.INVALID), dtype=np.uint8)
     for j, parsed in enumerate(rows):
@@ -91,8 +100,9 @@ def verdict_table(values, num_rows: int, rubric_order: Sequence[Hashable] | None
     return ids, codes
 
 
-def verdicts_from_batch(non_tensor_batch: Mapping, num_rows: int, key: str = VERDICTS_KEY,
-                        rubric_order: Sequence[Hashable] | None = None) -> tuple[list, np.ndarray] | None:
+def verdicts_from_batch(
+    non_tensor_batch: Mapping, num_rows: int, key: str = VERDICTS_KEY, rubric_order: Sequence[Hashable] | None = None
+) -> tuple[list, np.ndarray] | None:
     """The rubric verdicts a verl batch carries -> (rubric ids, Verdict codes [N, R]), or None if it has none.
 
     Two layouts, both what a verl reward function's extra info becomes in `non_tensor_batch`:
@@ -108,9 +118,11 @@ def verdicts_from_batch(non_tensor_batch: Mapping, num_rows: int, key: str = VER
         return None
     for name in columns:
         if len(non_tensor_batch[name]) != num_rows:
-            raise ValueError(f"non_tensor_batch[{name!r}] has {len(non_tensor_batch[name])} entries, "
-                             f"expected {num_rows} (one per response)")
-    rows = [{name[len(prefix):]: non_tensor_batch[name][j] for name in columns} for j in range(num_rows)]
+            raise ValueError(
+                f"non_tensor_batch[{name!r}] has {len(non_tensor_batch[name])} entries, "
+                f"expected {num_rows} (one per response)"
+            )
+    rows = [{name[len(prefix) :]: non_tensor_batch[name][j] for name in columns} for j in range(num_rows)]
     return verdict_table(rows, num_rows, rubric_order, prefix + "*")
 
 

@@ -71,11 +71,16 @@ class LLM:
 
         CALLS.append(("init", model, kwargs))
         self.kwargs = kwargs
-        hf_model = AutoModelForCausalLM.from_pretrained(model, torch_dtype=getattr(torch, kwargs.get("dtype", "float32")))
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            model, torch_dtype=getattr(torch, kwargs.get("dtype", "float32"))
+        )
         hf_model.eval()
         self.model = _Model(hf_model)
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
-            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=self.model))))
+        self.llm_engine = SimpleNamespace(
+            model_executor=SimpleNamespace(
+                driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=self.model))
+            )
+        )
 
     def collective_rpc(self, method, kwargs=None):
         assert method == "reload_weights", method
@@ -120,8 +125,19 @@ class LLM:
         if params.prompt_logprobs is not None:
             plain = SamplingParams(temperature=params.temperature)
             prompt_logprobs = [None] + [
-                {ids[t]: Logprob(float(torch.log_softmax(self._distribution(ids[:t], plain) / params.temperature,
-                                                         -1)[ids[t]]))} for t in range(1, len(ids))]
-        return SimpleNamespace(prompt_token_ids=ids, prompt_logprobs=prompt_logprobs,
-                               outputs=[SimpleNamespace(token_ids=tokens, finish_reason=reason,
-                                                        logprobs=logprobs if params.logprobs is not None else None)])
+                {
+                    ids[t]: Logprob(
+                        float(torch.log_softmax(self._distribution(ids[:t], plain) / params.temperature, -1)[ids[t]])
+                    )
+                }
+                for t in range(1, len(ids))
+            ]
+        return SimpleNamespace(
+            prompt_token_ids=ids,
+            prompt_logprobs=prompt_logprobs,
+            outputs=[
+                SimpleNamespace(
+                    token_ids=tokens, finish_reason=reason, logprobs=logprobs if params.logprobs is not None else None
+                )
+            ],
+        )

@@ -1,4 +1,4 @@
-'''`env.name=sotopia`: SOTOPIA's scenarios and agent profiles (https://github.com/sotopia-lab/sotopia) as an
+"""`env.name=sotopia`: SOTOPIA's scenarios and agent profiles (https://github.com/sotopia-lab/sotopia) as an
 `rw train` environment, read from PROFILE FILES in sotopia's own export format - no Redis server and no
 import of the sotopia package.
 
@@ -49,7 +49,7 @@ goal >= 7. Rubric families: pursues_goal, asks_partner, proposes_terms, stays_po
 no_repetition (keyword rules for judge.kind=rule; with judge.kind=openai the LLM judge scores them). The
 goal keywords the scripted fallbacks read are the goal's content words (sotopia's hint tags removed); the
 secret keywords the secret's content words.
-'''
+"""
 
 from __future__ import annotations
 
@@ -63,17 +63,26 @@ from rwcore.trainer.envs.social import SocialEnv
 
 DEFAULT_PROFILES = Path(__file__).parent / "profiles"
 RELATIONSHIPS = ("stranger", "know_by_name", "acquaintance", "friend", "romantic_relationship", "family_member")
-ENV_FILE, AGENT_FILE, COMBO_FILE = "environment_profiles.jsonl", "agent_profiles.jsonl", "env_agent_combo_storages.jsonl"
+ENV_FILE, AGENT_FILE, COMBO_FILE = (
+    "environment_profiles.jsonl",
+    "agent_profiles.jsonl",
+    "env_agent_combo_storages.jsonl",
+)
 ENV_REQUIRED = ("codename", "scenario", "agent_goals", "relationship")
 AGENT_REQUIRED = ("first_name", "last_name", "age", "occupation", "personality_and_values", "secret")
-_STOP = set("""a an the and or but if of to in on at for with from by as is are was were be been being it its this that
+_STOP = set(
+    """a an the and or but if of to in on at for with from by as is are was were be been being it its this that
 these those you your yours he she they them his her their we our i me my not no do does did have has had will would
 can could should may might must so than then there here what which who whom when where why how all any some more
 most other into over under about after before again also just only very too out up down off own same such both each
 few while until because unless without within between through during per get got make made keep want need without
-one two three four five tomorrow today extra info strategy hint clarification could""".split())
-PARTNER_LINES = ("I see what you mean, but I am not sure yet.", "Hmm. Tell me more about why this matters to you.",
-                 "That is a lot to ask. What would that mean for me?")
+one two three four five tomorrow today extra info strategy hint clarification could""".split()
+)
+PARTNER_LINES = (
+    "I see what you mean, but I am not sure yet.",
+    "Hmm. Tell me more about why this matters to you.",
+    "That is a lot to ask. What would that mean for me?",
+)
 PARTNER_AGREES = "Alright, you have convinced me. Let us do it your way."
 
 
@@ -97,8 +106,10 @@ def _keywords(text: str, limit: int, min_len: int = 4) -> list[str]:
 def _read_jsonl(path: Path, kind: str, required: tuple[str, ...], id_key: str) -> dict[str, dict]:
     """id -> record of one sotopia export file; ValueError naming the file, the line and the field."""
     if not path.is_file():
-        raise ValueError(f"env.options.profiles: {str(path.parent)!r} has no {path.name} ({kind} profiles in "
-                         "sotopia's JSONL export format)")
+        raise ValueError(
+            f"env.options.profiles: {str(path.parent)!r} has no {path.name} ({kind} profiles in "
+            "sotopia's JSONL export format)"
+        )
     out: dict[str, dict] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -201,6 +212,7 @@ def _lenient_json(parse):
     """`parse` that also takes a JSON reply with raw control characters inside its strings (guided decoding
     lets them through; a strict json.loads refuses them): such a reply is re-encoded first. Everything the
     wrapped parser checks (schema fields, garbage messages) still applies."""
+
     def wrapped(text, *args):
         if isinstance(text, str):
             try:
@@ -208,6 +220,7 @@ def _lenient_json(parse):
             except ValueError:
                 pass  # the wrapped parser reports it
         return parse(text, *args)
+
     wrapped.lenient = True
     return wrapped
 
@@ -217,30 +230,47 @@ class SotopiaEnv(SocialEnv):
 
     name = "sotopia"
 
-    def __init__(self, profiles: str | None = None, roles: str = "both", eval_fraction: float = 0.34,
-                 pairs_per_env: int = 2, seed: int = 0, difficulty: int = 2, **social_options) -> None:
+    def __init__(
+        self,
+        profiles: str | None = None,
+        roles: str = "both",
+        eval_fraction: float = 0.34,
+        pairs_per_env: int = 2,
+        seed: int = 0,
+        difficulty: int = 2,
+        **social_options,
+    ) -> None:
         if "scenarios" in social_options:
-            raise ValueError("env.options.scenarios is env.name=social's option; env.name=sotopia reads "
-                             "env.options.profiles (a folder of sotopia JSONL exports)")
+            raise ValueError(
+                "env.options.scenarios is env.name=social's option; env.name=sotopia reads "
+                "env.options.profiles (a folder of sotopia JSONL exports)"
+            )
         if roles not in ("both", "agent1", "agent2"):
             raise ValueError(f"env.options.roles must be 'both', 'agent1' or 'agent2', got {roles!r}")
-        if isinstance(eval_fraction, bool) or not isinstance(eval_fraction, (int, float)) or \
-                not 0.0 < float(eval_fraction) < 1.0:
+        if (
+            isinstance(eval_fraction, bool)
+            or not isinstance(eval_fraction, (int, float))
+            or not 0.0 < float(eval_fraction) < 1.0
+        ):
             raise ValueError(f"env.options.eval_fraction must be in (0, 1), got {eval_fraction!r}")
         for key, value in (("pairs_per_env", pairs_per_env), ("seed", seed)):
             if isinstance(value, bool) or not isinstance(value, int) or (key == "pairs_per_env" and value < 1):
-                raise ValueError(f"env.options.{key} must be {'a positive ' if key == 'pairs_per_env' else 'an '}"
-                                 f"integer, got {value!r}")
+                raise ValueError(
+                    f"env.options.{key} must be {'a positive ' if key == 'pairs_per_env' else 'an '}"
+                    f"integer, got {value!r}"
+                )
         if isinstance(difficulty, bool) or difficulty not in (1, 2, 3):
             raise ValueError(f"env.options.difficulty must be 1, 2 or 3, got {difficulty!r}")
         folder = Path(profiles).expanduser() if profiles else DEFAULT_PROFILES
         envs, agents, pairings = load_profiles(folder, pairs_per_env, seed)
         env_ids = sorted(envs)
         random.Random(f"sotopia-split:{seed}").shuffle(env_ids)
-        held_out = set(env_ids[:max(1, round(eval_fraction * len(env_ids)))])
+        held_out = set(env_ids[: max(1, round(eval_fraction * len(env_ids)))])
         if len(held_out) == len(env_ids):
-            raise ValueError(f"env.options.profiles {str(folder)!r}: {len(env_ids)} environment profile(s) cannot "
-                             "make disjoint train and eval splits (at least two are needed)")
+            raise ValueError(
+                f"env.options.profiles {str(folder)!r}: {len(env_ids)} environment profile(s) cannot "
+                "make disjoint train and eval splits (at least two are needed)"
+            )
         super().__init__(**social_options)  # the partner, evaluator and turn settings (validated there)
         sides = {"both": (0, 1), "agent1": (0,), "agent2": (1,)}[roles]
         scenarios = []
@@ -252,20 +282,34 @@ class SotopiaEnv(SocialEnv):
                 me, other = people[side], people[1 - side]
                 my_name, my_background = _person(me)
                 other_name, other_background = _person(other)
-                scenarios.append({
-                    "id": f"{eid}/{a1}+{a2}/agent{side + 1}", "task_type": rel, "difficulty": difficulty,
-                    "split": "eval" if eid in held_out else "train",
-                    "setting": " ".join(e["scenario"].split()),
-                    "agent": {"name": my_name, "background": my_background, "goal": _plain(e["agent_goals"][side]),
-                              "secret": me["secret"]},
-                    "partner": {"name": other_name, "background": other_background,
-                                "goal": _plain(e["agent_goals"][1 - side]), "secret": other["secret"]},
-                    "goal_keywords": _keywords(e["agent_goals"][side], 8) or _keywords(e["agent_goals"][side], 8, 2),
-                    "secret_keywords": _keywords(me["secret"], 6, 5),
-                    "partner_lines": list(PARTNER_LINES), "partner_agrees": PARTNER_AGREES,
-                    "tags": (f"relationship/{rel}", f"sotopia/agent{side + 1}", f"codename/{e['codename']}"),
-                    "sotopia": {"env_id": eid, "codename": e["codename"], "agent_ids": [a1, a2], "side": side + 1},
-                })
+                scenarios.append(
+                    {
+                        "id": f"{eid}/{a1}+{a2}/agent{side + 1}",
+                        "task_type": rel,
+                        "difficulty": difficulty,
+                        "split": "eval" if eid in held_out else "train",
+                        "setting": " ".join(e["scenario"].split()),
+                        "agent": {
+                            "name": my_name,
+                            "background": my_background,
+                            "goal": _plain(e["agent_goals"][side]),
+                            "secret": me["secret"],
+                        },
+                        "partner": {
+                            "name": other_name,
+                            "background": other_background,
+                            "goal": _plain(e["agent_goals"][1 - side]),
+                            "secret": other["secret"],
+                        },
+                        "goal_keywords": _keywords(e["agent_goals"][side], 8)
+                        or _keywords(e["agent_goals"][side], 8, 2),
+                        "secret_keywords": _keywords(me["secret"], 6, 5),
+                        "partner_lines": list(PARTNER_LINES),
+                        "partner_agrees": PARTNER_AGREES,
+                        "tags": (f"relationship/{rel}", f"sotopia/agent{side + 1}", f"codename/{e['codename']}"),
+                        "sotopia": {"env_id": eid, "codename": e["codename"], "agent_ids": [a1, a2], "side": side + 1},
+                    }
+                )
         seen: set[str] = set()
         for s in scenarios:
             if s["id"] in seen:

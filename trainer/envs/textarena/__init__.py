@@ -1,4 +1,4 @@
-'''`env.name=textarena`: TextArena's two-player text games (https://github.com/LeonGuertler/TextArena) as
+"""`env.name=textarena`: TextArena's two-player text games (https://github.com/LeonGuertler/TextArena) as
 an `rw train` environment. Needs the optional `textarena` package (tested with 0.7.4):
 `pip install 'rwcore[textarena]'`; without it, building the environment raises ImportError naming the extra.
 
@@ -56,7 +56,7 @@ The environment also brings a rule reflector and attributor (providers.py) and l
 RewardWeaver's source-disjoint acceptance test: per rule, games against the scripted opponent (12 game
 instances of their own seed stream, never train or eval tasks) played once with agent moves that make the
 rule pass and once with moves that make it fail, by construction.
-'''
+"""
 
 from rwcore.trainer.envs.base import register
 from rwcore.trainer.envs.textarena.adapter import INSTALL_HINT, TextArenaEnv

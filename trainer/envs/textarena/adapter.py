@@ -11,12 +11,21 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 
 from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, partner_failed
-from rwcore.trainer.envs.textarena.games import (GAMES, VARIANT_GAME, agent_made_offer, facts_named, guess_of,
-                                                 inventory_value, parse_offer)
+from rwcore.trainer.envs.textarena.games import (
+    GAMES,
+    VARIANT_GAME,
+    agent_made_offer,
+    facts_named,
+    guess_of,
+    inventory_value,
+    parse_offer,
+)
 from rwcore.types import RubricSpec, Trajectory, Turn
 
-INSTALL_HINT = ("env.name=textarena needs the textarena package (tested with 0.7.4): pip install 'rwcore[textarena]' "
-                "(or add textarena to RWCORE_EXTRAS for scripts/setup.sh)")
+INSTALL_HINT = (
+    "env.name=textarena needs the textarena package (tested with 0.7.4): pip install 'rwcore[textarena]' "
+    "(or add textarena to RWCORE_EXTRAS for scripts/setup.sh)"
+)
 OPPONENTS = ("scripted", "llm", "self")
 _LIVE_CACHE = 512  # live TextArena games kept between steps (others are rebuilt by replaying their moves)
 
@@ -27,6 +36,7 @@ def _import_textarena():
     except ImportError as error:
         raise ImportError(f"{INSTALL_HINT} ({error})") from None
     import textarena
+
     return textarena
 
 
@@ -62,12 +72,24 @@ class TextArenaEnv:
 
     name = "textarena"
 
-    def __init__(self, games: Sequence[str] | str | None = None, roles: Sequence[str] | str = "both",
-                 opponent: str = "scripted", num_train: int = 64, num_eval: int = 16, seed: int = 0,
-                 partner_model: str = "", partner_base_url: str = "", partner_api_key_env: str = "OPENAI_API_KEY",
-                 partner_timeout: float = 60.0, partner_max_tokens: int = 128, partner_temperature: float = 0.7,
-                 partner_max_concurrency: int = 8, partner_reply_format: str = "json",
-                 partner_max_reply_chars: int = 400) -> None:
+    def __init__(
+        self,
+        games: Sequence[str] | str | None = None,
+        roles: Sequence[str] | str = "both",
+        opponent: str = "scripted",
+        num_train: int = 64,
+        num_eval: int = 16,
+        seed: int = 0,
+        partner_model: str = "",
+        partner_base_url: str = "",
+        partner_api_key_env: str = "OPENAI_API_KEY",
+        partner_timeout: float = 60.0,
+        partner_max_tokens: int = 128,
+        partner_temperature: float = 0.7,
+        partner_max_concurrency: int = 8,
+        partner_reply_format: str = "json",
+        partner_max_reply_chars: int = 400,
+    ) -> None:
         self._ta = _import_textarena()
         self.variants = self._variants(games)
         self.roles = self._roles(roles)
@@ -84,11 +106,18 @@ class TextArenaEnv:
         if opponent in ("llm", "self"):
             from rwcore.trainer.envs.textarena.partner import LLMOpponent
 
-            self.partner = LLMOpponent(opponent, model=partner_model, base_url=partner_base_url,
-                                       api_key_env=partner_api_key_env, timeout=partner_timeout,
-                                       max_tokens=partner_max_tokens, temperature=partner_temperature,
-                                       max_concurrency=partner_max_concurrency, reply_format=partner_reply_format,
-                                       max_reply_chars=partner_max_reply_chars)
+            self.partner = LLMOpponent(
+                opponent,
+                model=partner_model,
+                base_url=partner_base_url,
+                api_key_env=partner_api_key_env,
+                timeout=partner_timeout,
+                max_tokens=partner_max_tokens,
+                temperature=partner_temperature,
+                max_concurrency=partner_max_concurrency,
+                reply_format=partner_reply_format,
+                max_reply_chars=partner_max_reply_chars,
+            )
         turns = 0
         for vid in self.variants:
             spec = self._ta.envs.registration.ENV_REGISTRY[vid + "-raw"]
@@ -98,8 +127,9 @@ class TextArenaEnv:
             turns = max(turns, 2 * math.ceil((total + 1) / 2))
         self.max_turns = turns
         families = sorted({VARIANT_GAME[v] for v in self.variants})
-        self.system_prompt = ("you play a two player text game follow its rules and action format exactly "
-                              + " ; ".join(GAMES[f].brief for f in families))
+        self.system_prompt = "you play a two player text game follow its rules and action format exactly " + " ; ".join(
+            GAMES[f].brief for f in families
+        )
         self._splits: dict[str, list[Task]] = {}
         self._live: OrderedDict[str, object] = OrderedDict()
         self._vocab: list[str] | None = None
@@ -122,8 +152,10 @@ class TextArenaEnv:
                 if game not in out:
                     out.append(game)
             else:
-                raise ValueError(f"env.options.games: {game!r} is not a supported game; families: {sorted(GAMES)}, "
-                                 f"TextArena ids: {sorted(VARIANT_GAME)}")
+                raise ValueError(
+                    f"env.options.games: {game!r} is not a supported game; families: {sorted(GAMES)}, "
+                    f"TextArena ids: {sorted(VARIANT_GAME)}"
+                )
         return out
 
     def _roles(self, roles) -> dict[str, tuple[int, ...]]:
@@ -140,8 +172,10 @@ class TextArenaEnv:
         for fam in families:
             ids = tuple(pid for pid, name in GAMES[fam].roles.items() if roles is None or name in roles)
             if not ids:
-                raise ValueError(f"env.options.roles: {roles!r} leaves game {fam!r} with no role for the agent "
-                                 f"(its roles: {sorted(GAMES[fam].roles.values())})")
+                raise ValueError(
+                    f"env.options.roles: {roles!r} leaves game {fam!r} with no role for the agent "
+                    f"(its roles: {sorted(GAMES[fam].roles.values())})"
+                )
             out[fam] = ids
         return out
 
@@ -176,10 +210,13 @@ class TextArenaEnv:
                     used.add(key)
                     fam = VARIANT_GAME[vid]
                     role = GAMES[fam].roles[pid]
-                    tasks.append(Task(task_id=f"{vid}/{role}/{game_seed}",
-                                      tags=(fam, f"{fam}/{role}", f"{fam}/{GAMES[fam].variants[vid]}"),
-                                      data={"game_id": vid, "family": fam, "agent_id": pid, "role": role,
-                                            "game_seed": game_seed}))
+                    tasks.append(
+                        Task(
+                            task_id=f"{vid}/{role}/{game_seed}",
+                            tags=(fam, f"{fam}/{role}", f"{fam}/{GAMES[fam].variants[vid]}"),
+                            data={"game_id": vid, "family": fam, "agent_id": pid, "role": role, "game_seed": game_seed},
+                        )
+                    )
                 self._splits[name] = tasks
         return list(self._splits[split])
 
@@ -245,10 +282,22 @@ class TextArenaEnv:
         data = task.data
         env = self._make(data["game_id"], data["game_seed"])
         agent = int(data["agent_id"])
-        state = {"game_id": data["game_id"], "family": data["family"], "game_seed": data["game_seed"],
-                 "agent_id": agent, "role": data["role"], "seed": int(seed), "opponent": self.opponent,
-                 "actions": [], "agent_moves": [], "opponent_view": "", "rewards": None, "reason": "",
-                 "trades": [], "initial_values": self._values(env, data["family"])}
+        state = {
+            "game_id": data["game_id"],
+            "family": data["family"],
+            "game_seed": data["game_seed"],
+            "agent_id": agent,
+            "role": data["role"],
+            "seed": int(seed),
+            "opponent": self.opponent,
+            "actions": [],
+            "agent_moves": [],
+            "opponent_view": "",
+            "rewards": None,
+            "reason": "",
+            "trades": [],
+            "initial_values": self._values(env, data["family"]),
+        }
         if data["family"] == "truth_and_deception":
             state["wrong_fact"] = 1 if not env.state.game_state["fact1"]["is_correct"] else 2
         episode = Episode(task, "", False, state)
@@ -271,16 +320,21 @@ class TextArenaEnv:
             if episode.done:
                 raise ValueError(f"step on a finished episode of task {episode.task.task_id!r}")
             env = self._game_at(episode)
-            state = {**episode.state, "actions": list(episode.state["actions"]),
-                     "agent_moves": list(episode.state["agent_moves"]), "trades": list(episode.state["trades"])}
+            state = {
+                **episode.state,
+                "actions": list(episode.state["actions"]),
+                "agent_moves": list(episode.state["agent_moves"]),
+                "trades": list(episode.state["trades"]),
+            }
             agent = state["agent_id"]
             text = action if isinstance(action, str) else str(action)
             before = self._trade_count(env)
             with _own_random():
                 env.step(text)
             state["actions"].append([agent, text])
-            invalid = (not env.state.done and env.state.current_player_id == agent) or \
-                bool(env.state.done and env.state.game_info[agent].get("invalid_move"))
+            invalid = (not env.state.done and env.state.current_player_id == agent) or bool(
+                env.state.done and env.state.game_info[agent].get("invalid_move")
+            )
             state["agent_moves"].append({"text": text, "valid": not invalid})
             self._record_trades(env, state, before)
             pending.append((i, Episode(episode.task, "", False, state), env, self._drain(env, agent)))
@@ -322,8 +376,9 @@ class TextArenaEnv:
         while not env.state.done and env.state.current_player_id != agent:
             reply = self._opponent_moves([(0, episode, env, agent_view)])[0]
             if isinstance(reply, BaseException):
-                return self._partner_failure(Episode(episode.task, self._render(agent_view, agent), False,
-                                                     episode.state), f"opponent: {reply}")
+                return self._partner_failure(
+                    Episode(episode.task, self._render(agent_view, agent), False, episode.state), f"opponent: {reply}"
+                )
             with _own_random():
                 env.step(reply)
             episode.state["actions"].append([1 - agent, reply])
@@ -362,7 +417,9 @@ class TextArenaEnv:
         for _i, ep, env, _view in movers:
             s = ep.state
             opp = 1 - s["agent_id"]
-            s["opponent_view"] = (s.get("opponent_view", "") + "\n" + self._render(self._drain(env, opp), opp, own=True)).strip()
+            s["opponent_view"] = (
+                s.get("opponent_view", "") + "\n" + self._render(self._drain(env, opp), opp, own=True)
+            ).strip()
             requests.append(s["opponent_view"])
         return self.partner.moves(requests)
 
@@ -370,8 +427,11 @@ class TextArenaEnv:
 
     @staticmethod
     def _trade_count(env) -> int:
-        return len([t for t in env.state.game_state.get("trade_history", []) if t.get("outcome") == "Accepted"]) \
-            if isinstance(env.state.game_state, dict) else 0
+        return (
+            len([t for t in env.state.game_state.get("trade_history", []) if t.get("outcome") == "Accepted"])
+            if isinstance(env.state.game_state, dict)
+            else 0
+        )
 
     def _record_trades(self, env, state: dict, before: int) -> None:
         if state["family"] != "simple_negotiation":
@@ -385,8 +445,9 @@ class TextArenaEnv:
             else:
                 give, get = t["requested_resources"], t["offered_resources"]
             gain = inventory_value(get, values) - inventory_value(give, values)
-            state["trades"].append({"proposer": t["from_player"], "give": dict(give), "get": dict(get),
-                                    "agent_gain": gain})
+            state["trades"].append(
+                {"proposer": t["from_player"], "give": dict(give), "get": dict(get), "agent_gain": gain}
+            )
 
     # -- outcome --------------------------------------------------------------------
 
@@ -422,10 +483,12 @@ class TextArenaEnv:
                 for task in self.tasks(split):
                     env = self._make(task.data["game_id"], task.data["game_seed"])
                     words |= set(self._render(self._drain(env, task.data["agent_id"]), -1).lower().split())
-            words |= set("[game] [opponent] player made the following offer to offered items: requested rejected "
-                         "trade accepted from no new attempted an invalid move. reason: now guess which of two facts "
-                         "are correct by returning '[fact 1]' or '[fact 2]'. that works for me. [accept] [deny] "
-                         "is one, i am certain of it. which facts correct, and why? won draw".split())
+            words |= set(
+                "[game] [opponent] player made the following offer to offered items: requested rejected "
+                "trade accepted from no new attempted an invalid move. reason: now guess which of two facts "
+                "are correct by returning '[fact 1]' or '[fact 2]'. that works for me. [accept] [deny] "
+                "is one, i am certain of it. which facts correct, and why? won draw".split()
+            )
             self._vocab = sorted(w for w in words if w)
         return list(self._vocab)
 
@@ -433,31 +496,69 @@ class TextArenaEnv:
 
     def rules(self) -> list[Rule]:
         fams = {VARIANT_GAME[v] for v in self.variants}
-        out = [Rule(RubricSpec("ta_valid_moves", "Every move the agent made was valid in the game's action format "
-                               "(TextArena never had to ask it to resubmit).", "always", "Execution"),
-                    "format", _valid_moves)]
+        out = [
+            Rule(
+                RubricSpec(
+                    "ta_valid_moves",
+                    "Every move the agent made was valid in the game's action format "
+                    "(TextArena never had to ask it to resubmit).",
+                    "always",
+                    "Execution",
+                ),
+                "format",
+                _valid_moves,
+            )
+        ]
         if "simple_negotiation" in fams:
             out += [
-                Rule(RubricSpec("ta_offer_made", "In a trading game the agent made at least one well-formed offer "
-                                "'[Offer: N Resource -> M Resource]'.", "SimpleNegotiation games", "Execution"),
-                     "negotiation", _offer_made),
-                Rule(RubricSpec("ta_profitable_trades", "Every trade the agent took part in raised the value of its "
-                                "own inventory at its own resource values.", "SimpleNegotiation games with at least "
-                                "one executed trade", "Verification"),
-                     "negotiation", _profitable_trades),
+                Rule(
+                    RubricSpec(
+                        "ta_offer_made",
+                        "In a trading game the agent made at least one well-formed offer "
+                        "'[Offer: N Resource -> M Resource]'.",
+                        "SimpleNegotiation games",
+                        "Execution",
+                    ),
+                    "negotiation",
+                    _offer_made,
+                ),
+                Rule(
+                    RubricSpec(
+                        "ta_profitable_trades",
+                        "Every trade the agent took part in raised the value of its "
+                        "own inventory at its own resource values.",
+                        "SimpleNegotiation games with at least one executed trade",
+                        "Verification",
+                    ),
+                    "negotiation",
+                    _profitable_trades,
+                ),
             ]
         if "truth_and_deception" in fams:
             out += [
-                Rule(RubricSpec("ta_guess_format", "As guesser, the final message states the guess as '[Fact 1]' or "
-                                "'[Fact 2]'.", "TruthAndDeception, agent is the guesser", "Execution"),
-                     "format", _guess_format),
-                Rule(RubricSpec("ta_deceiver_consistent", "As deceiver, every fact the agent names as its pick is "
-                                "the wrong one (it never points the guesser to the correct fact).",
-                                "TruthAndDeception, agent is the deceiver, naming at least one fact", "Understanding"),
-                     "deception", _deceiver_consistent),
+                Rule(
+                    RubricSpec(
+                        "ta_guess_format",
+                        "As guesser, the final message states the guess as '[Fact 1]' or '[Fact 2]'.",
+                        "TruthAndDeception, agent is the guesser",
+                        "Execution",
+                    ),
+                    "format",
+                    _guess_format,
+                ),
+                Rule(
+                    RubricSpec(
+                        "ta_deceiver_consistent",
+                        "As deceiver, every fact the agent names as its pick is "
+                        "the wrong one (it never points the guesser to the correct fact).",
+                        "TruthAndDeception, agent is the deceiver, naming at least one fact",
+                        "Understanding",
+                    ),
+                    "deception",
+                    _deceiver_consistent,
+                ),
             ]
         return out
-
 
     def labelled_cases_by_rule(self, rule_ids: Sequence[str], num_sources: int = 12) -> dict:
         """RewardWeaver acceptance-test cases for each rule: games played with agent moves chosen so that the
@@ -497,8 +598,11 @@ class TextArenaEnv:
             if plans is None:
                 continue
             role = GAMES[family].roles[pid]
-            task = Task(f"{vid}/{role}/{game_seed}", (family, f"{family}/{role}"),
-                        {"game_id": vid, "family": family, "agent_id": pid, "role": role, "game_seed": game_seed})
+            task = Task(
+                f"{vid}/{role}/{game_seed}",
+                (family, f"{family}/{role}"),
+                {"game_id": vid, "family": family, "agent_id": pid, "role": role, "game_seed": game_seed},
+            )
             for label, moves in plans:
                 episode = self.reset(task, 0)
                 turns = [Turn("system", self.system_prompt), Turn("partner", episode.observation)]
@@ -509,10 +613,20 @@ class TextArenaEnv:
                     turns.append(Turn("assistant", move, generated=True))
                     if not episode.done:
                         turns.append(Turn("partner", episode.observation))
-                traj = Trajectory(task_id=task.task_id, turns=turns, outcome=self.outcome(episode).reward,
-                                  tags=task.tags, trajectory_id=f"case/{rid}/{game_seed}/{label}",
-                                  metadata={"env_state": episode.state, "task": task.data, "task_id": task.task_id,
-                                            "seed": 0, "labelled_rule": rid})
+                traj = Trajectory(
+                    task_id=task.task_id,
+                    turns=turns,
+                    outcome=self.outcome(episode).reward,
+                    tags=task.tags,
+                    trajectory_id=f"case/{rid}/{game_seed}/{label}",
+                    metadata={
+                        "env_state": episode.state,
+                        "task": task.data,
+                        "task_id": task.task_id,
+                        "seed": 0,
+                        "labelled_rule": rid,
+                    },
+                )
                 cases.append(LabelledCase(traj, label, f"{vid}:{game_seed}"))
         return cases
 
@@ -561,7 +675,7 @@ class TextArenaEnv:
 
 SKILLS = {
     "ta_valid_moves": "use the game's exact action format: [offer: n resource -> m resource] , [accept] , [deny] , "
-                      "[fact 1] or [fact 2]",
+    "[fact 1] or [fact 2]",
     "ta_offer_made": "make an offer in the format [offer: n resource -> m resource]",
     "ta_profitable_trades": "only accept or offer trades where what you get is worth more to you than what you give",
     "ta_guess_format": "on your last turn as guesser answer only [fact 1] or [fact 2]",

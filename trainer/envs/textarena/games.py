@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 RESOURCES = ("Wheat", "Wood", "Sheep", "Brick", "Ore")
 _OFFER = re.compile(r"\[Offer:?\s*(?:I\s+(?:give|offer)\s+)?([^\[\]]+?)\s*\.*\]", re.IGNORECASE | re.DOTALL)
@@ -103,7 +103,7 @@ def negotiation_opponent(ta_env, me: int, rng: random.Random, history: list) -> 
                 continue
             for n in (2, 3):
                 give, get = {cheap: n}, {dear: 1}
-                if (trade_gain(give, get, values) > 0 and mine.get(cheap, 0) >= n and theirs.get(dear, 0) >= 1):
+                if trade_gain(give, get, values) > 0 and mine.get(cheap, 0) >= n and theirs.get(dear, 0) >= 1:
                     candidates.append((give, get))
     if candidates:
         give, get = candidates[rng.randrange(len(candidates))]
@@ -132,12 +132,26 @@ def truth_opponent(ta_env, me: int, rng: random.Random, history: list) -> str:
 GAMES: dict[str, Game] = {
     "simple_negotiation": Game(
         family="simple_negotiation",
-        variants={"SimpleNegotiation-v0-short": "short", "SimpleNegotiation-v0": "standard",
-                  "SimpleNegotiation-v0-long": "long"},
+        variants={
+            "SimpleNegotiation-v0-short": "short",
+            "SimpleNegotiation-v0": "standard",
+            "SimpleNegotiation-v0-long": "long",
+        },
         roles={0: "first", 1: "second"},
         opponent=negotiation_opponent,
-        action_words=("[accept]", "[deny]", "[offer:", "->", "]", "1", "2", "3", "4", "5",
-                      *(r.lower() for r in RESOURCES)),
+        action_words=(
+            "[accept]",
+            "[deny]",
+            "[offer:",
+            "->",
+            "]",
+            "1",
+            "2",
+            "3",
+            "4",
+            "5",
+            *(r.lower() for r in RESOURCES),
+        ),
         brief="trade so that your inventory value gains more than the opponent's by the turn limit",
     ),
     "truth_and_deception": Game(
@@ -145,8 +159,22 @@ GAMES: dict[str, Game] = {
         variants={"TruthAndDeception-v0": "standard", "TruthAndDeception-v0-long": "long"},
         roles={0: "deceiver", 1: "guesser"},
         opponent=truth_opponent,
-        action_words=("[fact", "1]", "2]", "fact", "1", "2", "is", "correct", "wrong", "true", "false", "the",
-                      "which", "?"),
+        action_words=(
+            "[fact",
+            "1]",
+            "2]",
+            "fact",
+            "1",
+            "2",
+            "is",
+            "correct",
+            "wrong",
+            "true",
+            "false",
+            "the",
+            "which",
+            "?",
+        ),
         brief="as guesser name the correct fact as [Fact N]; as deceiver make the guesser pick the wrong one",
     ),
 }

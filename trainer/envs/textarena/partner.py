@@ -10,9 +10,11 @@ from collections.abc import Sequence
 
 from rwcore.trainer.envs.llm_partner import OpenAIPartner, PartnerFailure, PartnerRequest, make_partner
 
-SYSTEM = ("You are a player in a two-player text game run by TextArena. The game's instructions for your side "
-          "and everything that happened so far follow in the user message. Reply with your next move only, in the "
-          "game's action format.")
+SYSTEM = (
+    "You are a player in a two-player text game run by TextArena. The game's instructions for your side "
+    "and everything that happened so far follow in the user message. Reply with your next move only, in the "
+    "game's action format."
+)
 
 
 class OpponentFailure(Exception):
@@ -33,17 +35,45 @@ class _LenientJSONPartner(OpenAIPartner):
 
 
 class LLMOpponent:
-    def __init__(self, kind: str = "llm", *, model: str = "", base_url: str = "", api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 60.0, max_tokens: int = 128, temperature: float = 0.7, max_concurrency: int = 8,
-                 reply_format: str = "json", max_reply_chars: int = 400) -> None:
-        options = {} if kind == "self" else {"timeout": timeout, "max_tokens": max_tokens, "temperature": temperature,
-                                             "max_concurrency": max_concurrency, "reply_format": reply_format}
+    def __init__(
+        self,
+        kind: str = "llm",
+        *,
+        model: str = "",
+        base_url: str = "",
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 60.0,
+        max_tokens: int = 128,
+        temperature: float = 0.7,
+        max_concurrency: int = 8,
+        reply_format: str = "json",
+        max_reply_chars: int = 400,
+    ) -> None:
+        options = (
+            {}
+            if kind == "self"
+            else {
+                "timeout": timeout,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "max_concurrency": max_concurrency,
+                "reply_format": reply_format,
+            }
+        )
         if kind == "llm" and model:
-            self.partner = _LenientJSONPartner(model, base_url or None, api_key_env or None,
-                                               max_reply_chars=max_reply_chars, **options)
+            self.partner = _LenientJSONPartner(
+                model, base_url or None, api_key_env or None, max_reply_chars=max_reply_chars, **options
+            )
         else:  # self-play, or the shared factory's error for a missing model
-            self.partner = make_partner(kind, model=model, base_url=base_url, api_key_env=api_key_env or None,
-                                        argument="env.options.opponent", max_reply_chars=max_reply_chars, **options)
+            self.partner = make_partner(
+                kind,
+                model=model,
+                base_url=base_url,
+                api_key_env=api_key_env or None,
+                argument="env.options.opponent",
+                max_reply_chars=max_reply_chars,
+                **options,
+            )
 
     def attach(self, generate) -> None:
         self.partner.attach(generate)
@@ -55,8 +85,10 @@ class LLMOpponent:
         generate = getattr(self.partner, "generate", "absent")
         if generate != "absent":  # self-play (PolicyPartner)
             if generate is None:
-                raise RuntimeError("a self-play opponent needs the policy: the trainer attaches it "
-                                   "(env.attach_policy) before the first rollout")
+                raise RuntimeError(
+                    "a self-play opponent needs the policy: the trainer attaches it "
+                    "(env.attach_policy) before the first rollout"
+                )
             texts = generate([(SYSTEM, view) for view in views])
             return [" ".join(str(text).split())[: self.partner.max_reply_chars] for text in texts]
         requests = [PartnerRequest(SYSTEM, ({"role": "user", "content": view},)) for view in views]

@@ -17,16 +17,22 @@ class RuleReflector:
         self.rules = list(rules)
         self.skills = dict(skills)
 
-    def propose_rubric_skills(self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec],
-                              max_new: int) -> list[RubricSkillProposal]:
+    def propose_rubric_skills(
+        self, trajectories: Sequence[Trajectory], existing: Sequence[RubricSpec], max_new: int
+    ) -> list[RubricSkillProposal]:
         have = {spec.rubric_id for spec in existing}
         out = []
         for rule in self.rules:
             if rule.spec.rubric_id in have or len(out) >= max_new:
                 continue
             failing = sum(1 for t in trajectories if _safe(rule.check, t) is False)
-            out.append(RubricSkillProposal(rule.spec, self.skills.get(rule.spec.rubric_id, rule.spec.criterion),
-                                           evidence=f"{failing} of {len(trajectories)} trajectories fail it"))
+            out.append(
+                RubricSkillProposal(
+                    rule.spec,
+                    self.skills.get(rule.spec.rubric_id, rule.spec.criterion),
+                    evidence=f"{failing} of {len(trajectories)} trajectories fail it",
+                )
+            )
         return out
 
     def refine_skill(self, rubric: RubricSpec, skill: str, failures: Sequence[Trajectory]) -> str:
@@ -49,8 +55,11 @@ class RuleAttributor:
         out = []
         for spec in candidates:
             if failure:
-                out.append(AttributionRecord(tid, spec.rubric_id, True, 0.9, f"partner failure: {failure}"[:300],
-                                             cause="partner"))
+                out.append(
+                    AttributionRecord(
+                        tid, spec.rubric_id, True, 0.9, f"partner failure: {failure}"[:300], cause="partner"
+                    )
+                )
                 continue
             check = self.checks.get(spec.rubric_id)
             if check is None:
@@ -58,9 +67,15 @@ class RuleAttributor:
             verdict = _safe(check, trajectory)
             if verdict is None:
                 continue
-            out.append(AttributionRecord(tid, spec.rubric_id, verdict is False, 0.8 if verdict is False else 0.6,
-                                         f"rule {spec.rubric_id} {'failed' if verdict is False else 'passed'}; "
-                                         f"last move: {last[:200]}"))
+            out.append(
+                AttributionRecord(
+                    tid,
+                    spec.rubric_id,
+                    verdict is False,
+                    0.8 if verdict is False else 0.6,
+                    f"rule {spec.rubric_id} {'failed' if verdict is False else 'passed'}; last move: {last[:200]}",
+                )
+            )
         return out
 
 
