@@ -24,6 +24,7 @@ _move_root_last()  # run from a checkout, its kernels/ and trainer/ folders must
 _LAZY = {
     "AdaptiveBatchSampler": "rwcore.sampling.batch",
     "AdaptiveMethod": "rwcore.method",
+    "MethodLoop": "rwcore.method",
     "JudgedBatch": "rwcore.judged",
     "MethodSettings": "rwcore.method",
     "Variant": "rwcore.method",
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AdaptiveMethod",
+    "MethodLoop",
     "JudgedBatch",
     "MethodSettings",
     "Variant",

@@ -19,7 +19,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_README_LINES = 200
@@ -27,14 +26,28 @@ MAX_README_LINES = 200
 # [text](target "title") and [text](<target>); reference definitions `[label]: target`.
 _INLINE = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'][^)]*[\"'])?\s*\)")
 _REFERENCE = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$", re.M)
-_FENCE = re.compile(r"^(\s*)(```|~~~).*?^\1\2[^\n]*$", re.M | re.S)
-_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
+_CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
+
+
+def _without_code(text: str) -> str:
+    """The text less its fenced code blocks and inline code spans (links there are examples, not links)."""
+    kept, fence = [], None
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if fence is not None:
+            if stripped.startswith(fence):
+                fence = None
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            continue
+        kept.append(_CODE_SPAN.sub("", line))
+    return "\n".join(kept)
 
 
 def link_targets(text: str) -> list[str]:
     """Every link target of a markdown text, code blocks and code spans left out."""
-    text = _FENCE.sub("", text)
-    text = _CODE_SPAN.sub("", text)
+    text = _without_code(text)
     return [m.group(1) for m in _INLINE.finditer(text)] + [m.group(1) for m in _REFERENCE.finditer(text)]
 
 
@@ -86,13 +99,12 @@ def ci_test_command() -> str:
 
 def test_link_checkers_catch_bad_links(tmp_path):
     text = (
-        "See [the design](../shared/DESIGN.md), [a file](/work/main/x.md), [ok](docs/index.md),\n"
+        "A `span` and then\nSee [the design](../shared/DESIGN.md), [a file](/work/main/x.md), [ok](docs/index.md),\n"
         "[web](https://example.org/a), `[not a link](../shared/x)` and\n\n```\n[neither](/abs)\n```\n"
         "[ref]: ~/notes.md\n"
     )
     targets = link_targets(text)
-    assert targets == ["../shared/DESIGN.md", "/work/main/x.md", "docs/index.md", "https://example.org/a",
-                       "~/notes.md"]
+    assert targets == ["../shared/DESIGN.md", "/work/main/x.md", "docs/index.md", "https://example.org/a", "~/notes.md"]
     assert [t for t in targets if forbidden_target(t)] == ["../shared/DESIGN.md", "/work/main/x.md", "~/notes.md"]
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text("# x\n")
@@ -114,7 +126,11 @@ def test_mkdocs_build_strict(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"mkdocs build --strict failed (exit {result.returncode}):\n{output}"
@@ -152,6 +168,4 @@ def test_readme_links_resolve_in_the_repository():
 def test_readme_holds_the_ci_test_command():
     command = ci_test_command()
     assert "pytest" in command, f".ci/run's last line is not the test command: {command!r}"
-    assert command in README.read_text(), (
-        f"README.md must show the exact test command that .ci/run runs:\n  {command}"
-    )
+    assert command in README.read_text(), f"README.md must show the exact test command that .ci/run runs:\n  {command}"

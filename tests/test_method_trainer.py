@@ -421,3 +421,30 @@ def test_shipped_configs_load_by_name_and_hold_the_papers_settings(capsys):
     }
     assert cli.main(["config", "--config", "no-such-config"]) == 2
     assert "shipped: " in capsys.readouterr().err
+
+
+def test_rw_train_drives_the_method_through_the_shared_loop_in_its_order(tmp_path, monkeypatch):
+    from rwcore.method.loop import MethodLoop
+
+    calls = []
+    for name in ("plan", "finish", "end_step"):
+        real = getattr(MethodLoop, name)
+
+        def recording(self, *args, _real=real, _name=name, **kwargs):
+            calls.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(MethodLoop, name, recording)
+    trainer = build(tmp_path, "train.method=combined")
+    real_update = trainer._update_policy
+
+    def update(*args, **kwargs):
+        calls.append("update")
+        return real_update(*args, **kwargs)
+
+    trainer._update_policy = update
+    calls.clear()
+    trainer.train_step()
+    trainer.train_step()
+    assert calls == ["plan", "finish", "update", "end_step"] * 2
+    assert trainer.loop.method is trainer.method and trainer.loop.pending_end_step is None

@@ -133,7 +133,7 @@ class EnvConfig:
         "Keyword options passed to the environment factory (negotiation: num_train, num_eval, ...; "
         "social: scenarios, partner=scripted|llm|self, partner_model, partner_base_url, "
         "partner_api_key_env, evaluator=auto|llm|heuristic, evaluator_model, evaluator_base_url, "
-        "evaluator_api_key_env, max_turns, ...: see the README's Environments section).",
+        "evaluator_api_key_env, max_turns, ...: see docs/environments.md).",
     )
 
 

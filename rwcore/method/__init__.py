@@ -2,16 +2,29 @@
 
 - `AdaptiveMethod`: sampler, rubric-skill pool, capability library and active set, and the routing
   of one step's verdicts, for any named variant (`AdaptiveMethod.variants()`).
-- `Variant`, `VARIANTS`: each paper's full method and ablation rows, as four components.
-- `MethodSettings`: every number it uses; `Providers`: what it calls out to (reflector,
-  attributor, library, proposer, ...); `Scored`, `AdaptReport`: what `score` / `adapt` return.
+- `MethodLoop` (`StepPlan`, `StepResult`): the one order every trainer drives it in — plan, finish (judge,
+  score, observe), the trainer's update, end_step (pool update, stage boundary on the updated policy).
+- `Variant`, `VARIANTS`: each paper's full method and ablation rows, as four components (samplers and
+  process rewards come from their registries: `rwcore.sampling`, `rwcore.rewardweaver.process_rewards`).
+- `MethodSettings`: every number it uses, each declared once with its help and config key (`setting`);
+  `Providers`: what it calls out to (reflector, attributor, library, proposer, ...); `Scored`,
+  `AdaptReport`: what `score` / `adapt` return.
 - `ReflectionWindow`: Arise's evidence between pool updates (appendix B.3).
 
-Modules: `variants` (the catalogue), `window` (B.3 evidence), `method` (the object).
+Modules: `variants` (the catalogue), `window` (B.3 evidence), `method` (the object), `loop` (the step).
 """
 
 from rwcore.judged import JudgedBatch
-from rwcore.method.method import AdaptiveMethod, AdaptReport, MethodSettings, Providers, Scored
+from rwcore.method.loop import MethodLoop, StepPlan, StepResult
+from rwcore.method.method import (
+    AdaptiveMethod,
+    AdaptReport,
+    MethodSettings,
+    Providers,
+    Scored,
+    judge_groups,
+    setting,
+)
 from rwcore.method.variants import COMPONENTS, VARIANTS, Variant, differing_components, get_variant
 from rwcore.method.window import ReflectionWindow
 
@@ -21,11 +34,16 @@ __all__ = [
     "AdaptReport",
     "AdaptiveMethod",
     "JudgedBatch",
+    "MethodLoop",
     "MethodSettings",
     "Providers",
     "ReflectionWindow",
     "Scored",
+    "StepPlan",
+    "StepResult",
     "Variant",
     "differing_components",
     "get_variant",
+    "judge_groups",
+    "setting",
 ]
