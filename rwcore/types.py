@@ -89,6 +89,7 @@ class Trajectory:
                 DeprecationWarning,
                 stacklevel=3,
             )
+            self.metadata = dict(self.metadata)  # the caller's dict stays as it was
             legacy = self.metadata.pop("partner_failure")
             if legacy and not self.partner_failure:
                 self.partner_failure = str(legacy)

@@ -185,12 +185,12 @@ def test_a_sandbox_fault_is_a_partner_failure_not_the_agents(env, monkeypatch):
     assert after.done and "tool sandbox failed" in after.state["partner_failure"]
     outcome = env.outcome(after)
     assert outcome.failure and outcome.reward == 0.0
-    trajectory_state = {"env_state": after.state, "partner_failure": after.state["partner_failure"]}
     from rwcore.types import Trajectory
 
-    records = R.ToolsAttributor().attribute(
-        Trajectory("t", [], 0.0, metadata=trajectory_state), [R.rule_spec(R.RULES_BY_ID["inspects_input"])]
+    trajectory = Trajectory(
+        "t", [], 0.0, metadata={"env_state": after.state}, partner_failure=after.state["partner_failure"]
     )
+    records = R.ToolsAttributor().attribute(trajectory, [R.rule_spec(R.RULES_BY_ID["inspects_input"])])
     assert records[0].cause == "partner"
 
 

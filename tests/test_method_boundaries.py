@@ -76,8 +76,10 @@ def test_partner_failure_is_a_field_and_the_old_metadata_key_moves_into_it():
     assert t.partner_failure == "partner timed out" and "partner_failure" not in t.metadata
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        old = Trajectory(task_id="t", turns=[], outcome=0.0, metadata={"partner_failure": "garbage", "x": 1})
+        given = {"partner_failure": "garbage", "x": 1}
+        old = Trajectory(task_id="t", turns=[], outcome=0.0, metadata=given)
     assert old.partner_failure == "garbage" and old.metadata == {"x": 1}
+    assert given == {"partner_failure": "garbage", "x": 1}  # the caller's dict is left as it was
     assert any(issubclass(w.category, DeprecationWarning) for w in caught)
     assert Trajectory.from_dict(t.to_dict()).partner_failure == "partner timed out"
     with pytest.raises(ValueError, match="partner_failure must be a string"):
