@@ -96,3 +96,45 @@ def test_without_structured_outputs_replies_are_invalid_and_never_pay(server):
     assert np.allclose(invalid.process_terms, 0.0) and np.allclose(invalid.rewards, failed.rewards)
     assert np.allclose(invalid.advantages, failed.advantages)
     assert invalid.judged.invalid_rates() == {"c1": 1.0, "c2": 1.0, "a1": 1.0}
+
+
+# ---- every other LLM role: structured outputs turn the random model's answers into usable ones ----------------
+
+
+def reflector(base_url: str, **options):
+    from rwcore.judges import OpenAIReflector
+
+    settings = dict(
+        base_url=base_url,
+        api_key_env=None,
+        timeout=120.0,
+        max_retries=0,
+        temperature=1.0,
+        max_tokens=2048,
+        max_reasks=1,
+        max_field_chars=48,
+    )
+    return OpenAIReflector("judge-tiny", **{**settings, **options})
+
+
+def test_every_reflection_role_gets_a_usable_answer_from_a_random_model(server):
+    from rwcore.types import RubricSkillProposal
+
+    the_reflector = reflector(server)
+    shown = trajectories(3)
+    proposals = the_reflector.propose_rubric_skills(shown, RUBRICS[:1], 2, diagnostics="the agent never verifies")
+    assert the_reflector.uses_structured_outputs and len(proposals) <= 2
+    assert all(isinstance(p, RubricSkillProposal) and p.rubric.criterion.strip() and p.skill.strip() for p in proposals)
+    assert all(p.rubric.capability in the_reflector.capabilities for p in proposals)
+    assert all(p.rubric.rubric_id != "cites-order" for p in proposals)  # never an existing id
+    skill = the_reflector.refine_skill(RUBRICS[0], "cite the order id", shown[:1])
+    assert isinstance(skill, str) and skill.strip()
+    records = the_reflector.attribute(shown[0], RUBRICS)
+    assert [r.capability_id for r in records] == [r.rubric_id for r in RUBRICS]  # one record per candidate
+    assert all(0.0 <= r.confidence <= 1.0 and r.cause in ("policy", "partner", "scenario", "unclear") for r in records)
+    capabilities = the_reflector.propose_capabilities(shown, RUBRICS, 2)
+    assert len(capabilities) <= 2 and all(c.scored and c.criterion for c in capabilities)
+    instructions = the_reflector.revise_evaluator(RUBRICS[0], [(shown[0], Verdict.PASS, Verdict.FAIL)])
+    assert isinstance(instructions, str) and instructions.strip()
+    written = the_reflector.instance_rubrics(shown[0], 2)
+    assert len(written) <= 2 and all(r.rubric_id.startswith(f"{shown[0].task_id}:") for r in written)

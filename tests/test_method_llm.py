@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 import pytest
 from judge_server import (
     ChatServer,
     Reply,
+    completion,
     diagnostics_line,
     loopback_without_proxy,  # noqa: F401 - autouse fixture
     verdict_line,
@@ -189,3 +191,68 @@ def test_the_llm_judge_is_admitted_and_scores_training_and_the_reflection_model_
             assert secret not in path.read_text()
     assert all(r.headers.get("authorization") == f"Bearer {secret}" for r in server.requests)
     assert re.fullmatch(r"[0-9a-f]{16}", server.requests[-1].request_id)
+
+
+def test_every_metrics_row_says_what_the_llm_roles_cost_and_it_matches_the_server(monkeypatch, tmp_path):
+    """judge/* and reflector/* in every row, partitioning all requests (admission and the first diagnosis count
+    in the first row), equal to what the server received and the usage it reported; prices give the cost."""
+    monkeypatch.setenv(KEY_ENV, "sk-test-llm-wiring-5f2a")
+    script = Server()
+    seen: list[tuple[str, int, int, int]] = []  # (role, status, prompt tokens, completion tokens) per request
+    lock = threading.Lock()
+
+    def scripted(request):
+        role = "judge" if "careful, impartial evaluator" in request.system else "reflector"
+        reply = script(request)
+        with lock:
+            first_judge = role == "judge" and not any(r == "judge" for r, *_ in seen)
+            if first_judge:  # one rate-limited answer: retried, counted as a request, a retry and a 429
+                seen.append((role, 429, 0, 0))
+                return Reply(status=429, body={"error": {"message": "slow down"}}, headers={"retry-after": "0"})
+            prompt, completion = len(json.dumps(request.body)) % 97 + 1, len(seen) % 13 + 1
+            seen.append((role, 200, prompt, completion))
+        body = completion_body(reply.content, prompt, completion)
+        return Reply(body=body)
+
+    with ChatServer(scripted) as server:
+        overrides = [
+            *SMALL,
+            "train.steps=3",
+            "train.method=combined",
+            "judge.kind=openai",
+            "judge.model=judge-test",
+            f"judge.base_url={server.base_url}",
+            f"judge.api_key_env={KEY_ENV}",
+            "judge.price_in=2.5",
+            "judge.price_out=10",
+        ]
+        trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
+        trainer.setup()
+        trainer.train()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if line]
+    names = ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "retries", "rate_limited", "failed")
+    for row in rows:
+        assert all(f"{role}/{name}" in row for role in ("judge", "reflector") for name in names), row["kind"]
+    for role in ("judge", "reflector"):
+        mine = [s for s in seen if s[0] == role]
+        assert sum(r[f"{role}/requests"] for r in rows) == len(mine) > 0
+        assert sum(r[f"{role}/prompt_tokens"] for r in rows) == sum(s[2] for s in mine)
+        assert sum(r[f"{role}/completion_tokens"] for r in rows) == sum(s[3] for s in mine)
+        assert sum(r[f"{role}/rate_limited"] for r in rows) == sum(s[1] == 429 for s in mine)
+        assert sum(r[f"{role}/retries"] for r in rows) == sum(s[1] == 429 for s in mine)
+        cost = (sum(s[2] for s in mine) * 2.5 + sum(s[3] for s in mine) * 10) / 1e6
+        assert rows[-1][f"{role}/cost_total"] == pytest.approx(cost, rel=1e-12)
+        assert sum(r[f"{role}/cost"] for r in rows) == pytest.approx(cost, rel=1e-12)
+    assert sum(r["judge/rate_limited"] for r in rows) == 1
+    train = [r for r in rows if r["kind"] == "train"]
+    assert all(r["time/judge"] > 0 and r["time/judge_wait"] <= r["time/judge"] + 1e-9 for r in train)
+
+
+def completion_body(content, prompt_tokens: int, completion_tokens: int) -> dict:
+    body = completion(content)
+    body["usage"] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    return body

@@ -48,6 +48,14 @@ def make_run(folder: Path, steps: int = 60) -> Path:
                         "loss": 0.1,
                         "time/step": 0.5,
                         "time/adaptive_fraction": 0.05,
+                        "judge/requests": 16,
+                        "judge/prompt_tokens": 4000,
+                        "judge/completion_tokens": 300,
+                        "judge/cost": 0.013,
+                        "reflector/requests": step % 10 == 0,
+                        "reflector/prompt_tokens": 900 * (step % 10 == 0),
+                        "reflector/completion_tokens": 200 * (step % 10 == 0),
+                        "reflector/cost": 0.004 * (step % 10 == 0),
                     }
                 )
                 + "\n"
@@ -222,7 +230,14 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(run), "--out", str(tmp_path / "figs")]) == 0
     captured = capsys.readouterr()
     printed = captured.out.split()
-    assert len(printed) == 3 and all(p.endswith(".png") and Path(p).is_file() for p in printed)
+    assert len(printed) == 4 and all(p.endswith(".png") and Path(p).is_file() for p in printed)
     assert "skipped pool_counts" in captured.err
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_the_llm_cost_plot_needs_llm_figures(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"kind": "train", "step": 1, "success_rate": 0.5}\n')
+    results = render_report(tmp_path, tmp_path / "out")
+    assert "no judge/* or reflector/* figures" in results["llm_cost"]
+    assert_png(results["success_curves"])

@@ -322,9 +322,18 @@ class JudgeConfig:
     cache_dir: str = _f("", "Verdict cache folder (empty = no cache).")
     structured_outputs: Literal["auto", "always", "never"] = _f(
         "auto",
-        "OpenAI judge: send the answer's JSON schema as response_format (vLLM, OpenAI). auto: fall back "
-        "to plain prompts and the tolerant parser when the server rejects it; always: a rejection is INVALID.",
+        "OpenAI judge and reflector (every LLM role): send the answer's JSON schema as response_format (vLLM, "
+        "OpenAI). auto: fall back to plain prompts and the tolerant parser when the server rejects it; always: a "
+        "rejection is the request's failure (INVALID verdicts, a skipped reflection).",
     )
+    max_field_chars: int = _f(
+        400,
+        "Structured outputs of the reflection roles: the longest free-text field an answer's schema allows "
+        "(criteria, skills, evidence); keeps a constrained answer within max_tokens.",
+        ge=8,
+    )
+    price_in: float = _f(0.0, "Money per million prompt tokens (judge/cost, reflector/cost; 0 = not priced).", ge=0)
+    price_out: float = _f(0.0, "Money per million completion tokens (judge/cost, reflector/cost).", ge=0)
 
 
 @_method_section("train")

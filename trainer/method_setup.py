@@ -89,6 +89,8 @@ def _llm_reflector(cfg):
         api_key_env=j.api_key_env,
         max_concurrency=j.max_concurrency,
         temperature=j.temperature,
+        structured_outputs=j.structured_outputs,
+        max_field_chars=j.max_field_chars,
         **({"max_tokens": j.max_tokens} if j.max_tokens else {}),
     )
 

@@ -1,6 +1,6 @@
 """`rw report`: paper-style PNG plots from a run folder written by `rw train`.
 
-`render_report(run_dir, out_dir=None) -> dict[str, Path | str]` renders the four plots below into
+`render_report(run_dir, out_dir=None) -> dict[str, Path | str]` renders the plots below into
 `out_dir` (default `RUN_DIR/report`) and returns, per plot name, the written file's `Path`, or a
 `str` saying why the plot was skipped (missing or empty input, unreadable data). It never raises
 for bad run-folder contents; only a `run_dir` that is not a folder raises `ValueError`. PNGs are
@@ -17,6 +17,8 @@ Plots:
   figure 4a).
 - `success_curves.png`: training `success_rate` (raw and smoothed) and held-out
   `eval/success_rate` vs step.
+- `llm_cost.png`: cumulative requests, tokens and (with judge.price_in / price_out) money of the LLM judge
+  and the reflection model over steps (`judge/*`, `reflector/*`; skipped for a run without them).
 
 Run-folder contract (what the trainer writes; everything optional, each plot needs its files):
 
@@ -58,7 +60,7 @@ import numpy as np
 
 __all__ = ["render_report", "PLOTS", "load_jsonl"]
 
-PLOTS = ("active_rubric_emphasis", "sampling_probabilities", "pool_counts", "success_curves")
+PLOTS = ("active_rubric_emphasis", "sampling_probabilities", "pool_counts", "success_curves", "llm_cost")
 
 # Arise table 3 order; other capabilities follow alphabetically.
 _CAPABILITY_ORDER = ("Understanding", "Execution", "Verification", "Debugging", "Efficiency")
@@ -504,11 +506,51 @@ def _plot_success_curves(run_dir: Path, out: Path) -> tuple[Path, str]:
     return _save(fig, out / "success_curves.png"), "; ".join(notes)
 
 
+def _plot_llm_cost(run_dir: Path, out: Path) -> tuple[Path, str]:
+    """Cumulative requests, tokens and (when priced) money of each LLM role over steps (judge/*, reflector/*)."""
+    rows, bad = load_jsonl(_need(run_dir, "metrics.jsonl"))
+    roles = [role for role in ("judge", "reflector") if any(f"{role}/requests" in row for row in rows)]
+    if not roles:
+        raise _Skip("metrics.jsonl has no judge/* or reflector/* figures (a run without an LLM judge)")
+    priced = any(f"{role}/cost" in row for row in rows for role in roles)
+    fig = _figure(11.0 if priced else 7.5, 4.0)
+    axes = fig.subplots(1, 3 if priced else 2)
+    colors = {"judge": "#1f5f8b", "reflector": "#d1495b"}
+    for role in roles:
+        steps, requests, tokens, money = [], [], [], []
+        total = [0.0, 0.0, 0.0]
+        for row in rows:
+            step = _step(row)
+            if step is None or f"{role}/requests" not in row:
+                continue
+            total[0] += _number(row.get(f"{role}/requests")) or 0.0
+            total[1] += (_number(row.get(f"{role}/prompt_tokens")) or 0.0) + (
+                _number(row.get(f"{role}/completion_tokens")) or 0.0
+            )
+            total[2] += _number(row.get(f"{role}/cost")) or 0.0
+            steps.append(step)
+            requests.append(total[0])
+            tokens.append(total[1])
+            money.append(total[2])
+        axes[0].plot(steps, requests, color=colors[role], linewidth=2.0, label=role)
+        axes[1].plot(steps, tokens, color=colors[role], linewidth=2.0, label=role)
+        if priced:
+            axes[2].plot(steps, money, color=colors[role], linewidth=2.0, label=role)
+    for ax, label in zip(axes, ("Requests (cumulative)", "Tokens (cumulative)", "Cost (cumulative)")):
+        ax.set_xlabel("Training step")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", frameon=False)
+    fig.suptitle("What the LLM roles cost")
+    return _save(fig, out / "llm_cost.png"), f"skipped {bad} unparsable metrics.jsonl lines" if bad else ""
+
+
 _RENDERERS: dict[str, Callable[[Path, Path], Any]] = {
     "active_rubric_emphasis": _plot_active_rubric_emphasis,
     "sampling_probabilities": _plot_sampling_probabilities,
     "pool_counts": _plot_pool_counts,
     "success_curves": _plot_success_curves,
+    "llm_cost": _plot_llm_cost,
 }
 
 

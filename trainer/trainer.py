@@ -169,6 +169,17 @@ class Trainer:
         )
         self._adapting = -1
         self._diagnosis_seconds = 0.0
+        # what the LLM roles cost: metrics prefix -> the client whose Usage counts its requests
+        self._llm_clients = {
+            prefix: client
+            for prefix, owner in (("judge", self.judge), ("reflector", self.method.providers.reflector))
+            if (client := getattr(owner, "client", None)) is not None and hasattr(client, "usage")
+        }
+        self._usage_totals = {prefix: 0.0 for prefix in self._llm_clients}  # money so far (judge/cost_total)
+        # rows partition the usage: each row reports what happened since the previous one (the first: since the
+        # clients were made, so library admission and the first diagnosis count too)
+        self._usage_marks = {prefix: {} for prefix in self._llm_clients}
+        self._judge_seconds = 0.0
         self._metrics_path = self.out / "metrics.jsonl"
         self._sampling_path = self.out / "sampling.jsonl"
         if self._resume_from is not None:
@@ -331,6 +342,8 @@ class Trainer:
                 self._adapting = total - 1
                 self.loop.end_training(total)  # appendix G: the last stage's end
                 self._write_adaptation_files()
+                if self._llm_clients:  # what judging the diagnostic set cost: a row of its own
+                    self._log({"step": self.step, "kind": "usage", **self._usage_row()})
             if _due(self.step, cfg.train.checkpoint_every) or self.step == total:
                 self.save_checkpoint()
             self._report_progress(progress, row)
@@ -341,6 +354,7 @@ class Trainer:
 
     def _log_evaluation(self) -> dict:
         evaluation = self.evaluate("eval")
+        evaluation.update(self._usage_row())  # every row says what the LLM roles cost since the previous one
         self._log(evaluation)
         if self.config.train.eval_with_skills == "on":
             self._log(self.evaluate("eval", with_skills=True))
@@ -352,10 +366,22 @@ class Trainer:
         evals = [r for r in rows if r.get("kind") == "eval"]
         fractions = [r["time/adaptive_fraction"] for r in rows if r.get("kind") == "train"]
         if evals and fractions:
+            costs = ""
+            for prefix in self._llm_clients:
+                requests = sum(r.get(f"{prefix}/requests", 0) for r in rows)
+                tokens = sum(
+                    r.get(f"{prefix}/prompt_tokens", 0) + r.get(f"{prefix}/completion_tokens", 0) for r in rows
+                )
+                money = (
+                    f", cost {self._usage_totals[prefix]:.4f}"
+                    if self.config.judge.price_in or self.config.judge.price_out
+                    else ""
+                )
+                costs += f"; {prefix} {requests} requests, {tokens} tokens{money}"
             print(
                 f"held-out success {evals[0]['eval/success_rate']:.3f} -> {evals[-1]['eval/success_rate']:.3f} "
                 f"(step {evals[0]['step']} -> {evals[-1]['step']}, train.method={self.variant.name}); adaptive "
-                f"machinery {100 * float(np.mean(fractions)):.1f}% of step time; run folder {self.out}",
+                f"machinery {100 * float(np.mean(fractions)):.1f}% of step time{costs}; run folder {self.out}",
                 flush=True,
             )
 
@@ -380,6 +406,7 @@ class Trainer:
     def train_step(self) -> dict:
         cfg = self.config
         index = self.step
+        self._judge_seconds = 0.0
         torch.manual_seed(_step_seed(cfg.train.seed, index) + self.rank)
         started = time.perf_counter()
         adaptive = 0.0
@@ -464,6 +491,10 @@ class Trainer:
             # episodes ended by the partner's failure: no advantage, no loss, no evidence (see envs.base)
             "partner_failures": int(sum(bool(t.partner_failure) for t in trajectories)),
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
+            # judging happens after the step's rollouts end, so none of it is hidden behind generation
+            "time/judge": self._judge_seconds,
+            "time/judge_wait": self._judge_seconds,
+            **self._usage_row(),
         }
         return row
 
@@ -520,8 +551,37 @@ class Trainer:
         block of groups and the reports are gathered."""
         group = self.config.rollout.group_size
         first, last = self._my_groups(len(plans))
+        clock = time.perf_counter()
         mine = judge_groups(self.judge, trajectories[first * group : last * group], plans[first:last], group)
+        self._judge_seconds += time.perf_counter() - clock
         return self._gathered(mine)
+
+    def _usage_row(self) -> dict:
+        """What each LLM role cost since the previous row, summed over the processes: `judge/requests`,
+        `judge/prompt_tokens`, `judge/completion_tokens` (the server's usage), `judge/cache_hits`, `judge/retries`,
+        `judge/rate_limited`, `judge/failed`, `judge/seconds`, and with judge.price_in / price_out set `judge/cost`
+        and `judge/cost_total`; the same under `reflector/` for the reflection model."""
+        from rwcore.judges.client import USAGE_FIELDS, usage_cost
+
+        marks = {prefix: client.usage.snapshot() for prefix, client in self._llm_clients.items()}
+        mine = {
+            prefix: {name: marks[prefix][name] - self._usage_marks[prefix].get(name, 0) for name in USAGE_FIELDS}
+            for prefix in self._llm_clients
+        }
+        self._usage_marks = marks
+        parts = self._gathered([mine])
+        row = {}
+        j = self.config.judge
+        for prefix in self._llm_clients:
+            total = {name: sum(part[prefix][name] for part in parts) for name in USAGE_FIELDS}
+            for name in USAGE_FIELDS:
+                row[f"{prefix}/{name}"] = total[name] if name == "seconds" else int(total[name])
+            if j.price_in or j.price_out:
+                cost = usage_cost(total, j.price_in, j.price_out)
+                self._usage_totals[prefix] += cost
+                row[f"{prefix}/cost"] = cost
+                row[f"{prefix}/cost_total"] = self._usage_totals[prefix]
+        return row
 
     # ------------------------------------------------------------------ adaptation
 
@@ -808,6 +868,7 @@ class Trainer:
                             "config": config_to_dict(self.config),
                             "world_size": self.world_size,
                             "method": self.method.state_dict(),
+                            "usage_totals": dict(self._usage_totals),
                             "rng": rng,
                             # rollout.max_lag > 0: rollouts already requested from older versions, trained on next
                             "rollouts_ahead": self.rollouts_ahead.state_dict()
@@ -863,6 +924,9 @@ class Trainer:
             raise ValueError(f"--resume: checkpoint {path} predates rwcore.AdaptiveMethod; start a new run")
         rng = state["rng"] if self.main else ckpt.load(path / f"rng_rank{self.rank}.pt")
         self.method.load_state_dict(state["method"])  # refuses another variant, naming train.method
+        self._usage_totals.update(
+            {k: float(v) for k, v in (state.get("usage_totals") or {}).items() if k in self._usage_totals}
+        )
         self.engine.load(path)
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])

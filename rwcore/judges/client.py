@@ -85,6 +85,59 @@ class ChatReply:
     attempts: int
     finish_reason: str | None = None
     total_tokens: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+USAGE_FIELDS = (
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "cache_hits",
+    "retries",
+    "rate_limited",
+    "failed",
+    "seconds",
+)
+"""What `Usage` counts (see there)."""
+
+
+class Usage:
+    """What one client's requests cost, counted as they happen (thread-safe; `snapshot()` / `since(earlier)`).
+
+    requests: HTTP requests sent (every attempt, retries included: what the server receives).
+    prompt_tokens / completion_tokens: the server-reported `usage` of the successful answers.
+    cache_hits: judgments (or diagnostics) served from the cache instead of a request.
+    retries: attempts after a failed one. rate_limited: attempts the server answered 429.
+    failed: requests that failed for good (after their retries). seconds: summed wall time of the attempts.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(USAGE_FIELDS, 0)
+        self._counts["seconds"] = 0.0
+
+    def add(self, **amounts: float) -> None:
+        unknown = set(amounts) - set(USAGE_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown usage fields {sorted(unknown)}")
+        with self._lock:
+            for name, amount in amounts.items():
+                self._counts[name] += amount
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return dict(self._counts)
+
+    def since(self, earlier: Mapping[str, float]) -> dict:
+        """The counts added after `earlier` (a `snapshot()`)."""
+        now = self.snapshot()
+        return {name: now[name] - earlier.get(name, 0) for name in USAGE_FIELDS}
+
+
+def usage_cost(usage: Mapping[str, float], price_in: float, price_out: float) -> float:
+    """Money for `usage`: prompt tokens at `price_in` and completion tokens at `price_out` per million."""
+    return (usage.get("prompt_tokens", 0) * price_in + usage.get("completion_tokens", 0) * price_out) / 1e6
 
 
 def _positive(value, argument: str, *, allow_none: bool = False, integer: bool = False) -> None:
@@ -227,6 +280,16 @@ def _retry_after_seconds(headers) -> float | None:
 
 class _Malformed(Exception):
     """A 200 answer that is not a usable chat completion."""
+
+
+def _usage_tokens(response) -> tuple[int | None, int | None, int | None]:
+    """(total, prompt, completion) tokens of the server's `usage`, each None when absent or not an int."""
+    usage = getattr(response, "usage", None)
+    values = [
+        getattr(usage, name, None) if usage is not None else None
+        for name in ("total_tokens", "prompt_tokens", "completion_tokens")
+    ]
+    return tuple(v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None for v in values)
 
 
 def _reply_parts(response) -> tuple[str, str | None, int | None]:
@@ -402,6 +465,7 @@ class ChatClient:
         self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._random = random.Random()
+        self.usage = Usage()  # what this client's requests cost (metrics rows: judge/*, reflector/*)
 
     # Pickling keeps only the options (locks and loop-bound objects are rebuilt), so a judge can
     # be sent to worker processes; there is no key to leak in either direction.
@@ -588,26 +652,37 @@ class ChatSession:
         attempt = 0
         while True:
             attempt += 1
+            usage = self._owner.usage
             async with self._owner._semaphore():
                 # Limits are taken inside the concurrency slot so that a grant's time is the send time.
                 if self._owner._rpm is not None:
                     await self._owner._rpm.acquire(1)
                 tokens = await self._owner._tpm.acquire(estimate) if self._owner._tpm is not None else None
+                usage.add(requests=1, retries=1 if attempt > 1 else 0)
+                sent = time.monotonic()
                 try:
-                    response = await asyncio.wait_for(
-                        self._client.chat.completions.create(**request), timeout=options.timeout
-                    )
+                    try:
+                        response = await asyncio.wait_for(
+                            self._client.chat.completions.create(**request), timeout=options.timeout
+                        )
+                    finally:
+                        usage.add(seconds=time.monotonic() - sent)
                     text, finish_reason, total = _reply_parts(response)
                 except asyncio.CancelledError:
                     raise
                 except Exception as error:  # noqa: BLE001 - classified, unknown ones re-raised
                     message, retryable, status, retry_after = self._classify(error)
+                    if status == 429:
+                        usage.add(rate_limited=1)
                 else:
                     if tokens is not None and total is not None:
                         tokens.settle(total)
-                    return ChatReply(self._redact_reply(text), attempt, finish_reason, total)
+                    _, prompt, completion = _usage_tokens(response)
+                    usage.add(prompt_tokens=prompt or 0, completion_tokens=completion or 0)
+                    return ChatReply(self._redact_reply(text), attempt, finish_reason, total, prompt, completion)
             message = self._scrub(message)
             if not retryable or attempt > options.max_retries:
+                usage.add(failed=1)
                 suffix = f" (after {attempt} attempts)" if attempt > 1 else ""
                 raise ChatError(message + suffix, attempts=attempt, status=status, retryable=retryable)
             delay = self._owner.backoff_delay(attempt, retry_after)

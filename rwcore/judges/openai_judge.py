@@ -43,6 +43,7 @@ from typing import Any
 
 from rwcore.judges.cache import JudgmentCache, cache_key
 from rwcore.judges.client import ChatClient, ChatError, ChatSession, ClientOptions, run_sync
+from rwcore.judges.structured import STRUCTURED_OUTPUTS, StructuredOutputs  # noqa: F401 - re-exported
 from rwcore.judges.templates import (
     data_rules,
     new_request_id,
@@ -74,8 +75,6 @@ _TEMPLATES = (
     "rubric_evaluation_structured",
     "_untrusted_data",
 )
-STRUCTURED_OUTPUTS = ("auto", "always", "never")
-_SCHEMA_REJECTED = (400, 422)
 
 
 class OpenAIJudge:
@@ -167,10 +166,8 @@ class OpenAIJudge:
         self.require_request_id = check_bool(require_request_id, "require_request_id")
         self.include_outcome = check_bool(include_outcome, "include_outcome")
         self.max_transcript_chars = check_optional_count(max_transcript_chars, "max_transcript_chars")
-        if structured_outputs not in STRUCTURED_OUTPUTS:
-            raise ValueError(f"structured_outputs must be one of {STRUCTURED_OUTPUTS}, got {structured_outputs!r}")
+        self.structured = StructuredOutputs(structured_outputs, f"judge {model}")  # "auto": off after a rejection
         self.structured_outputs = structured_outputs
-        self.uses_structured_outputs = structured_outputs != "never"  # "auto" turns it off after a rejection
         # Everything besides the model and the two contents that can change a verdict.
         self._config_digest = hashlib.sha256(
             repr(
@@ -292,6 +289,7 @@ class OpenAIJudge:
                     hit = None
                 if hit is not None:
                     found[index][rubric.rubric_id] = hit
+                    self.client.usage.add(cache_hits=1)
                 else:
                     pending.append((rubric, key))
             diagnostics_key = self._diagnostics_key(pool_digest, trajectory)
@@ -304,6 +302,7 @@ class OpenAIJudge:
                 if cached is not None:
                     uncovered[index] = cached
                     want_diagnostics = False
+                    self.client.usage.add(cache_hits=1)
             for start in range(0, len(pending), self.rubrics_per_request):
                 work.append(
                     (
@@ -346,29 +345,20 @@ class OpenAIJudge:
         pool: Sequence[RubricSpec] | None,
     ):
         """One request, with the answer's schema as response_format while structured outputs are on."""
-        if not self.uses_structured_outputs:
-            return await session.complete(self.build_messages(trajectory, rubrics, request_id, pool))
-        schema = response_format(rubrics, request_id, diagnostics=pool is not None)
-        try:
-            return await session.complete(
-                self.build_messages(trajectory, rubrics, request_id, pool, structured=True), response_format=schema
-            )
-        except ChatError as error:
-            if self.structured_outputs != "auto" or error.status not in _SCHEMA_REJECTED:
-                if error.status in _SCHEMA_REJECTED:
-                    error.message += " (structured_outputs='always': the server refused response_format?)"
-                raise
-            rejection = error.message
-        reply = await session.complete(self.build_messages(trajectory, rubrics, request_id, pool))
-        if self.uses_structured_outputs:  # the plain request worked: it was response_format the server refused
-            self.uses_structured_outputs = False
-            logger.warning(
-                "judge %s: the server rejected structured outputs (%s); asking with plain prompts and "
-                "the tolerant parser from now on (judge.structured_outputs=auto)",
-                self.model,
-                rejection,
-            )
-        return reply
+        return await self.structured.complete(
+            session,
+            lambda structured: self.build_messages(trajectory, rubrics, request_id, pool, structured=structured),
+            response_format(rubrics, request_id, diagnostics=pool is not None),
+        )
+
+    @property
+    def uses_structured_outputs(self) -> bool:
+        """Whether requests carry the answer's JSON schema now ("auto" turns it off after a rejection)."""
+        return self.structured.active
+
+    @uses_structured_outputs.setter
+    def uses_structured_outputs(self, value: bool) -> None:
+        self.structured.active = bool(value)
 
     async def _judge_batch_safely(
         self,

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import math
 import re
 from array import array
@@ -57,6 +58,9 @@ _TOKEN = re.compile(
 
 # parser states of an open container
 _OBJ_FIRST, _OBJ_COLON, _VALUE, _AFTER, _OBJ_KEY, _ARR_FIRST = range(6)
+
+
+logger = logging.getLogger("rwcore.judges")
 
 
 def _reject_constant(name: str):
@@ -341,6 +345,7 @@ def text_field(obj: dict, key: str, *, required: bool, max_chars: int | None = N
     if required and not value.strip():
         raise SchemaError(f'"{key}" must not be empty')
     if max_chars is not None and len(value) > max_chars:
+        logger.warning('answer field "%s": %d characters, cut to the first %d', key, len(value), max_chars)
         value = value[:max_chars]
     return value
 

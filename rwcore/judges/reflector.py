@@ -41,6 +41,16 @@ from rwcore.judges.parsing import (
     text_field,
     unit_number,
 )
+from rwcore.judges.structured import (
+    StructuredOutputs,
+    analysis_schema,
+    attribution_schema,
+    capability_proposal_schema,
+    evaluator_revision_schema,
+    instance_rubrics_schema,
+    rubric_skill_schema,
+    skill_refinement_schema,
+)
 from rwcore.judges.templates import (
     bulleted,
     data_rules,
@@ -132,6 +142,9 @@ class OpenAIReflector:
         proposal request (the first ones given).
     candidates_per_request: candidate capabilities attributed in one request.
     min_support: trajectories a proposed capability must cite (capped at the number given).
+    structured_outputs: "auto" | "always" | "never", as the judge's: each role's request carries its answer's
+        JSON schema (rwcore.judges.structured), with the request id pinned.
+    max_field_chars: the longest free-text field those schemas allow (criteria, skills, evidence) [400].
     """
 
     def __init__(
@@ -159,6 +172,8 @@ class OpenAIReflector:
         candidates_per_request: int = 8,
         min_support: int = 2,
         max_response_bytes: int = 8 << 20,
+        structured_outputs: str = "auto",
+        max_field_chars: int = 400,
     ) -> None:
         self.client = ChatClient(
             ClientOptions(
@@ -196,6 +211,13 @@ class OpenAIReflector:
         )
         self.candidates_per_request = check_count(candidates_per_request, "candidates_per_request", low=1)
         self.min_support = check_count(min_support, "min_support", low=1)
+        self.structured = StructuredOutputs(structured_outputs, f"reflection model {model}")
+        self.max_field_chars = check_count(max_field_chars, "max_field_chars", low=8)
+
+    @property
+    def uses_structured_outputs(self) -> bool:
+        """Whether requests carry their answer's JSON schema now (see rwcore.judges.structured)."""
+        return self.structured.active
 
     @property
     def model(self) -> str:
@@ -221,13 +243,17 @@ class OpenAIReflector:
         what: str,
         build: Callable[[str], list[dict[str, str]]],
         parse: Callable[[str, str], _T],
+        schema: Callable[[str], dict] | None = None,
     ) -> _T:
-        """`parse(reply, request_id)` of the first usable answer; ReflectionError otherwise."""
+        """`parse(reply, request_id)` of the first usable answer; ReflectionError otherwise. `schema(request_id)`:
+        the answer's response_format (rwcore.judges.structured), sent while structured outputs are on."""
         problem = ""
         for attempt in range(1 + self.max_reasks):
             request_id = new_request_id()
             try:
-                reply = await session.complete(build(request_id))
+                reply = await self.structured.complete(
+                    session, lambda structured: build(request_id), schema(request_id) if schema else None
+                )
             except ChatError as error:
                 raise ReflectionError(f"{what}: request failed: {error.message}") from error
             except Exception as error:  # noqa: BLE001 - never a crash: the caller logs and skips the reflection
@@ -340,7 +366,15 @@ class OpenAIReflector:
                 result[key] = items
             return result
 
-        return await self._ask(session, f"trajectory analysis of {trajectory.task_id!r}", build, parse)
+        return await self._ask(
+            session,
+            f"trajectory analysis of {trajectory.task_id!r}",
+            build,
+            parse,
+            lambda request_id: analysis_schema(
+                request_id, self.capabilities, sorted(existing_ids), MAX_ANALYSIS_ITEMS, self.max_field_chars
+            ),
+        )
 
     # ---- Arise: rubric–skill generation -------------------------------------------------------
 
@@ -445,7 +479,13 @@ class OpenAIReflector:
             return proposals[:max_new]
 
         async with self.client.session() as session:
-            return await self._ask(session, "rubric-skill generation", build, parse)
+            return await self._ask(
+                session,
+                "rubric-skill generation",
+                build,
+                parse,
+                lambda request_id: rubric_skill_schema(request_id, self.capabilities, max_new, self.max_field_chars),
+            )
 
     # ---- Arise: skill refinement ------------------------------------------------------------
 
@@ -483,7 +523,13 @@ class OpenAIReflector:
             return text_field(obj, "skill", required=True, max_chars=MAX_SKILL_CHARS).strip()
 
         async with self.client.session() as session:
-            return await self._ask(session, f"skill refinement of {rubric.rubric_id!r}", build, parse)
+            return await self._ask(
+                session,
+                f"skill refinement of {rubric.rubric_id!r}",
+                build,
+                parse,
+                lambda request_id: skill_refinement_schema(request_id, self.max_field_chars),
+            )
 
     # ---- RewardWeaver: failure attribution -------------------------------------------------
 
@@ -557,9 +603,17 @@ class OpenAIReflector:
                     for c in pending.values()
                 ]
             )
+            messages = self._messages("failure_attribution", request_id, data, candidates=listing)
+            layout = (
+                "\n\nWhen your answer is constrained to a JSON schema, write the same records inside one object: "
+                f'{{"request_id": "{request_id}", "records": [<one record per candidate>]}}.'
+            )
+            structured_messages = [{**messages[0], "content": messages[0]["content"] + layout}, *messages[1:]]
             try:
-                reply = await session.complete(
-                    self._messages("failure_attribution", request_id, data, candidates=listing)
+                reply = await self.structured.complete(
+                    session,
+                    lambda structured: structured_messages if structured else messages,
+                    attribution_schema(request_id, list(pending), CAUSES, self.max_field_chars),
                 )
             except ChatError as error:
                 problems = {key: f"request failed: {error.message}" for key in pending}
@@ -570,6 +624,17 @@ class OpenAIReflector:
             found: dict[str, list[dict]] = {key: [] for key in pending}
             try:
                 objects = answer_objects(reply.text)
+                # a structured answer holds the records in one object's "records" (rwcore.judges.structured)
+                objects = [
+                    *objects,
+                    *(
+                        record
+                        for obj in objects
+                        if isinstance(obj.get("records"), list)
+                        for record in obj["records"]
+                        if isinstance(record, dict)
+                    ),
+                ]
             except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again
                 problems = {
                     key: f"unexpected error reading the answer: {type(error).__name__}: {error}" for key in pending
@@ -710,7 +775,13 @@ class OpenAIReflector:
             return proposals[:max_new]
 
         async with self.client.session() as session:
-            return await self._ask(session, "capability proposal", build, parse)
+            return await self._ask(
+                session,
+                "capability proposal",
+                build,
+                parse,
+                lambda request_id: capability_proposal_schema(request_id, refs, max_new, self.max_field_chars),
+            )
 
     # ---- RewardWeaver: evaluator revision on the development partition ----------------------
 
@@ -758,7 +829,13 @@ class OpenAIReflector:
             return text_field(obj, "evaluator_instructions", required=True, max_chars=MAX_FIELD_CHARS).strip()
 
         async with self.client.session() as session:
-            return await self._ask(session, f"evaluator revision of {rubric.rubric_id!r}", build, parse)
+            return await self._ask(
+                session,
+                f"evaluator revision of {rubric.rubric_id!r}",
+                build,
+                parse,
+                lambda request_id: evaluator_revision_schema(request_id, self.max_field_chars),
+            )
 
     # ---- RewardWeaver ablation: instance-specific rubrics -----------------------------------
 
@@ -807,4 +884,10 @@ class OpenAIReflector:
             return specs
 
         async with self.client.session() as session:
-            return await self._ask(session, f"instance rubrics of {context.task_id!r}", build, parse)
+            return await self._ask(
+                session,
+                f"instance rubrics of {context.task_id!r}",
+                build,
+                parse,
+                lambda request_id: instance_rubrics_schema(request_id, max_rubrics, self.max_field_chars),
+            )
