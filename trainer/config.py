@@ -299,7 +299,14 @@ class PoolConfig:
 
 @_method_section("rewardweaver")
 class RewardWeaverConfig:
-    """RewardWeaver outer loop (the selection strategy is train.method's): every key is a `MethodSettings` field."""
+    """RewardWeaver outer loop (the selection strategy is train.method's); keys but `admission` are `MethodSettings`."""
+
+    admission: Literal["validated", "unvalidated"] = _f(
+        "validated",
+        "How the environment's rules enter the capability library: validated = each passes the source-disjoint "
+        "acceptance test with the training judge (RewardWeaver §2.2); unvalidated = admitted without it, each "
+        "admission report saying so (a smoke test of the LLM path with a judge that cannot pass the test).",
+    )
 
 
 @dataclass
@@ -327,9 +334,10 @@ class JudgeConfig:
         "rejection is the request's failure (INVALID verdicts, a skipped reflection).",
     )
     max_field_chars: int = _f(
-        400,
-        "Structured outputs of the reflection roles: the longest free-text field an answer's schema allows "
-        "(criteria, skills, evidence); keeps a constrained answer within max_tokens.",
+        300,
+        "Structured outputs of every LLM role: the longest free-text field an answer's schema allows (evidence, "
+        "uncovered notes, criteria, skills); keeps a constrained answer within max_tokens and the notes that reach "
+        "the reflection model within its context.",
         ge=8,
     )
     price_in: float = _f(0.0, "Money per million prompt tokens (judge/cost, reflector/cost; 0 = not priced).", ge=0)

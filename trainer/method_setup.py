@@ -69,6 +69,7 @@ def build_judge(cfg, env):
             timeout=j.timeout,
             cache_dir=j.cache_dir or None,
             structured_outputs=j.structured_outputs,
+            max_field_chars=j.max_field_chars,
             temperature=j.temperature,
             **({"max_tokens": j.max_tokens} if j.max_tokens else {}),
         )
@@ -127,11 +128,17 @@ UNVALIDATED = (
     "unvalidated: the environment brings no labelled cases, so the capability was admitted without "
     "the source-disjoint acceptance test"
 )
+UNVALIDATED_BY_CHOICE = (
+    "unvalidated: rewardweaver.admission=unvalidated, so the capability was admitted without the source-disjoint "
+    "acceptance test"
+)
 
 
-def admit_unvalidated(env, judge, specs: Sequence[RubricSpec]):
-    """A library of `specs` admitted WITHOUT the acceptance test (an environment with no labelled cases):
-    each entry's admission report carries the reason `UNVALIDATED`; a warning is logged."""
+def admit_unvalidated(
+    env, judge, specs: Sequence[RubricSpec], reason: str = UNVALIDATED, why: str = "no labelled cases"
+):
+    """A library of `specs` admitted WITHOUT the acceptance test (an environment with no labelled cases, or
+    rewardweaver.admission=unvalidated): each entry's admission report carries `reason`; a warning names `why`."""
     import logging
 
     from rwcore.rewardweaver import Capability, CapabilityLibrary
@@ -145,9 +152,7 @@ def admit_unvalidated(env, judge, specs: Sequence[RubricSpec]):
             continue
         seen.add(spec.rubric_id)
         capability = Capability.from_rubric(spec)
-        report = AdmissionReport(
-            capability_id=spec.rubric_id, admitted=True, reasons=(UNVALIDATED,), evaluator=evaluator
-        )
+        report = AdmissionReport(capability_id=spec.rubric_id, admitted=True, reasons=(reason,), evaluator=evaluator)
         entries.append(
             AdmittedCapability(
                 capability, evaluator, report, AdmittedCapability.compute_hash(capability, evaluator, report)
@@ -160,7 +165,7 @@ def admit_unvalidated(env, judge, specs: Sequence[RubricSpec]):
         "env.name %s: RewardWeaver's library holds %d capabilities admitted WITHOUT the acceptance test (%s): %s",
         _env_name(env),
         len(entries),
-        "no labelled cases",
+        why,
         ", ".join(e.capability.capability_id for e in entries),
     )
     return library
@@ -236,6 +241,14 @@ def build_providers(cfg, env, judge, variant, admit: bool = True) -> Providers:
 
         if not admit:
             providers.library = CapabilityLibrary()
+        elif cfg.rewardweaver.admission == "unvalidated" and rules:  # asked for: no acceptance test
+            providers.library = admit_unvalidated(
+                env,
+                judge,
+                [rules[rid].spec for rid in initial if rid in rules],
+                reason=UNVALIDATED_BY_CHOICE,
+                why="rewardweaver.admission=unvalidated",
+            )
         elif validated:
             providers.library = admit_library(env, judge, initial, reviser, cfg.rewardweaver.max_revisions)
         else:

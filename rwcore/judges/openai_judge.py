@@ -100,6 +100,8 @@ class OpenAIJudge:
     structured_outputs: "auto" (send the answer's JSON schema as response_format; fall back to plain
         prompts for good when the server rejects it), "always" (a rejection is INVALID) or "never"
         (see the module docstring).
+    max_field_chars: the longest evidence string and uncovered-behaviour note a structured answer may
+        hold [300] (small for a small model, whose escaped bytes fill max_tokens and the reflection's context).
 
     API key: read from the environment variable `api_key_env` when each `evaluate` starts, never
     stored on the judge; unset with a `base_url` -> the placeholder "EMPTY" is sent (vLLM accepts
@@ -138,6 +140,7 @@ class OpenAIJudge:
         max_transcript_chars: int | None = None,
         structured_outputs: str = "auto",
         max_response_bytes: int = 8 << 20,
+        max_field_chars: int = 300,
     ) -> None:
         self.client = ChatClient(
             ClientOptions(
@@ -167,6 +170,7 @@ class OpenAIJudge:
         self.include_outcome = check_bool(include_outcome, "include_outcome")
         self.max_transcript_chars = check_optional_count(max_transcript_chars, "max_transcript_chars")
         self.structured = StructuredOutputs(structured_outputs, f"judge {model}")  # "auto": off after a rejection
+        self.max_field_chars = check_count(max_field_chars, "max_field_chars", low=8)
         self.structured_outputs = structured_outputs
         # Everything besides the model and the two contents that can change a verdict.
         self._config_digest = hashlib.sha256(
@@ -348,7 +352,7 @@ class OpenAIJudge:
         return await self.structured.complete(
             session,
             lambda structured: self.build_messages(trajectory, rubrics, request_id, pool, structured=structured),
-            response_format(rubrics, request_id, diagnostics=pool is not None),
+            response_format(rubrics, request_id, diagnostics=pool is not None, chars=self.max_field_chars),
         )
 
     @property

@@ -48,6 +48,7 @@ from rwcore.judges.structured import (
     capability_proposal_schema,
     evaluator_revision_schema,
     instance_rubrics_schema,
+    keyed_records,
     rubric_skill_schema,
     skill_refinement_schema,
 )
@@ -605,8 +606,9 @@ class OpenAIReflector:
             )
             messages = self._messages("failure_attribution", request_id, data, candidates=listing)
             layout = (
-                "\n\nWhen your answer is constrained to a JSON schema, write the same records inside one object: "
-                f'{{"request_id": "{request_id}", "records": [<one record per candidate>]}}.'
+                "\n\nWhen your answer is constrained to a JSON schema, write the same records inside one object, "
+                f'each under its capability id: {{"request_id": "{request_id}", "records": {{<capability_id>: '
+                '{"deficit", "confidence", "evidence", "cause"}, ...}}.'
             )
             structured_messages = [{**messages[0], "content": messages[0]["content"] + layout}, *messages[1:]]
             try:
@@ -624,17 +626,8 @@ class OpenAIReflector:
             found: dict[str, list[dict]] = {key: [] for key in pending}
             try:
                 objects = answer_objects(reply.text)
-                # a structured answer holds the records in one object's "records" (rwcore.judges.structured)
-                objects = [
-                    *objects,
-                    *(
-                        record
-                        for obj in objects
-                        if isinstance(obj.get("records"), list)
-                        for record in obj["records"]
-                        if isinstance(record, dict)
-                    ),
-                ]
+                # a structured answer keys its records by capability id in one object (rwcore.judges.structured)
+                objects = [*objects, *keyed_records(objects)]
             except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again
                 problems = {
                     key: f"unexpected error reading the answer: {type(error).__name__}: {error}" for key in pending

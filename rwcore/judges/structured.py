@@ -38,6 +38,7 @@ __all__ = [
     "evaluator_revision_schema",
     "instance_rubrics_schema",
     "json_schema_format",
+    "keyed_records",
     "rubric_skill_schema",
     "skill_refinement_schema",
 ]
@@ -73,7 +74,7 @@ class StructuredOutputs:
         try:
             return await session.complete(build(True), response_format=schema)
         except ChatError as error:
-            if self.mode != "auto" or error.status not in SCHEMA_REJECTED:
+            if self.mode != "auto" or error.status not in SCHEMA_REJECTED or _too_long(error.message):
                 if error.status in SCHEMA_REJECTED:
                     error.message += " (structured_outputs='always': the server refused response_format?)"
                 raise
@@ -88,6 +89,12 @@ class StructuredOutputs:
                 rejection,
             )
         return reply
+
+
+def _too_long(message: str) -> bool:
+    """A 400 that says the prompt exceeds the model's context: not a rejection of response_format."""
+    text = message.lower()
+    return any(words in text for words in ("context length", "maximum context", "too many tokens", "input tokens"))
 
 
 def json_schema_format(name: str, schema: Mapping[str, Any]) -> dict:
@@ -138,7 +145,8 @@ def analysis_schema(
 
 
 def rubric_skill_schema(request_id: str, capabilities: Sequence[str], max_new: int, chars: int = TEXT_CHARS) -> dict:
-    """Arise's rubric-skill generation: {"request_id", "proposals": [at most max_new pairs]}."""
+    """Arise's rubric-skill generation: {"request_id", "proposals": [1 to max_new pairs]} (the generation step
+    of every pool update proposes pairs; a plain answer may still hold none)."""
     item = _object(
         {
             "rubric_id": {"type": "string", "pattern": ID_REGEX},
@@ -151,7 +159,7 @@ def rubric_skill_schema(request_id: str, capabilities: Sequence[str], max_new: i
             "evidence": _text(chars, required=False),
         }
     )
-    return _answer(request_id, "rubric_skill_proposals", {"proposals": _list(item, max_new)})
+    return _answer(request_id, "rubric_skill_proposals", {"proposals": _list(item, max_new, min(1, max_new))})
 
 
 def skill_refinement_schema(request_id: str, chars: int = TEXT_CHARS) -> dict:
@@ -162,20 +170,31 @@ def skill_refinement_schema(request_id: str, chars: int = TEXT_CHARS) -> dict:
 def attribution_schema(
     request_id: str, candidate_ids: Sequence[str], causes: Sequence[str], chars: int = TEXT_CHARS
 ) -> dict:
-    """RewardWeaver's failure attribution: {"request_id", "records": [one record per candidate]}; each record
-    carries the request id too (the parser reads records as it reads the plain answer's JSON lines)."""
+    """RewardWeaver's failure attribution: {"request_id", "records": {capability id: record}}, one record per
+    candidate, keyed by its id (a list could name a candidate twice or never); the parser reads each record as it
+    reads one JSON line of the plain answer."""
     record = _object(
         {
-            "request_id": {"type": "string", "enum": [request_id]},
-            "capability_id": {"type": "string", "enum": list(candidate_ids)},
             "deficit": {"type": "boolean"},
             "confidence": {"type": "number", "minimum": 0, "maximum": 1},
             "evidence": _text(chars, required=False),
             "cause": {"type": "string", "enum": list(causes)},
         }
     )
-    n = len(candidate_ids)
-    return _answer(request_id, "failure_attribution", {"records": _list(record, n, min_items=n)})
+    return _answer(request_id, "failure_attribution", {"records": _object({cid: record for cid in candidate_ids})})
+
+
+def keyed_records(objects: Sequence[Mapping], key: str = "capability_id") -> list[dict]:
+    """The records of structured attribution answers ({"request_id", "records": {id: record}}) as the plain
+    answer's objects: {**record, key: id, "request_id": the answer's}; anything else is left out."""
+    found = []
+    for obj in objects:
+        records = obj.get("records")
+        if isinstance(records, Mapping):
+            for cid, record in records.items():
+                if isinstance(record, Mapping):
+                    found.append({**record, key: cid, "request_id": obj.get("request_id")})
+    return found
 
 
 def capability_proposal_schema(request_id: str, refs: Sequence[str], max_new: int, chars: int = TEXT_CHARS) -> dict:

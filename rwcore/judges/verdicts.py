@@ -227,15 +227,15 @@ def parse_judge_answer(
     return JudgeAnswer(judgments, problems, uncovered, ignored)
 
 
-def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dict:
+def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False, chars: int = SCHEMA_EVIDENCE_CHARS) -> dict:
     """The JSON Schema of one structured answer for `rubrics` (RubricSpecs, distinct ids) and `request_id`.
 
     {"request_id": request_id, "verdicts": [exactly len(rubrics) objects], and with `diagnostics`
     "diagnostics": {"uncovered": [at most 8 strings]}}; each verdict object is
-    {"rubric_id", "verdict", "score", "confidence": number in [0, 1], "evidence": at most 300
-    characters}, where an unscored rubric has "verdict" pass | fail | na and "score" null, and a
-    scored one has "verdict" pass | fail with a "score" in [0, 1], or "na" with null. No other keys
-    (strict). ValueError for bad arguments. A rubric listed twice by a model is still "ambiguous"
+    {"rubric_id", "verdict", "score", "confidence": number in [0, 1], "evidence": at most `chars`
+    characters (300; the uncovered notes too)}, where an unscored rubric has "verdict" pass | fail | na
+    and "score" null, and a scored one has "verdict" pass | fail with a "score" in [0, 1], or "na" with
+    null. No other keys (strict). ValueError for bad arguments. A rubric listed twice by a model is still "ambiguous"
     when read (the schema cannot say "each id once" in the subset servers support).
     """
     specs = list(rubrics) if not isinstance(rubrics, (str, bytes)) else []
@@ -258,7 +258,7 @@ def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dic
                 "verdict": {"type": "string", "enum": verdicts},
                 "score": score,
                 "confidence": unit,
-                "evidence": {"type": "string", "maxLength": SCHEMA_EVIDENCE_CHARS},
+                "evidence": {"type": "string", "maxLength": chars},
             },
             "required": ["rubric_id", "verdict", "score", "confidence", "evidence"],
             "additionalProperties": False,
@@ -288,7 +288,7 @@ def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dic
                 "uncovered": {
                     "type": "array",
                     "maxItems": SCHEMA_UNCOVERED_ITEMS,
-                    "items": {"type": "string", "maxLength": SCHEMA_EVIDENCE_CHARS},
+                    "items": {"type": "string", "maxLength": chars},
                 }
             },
             "required": ["uncovered"],
@@ -298,14 +298,14 @@ def answer_schema(rubrics, request_id: str, *, diagnostics: bool = False) -> dic
     return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
 
 
-def response_format(rubrics, request_id: str, *, diagnostics: bool = False) -> dict:
+def response_format(rubrics, request_id: str, *, diagnostics: bool = False, chars: int = SCHEMA_EVIDENCE_CHARS) -> dict:
     """The chat request's `response_format` for `answer_schema` (the json_schema form of OpenAI's API,
     which vLLM's server reads as `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`)."""
     return {
         "type": "json_schema",
         "json_schema": {
             "name": "rubric_verdicts",
-            "schema": answer_schema(rubrics, request_id, diagnostics=diagnostics),
+            "schema": answer_schema(rubrics, request_id, diagnostics=diagnostics, chars=chars),
             "strict": True,
         },
     }
