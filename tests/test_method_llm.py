@@ -256,3 +256,35 @@ def completion_body(content, prompt_tokens: int, completion_tokens: int) -> dict
         "total_tokens": prompt_tokens + completion_tokens,
     }
     return body
+
+
+def test_judging_overlapped_with_generation_gives_the_same_run(monkeypatch, tmp_path):
+    """judge.overlap: each group is judged as soon as its episodes end; the same requests, so the same verdicts,
+    rewards, advantages and metrics as judging after the step's rollouts (timings aside)."""
+    monkeypatch.setenv(KEY_ENV, "sk-test-llm-wiring-5f2a")
+    rows = {}
+    for overlap in ("false", "true"):
+        with ChatServer(Server()) as server:  # a fresh scripted server each: the same answers to the same requests
+            overrides = [
+                *SMALL,
+                "train.steps=3",
+                "train.method=combined",
+                "judge.kind=openai",
+                "judge.model=judge-test",
+                f"judge.base_url={server.base_url}",
+                f"judge.api_key_env={KEY_ENV}",
+                f"judge.overlap={overlap}",
+            ]
+            trainer = Trainer(load_config(None, overrides), tmp_path / overlap, quiet=True)
+            trainer.setup()
+            trainer.train()
+        rows[overlap] = [json.loads(line) for line in (tmp_path / overlap / "metrics.jsonl").read_text().splitlines()]
+    timing = ("time/", "judge/seconds", "reflector/seconds")
+
+    def comparable(row):
+        return {key: value for key, value in row.items() if not key.startswith(timing)}
+
+    assert [comparable(r) for r in rows["true"]] == [comparable(r) for r in rows["false"]]
+    train = [r for r in rows["true"] if r["kind"] == "train"]
+    assert all(0 <= r["time/judge_wait"] <= r["time/judge"] + 1e-6 for r in train)
+    assert sum(r["judge/requests"] for r in train) > 0

@@ -340,6 +340,11 @@ class JudgeConfig:
         "the reflection model within its context.",
         ge=8,
     )
+    overlap: bool = _f(
+        True,
+        "Judge each task group as soon as its episodes end, while the other groups still generate (an LLM "
+        "judge; the same requests and verdicts as judging after the step's rollouts).",
+    )
     price_in: float = _f(0.0, "Money per million prompt tokens (judge/cost, reflector/cost; 0 = not priced).", ge=0)
     price_out: float = _f(0.0, "Money per million completion tokens (judge/cost, reflector/cost).", ge=0)
 

@@ -18,7 +18,7 @@ no [B, L, V] logits are ever materialized.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -429,10 +429,13 @@ def run_episodes(
     max_new_tokens: int,
     greedy: bool = False,
     generator: Generator | None = None,
+    on_group: Callable[[str, list[Rollout]], None] | None = None,
 ) -> list[Rollout]:
     """Runs one episode per (task, seed, group_id) job with the current policy; returns them in job order.
     `generator` samples the agent messages (default: HF generate on the policy's model). When it reports
-    log-probs, each rollout's behavior_logprobs holds them; otherwise it stays empty (see score_behavior)."""
+    log-probs, each rollout's behavior_logprobs holds them; otherwise it stays empty (see score_behavior).
+    `on_group(group_id, rollouts)` is called as soon as every episode of a group has ended, while the other
+    groups still generate (the trainer starts judging it then); the rollouts are the same objects returned."""
     codec, model = policy.codec, policy.model
     generator = generator or HFGenerator(policy)
     was_training = model.training
@@ -443,6 +446,31 @@ def run_episodes(
     behavior = [[0.0] * len(seq) for seq in ids]
     engine_logprobs = True  # every completion came with its log-probs
     turns = [[Turn("system", system_prompt), Turn("partner", ep.observation)] for ep in episodes]
+    built: dict[int, Rollout] = {}
+    members: dict[str, list[int]] = {}
+    for i, (_, _, group_id) in enumerate(jobs):
+        members.setdefault(group_id, []).append(i)
+    index_in_group = {i: rows.index(i) for rows in members.values() for i in rows}
+
+    def build(rows: list[int]) -> list[Rollout]:
+        """The rollouts of finished episodes `rows` (one outcome call for them all)."""
+        outcomes = outcome_all(env, [episodes[i] for i in rows])
+        for i, outcome in zip(rows, outcomes):
+            built[i] = _rollout(
+                jobs[i],
+                episodes[i],
+                outcome,
+                ids[i],
+                generated[i],
+                behavior[i],
+                turns[i],
+                index_in_group[i],
+                policy.version,
+                engine_logprobs,
+            )
+        return [built[i] for i in rows]
+
+    emitted: set[str] = set()
     for turn in range(env.max_turns):
         live = [i for i, ep in enumerate(episodes) if not ep.done]
         if not live:
@@ -481,47 +509,57 @@ def run_episodes(
                 ids[i].extend(reply)
                 generated[i].extend([False] * len(reply))
                 behavior[i].extend([0.0] * len(reply))
+        if on_group is not None:
+            for group_id, rows in members.items():
+                if group_id not in emitted and all(episodes[i].done for i in rows):
+                    emitted.add(group_id)
+                    on_group(group_id, build(rows))
     if was_training:
         model.train()
-    rollouts = []
-    outcomes = outcome_all(env, episodes)  # one call: an LLM outcome evaluator judges them concurrently
-    group_counts: dict[str, int] = {}
-    for (task, seed, group_id), episode, outcome, seq, gen, logp, episode_turns in zip(
-        jobs, episodes, outcomes, ids, generated, behavior, turns
-    ):
-        index = group_counts.get(group_id, 0)  # this rollout's place in its group
-        group_counts[group_id] = index + 1
-        trajectory = Trajectory(
-            task_id=task.task_id,
-            turns=episode_turns,
-            outcome=float(outcome.reward),
-            tags=tuple(task.tags),
-            group_id=group_id,
-            policy_version=policy.version,
-            generated_length=int(sum(gen)),
-            token_spans=_spans(gen),
-            trajectory_id=f"{group_id}/{index}",
-            metadata={
-                "env_state": episode.state,
-                "task": task.data,
-                "task_id": task.task_id,
-                "seed": seed,
-                "success": bool(outcome.success),
-            },
-        )
-        if outcome.details:
-            trajectory.metadata["outcome_details"] = dict(outcome.details)
-        failure = failure_of(episode, outcome)
-        if failure:
-            # the counterpart failed, not the agent: never charged (AdaptiveMethod.score, the loss mask)
-            trajectory.partner_failure = str(failure)
-        logp = (
-            torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32)
-            if engine_logprobs
-            else torch.zeros(0)
-        )
-        rollouts.append(Rollout(trajectory, outcome, seq, gen, logp, policy.version))
-    return rollouts
+    if on_group is not None:
+        for group_id, rows in members.items():
+            if group_id not in emitted:  # out of turns: ended by the turn limit
+                on_group(group_id, build(rows))
+        if not engine_logprobs:  # a later completion came without log-probs: none of them has any
+            for rollout in built.values():
+                rollout.behavior_logprobs = torch.zeros(0)
+        return [built[i] for i in range(len(jobs))]
+    return build(list(range(len(jobs))))  # one call: an LLM outcome evaluator judges them concurrently
+
+
+def _rollout(job, episode, outcome, seq, gen, logp, episode_turns, index, version, engine_logprobs) -> Rollout:
+    """One finished episode as a Rollout (its Trajectory with the outcome, tokens, flags and behavior log-probs)."""
+    task, seed, group_id = job
+    trajectory = Trajectory(
+        task_id=task.task_id,
+        turns=episode_turns,
+        outcome=float(outcome.reward),
+        tags=tuple(task.tags),
+        group_id=group_id,
+        policy_version=version,
+        generated_length=int(sum(gen)),
+        token_spans=_spans(gen),
+        trajectory_id=f"{group_id}/{index}",
+        metadata={
+            "env_state": episode.state,
+            "task": task.data,
+            "task_id": task.task_id,
+            "seed": seed,
+            "success": bool(outcome.success),
+        },
+    )
+    if outcome.details:
+        trajectory.metadata["outcome_details"] = dict(outcome.details)
+    failure = failure_of(episode, outcome)
+    if failure:
+        # the counterpart failed, not the agent: never charged (AdaptiveMethod.score, the loss mask)
+        trajectory.partner_failure = str(failure)
+    behavior = (
+        torch.tensor([p if flag else 0.0 for p, flag in zip(logp, gen)], dtype=torch.float32)
+        if engine_logprobs
+        else torch.zeros(0)
+    )
+    return Rollout(trajectory, outcome, list(seq), list(gen), behavior, version)
 
 
 def _spans(generated: Sequence[bool]) -> tuple[tuple[int, int], ...]:

@@ -47,6 +47,7 @@ from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import envs
 from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
+from rwcore.trainer.judging import GroupJudging, can_overlap
 from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
 from rwcore.trainer.policy import Policy, build_policy
 from rwcore.trainer.prior import ensure_prior, prior_record, resolve_init
@@ -179,7 +180,7 @@ class Trainer:
         # rows partition the usage: each row reports what happened since the previous one (the first: since the
         # clients were made, so library admission and the first diagnosis count too)
         self._usage_marks = {prefix: {} for prefix in self._llm_clients}
-        self._judge_seconds = 0.0
+        self._judge_seconds = self._judge_wait = 0.0
         self._metrics_path = self.out / "metrics.jsonl"
         self._sampling_path = self.out / "sampling.jsonl"
         if self._resume_from is not None:
@@ -406,11 +407,12 @@ class Trainer:
     def train_step(self) -> dict:
         cfg = self.config
         index = self.step
-        self._judge_seconds = 0.0
+        self._judge_seconds = self._judge_wait = 0.0
         torch.manual_seed(_step_seed(cfg.train.seed, index) + self.rank)
         started = time.perf_counter()
         adaptive = 0.0
 
+        judging = None
         if self.rollouts_ahead is not None:
             clock = time.perf_counter()
             if index not in self.rollouts_ahead.pending():  # step 0: nothing was requested ahead yet
@@ -429,10 +431,29 @@ class Trainer:
             plan = self.loop.plan(index, self.env.system_prompt)
             task_ids, prompt = plan.task_ids, plan.system_prompt
             adaptive += time.perf_counter() - clock
+            judging = None
+            if cfg.judge.overlap and can_overlap(self.judge):  # each group judged as soon as it has ended
+                first, last = self._my_groups(len(task_ids))
+                plans = self.loop.rubrics(index, task_ids)  # the method does not change while the step rolls out
+                judging = GroupJudging(
+                    self.judge, plans[first:last], {f"s{index}/t{i}": i - first for i in range(first, last)}
+                )
             clock = time.perf_counter()
-            rollouts, trajectories = self._rollout(task_ids, _step_seed(cfg.train.seed, index), f"s{index}", prompt)
+            rollouts, trajectories = self._rollout(
+                task_ids,
+                _step_seed(cfg.train.seed, index),
+                f"s{index}",
+                prompt,
+                on_group=judging.submit if judging is not None else None,
+            )
             waited = time.perf_counter() - clock
-        reports = self._judge(trajectories, self.loop.rubrics(index, task_ids))
+        if judging is not None:
+            mine, busy, wait = judging.collect(last - first)
+            reports = self._gathered(mine)
+            self._judge_seconds += busy
+            self._judge_wait += wait
+        else:
+            reports = self._judge(trajectories, self.loop.rubrics(index, task_ids))
 
         clock = time.perf_counter()
         group = cfg.rollout.group_size
@@ -493,7 +514,7 @@ class Trainer:
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
             # judging happens after the step's rollouts end, so none of it is hidden behind generation
             "time/judge": self._judge_seconds,
-            "time/judge_wait": self._judge_seconds,
+            "time/judge_wait": self._judge_wait,
             **self._usage_row(),
         }
         return row
@@ -519,8 +540,11 @@ class Trainer:
         """[first, last): the block of `count` task groups (or evaluation tasks) this rank runs."""
         return count * self.rank // self.world_size, count * (self.rank + 1) // self.world_size
 
-    def _rollout(self, task_ids: Sequence, seed: int, label: str, prompt: str) -> tuple[list[Rollout], list]:
-        """(this rank's rollouts, every rank's trajectories in group order): G episodes per task."""
+    def _rollout(
+        self, task_ids: Sequence, seed: int, label: str, prompt: str, on_group=None
+    ) -> tuple[list[Rollout], list]:
+        """(this rank's rollouts, every rank's trajectories in group order): G episodes per task. `on_group`:
+        called with each group as soon as it has ended (`run_episodes`)."""
         cfg = self.config
         first, last = self._my_groups(len(task_ids))
         jobs = []
@@ -535,6 +559,7 @@ class Trainer:
             cfg.rollout.temperature,
             cfg.rollout.max_new_tokens,
             generator=self.generator,
+            on_group=on_group,
         )
         if cfg.rollout.behavior_logprobs == "trainer" or any(not r.behavior_logprobs.numel() for r in rollouts):
             score_behavior(self.policy, rollouts, cfg.rollout.temperature, cfg.loss.backend)
@@ -554,6 +579,7 @@ class Trainer:
         clock = time.perf_counter()
         mine = judge_groups(self.judge, trajectories[first * group : last * group], plans[first:last], group)
         self._judge_seconds += time.perf_counter() - clock
+        self._judge_wait += time.perf_counter() - clock  # nothing else ran meanwhile
         return self._gathered(mine)
 
     def _usage_row(self) -> dict:

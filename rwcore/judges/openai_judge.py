@@ -34,6 +34,7 @@ diagnostics for the same trajectory and the same pool, or () if there are none.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -268,8 +269,11 @@ class OpenAIJudge:
         """Synchronous `aevaluate`."""
         return run_sync(self.aevaluate(trajectories, rubrics))
 
-    async def aevaluate(self, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec]) -> list[JudgeReport]:
-        """One JudgeReport per trajectory (in order) with a judgment for every rubric (in order).
+    async def aevaluate(
+        self, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec], session: ChatSession | None = None
+    ) -> list[JudgeReport]:
+        """One JudgeReport per trajectory (in order) with a judgment for every rubric (in order). `session`: an
+        open `self.client.session()` to send the requests through (several calls share its connections).
 
         ValueError for bad arguments (before any request); MissingAPIKeyError when no key is
         configured for the default endpoint. Request failures never raise: they are INVALID.
@@ -317,7 +321,9 @@ class OpenAIJudge:
                     )
                 )
         if work:
-            async with self.client.session() as session:
+            async with contextlib.AsyncExitStack() as stack:
+                if session is None:
+                    session = await stack.enter_async_context(self.client.session())
                 results = await asyncio.gather(
                     *(
                         self._judge_batch_safely(session, trajectories[index], batch, rubrics if with_pool else None)
