@@ -169,3 +169,13 @@ def test_readme_holds_the_ci_test_command():
     command = ci_test_command()
     assert "pytest" in command, f".ci/run's last line is not the test command: {command!r}"
     assert command in README.read_text(), f"README.md must show the exact test command that .ci/run runs:\n  {command}"
+
+
+def test_the_config_reference_page_is_the_configs_own_fields():
+    from rwcore.trainer.config import config_markdown
+
+    page = (ROOT / "docs" / "configs.md").read_text()
+    assert "## Every section and key" in page
+    assert page.split("## Every section and key", 1)[1].strip() == config_markdown().strip(), (
+        "docs/configs.md is out of date: regenerate its last section with rwcore.trainer.config.config_markdown()"
+    )

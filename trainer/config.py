@@ -967,3 +967,20 @@ def describe_config(cfg: Config | None = None) -> str:
                 f"  {name}.{f.name} = {value}  ({_type_name(hints[f.name])})  {f.metadata.get('help', '')}".rstrip()
             )
     return "\n".join(lines)
+
+
+def config_markdown(cfg: Config | None = None) -> str:
+    """Every section and key as markdown tables (key, default, type, meaning): docs/configs.md's reference,
+    generated from the same fields as `describe_config` (tests/test_docs_site.py checks the page against it)."""
+    cfg = cfg or config_from_dict(None)
+    lines = ["Generated from the config's fields (`rw config --describe`; defaults of the embedded default)."]
+    for name, section in _sections(cfg).items():
+        lines += ["", f"### `{name}`", "", (type(section).__doc__ or "").strip().splitlines()[0], ""]
+        lines += ["| key | default | type | meaning |", "|---|---|---|---|"]
+        hints = _hints(type(section))
+        for f in dataclasses.fields(section):
+            value = yaml.safe_dump(_plain(getattr(section, f.name)), default_flow_style=True)
+            value = value.strip().removesuffix("...").strip()
+            cells = [f"`{name}.{f.name}`", f"`{value}`", _type_name(hints[f.name]), f.metadata.get("help", "")]
+            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
