@@ -48,12 +48,18 @@ class JudgeServer:
                     content = owner.answer(body)
                 with owner.lock:
                     owner.requests += 1
-                data = json.dumps({
-                    "id": "bench", "object": "chat.completion", "created": 0, "model": body.get("model", "m"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
-                }).encode()
+                data = json.dumps(
+                    {
+                        "id": "bench",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model", "m"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -87,16 +93,33 @@ class JudgeServer:
         if name == "rubric_verdicts":
             items = schema["properties"]["verdicts"]["items"]
             ids = [rid for v in items.get("anyOf", [items]) for rid in v["properties"]["rubric_id"]["enum"]]
-            answer = {"request_id": request_id, "verdicts": [
-                {"rubric_id": rid, "verdict": "pass" if coin(rid) else "fail", "score": None, "confidence": 0.9,
-                 "evidence": "turn 1"} for rid in dict.fromkeys(ids)]}
+            answer = {
+                "request_id": request_id,
+                "verdicts": [
+                    {
+                        "rubric_id": rid,
+                        "verdict": "pass" if coin(rid) else "fail",
+                        "score": None,
+                        "confidence": 0.9,
+                        "evidence": "turn 1",
+                    }
+                    for rid in dict.fromkeys(ids)
+                ],
+            }
             if "diagnostics" in schema["properties"]:
                 answer["diagnostics"] = {"uncovered": []}
             return json.dumps(answer)
         if name == "failure_attribution":
             ids = list(schema["properties"]["records"]["properties"])
-            return json.dumps({"request_id": request_id, "records": {
-                cid: {"deficit": coin(cid), "confidence": 0.9, "evidence": "turn 1", "cause": "policy"} for cid in ids}})
+            return json.dumps(
+                {
+                    "request_id": request_id,
+                    "records": {
+                        cid: {"deficit": coin(cid), "confidence": 0.9, "evidence": "turn 1", "cause": "policy"}
+                        for cid in ids
+                    },
+                }
+            )
         return json.dumps(_smallest(schema))
 
 
@@ -125,9 +148,15 @@ def run(server: JudgeServer, overlap: bool, steps: int, folder: Path) -> list[di
     from rwcore.trainer.trainer import Trainer
 
     overrides = [
-        f"train.steps={steps}", "train.eval_every=0", "train.checkpoint_every=0", "judge.kind=openai",
-        "judge.model=bench-judge", f"judge.base_url={server.base_url}", "judge.api_key_env=RWCORE_BENCH_NO_KEY",
-        "rewardweaver.admission=unvalidated", f"judge.overlap={str(overlap).lower()}",
+        f"train.steps={steps}",
+        "train.eval_every=0",
+        "train.checkpoint_every=0",
+        "judge.kind=openai",
+        "judge.model=bench-judge",
+        f"judge.base_url={server.base_url}",
+        "judge.api_key_env=RWCORE_BENCH_NO_KEY",
+        "rewardweaver.admission=unvalidated",
+        f"judge.overlap={str(overlap).lower()}",
         f"judge.max_concurrency={server.concurrency}",
     ]
     trainer = Trainer(load_config(None, overrides), folder, quiet=True)
@@ -152,23 +181,32 @@ def main(argv=None) -> int:
         for overlap in (False, True):  # the same seed, one after the other in this process
             rows = run(server, overlap, args.steps, Path(tmp) / f"overlap-{overlap}")
             train = [r for r in rows if r["kind"] == "train"]
-            results[overlap] = {"rows": rows, "step_s": [r["time/step"] for r in train],
-                                "judge_s": [r["time/judge"] for r in train],
-                                "judge_wait_s": [r["time/judge_wait"] for r in train]}
+            results[overlap] = {
+                "rows": rows,
+                "step_s": [r["time/step"] for r in train],
+                "judge_s": [r["time/judge"] for r in train],
+                "judge_wait_s": [r["time/judge_wait"] for r in train],
+            }
     timing = ("time/", "judge/seconds", "reflector/seconds")
     same = all(
-        {k: v for k, v in a.items() if not k.startswith(timing)} == {k: v for k, v in b.items() if not k.startswith(timing)}
+        {k: v for k, v in a.items() if not k.startswith(timing)}
+        == {k: v for k, v in b.items() if not k.startswith(timing)}
         for a, b in zip(results[False]["rows"], results[True]["rows"])
     ) and len(results[False]["rows"]) == len(results[True]["rows"])
     mean = {k: sum(v["step_s"]) / len(v["step_s"]) for k, v in results.items()}
     report = {
-        "latency_s": args.latency, "concurrency": args.concurrency, "steps": args.steps,
-        "step_s_without_overlap": mean[False], "step_s_with_overlap": mean[True],
+        "latency_s": args.latency,
+        "concurrency": args.concurrency,
+        "steps": args.steps,
+        "step_s_without_overlap": mean[False],
+        "step_s_with_overlap": mean[True],
         "speedup": mean[False] / mean[True],
         "judge_s_mean": {str(k): sum(v["judge_s"]) / len(v["judge_s"]) for k, v in results.items()},
         "judge_wait_s_mean": {str(k): sum(v["judge_wait_s"]) / len(v["judge_wait_s"]) for k, v in results.items()},
-        "identical_metrics_apart_from_timings": same, "server_requests": server.requests,
-        "machine": machine(), "threads": torch.get_num_threads(),
+        "identical_metrics_apart_from_timings": same,
+        "server_requests": server.requests,
+        "machine": machine(),
+        "threads": torch.get_num_threads(),
     }
     print(json.dumps(report, indent=1))
     if args.out:
