@@ -58,7 +58,6 @@ class GroupJudging:
             self.session_context = client.session()
             self.session = asyncio.run_coroutine_threadsafe(self.session_context.__aenter__(), self.loop).result()
         self.started: float | None = None
-        self.finished = 0.0
         self.failures: list[str] = []
 
     def submit(self, group_id: str, rollouts: Sequence) -> None:
@@ -96,8 +95,6 @@ class GroupJudging:
                 )
                 for t in trajectories
             ]
-        finally:
-            self.finished = time.perf_counter()
 
     def collect(self, count: int) -> tuple[list[JudgeReport], float, float]:
         """(reports of groups 0..count-1 in order, seconds judging was under way, seconds waited for it now)."""
@@ -107,13 +104,13 @@ class GroupJudging:
             if missing:
                 raise RuntimeError(f"groups {missing[:5]} were never submitted for judging")
             reports = [report for i in range(count) for report in self.futures[i].result()]
+            done = time.perf_counter()
         finally:
             if self.session_context is not None:
                 asyncio.run_coroutine_threadsafe(self.session_context.__aexit__(None, None, None), self.loop).result()
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join()
             self.loop.close()
-        now = time.perf_counter()
         if self.failures:
             logger.warning(
                 "judge %s raised in %d of its calls; those trajectories' judgments are INVALID (first: %s)",
@@ -121,5 +118,5 @@ class GroupJudging:
                 len(self.failures),
                 self.failures[0],
             )
-        busy = (max(self.finished, waited) - self.started) if self.started is not None else 0.0
-        return reports, busy, now - waited
+        busy = (done - self.started) if self.started is not None else 0.0  # first submit to the last answer
+        return reports, busy, done - waited
