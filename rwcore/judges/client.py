@@ -103,7 +103,7 @@ USAGE_FIELDS = (
 
 
 class Usage:
-    """What one client's requests cost, counted as they happen (thread-safe; `snapshot()` / `since(earlier)`).
+    """What one client's requests cost, counted as they happen (thread-safe; `snapshot()`).
 
     requests: HTTP requests sent (every attempt, retries included: what the server receives).
     prompt_tokens / completion_tokens: the server-reported `usage` of the successful answers.
@@ -128,11 +128,6 @@ class Usage:
     def snapshot(self) -> dict:
         with self._lock:
             return dict(self._counts)
-
-    def since(self, earlier: Mapping[str, float]) -> dict:
-        """The counts added after `earlier` (a `snapshot()`)."""
-        now = self.snapshot()
-        return {name: now[name] - earlier.get(name, 0) for name in USAGE_FIELDS}
 
 
 def usage_cost(usage: Mapping[str, float], price_in: float, price_out: float) -> float:

@@ -64,9 +64,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
             if name in kwargs:
                 raise ValueError(f"AdaptiveGRPOTrainer takes no {name}=: the method provides it")
         self.rw_method = method
-        self.rw_judge = judge
         self.rw_outcome_fn = outcome_fn
-        self.rw_diagnose = diagnose
         self.rw_base_system_prompt = base_system_prompt
         self.rw_tags_column = tags_column
         # the last `keep_rounds` generation rounds (task ids, trajectories, reports, Scored), for inspection;

@@ -68,7 +68,6 @@ class AdaptiveMethodDriver:
         # the method's one loop (rwcore.method.loop), shared with rw train and TRL; checks method / diagnose
         self.loop = MethodLoop(method, diagnose=diagnose)
         self.method = method
-        self.diagnose = diagnose
         self.task_id_key, self.verdicts_key, self.text_key = task_id_key, verdicts_key, text_key
         self.step = 0
         # the last `keep_steps` steps (task ids, trajectories, reports, Scored), for inspection; bounded, since
