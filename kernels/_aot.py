@@ -169,42 +169,46 @@ def _token_bwd_variants(fn_name: str, arch: int, full: bool):
 
 def _loss_variants(fn_name: str, arch: int, full: bool):
     """Policy loss: log-probs, behavior log-probs and advantages in one float dtype, or fp32 log-probs with
-    bf16 / fp16 behavior and advantages (the fused-linear path); int8 mask; fp32 outputs."""
+    bf16 / fp16 behavior and advantages (the fused-linear path); int8 mask; fp32 outputs; without and with a
+    rollout correction's fp32 per-token weight (HAS_WEIGHT)."""
     combos = [(t, t) for t in FLOAT_TYPES] + ([("fp32", "bf16"), ("fp32", "fp16")] if full else [])
     for config in _launch.loss_configs(arch):
         for logp, other in combos:
             for aligned in (True, False) if full and logp == other == "fp32" else (True,):
-                signature = {
-                    **_ptr(
-                        {
-                            "logp_ptr": logp,
-                            "behavior_ptr": other,
-                            "advantages_ptr": other,
-                            "mask_ptr": "i8",
-                            "denominator_ptr": "fp32",
-                            "grad_ptr": "fp32",
-                            "partials_ptr": "fp32",
-                        }
-                    ),
-                    "num_tokens": "i32",
-                    "seq_len": "i32",
-                    "adv_stride_row": "i32",
-                    "adv_stride_col": "i32",
-                    "ratio_low": "fp32",
-                    "ratio_high": "fp32",
-                    "clip_c": "fp32",
-                    "log_ratio_bound": "fp32",
-                    "BLOCK": "constexpr",
-                }
-                yield Variant(
-                    fn_name,
-                    arch,
-                    signature,
-                    {"BLOCK": config.block},
-                    config.num_warps,
-                    aligned=aligned,
-                    is_default=aligned,
-                )
+                for has_weight in (False, True):
+                    signature = {
+                        **_ptr(
+                            {
+                                "logp_ptr": logp,
+                                "behavior_ptr": other,
+                                "advantages_ptr": other,
+                                "mask_ptr": "i8",
+                                "weight_ptr": "fp32" if has_weight else "i8",
+                                "denominator_ptr": "fp32",
+                                "grad_ptr": "fp32",
+                                "partials_ptr": "fp32",
+                            }
+                        ),
+                        "num_tokens": "i32",
+                        "seq_len": "i32",
+                        "adv_stride_row": "i32",
+                        "adv_stride_col": "i32",
+                        "ratio_low": "fp32",
+                        "ratio_high": "fp32",
+                        "clip_c": "fp32",
+                        "log_ratio_bound": "fp32",
+                        "HAS_WEIGHT": "constexpr",
+                        "BLOCK": "constexpr",
+                    }
+                    yield Variant(
+                        fn_name,
+                        arch,
+                        signature,
+                        {"HAS_WEIGHT": has_weight, "BLOCK": config.block},
+                        config.num_warps,
+                        aligned=aligned,
+                        is_default=aligned,
+                    )
 
 
 # kernel ("module.function" inside rwcore.kernels) -> generator of its variants

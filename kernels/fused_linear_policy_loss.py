@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from rwcore.kernels import _checks
+from rwcore.kernels import rollout_correction as correction_ops
 from rwcore.kernels._backend import resolve_backend
 from rwcore.kernels._fused_linear import GradAccumulator, LinearHead, check_linear_inputs, chunk_rows
 from rwcore.kernels.policy_loss import (
@@ -49,24 +50,60 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
         ratio_low,
         ratio_high,
         clip_c,
-        rows_per_chunk,
+        chunks,
         backend,
         check_range,
+        correction,
+        proximal,
+        extra_weight,
+        seq,
+        metrics,
     ):
-        num_rows = hidden.shape[0]
         in_range = torch.ones((), dtype=torch.bool, device=hidden.device)  # read once, after the last chunk
         grads = GradAccumulator(hidden, weight, bias, weight.requires_grad, bias is not None and bias.requires_grad)
         partials = torch.zeros(7, dtype=torch.float32, device=hidden.device)
         head = LinearHead(hidden, weight, bias)
-        for start in range(0, num_rows, rows_per_chunk):
-            rows = slice(start, min(num_rows, start + rows_per_chunk))
+        model = mask != 0
+        num_seqs = 0 if metrics is None else metrics.num_seqs
+        # The decoupled form's weights depend on the proximal and behaviour log-probs only: one O(N) pass.
+        loss_weight = extra_weight
+        if proximal is not None:
+            if correction is not None:
+                log_ratio = proximal.float() - behavior.float()
+                loss_weight, parts = correction_ops.correction_weights(log_ratio, model, correction, seq, num_seqs)
+                if extra_weight is not None:
+                    loss_weight = extra_weight if loss_weight is None else loss_weight * extra_weight
+            else:
+                parts = None
+            if metrics is not None:
+                metrics.add(proximal, behavior, model, seq, parts)
+        reinforce = correction is not None and correction.bypass and correction.loss_type == "reinforce"
+        for rows in chunks:
             logits = head.logits(rows)
             logp, lse, _ = logprobs_forward(logits, labels[rows], inv_temperature, _IGNORED, False, backend)
             if check_range:
                 in_range &= torch.isfinite(lse).all() & torch.isfinite(logp).all()
+            anchor = behavior[rows] if proximal is None else proximal[rows]
+            chunk_weight = None if loss_weight is None else loss_weight[rows]
+            if proximal is None:
+                # bypass / no correction: the training log-probs are this chunk's; chunks hold whole
+                # sequences when a sequence-level criterion needs them (see `_chunks`)
+                parts = None
+                chunk_seq = None if seq is None else seq[rows]
+                if correction is not None:
+                    log_ratio = logp.detach() - behavior[rows].float()
+                    chunk_weight, parts = correction_ops.correction_weights(
+                        log_ratio, model[rows], correction, chunk_seq, num_seqs
+                    )
+                    if extra_weight is not None:
+                        chunk_weight = extra_weight[rows] if chunk_weight is None else chunk_weight * extra_weight[rows]
+                if metrics is not None:
+                    metrics.add(logp, behavior[rows], model[rows], chunk_seq, parts)
+                if reinforce:
+                    anchor = logp
             grad_logp, chunk_partials = policy_loss_partials(
                 logp.unsqueeze(0),
-                behavior[rows].unsqueeze(0),
+                anchor.unsqueeze(0),
                 advantages[rows].unsqueeze(0),
                 mask[rows].unsqueeze(0),
                 denominator,
@@ -74,6 +111,7 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
                 ratio_high,
                 clip_c,
                 backend,
+                None if chunk_weight is None else chunk_weight.unsqueeze(0),
             )
             partials += chunk_partials
             grad_logits = logprobs_backward(
@@ -101,7 +139,22 @@ class FusedLinearPolicyLossFunction(torch.autograd.Function):
     def backward(ctx, grad_loss, *unused):
         saved = iter(ctx.saved_tensors)
         grad_hidden, grad_weight, grad_bias = (next(saved) * grad_loss if present else None for present in ctx.has_grad)
-        return (grad_hidden, grad_weight, grad_bias) + (None,) * 12
+        return (grad_hidden, grad_weight, grad_bias) + (None,) * 17
+
+
+def _chunks(num_rows: int, rows_per_chunk: int, boundaries: list[int] | None) -> list[slice]:
+    """Row slices of about `rows_per_chunk` rows; with sequence `boundaries` (cu_seqlens as a list) every
+    chunk ends on one, so a chunk holds whole sequences (a sequence longer than the budget is one chunk)."""
+    if boundaries is None:
+        return [slice(start, min(num_rows, start + rows_per_chunk)) for start in range(0, num_rows, rows_per_chunk)]
+    chunks, start = [], 0
+    for end in boundaries[1:]:
+        if end - start >= rows_per_chunk:
+            chunks.append(slice(start, end))
+            start = end
+    if start < num_rows:
+        chunks.append(slice(start, num_rows))
+    return chunks
 
 
 def fused_linear_policy_loss(
@@ -120,6 +173,12 @@ def fused_linear_policy_loss(
     chunk_size: int | None = None,
     backend: str = "auto",
     validate: bool = True,
+    *,
+    proximal_logprobs: torch.Tensor | None = None,
+    rollout_correction=None,
+    rollout_is_weights: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    mismatch_metrics: bool = True,
 ):
     """`filtered_dual_clip_loss(token_logprobs(hidden @ weight.T + bias, labels), ...)` without the logits.
 
@@ -134,6 +193,12 @@ def fused_linear_policy_loss(
         chunk_size: rows per chunk of logits (default: about N * H logits per chunk).
         validate: as in `filtered_dual_clip_loss`; it also turns logits whose scale over the
             temperature leaves float32 into a ValueError naming temperature, hidden and weight.
+        proximal_logprobs, rollout_correction, rollout_is_weights, mismatch_metrics: [N] / as in
+            `filtered_dual_clip_loss`. The decoupled form's weights are computed once before the pass;
+            the bypass form's from each chunk's log-probs inside it.
+        cu_seqlens: [S + 1] int offsets of the sequences in the rows (0, ..., N): needed by
+            sequence-level corrections, and gives the per-sequence metrics. In the bypass form with a
+            sequence-level criterion, chunks end on sequence boundaries.
 
     Returns:
         (loss, stats) as `filtered_dual_clip_loss`. Gradients flow to hidden, weight
@@ -141,6 +206,14 @@ def fused_linear_policy_loss(
     """
     low, high, clip = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
     check_linear_inputs(hidden, weight, bias, labels, validate)
+    extras = {
+        name: tensor
+        for name, tensor in (("proximal_logprobs", proximal_logprobs), ("rollout_is_weights", rollout_is_weights))
+        if tensor is not None
+    }
+    for name, tensor in extras.items():
+        _checks.check_float(tensor, name)
+        _checks.check_shape(tensor, hidden.shape[:1], name, "hidden rows")
     check_policy_inputs(
         behavior_logprobs,
         advantages,
@@ -150,12 +223,27 @@ def fused_linear_policy_loss(
         advantage_shapes=(tuple(hidden.shape[:1]),),
         validate=validate,
         hidden=hidden,
+        **extras,
     )
     if validate:
         _checks.check_labels(labels, weight.shape[0], "labels", mask=model_mask)
+        if rollout_is_weights is not None and bool((rollout_is_weights < 0).any()):
+            raise ValueError("rollout_is_weights must be non-negative")
+    num_rows = hidden.shape[0]
+    boundaries = None
+    if cu_seqlens is not None:
+        correction_ops.check_cu_seqlens(cu_seqlens, num_rows, hidden.device)
+        boundaries = cu_seqlens.tolist()
+    correction = correction_ops.resolve(rollout_correction)
+    correction_ops.check_forms(correction, proximal_logprobs, has_sequences=cu_seqlens is not None)
     inv_temperature = _checks.check_temperature(temperature)
     denominator = denominator_tensor(num_model_tokens, model_mask, validate)
-    rows = chunk_rows(hidden.shape[0], weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
+    rows = chunk_rows(num_rows, weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
+    aligned = correction is not None and correction.bypass and correction.needs_sequences
+    chunks = _chunks(num_rows, rows, boundaries if aligned else None)
+    seq = None if cu_seqlens is None else correction_ops.sequence_index(cu_seqlens, num_rows)
+    num_seqs = 0 if cu_seqlens is None else cu_seqlens.numel() - 1
+    metrics = correction_ops.MismatchMetrics(correction, num_seqs, hidden.device) if mismatch_metrics else None
     resolved = resolve_backend(backend, hidden)
     mask = (model_mask != 0).to(torch.int8).contiguous()
     safe_labels = torch.where(mask != 0, labels, _IGNORED).contiguous()
@@ -172,8 +260,13 @@ def fused_linear_policy_loss(
         low,
         high,
         clip,
-        rows,
+        chunks,
         resolved,
         bool(validate),
+        correction,
+        None if proximal_logprobs is None else proximal_logprobs.detach().contiguous(),
+        None if rollout_is_weights is None else rollout_is_weights.detach().float().contiguous(),
+        seq,
+        metrics,
     )
-    return loss, dict(zip(STAT_NAMES, stats))
+    return loss, {**dict(zip(STAT_NAMES, stats)), **({} if metrics is None else metrics.result())}

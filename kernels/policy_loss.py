@@ -1,8 +1,12 @@
 """Arise's filtered dual-clip policy loss from token log-probs (eq. 18-19, appendix B.4).
 
-    w    = exp(clamp(logp - logp_behavior, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+    w    = exp(clamp(logp - logp_anchor, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
     keep = model_mask & (ratio_low < w < ratio_high)          (constant under differentiation)
-    loss = sum(keep * min(-w A, clip_c |A|)) / D
+    loss = sum(keep * rho * min(-w A, clip_c |A|)) / D
+
+logp_anchor is the behaviour log-prob (Arise), or with a rollout correction the proximal one;
+rho is the correction's per-token weight (`rollout_correction.py`; 1 without one, where the
+kernel variant without a weight runs and the loss is Arise's bit for bit).
 
 D counts model-generated tokens before filtering (`num_model_tokens` lets a
 data-parallel caller pass the global count). The gradient w.r.t. logp is
@@ -21,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from rwcore.kernels import _checks
+from rwcore.kernels import rollout_correction as correction_ops
 from rwcore.kernels._backend import resolve_backend, tl, triton
 from rwcore.kernels._launch import INTERPRETER_LOSS, loss_launch
 
@@ -40,6 +45,7 @@ def _policy_loss_fwd_kernel(
     behavior_ptr,
     advantages_ptr,
     mask_ptr,
+    weight_ptr,
     denominator_ptr,
     grad_ptr,
     partials_ptr,
@@ -51,6 +57,7 @@ def _policy_loss_fwd_kernel(
     ratio_high,
     clip_c,
     log_ratio_bound,
+    HAS_WEIGHT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     block = tl.program_id(0)
@@ -76,6 +83,10 @@ def _policy_loss_fwd_kernel(
     term = tl.where(keep, tl.where(capped, cap, surrogate), 0.0)
     grad = tl.where(keep & (~capped), -advantage * ratio / safe_denominator, 0.0)
     grad = tl.where(denominator > 0, grad, 0.0)
+    if HAS_WEIGHT:
+        weight = tl.load(weight_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        term = term * weight
+        grad = grad * weight
     tl.store(grad_ptr + offsets, grad, mask=inside)
 
     out = partials_ptr + block.to(tl.int64) * 7
@@ -91,8 +102,9 @@ def _policy_loss_fwd_kernel(
 # --------------------------------------------------------------------------- launcher
 
 
-def _launch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c):
-    """[B, T] inputs (advantages possibly a stride-0 broadcast) -> (grad [B, T], partial sums [7])."""
+def _launch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, weight=None):
+    """[B, T] inputs (advantages possibly a stride-0 broadcast; weight [B, T] fp32 or None) ->
+    (grad [B, T], partial sums [7])."""
     batch, seq_len = logp.shape
     num_tokens = batch * seq_len
     grad = torch.empty(batch, seq_len, dtype=torch.float32, device=logp.device)
@@ -105,6 +117,7 @@ def _launch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high
             behavior,
             advantages,
             mask,
+            mask if weight is None else weight,  # never read without HAS_WEIGHT
             denominator,
             grad,
             partials,
@@ -116,6 +129,7 @@ def _launch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high
             ratio_high,
             clip_c,
             LOG_RATIO_BOUND,
+            HAS_WEIGHT=weight is not None,
             BLOCK=config.block,
             num_warps=config.num_warps,
         )
@@ -125,7 +139,7 @@ def _launch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high
 # --------------------------------------------------------------------------- PyTorch path
 
 
-def _torch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c):
+def _torch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, weight=None):
     advantage = advantages.float()
     model = mask != 0
     ratio = torch.exp((logp.float() - behavior.float()).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
@@ -139,6 +153,8 @@ def _torch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high,
     safe_denominator = torch.where(positive, denominator, torch.ones_like(denominator))
     term = torch.where(keep, torch.where(capped, cap, surrogate), 0.0)
     grad = torch.where(keep & ~capped & positive, -advantage * ratio / safe_denominator, 0.0)
+    if weight is not None:
+        term, grad = term * weight, grad * weight
     partials = torch.stack(
         [
             term.sum(),
@@ -153,15 +169,20 @@ def _torch(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high,
     return grad, partials
 
 
-def policy_loss_partials(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend):
+def policy_loss_partials(
+    logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend, weight=None
+):
     """[B, T] inputs -> (grad w.r.t. logp [B, T] fp32, partial sums [7] fp32). No host sync.
+
+    `behavior` is the ratio's anchor; `weight` ([B, T] fp32, or None) multiplies each token's loss
+    term and gradient (a rollout correction's weight).
 
     The partial sums (loss numerator, model, kept, low, high and dual-clipped
     token counts, ratio sum) add up across chunks of a batch; `loss_and_stats`
     turns their total into the loss and the statistics.
     """
     run = _launch if backend == "triton" else _torch
-    return run(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c)
+    return run(logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, weight)
 
 
 def loss_and_stats(partials: torch.Tensor, denominator: torch.Tensor):
@@ -180,9 +201,9 @@ def loss_and_stats(partials: torch.Tensor, denominator: torch.Tensor):
 
 class PolicyLossFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend):
+    def forward(ctx, logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend, weight):
         grad, partials = policy_loss_partials(
-            logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend
+            logp, behavior, advantages, mask, denominator, ratio_low, ratio_high, clip_c, backend, weight
         )
         loss, stats = loss_and_stats(partials, denominator)
         ctx.save_for_backward(grad)
@@ -193,7 +214,7 @@ class PolicyLossFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss, *unused):
         (grad,) = ctx.saved_tensors
-        return (grad * grad_loss).to(ctx.logp_dtype), None, None, None, None, None, None, None, None
+        return (grad * grad_loss).to(ctx.logp_dtype), *(None,) * 9
 
 
 # --------------------------------------------------------------------------- public function
@@ -263,12 +284,18 @@ def filtered_dual_clip_loss(
     num_model_tokens=None,
     backend: str = "auto",
     validate: bool = True,
+    *,
+    proximal_logprobs: torch.Tensor | None = None,
+    rollout_correction=None,
+    rollout_is_weights: torch.Tensor | None = None,
+    mismatch_metrics: bool = True,
 ):
-    """Arise's token-level policy loss with importance-ratio filtering and dual clipping.
+    """Arise's token-level policy loss with importance-ratio filtering and dual clipping, with an
+    optional rollout correction.
 
     Args:
         logprobs: [B, T] current-policy log-probs (differentiable).
-        behavior_logprobs: [B, T] log-probs recorded at rollout time.
+        behavior_logprobs: [B, T] log-probs recorded at rollout time (the engine's).
         advantages: [B] per trajectory (broadcast over T) or [B, T] per token.
         model_mask: [B, T] bool (or 0/1 of any dtype): tokens the policy generated; tool
             output and prompt tokens stay in context but get no loss.
@@ -281,17 +308,34 @@ def filtered_dual_clip_loss(
             ValueError; with validate, so is D = 0 while model_mask has model tokens.
         validate: also run the value checks (finiteness, mask values, a tensor D's
             value), which read back to the host; shapes and numbers are always checked.
+        proximal_logprobs: [B, T] the training model's log-probs before this update (no grad). When
+            given, the ratio is logprobs / proximal and the correction's weights use proximal / behavior
+            (the decoupled form).
+        rollout_correction: None (Arise's loss, unchanged), a `RolloutCorrection`, a preset name
+            (`rollout_correction.PRESETS`, verl's names) or a mapping of verl's `rollout_correction` fields.
+            Rows are the sequences of sequence-level criteria.
+        rollout_is_weights: [B, T] precomputed non-negative weights (verl's / TRL's) multiplying each
+            token's term, on top of the correction's.
+        mismatch_metrics: add the `rollout_corr/*` metrics of (proximal or current) vs behavior log-probs.
 
     Returns:
         (loss, stats): loss is a 0-dim fp32 tensor; stats maps kept_fraction,
         filtered_low_fraction, filtered_high_fraction, dual_clipped_fraction
-        (fractions of this call's model tokens) and mean_ratio (over them) to
-        detached 0-dim tensors.
+        (fractions of this call's model tokens), mean_ratio (over them) and the
+        `rollout_corr/*` mismatch metrics to detached 0-dim tensors.
     """
     low, high, clip = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
     _checks.check_float(logprobs, "logprobs")
     if logprobs.dim() != 2:
         raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
+    extras = {
+        name: tensor
+        for name, tensor in (("proximal_logprobs", proximal_logprobs), ("rollout_is_weights", rollout_is_weights))
+        if tensor is not None
+    }
+    for name, tensor in extras.items():
+        _checks.check_float(tensor, name)
+        _checks.check_shape(tensor, logprobs.shape, name, "logprobs")
     check_policy_inputs(
         behavior_logprobs,
         advantages,
@@ -301,20 +345,59 @@ def filtered_dual_clip_loss(
         advantage_shapes=(tuple(logprobs.shape[:1]), tuple(logprobs.shape)),
         validate=validate,
         logprobs=logprobs,
+        **extras,
     )
+    if validate and rollout_is_weights is not None and bool((rollout_is_weights < 0).any()):
+        raise ValueError("rollout_is_weights must be non-negative")
+    correction = correction_ops.resolve(rollout_correction)
+    correction_ops.check_forms(correction, proximal_logprobs, has_sequences=True)
     resolved = resolve_backend(backend, logprobs)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1).expand(logprobs.shape)  # stride-0 view, no copy
     denominator = denominator_tensor(num_model_tokens, model_mask, validate)
+    model = model_mask != 0
+    anchor, weight, metrics = correction_inputs(
+        logprobs, behavior_logprobs, model, proximal_logprobs, correction, rollout_is_weights, mismatch_metrics
+    )
     loss, *stats = PolicyLossFunction.apply(
         logprobs.contiguous(),
-        behavior_logprobs.contiguous(),
+        anchor.contiguous(),
         advantages,
-        (model_mask != 0).to(torch.int8).contiguous(),
+        model.to(torch.int8).contiguous(),
         denominator,
         low,
         high,
         clip,
         resolved,
+        weight,
     )
-    return loss, dict(zip(STAT_NAMES, stats))
+    return loss, {**dict(zip(STAT_NAMES, stats)), **metrics}
+
+
+def correction_inputs(logprobs, behavior, model, proximal, correction, rollout_is_weights, mismatch_metrics: bool):
+    """[B, T] inputs -> (the ratio's anchor [B, T], the loss weight [B, T] fp32 or None, metrics dict).
+
+    The anchor is the proximal log-probs when given, the current ones (detached) in the REINFORCE bypass
+    form, else the behaviour log-probs. Rows are sequences."""
+    rows, cols = logprobs.shape
+    if proximal is not None:
+        anchor, train = proximal, proximal
+    else:
+        anchor, train = behavior, logprobs.detach()
+    if correction is not None and correction.bypass and correction.loss_type == "reinforce":
+        anchor = logprobs.detach()
+    flat_model = model.reshape(-1)
+    seq = torch.arange(rows, device=logprobs.device).repeat_interleave(cols)
+    weight = parts = None
+    if correction is not None:
+        log_ratio = (train.detach().float() - behavior.float()).reshape(-1)
+        weight, parts = correction_ops.correction_weights(log_ratio, flat_model, correction, seq, rows)
+    if rollout_is_weights is not None:
+        extra = rollout_is_weights.detach().float().reshape(-1)
+        weight = extra if weight is None else weight * extra
+    metrics = {}
+    if mismatch_metrics:
+        tracker = correction_ops.MismatchMetrics(correction, rows, logprobs.device)
+        tracker.add(train.reshape(-1), behavior.reshape(-1), flat_model, seq, parts)
+        metrics = tracker.result()
+    return anchor, None if weight is None else weight.reshape(rows, cols).contiguous(), metrics

@@ -1,0 +1,672 @@
+"""Rollout correction: importance weights, rejection masks and train-inference mismatch metrics.
+
+The rollout engine samples from its own distribution mu (vLLM in bf16, a stale policy under
+`rollout.max_lag`, ...), the loss trains pi_theta. Peers correct the gap with a per-token weight on
+the policy loss; this module computes that weight from log-probs in O(tokens), never touching the
+vocabulary, so the policy-loss kernels take it as one more per-token input.
+
+With lr = log pi_train - log mu per model token (pi_train: the proximal policy in the decoupled form,
+the current policy, detached, in the bypass form):
+
+    importance weight   token:    rho_t = exp(clamp(lr_t, -20, 20))
+                        sequence: rho_t = exp(clamp(sum_{s in seq} lr_s, -20, 20))
+        truncate (TIS): w_t = clamp(rho_t, is_threshold_lower, is_threshold)
+        mask (MIS / IcePop): w_t = rho_t if is_threshold_lower <= rho_t <= is_threshold else 0
+    rejection (RS), verl's criteria, each keeps a token or its whole sequence:
+        token_k1: log(lower) <= -lr_t <= log(upper);  token_k2: lr_t^2 / 2 <= upper;
+        token_k3: exp(lr_t) - 1 - lr_t <= upper;  seq_{sum,mean}_k*: the sum / mean over the sequence
+        of the token statistic, seq_max_k{2,3}: its maximum (seq_mean_k1 is the geometric rejection)
+    weight on the loss  w_t * prod(keep_t)
+
+Forms (verl's `algorithm.rollout_correction`):
+- decoupled (`bypass=False`): pi_train = the proximal log-probs (the training model before this
+  update). The loss filters / clips pi_theta / pi_prox as without correction and multiplies each
+  token by the weight above (AReaL's decoupled PPO; verl's, TRL's and OpenRLHF's correction).
+- bypass, `loss_type="ppo_clip"`: there is no proximal policy. The loss filters pi_theta / mu, the
+  rejection masks apply, importance weights are computed for the metrics only (the ratio already is
+  the importance weight; verl's `bypass_ppo_clip*`).
+- bypass, `loss_type="reinforce"`: the ratio's anchor is the current policy itself (ratio 1, nothing
+  filtered or capped), so each token's gradient is -A w_t grad log pi_theta / D: verl's REINFORCE
+  bypass (`bypass_pg_*`). The loss value is sum(-A w) / D (verl's is sum(-A w log pi) / D); the
+  gradients are the same.
+
+`mismatch metrics` are logged for every call, correction or not: verl's names under `rollout_corr/`
+(kl, k3_kl, chi2_token, and with sequences training_ppl, rollout_ppl, log_ppl_diff, chi2_seq, ...),
+the raw ratio's min / max / mean and effective sample size, and with a correction verl's
+`rollout_is_*` / `rollout_rs_*` figures. They come from additive per-token and per-sequence partial
+sums, so a chunked pass gives the same figures as one call over the batch.
+
+Order: the correction's settings (dataclass, presets, verl's threshold syntax), the weights, the
+metrics. The PyTorch code is the implementation on every backend: it is O(tokens) and never needs
+the logits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Optional
+
+import torch
+
+LOG_RATIO_BOUND = 20.0  # verl's SAFETY_BOUND, and the policy-loss kernels' bound on the log ratio
+_EPS = 1e-8  # verl's masked_mean adds it to every count
+PREFIX = "rollout_corr/"
+
+IS_LEVELS = ("token", "sequence")
+IS_MODES = ("truncate", "mask")
+LOSS_TYPES = ("ppo_clip", "reinforce")
+TOKEN_RS_OPTIONS = ("token_k1", "token_k2", "token_k3")
+RS_OPTIONS = TOKEN_RS_OPTIONS + (
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return value
+
+
+def parse_is_threshold(spec, name: str = "rollout_is_threshold") -> tuple[Optional[float], float, str]:
+    """verl's `rollout_is_threshold`: a number is TIS's upper bound; "lower_upper" is IcePop's band.
+
+    Returns (lower, upper, mode) with mode "truncate" or "mask"."""
+    if isinstance(spec, str):
+        text = spec.strip()
+        if "_" in text:
+            low_text, high_text = text.split("_", 1)
+            try:
+                low, high = float(low_text), float(high_text)
+            except ValueError:
+                raise ValueError(f"{name}={spec!r} is not 'lower_upper' with two numbers") from None
+            low, high = _positive(low, f"{name} (lower)"), _positive(high, f"{name} (upper)")
+            if low > high:
+                raise ValueError(f"{name}={spec!r}: the lower bound must be <= the upper bound")
+            return low, high, "mask"
+        try:
+            spec = float(text)
+        except ValueError:
+            raise ValueError(f"{name}={spec!r} is not a number or 'lower_upper'") from None
+    return None, _positive(spec, name), "truncate"
+
+
+def parse_rs_thresholds(options: tuple[str, ...], spec, name: str = "rollout_rs_threshold"):
+    """verl's `rollout_rs_threshold`: one entry for all options or one per option, comma separated.
+
+    k1 options take "lower_upper" ratio bounds (a single number u means 1/u_u); the others an upper
+    bound only. Returns ((lower or None, upper), ...) aligned with `options`."""
+    if spec is None:
+        raise ValueError(f"{name} is required when rollout_rs is set ({','.join(options)})")
+    if isinstance(spec, bool):
+        raise ValueError(f"{name} must be a number or a string, got {spec!r}")
+    parts = [str(spec)] if isinstance(spec, (int, float)) else [p.strip() for p in str(spec).split(",") if p.strip()]
+    if len(parts) not in (1, len(options)):
+        raise ValueError(f"{name}={spec!r} must give one threshold for all options or one per option ({len(options)})")
+    parts = parts * len(options) if len(parts) == 1 else parts
+    bounds = []
+    for option, part in zip(options, parts):
+        where = f"{name} for {option}"
+        if option.endswith("k1"):
+            if "_" in part:
+                low_text, high_text = part.split("_", 1)
+            else:
+                high_text = part
+                low_text = None
+            try:
+                high = float(high_text)
+                low = 1.0 / high if low_text is None else float(low_text)
+            except (ValueError, ZeroDivisionError):
+                raise ValueError(f"{where}: {part!r} is not 'lower_upper' or a number") from None
+            low, high = _positive(low, f"{where} (lower)"), _positive(high, f"{where} (upper)")
+            if low > high:
+                raise ValueError(f"{where}: {part!r} has lower > upper")
+            bounds.append((low, high))
+        else:
+            if "_" in part:
+                raise ValueError(f"{where} takes an upper bound only, got {part!r}")
+            try:
+                high = float(part)
+            except ValueError:
+                raise ValueError(f"{where}: {part!r} is not a number") from None
+            bounds.append((None, _positive(high, where)))
+    return tuple(bounds)
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutCorrection:
+    """One rollout correction (see the module docstring for the formulas).
+
+    Attributes:
+        rollout_is: importance-weight level, "token", "sequence" or None (no weight).
+        is_mode: "truncate" (TIS: clamp into [is_threshold_lower, is_threshold]) or "mask" (MIS /
+            IcePop: zero outside it). None bounds are open.
+        is_threshold, is_threshold_lower: the bounds (ratios, > 0).
+        rollout_rs: verl's rejection criteria (`RS_OPTIONS`), all of which must pass.
+        rs_bounds: ((lower or None, upper), ...) per criterion, as `parse_rs_thresholds` gives them.
+        bypass: no proximal log-probs (the bypass form) instead of the decoupled form.
+        loss_type: bypass only: "ppo_clip" (ratio against the behaviour policy, weights for the metrics
+            only) or "reinforce" (weights applied, ratio anchored at the current policy).
+    """
+
+    rollout_is: Optional[str] = None
+    is_mode: str = "truncate"
+    is_threshold: Optional[float] = 2.0
+    is_threshold_lower: Optional[float] = None
+    rollout_rs: tuple[str, ...] = ()
+    rs_bounds: tuple[tuple[Optional[float], float], ...] = ()
+    bypass: bool = False
+    loss_type: str = "ppo_clip"
+
+    def __post_init__(self) -> None:
+        if self.rollout_is is not None and self.rollout_is not in IS_LEVELS:
+            raise ValueError(f"rollout_is must be one of {IS_LEVELS} or None, got {self.rollout_is!r}")
+        if self.is_mode not in IS_MODES:
+            raise ValueError(f"is_mode must be one of {IS_MODES}, got {self.is_mode!r}")
+        for name in ("is_threshold", "is_threshold_lower"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _positive(getattr(self, name), name))
+        if self.is_threshold is not None and self.is_threshold_lower is not None:
+            if self.is_threshold_lower > self.is_threshold:
+                raise ValueError(
+                    f"is_threshold_lower={self.is_threshold_lower} must be <= is_threshold={self.is_threshold}"
+                )
+        rs = tuple(self.rollout_rs)
+        unknown = [o for o in rs if o not in RS_OPTIONS]
+        if unknown:
+            raise ValueError(f"rollout_rs has unknown criteria {unknown}; choose from {list(RS_OPTIONS)}")
+        if len(set(rs)) != len(rs):
+            raise ValueError(f"rollout_rs names a criterion twice: {list(rs)}")
+        if len(self.rs_bounds) != len(rs):
+            raise ValueError(f"rs_bounds needs one (lower, upper) per rollout_rs criterion ({len(rs)})")
+        object.__setattr__(self, "rollout_rs", rs)
+        object.__setattr__(self, "rs_bounds", tuple(tuple(b) for b in self.rs_bounds))
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.loss_type == "reinforce" and not self.bypass:
+            raise ValueError(
+                "loss_type='reinforce' is the bypass form's: set bypass=True (or use loss_type='ppo_clip')"
+            )
+
+    @classmethod
+    def from_verl(
+        cls,
+        rollout_is: Optional[str] = None,
+        rollout_is_threshold=2.0,
+        rollout_rs=None,
+        rollout_rs_threshold=None,
+        bypass_mode: bool = False,
+        loss_type: str = "ppo_clip",
+        rollout_is_batch_normalize: bool = False,
+        **unused,
+    ) -> Optional["RolloutCorrection"]:
+        """From verl's `RolloutCorrectionConfig` fields (verl 0.9.1); None when it corrects nothing."""
+        if rollout_is_batch_normalize:
+            raise ValueError("rollout_is_batch_normalize=True is not supported by rwcore's fused loss")
+        options: tuple[str, ...] = ()
+        if rollout_rs is not None:
+            if not isinstance(rollout_rs, str):
+                raise ValueError(f"rollout_rs must be a comma-separated string, got {rollout_rs!r}")
+            options = tuple(dict.fromkeys(o.strip() for o in rollout_rs.split(",") if o.strip()))
+            if not options:
+                raise ValueError("rollout_rs is empty")
+        lower, upper, mode = (None, 2.0, "truncate")
+        if rollout_is is not None:
+            if rollout_is_threshold is None:
+                raise ValueError("rollout_is_threshold is required when rollout_is is set")
+            lower, upper, mode = parse_is_threshold(rollout_is_threshold)
+        elif rollout_is_threshold is not None:
+            try:
+                lower, upper, mode = parse_is_threshold(rollout_is_threshold)
+            except ValueError:
+                pass  # verl ignores the threshold when rollout_is is None
+        bounds = parse_rs_thresholds(options, rollout_rs_threshold) if options else ()
+        if rollout_is is None and not options and not bypass_mode:
+            return None
+        return cls(rollout_is, mode, upper, lower, options, bounds, bool(bypass_mode), loss_type)
+
+    @classmethod
+    def from_config(cls, config) -> Optional["RolloutCorrection"]:
+        """From a verl `RolloutCorrectionConfig`, a DictConfig or a mapping with its keys."""
+        if config is None:
+            return None
+        if not isinstance(config, Mapping):
+            keys = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs")
+            keys += ("rollout_rs_threshold", "bypass_mode", "loss_type")
+            config = {k: getattr(config, k) for k in keys if hasattr(config, k)}
+        return cls.from_verl(**dict(config))
+
+    @classmethod
+    def preset(cls, name: str, is_threshold=None, rs_threshold=None) -> Optional["RolloutCorrection"]:
+        """A preset by verl's name (`PRESETS`; "off" is None), thresholds optionally overridden in verl's syntax."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown rollout correction {name!r}; choose from {sorted(PRESETS)}")
+        settings = dict(PRESETS[name])
+        if (
+            settings.get("rollout_is") is None
+            and settings.get("rollout_rs") is None
+            and not settings.get("bypass_mode")
+        ):
+            return None
+        if is_threshold is not None:
+            if settings.get("rollout_is") is None:
+                raise ValueError(f"rollout correction {name!r} has no importance weight: drop rollout_is_threshold")
+            settings["rollout_is_threshold"] = is_threshold
+        if rs_threshold is not None:
+            if settings.get("rollout_rs") is None:
+                raise ValueError(f"rollout correction {name!r} has no rejection: drop rollout_rs_threshold")
+            settings["rollout_rs_threshold"] = rs_threshold
+        return cls.from_verl(**settings)
+
+    @property
+    def needs_sequences(self) -> bool:
+        """Whether a sequence-level quantity is involved (weights or rejection)."""
+        return self.rollout_is == "sequence" or any(o not in TOKEN_RS_OPTIONS for o in self.rollout_rs)
+
+    @property
+    def applies_weights(self) -> bool:
+        """Whether the importance weight multiplies the loss (not bypass + ppo_clip, where it is only measured)."""
+        return self.rollout_is is not None and not (self.bypass and self.loss_type == "ppo_clip")
+
+
+def _verl(rollout_is=None, threshold=2.0, rs=None, rs_threshold=None, bypass=False, loss_type="ppo_clip") -> dict:
+    return {
+        "rollout_is": rollout_is,
+        "rollout_is_threshold": threshold,
+        "rollout_rs": rs,
+        "rollout_rs_threshold": rs_threshold,
+        "bypass_mode": bypass,
+        "loss_type": loss_type,
+    }
+
+
+_GEO = "0.999_1.001"
+# verl 0.9.1's RolloutCorrectionConfig presets with their default thresholds; "decoupled_seq_mis" and
+# "decoupled_token_mis" are rwcore's names for sequence / token masked IS (TRL's sequence_mask / token_mask).
+PRESETS: dict[str, dict] = {
+    "off": _verl(),
+    "decoupled_token_is": _verl("token", 2.0),
+    "decoupled_seq_is": _verl("sequence", 2.0),
+    "decoupled_token_icepop": _verl("token", "0.5_5.0"),
+    "decoupled_token_mis": _verl("token", "0.5_2.0"),
+    "decoupled_seq_mis": _verl("sequence", "0.5_2.0"),
+    "decoupled_seq_is_rs": _verl("sequence", 2.0, "seq_sum_k1", "0.5_2.0"),
+    "decoupled_geo_rs": _verl(None, 2.0, "seq_mean_k1", _GEO),
+    "decoupled_geo_rs_seq_tis": _verl("sequence", 2.0, "seq_mean_k1", _GEO),
+    "decoupled_geo_rs_token_tis": _verl("token", 2.0, "seq_mean_k1", _GEO),
+    "decoupled_k3_rs": _verl(None, 2.0, "seq_mean_k3", 0.01),
+    "decoupled_k3_rs_seq_tis": _verl("sequence", 2.0, "seq_mean_k3", 0.01),
+    "decoupled_k3_rs_token_tis": _verl("token", 2.0, "seq_mean_k3", 0.01),
+    "bypass_ppo_clip": _verl(None, 2.0, None, None, True),
+    "bypass_ppo_clip_geo_rs": _verl(None, 2.0, "seq_mean_k1", _GEO, True),
+    "bypass_ppo_clip_k3_rs": _verl(None, 2.0, "seq_mean_k3", 0.01, True),
+    "bypass_pg_is": _verl("sequence", 2.0, None, None, True, "reinforce"),
+    "bypass_pg_token_icepop": _verl("token", "0.5_5.0", None, None, True, "reinforce"),
+    "bypass_pg_geo_rs": _verl(None, 2.0, "seq_mean_k1", _GEO, True, "reinforce"),
+    "bypass_pg_geo_rs_seq_tis": _verl("sequence", 2.0, "seq_mean_k1", _GEO, True, "reinforce"),
+    "bypass_pg_geo_rs_token_tis": _verl("token", 2.0, "seq_mean_k1", _GEO, True, "reinforce"),
+}
+
+
+def resolve(rollout_correction) -> Optional[RolloutCorrection]:
+    """None, a `RolloutCorrection`, a preset name, or a mapping of verl's fields -> the correction (or None)."""
+    if rollout_correction is None or isinstance(rollout_correction, RolloutCorrection):
+        return rollout_correction
+    if isinstance(rollout_correction, str):
+        return RolloutCorrection.preset(rollout_correction)
+    if isinstance(rollout_correction, Mapping):
+        return RolloutCorrection.from_verl(**dict(rollout_correction))
+    raise ValueError(
+        "rollout_correction must be None, a RolloutCorrection, a preset name or a mapping of verl's "
+        f"rollout_correction fields, got {type(rollout_correction).__name__}"
+    )
+
+
+def check_forms(correction: Optional[RolloutCorrection], proximal_logprobs, has_sequences: bool) -> None:
+    """The bad-input rules: a decoupled correction needs proximal log-probs, bypass refuses them, and a
+    sequence-level correction needs sequence boundaries. Raises ValueError naming the argument."""
+    if correction is None:
+        return
+    if not correction.bypass and proximal_logprobs is None:
+        raise ValueError(
+            "rollout_correction is a decoupled form: pass proximal_logprobs (the training model's log-probs "
+            "before this update), or choose a bypass form (bypass=True, e.g. 'bypass_ppo_clip_geo_rs')"
+        )
+    if correction.bypass and proximal_logprobs is not None:
+        raise ValueError(
+            "rollout_correction is a bypass form, which anchors on behavior_logprobs: drop proximal_logprobs "
+            "or choose a decoupled form"
+        )
+    if correction.needs_sequences and not has_sequences:
+        raise ValueError(
+            "rollout_correction has a sequence-level weight or rejection "
+            f"({correction.rollout_is}, {list(correction.rollout_rs)}): pass cu_seqlens (sequence boundaries)"
+        )
+
+
+# --------------------------------------------------------------------------- weights
+
+
+def sequence_index(cu_seqlens: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """[S + 1] offsets (FlashAttention varlen; cu_seqlens[0] = 0, cu_seqlens[-1] = N) -> [N] int64 sequence ids."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int64)
+    return torch.repeat_interleave(
+        torch.arange(lengths.numel(), device=cu_seqlens.device), lengths, output_size=num_tokens
+    )
+
+
+def check_cu_seqlens(cu_seqlens, num_tokens: int, device) -> None:
+    """cu_seqlens: [S + 1] int tensor, 0 first, N last, non-decreasing; ValueError naming it otherwise."""
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise ValueError("cu_seqlens must be an int32 or int64 tensor of sequence offsets [S + 1]")
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
+        raise ValueError(f"cu_seqlens must be [S + 1] with S >= 1, got shape {tuple(cu_seqlens.shape)}")
+    if cu_seqlens.device != device:
+        raise ValueError(f"cu_seqlens is on {cu_seqlens.device}, the tokens on {device}")
+    values = cu_seqlens.tolist()
+    if values[0] != 0 or values[-1] != num_tokens or any(b < a for a, b in zip(values, values[1:])):
+        raise ValueError(f"cu_seqlens must start at 0, end at the number of rows ({num_tokens}) and never decrease")
+
+
+def _rs_keep(option: str, bounds, lr: torch.Tensor, model: torch.Tensor, seq: torch.Tensor, num_seqs: int):
+    """verl's `compute_rollout_rejection_mask` for one criterion: bool [N] keep (padding rows: anything)."""
+    safe = lr.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    if option.endswith("k1"):
+        stat = -safe
+    elif option.endswith("k2"):
+        stat = 0.5 * safe**2
+    else:
+        stat = torch.exp(safe) - 1.0 - safe
+    low, high = bounds
+    if option in TOKEN_RS_OPTIONS:
+        values = stat
+    else:
+        masked = torch.where(model, stat, 0.0)
+        if option.startswith("seq_max"):
+            per_seq = torch.full((num_seqs,), float("-inf"), dtype=stat.dtype, device=stat.device)
+            per_seq = per_seq.scatter_reduce(0, seq, torch.where(model, stat, float("-inf")), "amax")
+            per_seq = torch.where(per_seq == float("-inf"), 0.0, per_seq)
+        else:
+            per_seq = torch.zeros(num_seqs, dtype=stat.dtype, device=stat.device).index_add_(0, seq, masked)
+            if option.startswith("seq_mean"):
+                counts = torch.zeros(num_seqs, dtype=stat.dtype, device=stat.device).index_add_(
+                    0, seq, model.to(stat.dtype)
+                )
+                per_seq = per_seq / (counts + _EPS)
+        values = per_seq[seq]
+    if option.endswith("k1"):
+        return (values >= math.log(low)) & (values <= math.log(high))
+    return values <= high
+
+
+def correction_weights(
+    log_ratio: torch.Tensor,
+    model: torch.Tensor,
+    correction: RolloutCorrection,
+    seq: Optional[torch.Tensor] = None,
+    num_seqs: int = 0,
+):
+    """Per-token weights of one correction.
+
+    Args:
+        log_ratio: [N] fp32 log pi_train - log mu (any value on non-model rows).
+        model: [N] bool model tokens.
+        seq, num_seqs: [N] int64 sequence ids in [0, num_seqs) (needed by sequence-level criteria).
+
+    Returns:
+        (loss_weight [N] fp32 or None when the loss is unweighted, parts) where parts holds the raw
+        weight rho, the importance weight w (None without rollout_is), and the rejection keep mask
+        (None without rollout_rs), for `MismatchMetrics.add`.
+    """
+    lr = torch.where(model, log_ratio, 0.0)
+    raw = weight = None
+    if correction.rollout_is is not None:
+        if correction.rollout_is == "token":
+            log_w = lr
+        else:
+            log_w = torch.zeros(num_seqs, dtype=lr.dtype, device=lr.device).index_add_(0, seq, lr)[seq]
+        raw = torch.exp(log_w.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)) * model
+        low, high = correction.is_threshold_lower, correction.is_threshold
+        if correction.is_mode == "truncate":
+            weight = raw.clamp(min=low, max=high)
+        else:
+            inside = torch.ones_like(model)
+            if low is not None:
+                inside &= raw >= low
+            if high is not None:
+                inside &= raw <= high
+            weight = torch.where(inside, raw, 0.0)
+    keep = None
+    for option, bounds in zip(correction.rollout_rs, correction.rs_bounds):
+        option_keep = _rs_keep(option, bounds, lr, model, seq, num_seqs)
+        keep = option_keep if keep is None else keep & option_keep
+    loss_weight = None
+    if correction.applies_weights:
+        loss_weight = weight
+    if keep is not None:
+        loss_weight = keep.to(torch.float32) if loss_weight is None else torch.where(keep, loss_weight, 0.0)
+    if loss_weight is not None:
+        loss_weight = torch.where(model, loss_weight, 0.0).to(torch.float32).contiguous()
+    return loss_weight, {"raw": raw, "weight": weight, "keep": keep}
+
+
+# --------------------------------------------------------------------------- metrics
+
+# token partial sums over model tokens
+_TOKEN_SUMS = (
+    "n",
+    "kl",
+    "k3",
+    "rho2",
+    "rho",
+    "w",
+    "w2",
+    "high",
+    "low",
+    "rs_rejected",
+    "zero_weight",
+    "clipped",
+)
+# per-sequence partial sums
+_SEQ_SUMS = ("lr", "train", "behavior", "n", "rs_rejected")
+
+
+class MismatchMetrics:
+    """Additive partial sums of the mismatch metrics; `add` per chunk (or once), `result` at the end.
+
+    Names follow verl's `compute_offpolicy_metrics`, `compute_is_metrics` and `compute_rollout_rejection_mask`
+    under `rollout_corr/`; rwcore adds ratio_min / ratio_max / ratio_mean / eff_sample_size (of the raw
+    per-token ratio), masked_fraction (tokens the correction gives weight 0) and truncated_fraction
+    (tokens whose weight TIS clamped). All values are detached 0-dim fp32 tensors (no host sync).
+    """
+
+    def __init__(self, correction: Optional[RolloutCorrection], num_seqs: int, device) -> None:
+        self.correction = correction
+        self.num_seqs = num_seqs
+        self.sums = torch.zeros(len(_TOKEN_SUMS), dtype=torch.float32, device=device)
+        inf = float("inf")
+        # min / max of the raw ratio and of the importance weight
+        self.extremes = torch.tensor([inf, -inf, inf, -inf], dtype=torch.float32, device=device)
+        self.seq_sums = torch.zeros(num_seqs, len(_SEQ_SUMS), dtype=torch.float32, device=device) if num_seqs else None
+
+    @torch.no_grad()
+    def add(self, train_logp, behavior, model, seq=None, parts=None) -> None:
+        """One chunk: [n] training (proximal or current, detached) and behaviour log-probs, bool model mask,
+        [n] sequence ids (global), and `correction_weights`' parts for the same rows."""
+        train, behavior = train_logp.detach().float(), behavior.detach().float()
+        m = model.to(torch.float32)
+        raw_lr = train - behavior
+        lr = torch.where(model, raw_lr, 0.0)
+        rho = torch.exp(lr.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+        k3 = torch.where(model, torch.exp(raw_lr) - raw_lr - 1.0, 0.0)
+        c = self.correction
+        zeros = torch.zeros((), dtype=torch.float32, device=m.device)
+        w = w_sum = w2_sum = high = low = clipped = zero_weight = rs_rejected = zeros
+        if parts is not None and parts.get("raw") is not None and c is not None:
+            raw, w = parts["raw"], parts["weight"]
+            upper = c.is_threshold if c.is_threshold is not None else float("inf")
+            lower = c.is_threshold_lower if c.is_threshold_lower is not None else 1.0 / upper
+            w_ess = w.clamp(min=0.0, max=upper)
+            w_sum, w2_sum = (w_ess * m).sum(), (w_ess.square() * m).sum()
+            high, low = ((raw > upper) & model).sum(), ((raw < lower) & model).sum()
+            if c.is_mode == "truncate":
+                lo = c.is_threshold_lower if c.is_threshold_lower is not None else float("-inf")
+                clipped = (((raw > upper) | (raw < lo)) & model).sum()
+            else:
+                clipped = (((raw > upper) | (raw < lower)) & model).sum()
+        if parts is not None and parts.get("keep") is not None:
+            rs_rejected = (~parts["keep"] & model).sum()
+        if parts is not None and c is not None:
+            final = torch.ones_like(m)
+            if c.applies_weights and parts.get("weight") is not None:
+                final = parts["weight"]
+            if parts.get("keep") is not None:
+                final = torch.where(parts["keep"], final, 0.0)
+            zero_weight = ((final == 0) & model).sum()
+        self.sums += torch.stack(
+            [
+                m.sum(),
+                -(lr * m).sum(),
+                k3.sum(),
+                (rho.square() * m).sum(),
+                (rho * m).sum(),
+                w_sum,
+                w2_sum,
+                high,
+                low,
+                rs_rejected,
+                zero_weight,
+                clipped,
+            ]
+        ).float()
+        inf = torch.tensor(float("inf"), device=m.device)
+        chunk = [torch.where(model, rho, inf).min(), torch.where(model, rho, -inf).max()]
+        if isinstance(w, torch.Tensor) and w.dim():
+            chunk += [torch.where(model, w, inf).min(), torch.where(model, w, -inf).max()]
+        else:
+            chunk += [inf, -inf]
+        chunk = torch.stack(chunk)
+        self.extremes = torch.stack(
+            [
+                torch.minimum(self.extremes[0], chunk[0]),
+                torch.maximum(self.extremes[1], chunk[1]),
+                torch.minimum(self.extremes[2], chunk[2]),
+                torch.maximum(self.extremes[3], chunk[3]),
+            ]
+        )
+        if self.seq_sums is not None and seq is not None:
+            rejected = (~parts["keep"] & model) if parts is not None and parts.get("keep") is not None else None
+            columns = [
+                lr,
+                torch.where(model, train, 0.0),
+                torch.where(model, behavior, 0.0),
+                m,
+                rejected.to(torch.float32) if rejected is not None else torch.zeros_like(m),
+            ]
+            self.seq_sums.index_add_(0, seq, torch.stack(columns, dim=1))
+
+    @torch.no_grad()
+    def result(self) -> dict[str, torch.Tensor]:
+        s = dict(zip(_TOKEN_SUMS, self.sums.unbind(0)))
+        n = s["n"] + _EPS
+        zero = torch.zeros((), dtype=torch.float32, device=self.sums.device)
+
+        def finite_or_zero(value):
+            return torch.where(s["n"] > 0, value, zero)
+
+        out = {
+            "kl": s["kl"] / n,
+            "k3_kl": s["k3"] / n,
+            "chi2_token": s["rho2"] / n - 1.0,
+            "ratio_mean": s["rho"] / n,
+            "ratio_min": finite_or_zero(self.extremes[0]),
+            "ratio_max": finite_or_zero(self.extremes[1]),
+            "eff_sample_size": _ess(s["rho"], s["rho2"], s["n"]),
+        }
+        c = self.correction
+        seq = None if self.seq_sums is None else dict(zip(_SEQ_SUMS, self.seq_sums.unbind(1)))
+        if seq is not None:
+            count = seq["n"] + _EPS
+            mean_train, mean_behavior = seq["train"] / count, seq["behavior"] / count
+            diff = mean_behavior - mean_train
+            out.update(
+                training_ppl=torch.exp(-mean_train).mean(),
+                training_log_ppl=(-mean_train).mean(),
+                rollout_ppl=torch.exp(-mean_behavior).mean(),
+                rollout_log_ppl=(-mean_behavior).mean(),
+                log_ppl_diff=diff.mean(),
+                log_ppl_abs_diff=diff.abs().mean(),
+                log_ppl_diff_max=diff.max(),
+                log_ppl_diff_min=diff.min(),
+                ppl_ratio=torch.exp(diff).mean(),
+                chi2_seq=torch.exp(2.0 * seq["lr"].clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)).mean() - 1.0,
+            )
+        if c is not None and c.rollout_is is not None:
+            upper = c.is_threshold if c.is_threshold is not None else float("inf")
+            lower = c.is_threshold_lower if c.is_threshold_lower is not None else 1.0 / upper
+            out["rollout_is_mean"] = s["w"] / n
+            out["rollout_is_eff_sample_size"] = _ess(s["w"], s["w2"], s["n"], verl=True)
+            if c.rollout_is == "sequence" and seq is not None:
+                log_upper = torch.log(torch.tensor(upper, device=self.sums.device))
+                log_lower = torch.log(torch.tensor(lower, device=self.sums.device))
+                out["rollout_is_max"] = torch.exp(seq["lr"].max().clamp(max=LOG_RATIO_BOUND))
+                out["rollout_is_min"] = torch.exp(seq["lr"].min())
+                out["rollout_is_ratio_fraction_high"] = (seq["lr"] > log_upper).float().mean()
+                out["rollout_is_ratio_fraction_low"] = (seq["lr"] < log_lower).float().mean()
+            else:
+                out["rollout_is_max"] = finite_or_zero(self.extremes[3])
+                out["rollout_is_min"] = finite_or_zero(self.extremes[2])
+                out["rollout_is_ratio_fraction_high"] = s["high"] / n
+                out["rollout_is_ratio_fraction_low"] = s["low"] / n
+            if c.is_mode == "mask":
+                out["rollout_is_oob_ratio"] = s["clipped"] / n
+            else:
+                out["truncated_fraction"] = s["clipped"] / n
+        if c is not None and c.rollout_rs:
+            out["rollout_rs_masked_fraction"] = s["rs_rejected"] / n
+            if seq is not None:
+                out["rollout_rs_seq_masked_fraction"] = (seq["rs_rejected"] > 0).float().mean()
+        if c is not None:
+            out["masked_fraction"] = s["zero_weight"] / n
+        return {PREFIX + name: value.detach().to(torch.float32) for name, value in out.items()}
+
+
+def _ess(w_sum, w2_sum, count, verl: bool = False):
+    """Effective sample size fraction 1 / mean((w / mean w)^2) over model tokens (verl's formula with verl=True)."""
+    n = count + _EPS
+    mean = w_sum / n
+    if verl:
+        mean_sq = w2_sum / ((mean + _EPS) ** 2) / n
+    else:
+        mean_sq = w2_sum / torch.where(mean > 0, mean, 1.0) ** 2 / n
+    return torch.where((count > 0) & (mean_sq > 0), 1.0 / torch.where(mean_sq > 0, mean_sq, 1.0), 0.0)
+
+
+def merge_metrics(parts: list[dict], weights: list[float]) -> dict[str, float]:
+    """Mismatch metrics of several calls (minibatches) as one row: min of *_min, max of *_max, else the
+    weighted mean. Values are Python floats."""
+    merged: dict[str, float] = {}
+    total = sum(weights) or 1.0
+    for name in {k for p in parts for k in p}:
+        values = [(float(p[name]), w) for p, w in zip(parts, weights) if name in p]
+        if name.endswith("_min"):
+            merged[name] = min(v for v, _ in values)
+        elif name.endswith("_max"):
+            merged[name] = max(v for v, _ in values)
+        else:
+            merged[name] = sum(v * w for v, w in values) / (sum(w for _, w in values) or total)
+    return merged
