@@ -39,6 +39,8 @@ from typing import Any, Literal, Mapping, Sequence
 
 import yaml
 
+from rwcore.kernels.rollout_correction import PRESETS as ROLLOUT_CORRECTIONS
+from rwcore.kernels.rollout_correction import RolloutCorrection
 from rwcore.method import MethodSettings
 from rwcore.method.variants import LIBRARY_STRATEGIES, VARIANTS, get_variant
 
@@ -260,9 +262,12 @@ class OptimConfig:
     )
 
 
+RolloutCorrectionName = Literal[tuple(ROLLOUT_CORRECTIONS)]
+
+
 @dataclass
 class LossConfig:
-    """Filtered dual-clip policy loss (Arise eq. 18-19)."""
+    """Filtered dual-clip policy loss (Arise eq. 18-19), with an optional rollout correction."""
 
     ratio_low: float = _f(0.5, "Importance ratios at or below this are filtered out.", ge=0)
     ratio_high: float = _f(5.0, "Importance ratios at or above this are filtered out.", gt=0)
@@ -273,6 +278,24 @@ class LossConfig:
         "Entropy bonus: subtracts coef x the mean policy entropy over model tokens "
         "(materializes the action space's logits; 0 = off).",
         ge=0,
+    )
+    rollout_correction: RolloutCorrectionName = _f(
+        "off",
+        "Rollout correction of the train-inference mismatch and staleness, by verl's preset names: "
+        "decoupled_* recompute the proximal log-probs with the training model before the update (one more "
+        "forward pass) and weight each token by the proximal / behavior ratio (TIS, MIS/IcePop) and "
+        "rejection; bypass_* anchor the ratio at the behavior log-probs (bypass_pg_*: REINFORCE form). "
+        "The rollout_corr/* mismatch metrics are logged either way.",
+    )
+    rollout_is_threshold: str = _f(
+        "",
+        "The correction's importance-weight bound in verl's syntax: a number (TIS upper bound) or "
+        "'lower_upper' (masked IS / IcePop band); empty = the preset's.",
+    )
+    rollout_rs_threshold: str = _f(
+        "",
+        "The correction's rejection threshold(s) in verl's syntax ('lower_upper' ratio bounds for k1 "
+        "criteria, an upper bound for k2/k3; comma-separated per criterion); empty = the preset's.",
     )
 
 
@@ -846,6 +869,12 @@ def _validate(cfg: Config) -> Config:
             f"config keys 'loss.ratio_low' and 'loss.ratio_high': need ratio_low < ratio_high, "
             f"got {cfg.loss.ratio_low} and {cfg.loss.ratio_high}"
         )
+    try:
+        rollout_correction(cfg)
+    except ValueError as error:
+        raise ValueError(
+            f"config keys 'loss.rollout_correction', 'loss.rollout_is_threshold', 'loss.rollout_rs_threshold': {error}"
+        ) from None
     if cfg.pool.eta_low >= cfg.pool.eta_high:
         raise ValueError(
             f"config keys 'pool.eta_low' and 'pool.eta_high': need eta_low < eta_high, "
@@ -984,3 +1013,11 @@ def config_markdown(cfg: Config | None = None) -> str:
             cells = [f"`{name}.{f.name}`", f"`{value}`", _type_name(hints[f.name]), f.metadata.get("help", "")]
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def rollout_correction(cfg) -> RolloutCorrection | None:
+    """The run's rollout correction (None for "off") from loss.rollout_correction and its threshold overrides."""
+    loss = cfg.loss
+    return RolloutCorrection.preset(
+        loss.rollout_correction, loss.rollout_is_threshold or None, loss.rollout_rs_threshold or None
+    )

@@ -39,13 +39,15 @@ import numpy as np
 import torch
 
 from rwcore._io import atomic_write_bytes
-from rwcore.kernels import fused_linear_entropy, fused_linear_policy_loss
+from rwcore.kernels import fused_linear_entropy, fused_linear_logprobs, fused_linear_policy_loss
+from rwcore.kernels.rollout_correction import PREFIX as CORRECTION_PREFIX
+from rwcore.kernels.rollout_correction import merge_metrics
 from rwcore.method import AdaptiveMethod, get_variant
 from rwcore.method.loop import MethodLoop
 from rwcore.method.method import judge_groups
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import envs
-from rwcore.trainer.config import Config, config_to_dict, load_config, save_config
+from rwcore.trainer.config import Config, config_to_dict, load_config, rollout_correction, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
 from rwcore.trainer.judging import GroupJudging, can_overlap
 from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
@@ -153,6 +155,7 @@ class Trainer:
         self.rollouts_ahead = None  # the asynchronous rollout process (rollout.max_lag > 0), started last
         self._pending_rollouts: dict = {}
         self.variant = get_variant(cfg.train.method, "train.method")
+        self.rollout_correction = rollout_correction(cfg)
         self.method = None
         self._eval_skills_prompt = None
         if self._evaluation_only:
@@ -702,11 +705,20 @@ class Trainer:
         )
         total_tokens = self.engine.tokens_denominator(self.engine.all_sum_tensor(mask.sum()).clamp_min(1))
         rows = torch.arange(len(rollouts))
+        parts = torch.tensor_split(rows, cfg.optim.minibatches)
+        correction = self.rollout_correction
+        # the decoupled form's proximal policy: the training model before this update, one no-grad pass
+        proximal = (
+            self._proximal_logprobs(input_ids, attention, labels, parts)
+            if correction and not correction.bypass
+            else None
+        )
         stats_sum: dict[str, float] = {}
+        mismatch: list[dict] = []
         loss_value = 0.0
-        for _ in range(cfg.optim.epochs):
+        for epoch in range(cfg.optim.epochs):
             self.engine.zero_grad()
-            for part in torch.tensor_split(rows, cfg.optim.minibatches):
+            for part in parts:
                 # the (restricted) head is taken afresh for every backward pass: a slice of the weight made
                 # once would hold a freed graph after the first minibatch and stale values after a step
                 head_weight, _ = self.policy.action_space(input_ids[:0, 1:])
@@ -730,7 +742,15 @@ class Trainer:
                     num_model_tokens=total_tokens,
                     backend=cfg.loss.backend,
                     validate=False,
+                    proximal_logprobs=None if proximal is None else proximal[part].reshape(-1),
+                    rollout_correction=correction,
+                    cu_seqlens=torch.arange(len(part) + 1, device=self.device) * labels.shape[1],
+                    mismatch_metrics=epoch == 0,
                 )
+                if epoch == 0:
+                    # the mismatch before any update of this step (decoupled: proximal vs behavior, else the
+                    # current policy's), one dict per minibatch, merged below
+                    mismatch.append({k: stats.pop(k) for k in [k for k in stats if k.startswith(CORRECTION_PREFIX)]})
                 if cfg.loss.entropy_coef > 0:
                     entropy = self._entropy_sum(hidden, head_weight, head_bias, mask[part].reshape(-1))
                     loss = loss - cfg.loss.entropy_coef * entropy / total_tokens
@@ -741,12 +761,41 @@ class Trainer:
                     stats_sum[name] = stats_sum.get(name, 0.0) + float(value) * len(part) / len(rollouts)
             grad_norm = self.engine.step()
         epochs = max(1, cfg.optim.epochs)
+        tokens = [float(mask[part].sum()) for part in parts]
         # Each rank's loss is its share of the step's tokens scaled by the world size, so the mean over ranks is
         # the whole batch's loss; the statistics are each rank's token fractions, averaged.
         figures = self.engine.all_mean(
-            {"loss": loss_value / epochs, **{name: value / epochs for name, value in stats_sum.items()}}
+            {
+                "loss": loss_value / epochs,
+                **{name: value / epochs for name, value in stats_sum.items()},
+                **merge_metrics(mismatch, tokens),
+            }
         )
         return {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
+
+    @torch.no_grad()
+    def _proximal_logprobs(self, input_ids, attention, labels, parts) -> torch.Tensor:
+        """[B, T - 1] fp32 log-probs of the labels under the training model as it is now (before the update), one
+        minibatch at a time through the chunked head (never the [T, V] logits)."""
+        out = torch.zeros(labels.shape, dtype=torch.float32, device=self.device)
+        head_weight, _ = self.policy.action_space(input_ids[:0, 1:])
+        head_bias = self.policy.head.bias
+        if head_bias is not None and self.policy.allowed is not None:
+            head_bias = head_bias[self.policy.allowed]
+        for part in parts:
+            hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
+            hidden = hidden.reshape(-1, hidden.shape[-1])
+            logp = fused_linear_logprobs(
+                hidden,
+                head_weight,
+                labels[part].reshape(-1),
+                bias=head_bias,
+                temperature=self.config.rollout.temperature,
+                backend=self.config.loss.backend,
+                validate=False,
+            )
+            out[part] = logp.reshape(len(part), -1).float()
+        return out
 
     def _entropy_sum(self, hidden: torch.Tensor, weight: torch.Tensor, bias, mask: torch.Tensor) -> torch.Tensor:
         """Sum over model tokens of the policy's entropy at the sampling temperature (fp32, differentiable),
