@@ -5,6 +5,8 @@
 - `fused_linear_logprobs`, `fused_linear_policy_loss`, `fused_linear_entropy`: the same from
   hidden states and the LM head, never holding more than one chunk of logits.
 - `TokenLogProbs`, `FilteredDualClipLoss`, `FusedLinearPolicyLoss`: nn.Module wrappers.
+- `RolloutCorrection`: the train-inference mismatch / staleness corrections the two policy losses take
+  (`rollout_correction=`), with verl's presets.
 
 Every function takes `backend="auto" | "torch" | "triton"`: Triton on CUDA, a
 chunked PyTorch implementation (same memory bound) on the CPU; Triton kernels
@@ -17,11 +19,13 @@ from rwcore.kernels.fused_linear_logprobs import fused_linear_logprobs
 from rwcore.kernels.fused_linear_policy_loss import fused_linear_policy_loss
 from rwcore.kernels.modules import FilteredDualClipLoss, FusedLinearPolicyLoss, TokenLogProbs
 from rwcore.kernels.policy_loss import filtered_dual_clip_loss
+from rwcore.kernels.rollout_correction import RolloutCorrection
 from rwcore.kernels.token_logprobs import token_logprobs
 
 __all__ = [
     "FilteredDualClipLoss",
     "FusedLinearPolicyLoss",
+    "RolloutCorrection",
     "TokenLogProbs",
     "filtered_dual_clip_loss",
     "fused_linear_entropy",

@@ -342,3 +342,26 @@ def test_all_masked_batch_gives_zero_loss_and_finite_metrics():
     loss.backward()
     assert float(loss) == 0.0 and torch.equal(leaf.grad, torch.zeros_like(leaf.grad))
     assert all(math.isfinite(float(v)) for v in stats.values())
+
+
+def test_module_wrappers_take_the_correction():
+    from rwcore.kernels import FilteredDualClipLoss, FusedLinearPolicyLoss
+
+    with pytest.raises(ValueError, match="unknown rollout correction"):
+        FilteredDualClipLoss(rollout_correction="decoupled_everything")
+    logp, proximal, behavior, adv, mask = batch(seed=9)
+    module = FilteredDualClipLoss(rollout_correction="decoupled_seq_is")
+    got, stats = module(logp, behavior, adv, mask, proximal_logprobs=proximal)
+    want, _ = filtered_dual_clip_loss(
+        logp, behavior, adv, mask, proximal_logprobs=proximal, rollout_correction="decoupled_seq_is"
+    )
+    assert torch.equal(got, want) and "rollout_corr/rollout_is_mean" in stats
+    B, T, H, V = 2, 5, 4, 11
+    hidden, head = torch.randn(B * T, H), torch.randn(V, H)
+    labels = torch.randint(0, V, (B * T,))
+    args = (hidden, head, labels, -torch.rand(B * T), torch.randn(B * T), torch.ones(B * T, dtype=torch.bool))
+    cu = torch.tensor([0, T, 2 * T])
+    fused = FusedLinearPolicyLoss(rollout_correction="bypass_pg_is")
+    got, _ = fused(*args, cu_seqlens=cu)
+    want, _ = fused_linear_policy_loss(*args, rollout_correction="bypass_pg_is", cu_seqlens=cu)
+    assert torch.equal(got, want)
