@@ -139,6 +139,8 @@ def render_resources(report: dict) -> str:
         extra = ""
         if "WITH_ENTROPY" in r["constexprs"]:
             extra = " +entropy" if r["constexprs"]["WITH_ENTROPY"] else ""
+        if r["constexprs"].get("HAS_WEIGHT"):
+            extra = " +correction weight"
         return (
             f"| {r['kernel']}{extra} | sm_{r['arch']} | {_types(r)} | {r['constexprs']['BLOCK']} | {r['num_warps']} "
             f"| {r['registers']} | {r['spill_stores']}/{r['spill_loads']} | {r['shared_bytes']} "
