@@ -442,7 +442,7 @@ def correction_weights(
         raw = torch.exp(log_w.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)) * model
         low, high = correction.is_threshold_lower, correction.is_threshold
         if correction.is_mode == "truncate":
-            weight = raw.clamp(min=low, max=high)
+            weight = raw if low is None and high is None else raw.clamp(min=low, max=high)
         else:
             inside = torch.ones_like(model)
             if low is not None:

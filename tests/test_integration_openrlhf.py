@@ -76,8 +76,10 @@ def test_constructor_takes_policy_loss_keywords():
 def test_refuses_what_it_does_not_reproduce():
     with pytest.raises(ValueError, match="dual_clip"):
         RwcorePolicyLoss(dual_clip=None)
-    with pytest.raises(ValueError, match="is_correction"):
-        RwcorePolicyLoss(is_correction_level="token")
+    # is_correction_level token / seq are supported (tests/test_rollout_correction_openrlhf.py); what
+    # OpenRLHF's own PolicyLoss refuses is refused too
+    with pytest.raises(ValueError, match="is_correction_level"):
+        RwcorePolicyLoss(is_correction_level="sequence")
     with pytest.raises(ValueError, match="policy_loss_type"):
         RwcorePolicyLoss(policy_loss_type="gspo")
     with pytest.raises(ValueError, match="clip_c"):

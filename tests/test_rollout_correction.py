@@ -365,3 +365,11 @@ def test_module_wrappers_take_the_correction():
     got, _ = fused(*args, cu_seqlens=cu)
     want, _ = fused_linear_policy_loss(*args, rollout_correction="bypass_pg_is", cu_seqlens=cu)
     assert torch.equal(got, want)
+
+
+def test_truncation_without_bounds_is_the_raw_ratio():
+    c = RolloutCorrection(rollout_is="token", is_threshold=None)
+    weight, _ = correction_weights(
+        torch.tensor([0.1, -0.2, 30.0]), torch.tensor([True, True, True]), c, torch.tensor([0, 0, 0]), 1
+    )
+    torch.testing.assert_close(weight, torch.exp(torch.tensor([0.1, -0.2, 20.0])))

@@ -1,9 +1,12 @@
 """rwcore inside OpenRLHF: the filtered dual-clip loss as a drop-in for `openrlhf.models.loss.PolicyLoss`.
 
-One module per job: `loss` (`RwcorePolicyLoss`). Nothing here imports OpenRLHF; the tests run the
-class through OpenRLHF's real `PolicyLoss` module (see tests/test_integration_openrlhf.py).
+One module per job: `loss` (`RwcorePolicyLoss`, with OpenRLHF's vLLM-mismatch correction -- every
+is_correction level / mode / gating OpenRLHF accepts, OpenRLHF's arithmetic -- passed to the fused loss
+as per-token weights; `openrlhf_is_correction` computes those weights). Nothing here imports OpenRLHF;
+the tests run the class against OpenRLHF's real `PolicyLoss` module (tests/test_integration_openrlhf.py,
+tests/test_rollout_correction_openrlhf.py).
 """
 
-from .loss import TESTED_OPENRLHF_VERSION, RwcorePolicyLoss
+from .loss import TESTED_OPENRLHF_VERSION, RwcorePolicyLoss, openrlhf_is_correction
 
-__all__ = ["TESTED_OPENRLHF_VERSION", "RwcorePolicyLoss"]
+__all__ = ["TESTED_OPENRLHF_VERSION", "RwcorePolicyLoss", "openrlhf_is_correction"]

@@ -30,7 +30,12 @@ One module per job (checked against TRL's releases in `TRL_RANGE`; outside it th
   cuts each generation batch into its groups and calls `record_group(task_id, verdicts, policy_version)`.
 - `trainer`: `RWGRPOTrainer` (= `RWGRPOMixin` + `trl.GRPOTrainer`) overrides `GRPOTrainer._compute_loss`
   with `rwcore.kernels.filtered_dual_clip_loss` (TRL's "dapo" token normalizer; `beta > 0` adds TRL's
-  k3 KL term; statistics as `rw/*` metrics) and `_get_train_sampler` with `GroupRepeatSampler`.
+  k3 KL term; statistics as `rw/*` metrics) and `_get_train_sampler` with `GroupRepeatSampler`. With vLLM
+  importance sampling on (`use_vllm`, `vllm_importance_sampling_correction`, any of TRL's four
+  `vllm_importance_sampling_mode`s), TRL's `importance_sampling_ratio` multiplies each token's term as in
+  TRL's own loss (`rollout_is_weights`), and with both vLLM's and the old log-probs the train-inference
+  mismatch metrics are logged as `rw/rollout_corr/*`. `trainer.correction_from_trl_args(args)` gives the
+  same correction as a `rwcore.kernels.RolloutCorrection` for the plain loss functions.
 - `method`: `AdaptiveGRPOTrainer` -- TRL's trainer driven by one `rwcore.AdaptiveMethod`.
 - `compat`: the TRL import and its version check.
 

@@ -1,4 +1,18 @@
-"""rwcore's loss and task sampler inside `trl.GRPOTrainer` (`RWGRPOMixin`)."""
+"""rwcore's loss and task sampler inside `trl.GRPOTrainer` (`RWGRPOMixin`), and TRL's vLLM importance
+sampling as a rwcore `RolloutCorrection` (`correction_from_trl_args`).
+
+vLLM importance sampling (`GRPOConfig.use_vllm=True`, `vllm_importance_sampling_correction=True`): TRL
+computes `importance_sampling_ratio` in `_generate_and_score_completions` from its
+`vllm_importance_sampling_mode` / `_clip_min` / `_clip_max` settings (token_truncate, token_mask,
+sequence_truncate, sequence_mask; [B, T] or [B, 1]) and multiplies its own per-token loss by it. The
+mixin's `_compute_loss` does the same with the fused loss: the ratio goes in as `rollout_is_weights`
+(broadcast to [B, T]), the PPO ratio is anchored at `old_per_token_logps` (the training model's log-probs
+at generation time, TRL's anchor), and when vLLM's `sampling_per_token_logps` are there too the fused
+loss's train-inference mismatch metrics (old vs sampling; NaN sampling log-probs count as no mismatch,
+as in TRL's ratio) are logged as `rw/rollout_corr/*`. Users of the plain functions get the same weights
+from `correction_from_trl_args(args)` with `proximal_logprobs=old_per_token_logps` and vLLM's log-probs
+as `behavior_logprobs`.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +22,69 @@ from .rewards import RubricRecorder
 from .sampler import GroupRepeatSampler
 
 logger = logging.getLogger(__name__)
+
+# TRL's vllm_importance_sampling_mode -> rwcore's (rollout_is level, is_mode)
+TRL_IS_MODES = {
+    "token_truncate": ("token", "truncate"),
+    "token_mask": ("token", "mask"),
+    "sequence_truncate": ("sequence", "truncate"),
+    "sequence_mask": ("sequence", "mask"),
+}
+MISMATCH_PREFIX = "rw/"  # the fused loss's rollout_corr/* metrics are logged as rw/rollout_corr/*
+
+
+def correction_from_trl_args(args):
+    """TRL's vLLM importance-sampling settings as a decoupled `rwcore.kernels.RolloutCorrection` (or None).
+
+    Args:
+        args: a `trl.GRPOConfig` (or anything with its `vllm_importance_sampling_correction`,
+            `vllm_importance_sampling_mode`, `vllm_importance_sampling_clip_min` and
+            `vllm_importance_sampling_clip_max` attributes, or a mapping with those keys).
+
+    Returns:
+        None when `vllm_importance_sampling_correction` is False (`use_vllm` is not consulted: the caller
+        decides it has behaviour log-probs); otherwise the `RolloutCorrection` whose weights
+        (`rollout_correction.correction_weights` of log pi_old - log pi_vLLM) are TRL's
+        `importance_sampling_ratio`: token_* -> rollout_is="token", sequence_* -> "sequence" (the exp of the
+        summed log ratio), *_truncate -> is_mode="truncate" (clamp into [clip_min, clip_max]), *_mask ->
+        "mask" (0 outside it); a None bound is open. Use it with `filtered_dual_clip_loss(logprobs,
+        sampling_logps, advantages, mask, ..., proximal_logprobs=old_logps, rollout_correction=...)`.
+
+    Differences from TRL's arithmetic, none on realistic inputs: rwcore clamps the (token or summed
+    sequence) log ratio into [-20, 20] before exp (TRL does not), so with an open bound a ratio beyond
+    e^+-20 is e^+-20; tokens off the mask weigh 0 (TRL: 1; neither enters the loss); vLLM's NaN log-probs
+    must be replaced by the proximal ones before the call (TRL zeroes their log-ratio; rwcore's validation
+    refuses NaN). A bound <= 0 never acts on a positive ratio and is dropped; truncation with no bound
+    left is the raw ratio.
+    """
+    from collections.abc import Mapping
+
+    from rwcore.kernels.rollout_correction import RolloutCorrection
+
+    def get(name, default=None):
+        if isinstance(args, Mapping):
+            return args.get(name, default)
+        return getattr(args, name, default)
+
+    if not get("vllm_importance_sampling_correction", False):
+        return None
+    mode = get("vllm_importance_sampling_mode", "sequence_mask")
+    if mode not in TRL_IS_MODES:
+        raise ValueError(f"vllm_importance_sampling_mode must be one of {sorted(TRL_IS_MODES)}, got {mode!r}")
+    level, is_mode = TRL_IS_MODES[mode]
+    clip_min, clip_max = get("vllm_importance_sampling_clip_min"), get("vllm_importance_sampling_clip_max")
+    for name, value in (("clip_min", clip_min), ("clip_max", clip_max)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
+            raise ValueError(f"vllm_importance_sampling_{name} must be a number or None, got {value!r}")
+    if clip_max is not None and clip_max <= 0:
+        raise ValueError(
+            f"vllm_importance_sampling_clip_max={clip_max} would {'zero' if is_mode == 'truncate' else 'mask'} "
+            "every importance ratio (ratios are > 0)"
+        )
+    lower = float(clip_min) if clip_min is not None and clip_min > 0 else None
+    upper = float(clip_max) if clip_max is not None else None
+    return RolloutCorrection(rollout_is=level, is_mode=is_mode, is_threshold=upper, is_threshold_lower=lower)
+
 
 STAT_METRICS = {
     "kept_fraction": "rw/kept_fraction",
@@ -30,6 +107,13 @@ class RWGRPOMixin:
         task_id_column: the dataset column with each row's sampler task id [task_id].
         rubric_recorder: the `RubricRecorder` whose verdicts feed the sampler; by default the one of the
             `rubric_reward_funcs` among `reward_funcs`.
+
+    The loss is anchored at TRL's `old_per_token_logps` (at the current policy, ratio 1, on the on-policy
+    steps where TRL computes none) and takes TRL's vLLM importance sampling (`use_vllm=True` with
+    `vllm_importance_sampling_correction=True`, every `vllm_importance_sampling_mode`): TRL's
+    `importance_sampling_ratio` multiplies each token's term, as in TRL's own loss (module docstring).
+    Refused with rw_loss=True: importance_sampling_level="sequence", top_entropy_quantile < 1,
+    off_policy_mask_threshold, an entropy bonus.
     """
 
     def __init__(
@@ -96,11 +180,6 @@ class RWGRPOMixin:
             refused.append(f"off_policy_mask_threshold={self.off_policy_mask_threshold}")
         if getattr(self, "_entropy_bonus_enabled", False):
             refused.append("an entropy bonus (entropy_coef / use_adaptive_entropy)")
-        if self.use_vllm and self.vllm_importance_sampling_correction:
-            refused.append(
-                "vllm_importance_sampling_correction=True (set it to False: the ratio filter of the "
-                "loss handles the behavior/current mismatch)"
-            )
         if refused:
             raise ValueError(
                 "RWGRPOTrainer's filtered dual-clip loss does not support "
@@ -226,23 +305,22 @@ class RWGRPOMixin:
         per_token_logps, entropies, aux_loss = self._rw_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, inputs
         )
-        # On-policy steps carry no old_per_token_logps (TRL skips them): the behavior policy is the
-        # current one, ratio 1, as in TRL.
+        # On-policy steps carry no old_per_token_logps (TRL skips them): the ratio's anchor is the current
+        # policy, ratio 1, as in TRL.
         old_per_token_logps = inputs.get("old_per_token_logps")
-        behavior = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
+        anchor = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
         mode = "train" if self.model.training else "eval"
         denominator = self._rw_denominator(inputs, mode)
-
         loss, stats = filtered_dual_clip_loss(
             per_token_logps,
-            behavior,
-            inputs["advantages"],
-            mask,
+            advantages=inputs["advantages"],
+            model_mask=mask,
             ratio_low=self.rw_ratio_low,
             ratio_high=self.rw_ratio_high,
             clip_c=self.rw_clip_c,
             num_model_tokens=denominator,
             backend=self.rw_loss_backend,
+            **self._rw_correction_inputs(inputs, per_token_logps, anchor),
         )
 
         per_token_kl = None
@@ -251,7 +329,7 @@ class RWGRPOMixin:
             log_ratio_ref = ref_per_token_logps - per_token_logps
             per_token_kl = torch.exp(log_ratio_ref) - log_ratio_ref - 1
             if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * torch.exp(per_token_logps - behavior)
+                per_token_kl = per_token_kl * torch.exp(per_token_logps - anchor)
             loss = loss + self.beta * (per_token_kl * mask).sum() / denominator
         if getattr(self, "aux_loss_enabled", False) and aux_loss is not None:
             normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -274,7 +352,46 @@ class RWGRPOMixin:
         self._metrics[mode]["entropy"].append(totals[len(STAT_NAMES)] / total_count)
         if per_token_kl is not None:
             self._metrics[mode]["kl"].append(totals[len(STAT_NAMES) + 1] / total_count)
+        self._rw_log_mismatch(stats, count, mode)
         return loss
+
+    def _rw_correction_inputs(self, inputs, per_token_logps, anchor) -> dict:
+        """The fused loss's behaviour / proximal / weight arguments from TRL's inputs.
+
+        TRL's `importance_sampling_ratio` ([B, T], or [B, 1] in its sequence modes) multiplies each token's
+        term, as TRL's own loss does. With both vLLM's `sampling_per_token_logps` (behaviour) and
+        `old_per_token_logps` (proximal) the loss runs in the decoupled form -- the ratio still anchored at the
+        old log-probs -- and computes the rollout_corr/* mismatch metrics; otherwise none are computed."""
+        import torch
+
+        kwargs = {"behavior_logprobs": anchor, "mismatch_metrics": False}
+        ratio = inputs.get("importance_sampling_ratio")
+        if ratio is not None:
+            kwargs["rollout_is_weights"] = ratio.detach().float().expand(per_token_logps.shape)
+        old, sampling = inputs.get("old_per_token_logps"), inputs.get("sampling_per_token_logps")
+        if old is not None and sampling is not None:
+            # vLLM's NaN log-probs (tokens it could not score): no mismatch there, as TRL's ratio treats them
+            behavior = torch.where(torch.isnan(sampling), old.to(sampling.dtype), sampling)
+            kwargs.update(behavior_logprobs=behavior, proximal_logprobs=old, mismatch_metrics=True)
+        return kwargs
+
+    def _rw_log_mismatch(self, stats, count, mode: str) -> None:
+        """The rollout_corr/* metrics as rw/rollout_corr/*: token-weighted means over the processes, min of
+        *_min and max of *_max (`rollout_correction.merge_metrics`)."""
+        names = sorted(name for name in stats if name.startswith("rollout_corr/"))
+        if not names:
+            return
+        import torch
+
+        from rwcore.kernels.rollout_correction import merge_metrics
+
+        with torch.no_grad():
+            local = torch.stack([stats[name].float() for name in names] + [count.float()])
+            rows = self.accelerator.gather(local).reshape(-1, len(names) + 1).tolist()
+        parts = [dict(zip(names, row[:-1])) for row in rows]
+        merged = merge_metrics(parts, [row[-1] for row in rows])
+        for name in names:
+            self._metrics[mode][MISMATCH_PREFIX + name].append(merged[name])
 
     def log(self, logs, start_time=None):
         sampler = self.rw_task_sampler
