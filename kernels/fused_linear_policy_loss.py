@@ -236,6 +236,7 @@ def fused_linear_policy_loss(
         boundaries = cu_seqlens.tolist()
     correction = correction_ops.resolve(rollout_correction)
     correction_ops.check_forms(correction, proximal_logprobs, has_sequences=cu_seqlens is not None)
+    low, high = correction_ops.ratio_bounds(correction, low, high)
     inv_temperature = _checks.check_temperature(temperature)
     denominator = denominator_tensor(num_model_tokens, model_mask, validate)
     rows = chunk_rows(num_rows, weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))

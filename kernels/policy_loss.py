@@ -351,6 +351,7 @@ def filtered_dual_clip_loss(
         raise ValueError("rollout_is_weights must be non-negative")
     correction = correction_ops.resolve(rollout_correction)
     correction_ops.check_forms(correction, proximal_logprobs, has_sequences=True)
+    low, high = correction_ops.ratio_bounds(correction, low, high)
     resolved = resolve_backend(backend, logprobs)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1).expand(logprobs.shape)  # stride-0 view, no copy

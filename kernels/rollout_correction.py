@@ -25,8 +25,8 @@ Forms (verl's `algorithm.rollout_correction`):
 - bypass, `loss_type="ppo_clip"`: there is no proximal policy. The loss filters pi_theta / mu, the
   rejection masks apply, importance weights are computed for the metrics only (the ratio already is
   the importance weight; verl's `bypass_ppo_clip*`).
-- bypass, `loss_type="reinforce"`: the ratio's anchor is the current policy itself (ratio 1, nothing
-  filtered or capped), so each token's gradient is -A w_t grad log pi_theta / D: verl's REINFORCE
+- bypass, `loss_type="reinforce"`: the ratio's anchor is the current policy itself (ratio 1; the filter
+  bounds and the dual clip are not applied, as verl's REINFORCE loss has none), so each token's gradient is -A w_t grad log pi_theta / D: verl's REINFORCE
   bypass (`bypass_pg_*`). The loss value is sum(-A w) / D (verl's is sum(-A w log pi) / D); the
   gradients are the same.
 
@@ -336,6 +336,17 @@ def resolve(rollout_correction) -> Optional[RolloutCorrection]:
     )
 
 
+REINFORCE_BOUNDS = (0.0, 2.0)  # the ratio filter the REINFORCE form runs with: ratio 1 always inside
+
+
+def ratio_bounds(correction: Optional[RolloutCorrection], ratio_low: float, ratio_high: float) -> tuple[float, float]:
+    """The filter bounds the loss runs with: the caller's, or in the REINFORCE bypass form (ratio 1 by
+    construction) bounds that keep every token, whatever the caller's."""
+    if correction is not None and correction.bypass and correction.loss_type == "reinforce":
+        return REINFORCE_BOUNDS
+    return ratio_low, ratio_high
+
+
 def check_forms(correction: Optional[RolloutCorrection], proximal_logprobs, has_sequences: bool) -> None:
     """The bad-input rules: a decoupled correction needs proximal log-probs, bypass refuses them, and a
     sequence-level correction needs sequence boundaries. Raises ValueError naming the argument."""
@@ -642,7 +653,11 @@ class MismatchMetrics:
                 out["rollout_rs_seq_masked_fraction"] = (seq["rs_rejected"] > 0).float().mean()
         if c is not None:
             out["masked_fraction"] = s["zero_weight"] / n
-        return {PREFIX + name: value.detach().to(torch.float32) for name, value in out.items()}
+        # no model tokens (a batch of partner failures): every figure is 0, not exp(0) or 0 / eps - 1
+        return {
+            PREFIX + name: torch.where(s["n"] > 0, value.detach().to(torch.float32), zero)
+            for name, value in out.items()
+        }
 
 
 def _ess(w_sum, w2_sum, count, verl: bool = False):

@@ -373,3 +373,18 @@ def test_truncation_without_bounds_is_the_raw_ratio():
         torch.tensor([0.1, -0.2, 30.0]), torch.tensor([True, True, True]), c, torch.tensor([0, 0, 0]), 1
     )
     torch.testing.assert_close(weight, torch.exp(torch.tensor([0.1, -0.2, 20.0])))
+
+
+@pytest.mark.parametrize("bounds", [(1.0, 5.0), (0.5, 1.0), (0.5, 5.0)])
+def test_the_reinforce_form_keeps_every_token_whatever_the_filter_bounds(bounds):
+    """Ratio 1 by construction: the REINFORCE form's gradient is -A w / D on every model token, with filter bounds
+    that would drop a ratio of exactly 1 too (verl's clip_ratio_low=0 gives ratio_low=1)."""
+    logp, _, behavior, adv, mask = batch(seed=4)
+    leaf = logp.clone().requires_grad_()
+    loss, stats = filtered_dual_clip_loss(leaf, behavior, adv, mask, *bounds, 3.0, rollout_correction="bypass_pg_is")
+    loss.backward()
+    c = RolloutCorrection.preset("bypass_pg_is")
+    weight = ref_weights(logp.double().tolist(), behavior.double().tolist(), mask.tolist(), c)
+    expected = -adv.double()[:, None] * weight / mask.sum()
+    torch.testing.assert_close(leaf.grad.double(), torch.where(mask, expected, 0.0), rtol=1e-5, atol=1e-7)
+    assert float(stats["kept_fraction"]) == 1.0

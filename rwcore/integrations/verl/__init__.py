@@ -17,12 +17,20 @@ trainer.v1.trainer_mode. docs/integrations.md has the exact, tested configuratio
 - `loss`: `compute_policy_loss_rwcore`, verl's `PolicyLossFn` `(old_log_prob, log_prob, advantages,
   response_mask, loss_agg_mode, config, rollout_is_weights) -> (loss, metrics)`, delegating to
   `rwcore.kernels.filtered_dual_clip_loss`; `loss_params_from_config` reads (and validates) the clip keys.
+  verl's rollout correction (`algorithm.rollout_correction`) in both of its forms: decoupled, the trainer's
+  `rollout_is_weights` and rejected mask go to the kernel; bypass (`bypass_mode=true`), `bypass_correction`
+  reads the actor's `policy_loss.rollout_correction` and the kernel computes the weights, the rejection and
+  verl's `rollout_corr/*` metrics from the current and rollout log-probs.
 - `verdicts`: rubric verdicts as a reward function returns them in its extra info -> Verdict codes.
 - `advantage`: `compute_arise_advantage`, an advantage estimator with the signature of verl's estimators;
   `apply_arise_advantage(data, config)` on a `DataProto`; `verdicts_in_scope` hands it the verdicts
   where verl's `compute_advantage` passes no `non_tensor_batch` (the V1 trainer).
-- `registration`: `register()` (verl's `register_policy_loss` / `register_adv_est`) and, for the legacy
-  trainer, `install_advantage_forwarding()`.
+- `registration`: `register()` (verl's `register_policy_loss` / `register_adv_est`), with
+  `install_bypass_mode_keeping()` (verl's `apply_bypass_mode` keeps loss_mode=rwcore_filtered_dual_clip
+  instead of switching to its own "bypass_mode" loss) and, for the legacy trainer,
+  `install_advantage_forwarding()`. In bypass mode give the workers the correction as well:
+  `+actor_rollout_ref.actor.policy_loss.rollout_correction='${algorithm.rollout_correction}'` (verl switches
+  the loss only in the trainer process's config, which its workers never see).
 - `sampler`: `RwcoreCurriculumSampler`, a torchdata-stateful sampler wrapping `rwcore.CapabilitySampler`.
 - `trainer_v1`: `trainer_class()`, verl 0.9's V1 `PPOTrainerSync` subclass registered as "rwcore_sync":
   it gives the estimator the verdicts, puts the curriculum sampler in verl's loader and feeds it.
@@ -54,8 +62,8 @@ from .config import (  # noqa: F401
     UID_KEY,
     VERDICTS_KEY,
 )
-from .loss import LossParams, aggregation, compute_policy_loss_rwcore, loss_params_from_config
-from .registration import _forwarding, install_advantage_forwarding, register  # noqa: F401
+from .loss import LossParams, aggregation, bypass_correction, compute_policy_loss_rwcore, loss_params_from_config
+from .registration import _forwarding, install_advantage_forwarding, install_bypass_mode_keeping, register  # noqa: F401
 from .verdicts import _group_ids, _verdict_matrix, verdict_table, verdicts_from_batch  # noqa: F401
 
 __all__ = [
@@ -67,9 +75,11 @@ __all__ = [
     "RwcoreCurriculumSampler",
     "aggregation",
     "apply_arise_advantage",
+    "bypass_correction",
     "compute_arise_advantage",
     "compute_policy_loss_rwcore",
     "install_advantage_forwarding",
+    "install_bypass_mode_keeping",
     "loss_params_from_config",
     "register",
     "verdict_table",

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from rwcore.kernels import filtered_dual_clip_loss
+from rwcore.kernels.rollout_correction import PREFIX, RolloutCorrection, correction_weights
 
 from .config import LOSS_AGG_MODES, _get, _plain
 
@@ -130,6 +131,30 @@ def aggregation(
     raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}; verl's modes are {list(LOSS_AGG_MODES)}")
 
 
+def bypass_correction(config) -> RolloutCorrection | None:
+    """The rollout correction of verl's bypass mode, from `config.policy_loss.rollout_correction`, or None.
+
+    verl's bypass mode (`algorithm.rollout_correction.bypass_mode=true`) passes the rollout log-probs as
+    old_log_prob and reads the correction from the actor's `policy_loss.rollout_correction` (verl's
+    `apply_bypass_mode` writes it there in the trainer process; the workers see it when the actor config sets
+    it, e.g. `+actor_rollout_ref.actor.policy_loss.rollout_correction='${algorithm.rollout_correction}'`).
+    None when that config is absent or its bypass_mode is false: in verl's decoupled mode the trainer has
+    already computed the weights (`rollout_is_weights`) and the rejection (the response mask).
+
+    Raises:
+        ValueError: a correction rwcore cannot reproduce (rollout_is_batch_normalize=True, an unknown
+            criterion, a bad threshold), naming the field.
+    """
+    policy_loss = _get(config, "policy_loss", None)
+    settings = _get(policy_loss, "rollout_correction", None)
+    if settings is None or not bool(_get(settings, "bypass_mode", False)):
+        return None
+    try:
+        return RolloutCorrection.from_config(settings)
+    except ValueError as error:
+        raise ValueError(f"verl actor config policy_loss.rollout_correction (bypass mode): {error}") from None
+
+
 def compute_policy_loss_rwcore(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -146,13 +171,32 @@ def compute_policy_loss_rwcore(
 
     Semantics, with w = exp(clamp(log_prob - old_log_prob, -20, 20)) as in verl:
         rwcore: keep = response_mask & (1 - clip_ratio_low < w < 1 + clip_ratio_high)
-                loss = agg(keep * min(-w A, clip_ratio_c |A|))
-        verl vanilla: loss = agg(where(A < 0, min(max(-w A, -clip(w) A), clip_ratio_c |A|), max(-w A, -clip(w) A)))
-    Inside the bounds the two are equal (the PPO clip is inactive there and both dual-clip negative
-    advantages at clip_ratio_c |A|). Outside them verl clips the ratio -- the token keeps a constant,
-    gradient-free contribution on one side and full gradient on the other -- while rwcore drops the
-    token from the numerator (no loss, no gradient); it still counts in the denominator. Use wide
-    bounds (Arise: clip_ratio_low=0.5, clip_ratio_high=4.0, i.e. the filter (0.5, 5.0)).
+                loss = agg(keep * rho * min(-w A, clip_ratio_c |A|))
+        verl vanilla: loss = agg(rho * where(A < 0, min(max(-w A, -clip(w) A), clip_ratio_c |A|),
+                                             max(-w A, -clip(w) A)))
+    with rho the rollout-correction weight (1 without one). Inside the bounds the two are equal (the PPO clip
+    is inactive there and both dual-clip negative advantages at clip_ratio_c |A|). Outside them verl clips
+    the ratio -- the token keeps a constant, gradient-free contribution on one side and full gradient on the
+    other -- while rwcore drops the token from the numerator (no loss, no gradient); it still counts in the
+    denominator. Use wide bounds (Arise: clip_ratio_low=0.5, clip_ratio_high=4.0, i.e. the filter (0.5, 5.0)).
+
+    Rollout correction (verl's `algorithm.rollout_correction`), both of verl's forms:
+        decoupled (bypass_mode=false): verl's trainer computes the weights from the proximal log-probs
+            (old_log_prob) and the rollout's, passes them as `rollout_is_weights` and applies the rejection to
+            `response_mask`; they go to `filtered_dual_clip_loss(..., rollout_is_weights=...)`, the loss is
+            verl's vanilla with the same weights and mask (inside the bounds). verl logs its rollout_corr/*
+            metrics itself there; this loss adds none.
+        bypass (bypass_mode=true, `config.policy_loss.rollout_correction` with bypass_mode: see
+            `bypass_correction`): old_log_prob is the rollout's; the correction goes to
+            `filtered_dual_clip_loss(..., rollout_correction=RolloutCorrection.from_config(...))`, which computes
+            the weights and rejection from the current log-probs as verl's `compute_policy_loss_bypass_mode`
+            does. loss_type "ppo_clip": the rejection masks, the ratio against the rollout policy is the
+            importance weight (verl's loss inside the bounds). loss_type "reinforce": the same gradient as
+            verl's REINFORCE bypass, -A rho grad log pi / D per token; the loss VALUE is sum(-A rho) / D where
+            verl's is sum(-A rho log pi) / D. The aggregation uses the response mask after the rejection, as
+            verl's does, and `rollout_is_weights` is ignored, as by verl's bypass loss (the trainer computes
+            none in bypass mode). To keep this loss in bypass mode rather than verl's "bypass_mode" loss, see
+            `registration.install_bypass_mode_keeping`.
 
     Args:
         old_log_prob, log_prob, advantages, response_mask: [B, T] as verl passes them.
@@ -160,28 +204,50 @@ def compute_policy_loss_rwcore(
             with `config.global_batch_info` (dp_size, batch_num_tokens, global_batch_size,
             loss_scale_factor) as verl's `agg_loss` uses it -- see `aggregation`.
         config: verl's ActorConfig (or a DictConfig / dict / object with the same fields):
-            clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, global_batch_info.
-            None uses verl's defaults (0.2, 0.2, 3.0: the filter (0.8, 1.2)).
-        rollout_is_weights: optional [B, T] non-negative rollout-correction weights; like verl, they
-            multiply the per-token losses (folded into the advantages).
+            clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, global_batch_info and
+            policy_loss.rollout_correction. None uses verl's defaults (0.2, 0.2, 3.0: the filter (0.8, 1.2)).
+        rollout_is_weights: optional [B, T] non-negative rollout-correction weights (verl's decoupled mode);
+            like verl, they multiply the per-token losses.
 
     Returns:
         (loss, metrics): metrics holds verl's keys -- "actor/pg_clipfrac" (here: the fraction of
         response tokens filtered out), "actor/ppo_kl" (masked mean of -log ratio, as verl),
-        "actor/pg_clipfrac_lower" (fraction dual-clipped, verl's meaning) -- and rwcore's statistics
-        under "actor/rwcore/<name>", all Python floats.
+        "actor/pg_clipfrac_lower" (fraction dual-clipped, verl's meaning) -- rwcore's statistics
+        under "actor/rwcore/<name>", and in bypass mode the `rollout_corr/*` mismatch metrics of the current
+        vs the rollout log-probs (verl's names, as its bypass loss returns them), all Python floats.
+
+    Raises:
+        ValueError: bad clip settings, an unknown loss_agg_mode, negative rollout_is_weights, or a bypass
+            correction rwcore cannot reproduce (e.g. rollout_is_batch_normalize=True), naming the field.
     """
     params = loss_params_from_config(config)
-    scale, denominator = aggregation(response_mask, loss_agg_mode, **_global_batch_info(config))
+    correction = bypass_correction(config)
+    model = response_mask != 0
+    effective = model
+    if correction is not None and correction.rollout_rs:
+        # verl's bypass loss aggregates over the response mask after its rejection
+        B, T = model.shape
+        with torch.no_grad():
+            _, parts = correction_weights(
+                (log_prob.detach().float() - old_log_prob.float()).reshape(-1),
+                model.reshape(-1),
+                correction,
+                torch.arange(B, device=model.device).repeat_interleave(T),
+                B,
+            )
+        effective = model & parts["keep"].reshape(B, T)
+    scale, denominator = aggregation(effective, loss_agg_mode, **_global_batch_info(config))
+    if correction is not None:
+        # everything rejected: verl's 0 / 0; every term is 0 here, so any D gives the loss 0
+        denominator = torch.where((denominator == 0) & ~effective.any(), torch.ones_like(denominator), denominator)
     adv = advantages
     if adv.dim() == 1:
         adv = adv.unsqueeze(-1).expand(log_prob.shape)
     if scale is not None:
         adv = adv.to(torch.float32) * scale.unsqueeze(-1)
-    if rollout_is_weights is not None:
-        if bool((rollout_is_weights < 0).any()):
-            raise ValueError("rollout_is_weights must be non-negative")
-        adv = adv.to(torch.float32) * rollout_is_weights.detach().to(torch.float32)
+    weights = None
+    if correction is None and rollout_is_weights is not None:
+        weights = rollout_is_weights.detach()
     loss, stats = filtered_dual_clip_loss(
         log_prob,
         old_log_prob,
@@ -191,18 +257,30 @@ def compute_policy_loss_rwcore(
         params.ratio_high,
         params.clip_c,
         num_model_tokens=denominator,
+        rollout_correction=correction,
+        rollout_is_weights=weights,
+        mismatch_metrics=correction is not None,
     )
+    mismatch = {k: v for k, v in stats.items() if k.startswith(PREFIX)}
+    stats = {k: v for k, v in stats.items() if not k.startswith(PREFIX)}
     with torch.no_grad():
-        mask = (response_mask != 0).to(torch.float32)
+        mask = effective.to(torch.float32)
         log_ratio = (log_prob.detach().float() - old_log_prob.float()).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-        ppo_kl = (torch.where(mask.bool(), -log_ratio, 0.0) * mask).sum() / (mask.sum() + 1e-8)
+        ppo_kl = (torch.where(effective, -log_ratio, 0.0) * mask).sum() / (mask.sum() + 1e-8)
         values = torch.stack(
             [
                 stats["filtered_low_fraction"] + stats["filtered_high_fraction"],
                 ppo_kl,
                 stats["dual_clipped_fraction"],
                 *stats.values(),
+                *mismatch.values(),
             ]
         ).tolist()  # one host sync for all metrics
-    names = ["actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower", *(f"actor/rwcore/{k}" for k in stats)]
+    names = [
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/pg_clipfrac_lower",
+        *(f"actor/rwcore/{k}" for k in stats),
+        *mismatch,
+    ]
     return loss, dict(zip(names, values))

@@ -3,7 +3,8 @@
 `import verl` loads every `verl.plugins` entry point in every process (verl/__init__.py; set
 VERL_USE_EXTERNAL_PLUGINS=none to stop it), so once rwcore is installed the loss, the estimator and
 the V1 trainer mode are known to verl without any config line. `load()` registers the loss and the
-estimator (cheap: verl's core_algos), and registers the V1 trainer when verl.trainer.ppo.v1 gets
+estimator (cheap: verl's core_algos; with them verl's bypass mode keeps rwcore's loss, see
+`registration.install_bypass_mode_keeping`), and registers the V1 trainer when verl.trainer.ppo.v1 gets
 imported (it pulls in Ray and TransferQueue, which only the task runner needs): a post-import hook,
 because verl looks the trainer up in the same module that defines the registry.
 """
