@@ -26,9 +26,9 @@ Forms (verl's `algorithm.rollout_correction`):
   rejection masks apply, importance weights are computed for the metrics only (the ratio already is
   the importance weight; verl's `bypass_ppo_clip*`).
 - bypass, `loss_type="reinforce"`: the ratio's anchor is the current policy itself (ratio 1; the filter
-  bounds and the dual clip are not applied, as verl's REINFORCE loss has none), so each token's gradient is -A w_t grad log pi_theta / D: verl's REINFORCE
-  bypass (`bypass_pg_*`). The loss value is sum(-A w) / D (verl's is sum(-A w log pi) / D); the
-  gradients are the same.
+  bounds and the dual clip are not applied, as verl's REINFORCE loss has none), so each token's
+  gradient is -A w_t grad log pi_theta / D: verl's REINFORCE bypass (`bypass_pg_*`). The loss value is
+  sum(-A w) / D (verl's is sum(-A w log pi) / D); the gradients are the same.
 
 `mismatch metrics` are logged for every call, correction or not: verl's names under `rollout_corr/`
 (kl, k3_kl, chi2_token, and with sequences training_ppl, rollout_ppl, log_ppl_diff, chi2_seq, ...),
