@@ -113,15 +113,30 @@ class GradAccumulator:
         self.grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_bias else None
         self._dtype = weight.dtype
 
-    def add(self, rows: slice, grad_logits, hidden_chunk, weight) -> None:
+    def add(self, rows: slice, grad_logits, hidden_chunk, weight, into=None) -> None:
+        """One chunk's share; `into` = (weight, bias) fp32 buffers to sum the head's gradients in instead
+        (a sequence whose weight is not known yet: `fused_linear_policy_loss`'s bypass form)."""
         self.grad_hidden[rows] = grad_logits @ weight
-        if self.grad_weight is not None:
+        grad_weight, grad_bias = (self.grad_weight, self.grad_bias) if into is None else into
+        if grad_weight is not None:
             if grad_logits.dtype == torch.float32 and hidden_chunk.dtype == torch.float32:
-                self.grad_weight.addmm_(grad_logits.t(), hidden_chunk)  # in place: no [V, H] temporary
+                grad_weight.addmm_(grad_logits.t(), hidden_chunk)  # in place: no [V, H] temporary
             else:
-                self.grad_weight += (grad_logits.t() @ hidden_chunk).float()
-        if self.grad_bias is not None:
-            self.grad_bias += grad_logits.float().sum(0)
+                grad_weight += (grad_logits.t() @ hidden_chunk).float()
+        if grad_bias is not None:
+            grad_bias += grad_logits.float().sum(0)
+
+    def buffers(self):
+        """Zeroed fp32 buffers shaped like the head's gradients (None where not needed), for `add(into=...)`."""
+        return tuple(None if g is None else torch.zeros_like(g) for g in (self.grad_weight, self.grad_bias))
+
+    def add_scaled(self, rows: list[slice], buffers, scale: torch.Tensor) -> None:
+        """Adds `scale` (0-dim) times the buffers to the head's gradients and scales the rows' hidden gradient."""
+        for target, buffer in zip((self.grad_weight, self.grad_bias), buffers):
+            if target is not None:
+                target.addcmul_(buffer, scale)
+        for part in rows:
+            self.grad_hidden[part] = (self.grad_hidden[part].float() * scale).to(self.grad_hidden.dtype)
 
     def result(self):
         cast = lambda g: None if g is None else g.to(self._dtype)  # noqa: E731

@@ -424,14 +424,16 @@ def _rs_keep(option: str, bounds, lr: torch.Tensor, model: torch.Tensor, seq: to
     return values <= high
 
 
-def correction_weights(
+def correction_factors(
     log_ratio: torch.Tensor,
     model: torch.Tensor,
     correction: RolloutCorrection,
     seq: Optional[torch.Tensor] = None,
     num_seqs: int = 0,
 ):
-    """Per-token weights of one correction.
+    """A correction's per-token weight as (token factor, sequence factor): the parts that depend on the token
+    alone (token-level importance weight and rejection) and on its whole sequence (sequence-level ones).
+    Their product is the weight; either is None where the correction has no such part.
 
     Args:
         log_ratio: [N] fp32 log pi_train - log mu (any value on non-model rows).
@@ -439,12 +441,13 @@ def correction_weights(
         seq, num_seqs: [N] int64 sequence ids in [0, num_seqs) (needed by sequence-level criteria).
 
     Returns:
-        (loss_weight [N] fp32 or None when the loss is unweighted, parts) where parts holds the raw
-        weight rho, the importance weight w (None without rollout_is), and the rejection keep mask
-        (None without rollout_rs), for `MismatchMetrics.add`.
+        (token [N] fp32 or None, sequence [N] fp32 or None, parts) where parts holds the raw weight rho, the
+        importance weight w (None without rollout_is) and the rejection keep mask (None without rollout_rs),
+        for `MismatchMetrics.add`.
     """
     lr = torch.where(model, log_ratio, 0.0)
     raw = weight = None
+    factors = {"token": None, "sequence": None}
     if correction.rollout_is is not None:
         if correction.rollout_is == "token":
             log_w = lr
@@ -461,18 +464,32 @@ def correction_weights(
             if high is not None:
                 inside &= raw <= high
             weight = torch.where(inside, raw, 0.0)
+        if correction.applies_weights:
+            factors[correction.rollout_is] = weight
     keep = None
     for option, bounds in zip(correction.rollout_rs, correction.rs_bounds):
         option_keep = _rs_keep(option, bounds, lr, model, seq, num_seqs)
         keep = option_keep if keep is None else keep & option_keep
-    loss_weight = None
-    if correction.applies_weights:
-        loss_weight = weight
-    if keep is not None:
-        loss_weight = keep.to(torch.float32) if loss_weight is None else torch.where(keep, loss_weight, 0.0)
-    if loss_weight is not None:
-        loss_weight = torch.where(model, loss_weight, 0.0).to(torch.float32).contiguous()
-    return loss_weight, {"raw": raw, "weight": weight, "keep": keep}
+        level = "token" if option in TOKEN_RS_OPTIONS else "sequence"
+        factor = factors[level]
+        factors[level] = option_keep.to(torch.float32) if factor is None else torch.where(option_keep, factor, 0.0)
+    return factors["token"], factors["sequence"], {"raw": raw, "weight": weight, "keep": keep}
+
+
+def correction_weights(
+    log_ratio: torch.Tensor,
+    model: torch.Tensor,
+    correction: RolloutCorrection,
+    seq: Optional[torch.Tensor] = None,
+    num_seqs: int = 0,
+):
+    """Per-token weights of one correction: (loss_weight [N] fp32, 0 off the model tokens, or None when the
+    loss is unweighted; parts) -- the product of `correction_factors`' two factors, with its parts."""
+    token, sequence, parts = correction_factors(log_ratio, model, correction, seq, num_seqs)
+    if token is None and sequence is None:
+        return None, parts
+    weight = token if sequence is None else sequence if token is None else token * sequence
+    return torch.where(model, weight, 0.0).to(torch.float32).contiguous(), parts
 
 
 # --------------------------------------------------------------------------- metrics

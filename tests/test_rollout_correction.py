@@ -155,8 +155,8 @@ def test_no_correction_is_the_unweighted_kernel_bit_for_bit(backend):
 )
 @pytest.mark.parametrize("chunk_size", [3, 7, 64])
 def test_fused_path_equals_the_token_level_loss(name, chunk_size, dtype, backend):
-    """hidden -> loss in chunks (chunks that split sequences; the bypass form's sequence criteria align them)
-    equals token_logprobs + filtered_dual_clip_loss: loss, hidden / weight gradients and every metric."""
+    """hidden -> loss in chunks (chunks that split sequences: the bypass form's sequence factors are applied when
+    the sequence closes) equals token_logprobs + filtered_dual_clip_loss: loss, hidden / weight gradients and every metric."""
     B, T, H, V = 4, 7, 12, 37
     g = torch.Generator().manual_seed(11)
     hidden = torch.randn(B * T, H, generator=g).to(dtype).requires_grad_()
@@ -173,6 +173,7 @@ def test_fused_path_equals_the_token_level_loss(name, chunk_size, dtype, backend
         c = RolloutCorrection.preset(name, rs_threshold="0.8_1.25")
     prox = proximal if c is not None and not c.bypass else None
     cu = torch.arange(0, B * T + 1, T)
+    bias = (torch.randn(V, generator=g) * 0.1).to(dtype).requires_grad_()
     loss, stats = fused_linear_policy_loss(
         hidden,
         head,
@@ -180,6 +181,7 @@ def test_fused_path_equals_the_token_level_loss(name, chunk_size, dtype, backend
         behavior,
         adv,
         mask,
+        bias=bias,
         proximal_logprobs=prox,
         rollout_correction=c,
         cu_seqlens=cu,
@@ -187,9 +189,10 @@ def test_fused_path_equals_the_token_level_loss(name, chunk_size, dtype, backend
         backend=backend,
     )
     loss.backward()
-    got = (hidden.grad.float().clone(), head.grad.float().clone())
-    hidden.grad = head.grad = None
-    logp = torch.log_softmax(hidden.float() @ head.float().T, -1).gather(1, labels[:, None])[:, 0]
+    got = (hidden.grad.float().clone(), head.grad.float().clone(), bias.grad.float().clone())
+    hidden.grad = head.grad = bias.grad = None
+    logits = hidden.float() @ head.float().T + bias.float()
+    logp = torch.log_softmax(logits, -1).gather(1, labels[:, None])[:, 0]
     ref, ref_stats = filtered_dual_clip_loss(
         logp.view(B, T),
         behavior.view(B, T),
@@ -204,6 +207,7 @@ def test_fused_path_equals_the_token_level_loss(name, chunk_size, dtype, backend
     torch.testing.assert_close(loss, ref, **tol)
     torch.testing.assert_close(got[0], hidden.grad.float(), **tol)
     torch.testing.assert_close(got[1], head.grad.float(), **tol)
+    torch.testing.assert_close(got[2], bias.grad.float(), **tol)
     assert set(stats) == set(ref_stats)
     for key in stats:
         torch.testing.assert_close(stats[key], ref_stats[key], rtol=1e-3, atol=1e-3, msg=key)
@@ -254,11 +258,16 @@ def test_hand_worked_weights_and_metrics():
     torch.testing.assert_close(stats["rollout_corr/chi2_seq"], torch.tensor(36.0625 / 2 - 1), rtol=1e-5, atol=1e-5)
 
 
-def test_sequence_aligned_chunks_hand_worked():
-    assert [(s.start, s.stop) for s in _chunks(10, 4, None)] == [(0, 4), (4, 8), (8, 10)]
-    # sequences of 3, 5, 1, 1 rows with a budget of 4: [0, 8) holds the first two (the second is long), then [8, 10)
-    assert [(s.start, s.stop) for s in _chunks(10, 4, [0, 3, 8, 9, 10])] == [(0, 8), (8, 10)]
-    assert [(s.start, s.stop) for s in _chunks(10, 1, [0, 3, 8, 9, 10])] == [(0, 3), (3, 8), (8, 9), (9, 10)]
+def test_chunks_and_the_sequences_that_close_in_them_hand_worked():
+    from rwcore.kernels.fused_linear_policy_loss import _OpenSequence
+
+    assert [(s.start, s.stop) for s in _chunks(10, 4)] == [(0, 4), (4, 8), (8, 10)]
+    # sequences of 3, 5, 1, 1 rows: chunk [0, 4) closes the first (ends at 3), [4, 8) closes none (the second ends
+    # at 8 = its end: closes), [8, 10) closes both short ones
+    boundaries = [0, 3, 8, 9, 10]
+    assert [_OpenSequence.closed_end(boundaries, s) for s in _chunks(10, 4)] == [3, 8, 10]
+    # one long sequence across three chunks closes only in the last
+    assert [_OpenSequence.closed_end([0, 10], s) for s in _chunks(10, 4)] == [0, 4, 10]
 
 
 def test_merge_metrics_takes_extremes_and_weighted_means():
