@@ -20,7 +20,9 @@
 #   compile       every kernel compiled for sm_80 / sm_90 (python -m rwcore.kernels._aot --subset)
 #   kernels       the kernels at production shapes against the float64 references (gpu_kernel_check.py)
 #   benchmark     the GPU table: GB/s and TFLOP/s against the device's peak, Liger's chunked and Triton
-#                 GRPO losses, flash-attn's cross-entropy, torch.compile (bench_kernels_cuda.py)
+#                 GRPO losses, flash-attn's cross-entropy, torch.compile (bench_kernels_cuda.py); then, at
+#                 most 60 s of it, the fused loss with each rollout correction vs without, time and added
+#                 peak memory (bench_rollout_correction.py -> rollout-correction.{json,md})
 #   model         a small random Qwen2 model built locally (gpu_tiny_model.py)
 #   train         a few steps of rw train model.name=... rollout.engine=hf on the GPU
 #   train_vllm    the same with rollout.engine=vllm; skipped with the reason where vLLM is not installed
@@ -42,7 +44,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1; shift ;;
     --out) out="${2:?--out needs a folder}"; shift 2 ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (use --dry-run, --out DIR)" >&2; exit 2 ;;
   esac
 done
@@ -51,6 +53,7 @@ out="$(cd "$out" && pwd)"
 # What an earlier run left would be read as this run's: its outputs go first (only these names).
 rm -rf "$out/logs" "$out/train" "$out/train-vllm" "$out/model"
 rm -f "$out"/{summary.md,steps.tsv,environment.txt,versions.txt,kernel-check.json,kernels-cuda.json,kernels-cuda.md}
+rm -f "$out"/rollout-correction.{json,md}
 mkdir -p "$out/logs"
 budget="${GPU_CHECK_BUDGET:-$([ $dry = 1 ] && echo 600 || echo 450)}"
 start=$(date +%s)
@@ -162,13 +165,23 @@ EOF
 
 # ---------------------------------------------------------------- compile, kernels, benchmark
 step compile 60 "$python" -m rwcore.kernels._aot --subset
+# The benchmark step: the GPU table, then (at most 60 s; run even when the table failed) the rollout corrections.
+benchmarks() {  # printf-quoted commands for bash -c: table command, then rollout-correction command
+  printf 'rc=0; %s || rc=$?; timeout --kill-after=5 60 %s || rc=$?; exit $rc' "$1" "$2"
+}
 if [ "$dry" = 1 ]; then
   step kernels 120 env TRITON_INTERPRET=1 "$python" bench/gpu_kernel_check.py --device cpu --tiny --out "$out/kernel-check.json"
-  step benchmark 120 "$python" bench/bench_kernels_cuda.py --device cpu --size 256 64 1000 --loss-tokens 8192 \
-    --logits 128 1000 --repeats 1 --out "$out/kernels-cuda.json"
+  step benchmark 150 bash -c "$(benchmarks \
+    "$(printf '%q ' "$python" bench/bench_kernels_cuda.py --device cpu --size 256 64 1000 --loss-tokens 8192 \
+       --logits 128 1000 --repeats 1 --out "$out/kernels-cuda.json")" \
+    "$(printf '%q ' "$python" bench/bench_rollout_correction.py --device cpu --size 256 64 1000 --seq-len 64 \
+       --repeats 1 --out "$out/rollout-correction.json")")"
 else
   step kernels 90 "$python" bench/gpu_kernel_check.py --out "$out/kernel-check.json"
-  step benchmark 150 "$python" bench/bench_kernels_cuda.py --repeats 3 --out "$out/kernels-cuda.json"
+  step benchmark 210 bash -c "$(benchmarks \
+    "$(printf '%q ' "$python" bench/bench_kernels_cuda.py --repeats 3 --out "$out/kernels-cuda.json")" \
+    "$(printf '%q ' "$python" bench/bench_rollout_correction.py --device cuda --repeats 3 \
+       --out "$out/rollout-correction.json")")"
 fi
 
 # ---------------------------------------------------------------- train
@@ -210,7 +223,7 @@ for check in json.load(open(sys.argv[1]))["checks"]:
     print(f"- {check['check']}: {check['status']} ({check['seconds']:.1f} s) {check['message'][:300]}")
 PY
   fi
-  for table in kernels-cuda.md; do [ -f "$out/$table" ] && { echo; cat "$out/$table"; }; done
+  for table in kernels-cuda.md rollout-correction.md; do [ -f "$out/$table" ] && { echo; cat "$out/$table"; }; done
   for text in environment.txt versions.txt; do
     [ -f "$out/$text" ] && { echo; echo "$text:"; echo; echo '```'; cat "$out/$text"; echo '```'; }
   done

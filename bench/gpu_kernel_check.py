@@ -95,8 +95,9 @@ def check_dual_clip(torch, device, shape) -> dict:
     ref = ref_dual_clip(logp.detach(), behavior, advantages.unsqueeze(1).expand(batch, seq), mask)
     assert_close64(loss, torch.tensor(ref["loss"], dtype=torch.float64), "loss", rtol=1e-4, atol_rel=1e-6)
     assert_close64(logp.grad, ref["grad"], "d logp", rtol=1e-5, atol_rel=1e-6)
-    for name, value in stats.items():
-        assert_close64(value, torch.tensor(ref["stats"][name], dtype=torch.float64), name, rtol=1e-4, atol_rel=1e-6)
+    # the reference's statistics; the rollout_corr/* mismatch metrics (on by default) are not the kernel's
+    for name, expected in ref["stats"].items():
+        assert_close64(stats[name], torch.tensor(expected, dtype=torch.float64), name, rtol=1e-4, atol_rel=1e-6)
     return {"tokens": batch * seq}
 
 

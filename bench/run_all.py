@@ -18,6 +18,8 @@ Benchmarks, in order (each is also a script of its own in bench/):
 - scoring_memory: behavior-scoring peak memory, fused-linear vs materialized logits (bench_scoring_memory.py)
 - shared_prefix: `rw train` step time with model.shared_prefix on vs off, with and without Arise's skills
                  (bench_shared_prefix.py)
+- rollout_correction: fused_linear_policy_loss with each rollout-correction preset vs the plain fused loss,
+                 time and added peak memory (bench_rollout_correction.py)
 
 The report goes to OUT/report.json (every benchmark's full report and the machine) and
 OUT/report.md (a summary of the headline ratios, then every benchmark's table); OUT defaults to
@@ -55,6 +57,7 @@ BENCHMARKS = {
     "trl_step": ("bench_trl_step", "one GRPO step, rwcore vs TRL GRPOTrainer at equal work"),
     "scoring_memory": ("bench_scoring_memory", "behavior-scoring peak memory, fused vs materialized"),
     "shared_prefix": ("bench_shared_prefix", "rw train step time, model.shared_prefix on vs off"),
+    "rollout_correction": ("bench_rollout_correction", "fused loss with each rollout correction vs without"),
 }
 NAMES = tuple(BENCHMARKS)
 DEFAULT_OUT = BENCH / "results" / "latest"
@@ -201,6 +204,26 @@ def headlines(name: str, report: dict) -> list[tuple[str, str]]:
     elif name == "shared_prefix":
         for row in report["rows"]:
             rows.append((f"rw train step time, {row['method']}, shared_prefix off / on", f"{row['speedup']:.2f}x"))
+    elif name == "rollout_correction":
+        result = report["result"]
+        corrections = [row for row in result["rows"] if row["name"] != "off"]  # "off" is the A/A control
+        if corrections:
+            slowest = max(corrections, key=lambda row: row["ratio"])
+            largest = max(corrections, key=lambda row: row["added_vs_logits"])
+            met = sum(row["time_ok"] for row in corrections)
+            rows.append(
+                (
+                    f"fused loss time with a rollout correction / without, worst of {len(corrections)} "
+                    f"({slowest['name']}; {met} within {report['targets']['time_ratio']:.2f})",
+                    f"{slowest['ratio']:.2f}",
+                )
+            )
+            rows.append(
+                (
+                    f"peak memory a rollout correction adds / [N, V] fp32 logits, worst ({largest['name']})",
+                    f"{largest['added_vs_logits']:.3f}",
+                )
+            )
     return rows
 
 

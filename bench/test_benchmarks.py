@@ -226,3 +226,33 @@ def test_fused_linear_policy_loss_rwcore(benchmark, linear_inputs):
 @pytest.mark.benchmark(group="fused_linear_policy_loss fwd+bwd (512 x 128 x 4096)")
 def test_fused_linear_policy_loss_eager(benchmark, linear_inputs):
     benchmark(_fused_eager, *linear_inputs)
+
+
+# --------------------------------------------------------------------------- rollout correction
+
+_CORRECTION_GROUP = "fused_linear_policy_loss with a rollout correction fwd+bwd (512 x 128 x 4096, 4 sequences)"
+
+
+def _fused_corrected(hidden, weight, labels, behavior, advantages, mask, correction=None):
+    """bench_rollout_correction.py's calls: the plain loss without metrics, a correction as the trainer calls it."""
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    kwargs = {"mismatch_metrics": False}
+    if correction is not None:
+        cu_seqlens = torch.arange(5) * (hidden.shape[0] // 4)
+        proximal = {} if correction.startswith("bypass_") else {"proximal_logprobs": behavior + 0.05}
+        kwargs = {"rollout_correction": correction, "cu_seqlens": cu_seqlens, **proximal}
+    loss, _ = kernels.fused_linear_policy_loss(h, w, labels, behavior, advantages, mask, backend="torch", **kwargs)
+    loss.backward()
+    return loss.detach(), h.grad, w.grad
+
+
+@pytest.mark.benchmark(group=_CORRECTION_GROUP)
+def test_fused_linear_policy_loss_plain(benchmark, linear_inputs):
+    benchmark(_fused_corrected, *linear_inputs)
+
+
+@pytest.mark.benchmark(group=_CORRECTION_GROUP)
+@pytest.mark.parametrize("correction", ["decoupled_geo_rs_token_tis", "bypass_pg_geo_rs_seq_tis"])
+def test_fused_linear_policy_loss_with_correction(benchmark, linear_inputs, correction):
+    result = benchmark(_fused_corrected, *linear_inputs, correction)
+    assert all(bool(torch.isfinite(t).all()) for t in result)

@@ -95,3 +95,24 @@ def test_trl_step_bench_runs_both_trainers_at_equal_work():
     assert report["speedup"] > 0 and report["config"]["tokens"] == 8
     assert report["speedup"] == report["trl_median_s"] / report["rwcore_median_s"]
     assert report["entropy_bonus"]["entropy_coef"] == 0.01  # rw train's default, measured for reference
+
+
+def test_rollout_correction_bench_times_every_preset_against_the_plain_loss(tmp_path):
+    from rwcore.kernels.rollout_correction import PRESETS
+
+    bench = _bench_module("bench_rollout_correction")
+    out = tmp_path / "rc.json"
+    report = bench.main(
+        ["--device", "cpu", "--size", "256", "64", "1024", "--seq-len", "64", "--repeats", "1", "--out", str(out)]
+    )
+    result = json.loads(out.read_text())["result"]
+    assert result == report["result"] and result["tokens"] == 256 and result["sequences"] == 4
+    rows = {row["name"]: row for row in result["rows"]}
+    assert list(rows) == ["off", *[name for name in PRESETS if name != "off"], "off + metrics"]
+    for row in rows.values():
+        assert row["sanity"] == "ok", row  # finite loss and gradients; "off" is the plain loss bit for bit
+        assert row["ratio"] > 0 and row["plain_median_s"] > 0 and "added_vs_logits" in row
+    assert rows["decoupled_geo_rs"]["masked_fraction"] > 0  # the correction did reject something
+    assert result["logits_bytes"] == 256 * 1024 * 4
+    markdown = out.with_suffix(".md").read_text()
+    assert "| bypass_pg_geo_rs_seq_tis | bypass |" in markdown and "A/A control" in markdown

@@ -156,7 +156,7 @@ def test_no_correction_is_the_unweighted_kernel_bit_for_bit(backend):
 @pytest.mark.parametrize("chunk_size", [3, 7, 64])
 def test_fused_path_equals_the_token_level_loss(name, chunk_size, dtype, backend):
     """hidden -> loss in chunks (chunks that split sequences: the bypass form's sequence factors are applied when
-    the sequence closes) equals token_logprobs + filtered_dual_clip_loss: loss, hidden / weight gradients and every metric."""
+    the sequence closes) equals token_logprobs + filtered_dual_clip_loss: loss, every gradient and every metric."""
     B, T, H, V = 4, 7, 12, 37
     g = torch.Generator().manual_seed(11)
     hidden = torch.randn(B * T, H, generator=g).to(dtype).requires_grad_()

@@ -88,6 +88,11 @@ class Trainer:
         self._verified: Path | None = None  # the checkpoint resume() verified against its manifest
         self._evaluation_only = False  # rw eval: load a checkpoint, leave the run's logs alone
 
+    @property
+    def rollout_correction(self):
+        """The run's rollout correction (`loss.rollout_correction`), None for "off"."""
+        return rollout_correction(self.config)
+
     # ------------------------------------------------------------------ construction
 
     @classmethod
@@ -155,7 +160,6 @@ class Trainer:
         self.rollouts_ahead = None  # the asynchronous rollout process (rollout.max_lag > 0), started last
         self._pending_rollouts: dict = {}
         self.variant = get_variant(cfg.train.method, "train.method")
-        self.rollout_correction = rollout_correction(cfg)
         self.method = None
         self._eval_skills_prompt = None
         if self._evaluation_only:
