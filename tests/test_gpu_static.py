@@ -66,10 +66,12 @@ def test_rw_bench_gpu_static_end_to_end_on_a_few_variants(tmp_path, monkeypatch,
     out = tmp_path / "static"
     assert main(["bench", "--gpu-static", "--out", str(out)]) == 0
     report = json.loads((out / "gpu-static.json").read_text())
-    assert report["variants"] == 6 and {r["arch"] for r in report["rows"]} == {80, 90}
+    # 3 dtypes x 2 archs, each without and with the rollout correction's per-token weight
+    assert report["variants"] == 12 and {r["arch"] for r in report["rows"]} == {80, 90}
     assert all(r["registers"] > 0 and r["kernel"] == "_policy_loss_fwd_kernel" for r in report["rows"])
     table = (out / "gpu-static.md").read_text()
     assert "| _policy_loss_fwd_kernel | sm_90 | bf16 | 1024 | 4 |" in table
+    assert "| _policy_loss_fwd_kernel +correction weight | sm_90 | bf16 | 1024 | 4 |" in table
     roofline = (out / "roofline.md").read_text()
     assert "Liger chunked GRPO" in roofline and "32,768" in roofline
     assert json.loads((out / "roofline.json").read_text())["shapes"]["vocab"] == 151_936
