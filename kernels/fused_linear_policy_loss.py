@@ -294,7 +294,8 @@ def fused_linear_policy_loss(
         proximal_logprobs, rollout_correction, rollout_is_weights, mismatch_metrics: [N] / as in
             `filtered_dual_clip_loss`. The decoupled form's weights are computed once before the pass;
             the bypass form's from each chunk's log-probs inside it.
-        cu_seqlens: [S + 1] int offsets of the sequences in the rows (0, ..., N): needed by
+        cu_seqlens: [S + 1] int offsets of the sequences in the rows (0, ..., N; on any device, read once: pass
+            a CPU tensor to avoid a device sync): needed by
             sequence-level corrections, and gives the per-sequence metrics. In the bypass form with a
             sequence-level part, a sequence that crosses a chunk boundary has its head gradients summed in
             buffers of their own until its last chunk gives its factor (one [V, H] fp32 buffer, never [T, V]).
@@ -331,8 +332,7 @@ def fused_linear_policy_loss(
     num_rows = hidden.shape[0]
     boundaries = None
     if cu_seqlens is not None:
-        correction_ops.check_cu_seqlens(cu_seqlens, num_rows, hidden.device)
-        boundaries = cu_seqlens.tolist()
+        boundaries = correction_ops.check_cu_seqlens(cu_seqlens, num_rows)
     correction = correction_ops.resolve(rollout_correction)
     correction_ops.check_forms(correction, proximal_logprobs, has_sequences=cu_seqlens is not None)
     low, high = correction_ops.ratio_bounds(correction, low, high)
@@ -340,7 +340,7 @@ def fused_linear_policy_loss(
     denominator = denominator_tensor(num_model_tokens, model_mask, validate)
     rows = chunk_rows(num_rows, weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
     chunks = _chunks(num_rows, rows)
-    seq = None if cu_seqlens is None else correction_ops.sequence_index(cu_seqlens, num_rows)
+    seq = None if cu_seqlens is None else correction_ops.sequence_index(cu_seqlens, num_rows, hidden.device)
     num_seqs = 0 if cu_seqlens is None else cu_seqlens.numel() - 1
     metrics = correction_ops.MismatchMetrics(correction, num_seqs, hidden.device) if mismatch_metrics else None
     resolved = resolve_backend(backend, hidden)

@@ -372,25 +372,27 @@ def check_forms(correction: Optional[RolloutCorrection], proximal_logprobs, has_
 # --------------------------------------------------------------------------- weights
 
 
-def sequence_index(cu_seqlens: torch.Tensor, num_tokens: int) -> torch.Tensor:
-    """[S + 1] offsets (FlashAttention varlen; cu_seqlens[0] = 0, cu_seqlens[-1] = N) -> [N] int64 sequence ids."""
+def sequence_index(cu_seqlens: torch.Tensor, num_tokens: int, device=None) -> torch.Tensor:
+    """[S + 1] offsets (FlashAttention varlen; cu_seqlens[0] = 0, cu_seqlens[-1] = N) -> [N] int64 sequence ids
+    on `device` (default: cu_seqlens')."""
+    cu_seqlens = cu_seqlens.to(device or cu_seqlens.device)
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).to(torch.int64)
     return torch.repeat_interleave(
         torch.arange(lengths.numel(), device=cu_seqlens.device), lengths, output_size=num_tokens
     )
 
 
-def check_cu_seqlens(cu_seqlens, num_tokens: int, device) -> None:
-    """cu_seqlens: [S + 1] int tensor, 0 first, N last, non-decreasing; ValueError naming it otherwise."""
+def check_cu_seqlens(cu_seqlens, num_tokens: int) -> list[int]:
+    """cu_seqlens: [S + 1] int tensor, 0 first, N last, non-decreasing -> its values (read once; a CPU tensor
+    costs no device sync); ValueError naming it otherwise."""
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dtype not in (torch.int32, torch.int64):
         raise ValueError("cu_seqlens must be an int32 or int64 tensor of sequence offsets [S + 1]")
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:
         raise ValueError(f"cu_seqlens must be [S + 1] with S >= 1, got shape {tuple(cu_seqlens.shape)}")
-    if cu_seqlens.device != device:
-        raise ValueError(f"cu_seqlens is on {cu_seqlens.device}, the tokens on {device}")
     values = cu_seqlens.tolist()
     if values[0] != 0 or values[-1] != num_tokens or any(b < a for a, b in zip(values, values[1:])):
         raise ValueError(f"cu_seqlens must start at 0, end at the number of rows ({num_tokens}) and never decrease")
+    return values
 
 
 def _rs_keep(option: str, bounds, lr: torch.Tensor, model: torch.Tensor, seq: torch.Tensor, num_seqs: int):

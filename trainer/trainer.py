@@ -725,10 +725,7 @@ class Trainer:
             for part in parts:
                 # the (restricted) head is taken afresh for every backward pass: a slice of the weight made
                 # once would hold a freed graph after the first minibatch and stale values after a step
-                head_weight, _ = self.policy.action_space(input_ids[:0, 1:])
-                head_bias = self.policy.head.bias
-                if head_bias is not None and self.policy.allowed is not None:
-                    head_bias = head_bias[self.policy.allowed]
+                head_weight, head_bias = self._action_head(input_ids)
                 hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
                 hidden = hidden.reshape(-1, hidden.shape[-1])
                 loss, stats = fused_linear_policy_loss(
@@ -748,7 +745,7 @@ class Trainer:
                     validate=False,
                     proximal_logprobs=None if proximal is None else proximal[part].reshape(-1),
                     rollout_correction=correction,
-                    cu_seqlens=torch.arange(len(part) + 1, device=self.device) * labels.shape[1],
+                    cu_seqlens=torch.arange(len(part) + 1) * labels.shape[1],  # on the CPU: no device sync
                     mismatch_metrics=epoch == 0,
                 )
                 if epoch == 0:
@@ -777,15 +774,20 @@ class Trainer:
         )
         return {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
 
+    def _action_head(self, input_ids: torch.Tensor):
+        """(weight [K, H], bias [K] or None) of the LM head restricted to the action space the sampler drew from."""
+        weight, _ = self.policy.action_space(input_ids[:0, 1:])
+        bias = self.policy.head.bias
+        if bias is not None and self.policy.allowed is not None:
+            bias = bias[self.policy.allowed]
+        return weight, bias
+
     @torch.no_grad()
     def _proximal_logprobs(self, input_ids, attention, labels, parts) -> torch.Tensor:
         """[B, T - 1] fp32 log-probs of the labels under the training model as it is now (before the update), one
         minibatch at a time through the chunked head (never the [T, V] logits)."""
         out = torch.zeros(labels.shape, dtype=torch.float32, device=self.device)
-        head_weight, _ = self.policy.action_space(input_ids[:0, 1:])
-        head_bias = self.policy.head.bias
-        if head_bias is not None and self.policy.allowed is not None:
-            head_bias = head_bias[self.policy.allowed]
+        head_weight, head_bias = self._action_head(input_ids)
         for part in parts:
             hidden = self.policy.hidden_states(input_ids[part], attention[part])[:, :-1]
             hidden = hidden.reshape(-1, hidden.shape[-1])
