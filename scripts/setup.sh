@@ -15,6 +15,9 @@
 #                         Add `upstream` for verl and OpenRLHF (scripts/upstream-requirements.txt, installed
 #                         with --no-deps: the integration tests call rwcore through their real modules), and
 #                         the lowest tested verl into RWCORE_CACHE/verl-<version> (once per machine).
+#                         Add `verifiers` for env.name=verifiers and rwcore.integrations.verifiers
+#                         (scripts/verifiers-requirements.txt, installed with --no-deps: verifiers pins
+#                         openai<3, which would downgrade the client vLLM runs; it works with openai 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,11 +25,13 @@ python="${PYTHON:-python3}"
 extras="${RWCORE_EXTRAS:-test,bench}"
 want_vllm=0
 want_upstream=0
+want_verifiers=0
 pip_extras=""
 IFS=',' read -ra _extras <<< "$extras"
 for extra in "${_extras[@]}"; do
   if [ "$extra" = "vllm" ]; then want_vllm=1
   elif [ "$extra" = "upstream" ]; then want_upstream=1
+  elif [ "$extra" = "verifiers" ]; then want_verifiers=1
   else pip_extras="${pip_extras:+$pip_extras,}$extra"; fi
 done
 
@@ -102,6 +107,11 @@ if [ "$want_upstream" = 1 ]; then
     echo "[setup] installing verl==$verl_low (the low end of the tested range) into $verl_dir"
     "${pip[@]}" --no-deps --target "$verl_dir.partial" "verl==$verl_low" && rm -rf "$verl_dir" && mv "$verl_dir.partial" "$verl_dir"
   fi
+fi
+if [ "$want_verifiers" = 1 ]; then
+  echo "[setup] installing verifiers without its openai<3 pin (scripts/verifiers-requirements.txt)"
+  "${pip[@]}" --no-deps -r scripts/verifiers-requirements.txt
+  "$venv/bin/python" -c "import verifiers.v1; from importlib.metadata import version; print('[setup] verifiers', version('verifiers'))"
 fi
 "$venv/bin/python" -c "import rwcore, rwcore._evidence; print('[setup] rwcore', rwcore.__version__, 'ready in $venv')"
 if [ "$want_vllm" = 1 ]; then
