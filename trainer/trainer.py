@@ -518,6 +518,7 @@ class Trainer:
             "rollout/trajectories": len(trajectories),
             # episodes ended by the partner's failure: no advantage, no loss, no evidence (see envs.base)
             "partner_failures": int(sum(bool(t.partner_failure) for t in trajectories)),
+            **environment_metrics([t.metadata.get("outcome_details") for t in trajectories]),
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
             # judging happens after the step's rollouts end, so none of it is hidden behind generation
             "time/judge": self._judge_seconds,
@@ -847,6 +848,7 @@ class Trainer:
                 for k, r in enumerate(rollouts)
             ]
         )
+        details = self._gathered([r.outcome.details for r in rollouts])
         name = f"{split}_with_skills" if with_skills else split
         successes = np.array([float(success) for success, _, _ in outcomes])
         row = {
@@ -860,6 +862,7 @@ class Trainer:
         }
         for tag in sorted({tag for _, _, tag in outcomes}):
             row[f"{name}/success/{tag}"] = float(np.mean([s for s, _, t in outcomes if t == tag]))
+        row.update({f"{name}/{key}": value for key, value in environment_metrics(details).items()})
         return row
 
     def _skills_prompt(self) -> str:
@@ -1040,6 +1043,20 @@ class Trainer:
         if getattr(self, "_threads_before", None):
             torch.set_num_threads(self._threads_before)
             self._threads_before = None
+
+
+def environment_metrics(details: Sequence) -> dict:
+    """The environment's own per-episode numbers (Outcome.details["metrics"], e.g. a verifiers environment's
+    @metric and @reward values) as `env/<name>`: the mean over the episodes that report a finite value."""
+    values: dict[str, list[float]] = {}
+    for detail in details:
+        metrics = detail.get("metrics") if isinstance(detail, dict) else None
+        if not isinstance(metrics, dict):
+            continue
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                values.setdefault(str(key), []).append(float(value))
+    return {f"env/{key}": float(np.mean(found)) for key, found in sorted(values.items())}
 
 
 def _due(step: int, every: int) -> bool:
