@@ -2,7 +2,8 @@
 
 The ranges here are the ones `pyproject.toml` declares (extra `integrations`) and CI tests at both ends
 (tests/test_integration_versions.py runs the TRL and verl tests on the lowest release too); a release outside
-them may work, but nothing here has checked it.
+them may work, but nothing here has checked it. verifiers is not a pip extra (scripts/setup.sh installs it
+`--no-deps` when RWCORE_EXTRAS names `verifiers`); its one tested release is 0.4.0 (the `verifiers.v1` API).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ TESTED = {
     "trl": (">=1.0,<1.17", "1.0.0", "1.16.0"),
     "verl": (">=0.8.0,<0.10", "0.8.0", "0.9.1"),
     "openrlhf": (">=0.11.2,<0.12", "0.11.2", "0.11.2"),
+    "verifiers": (">=0.4.0,<0.5", "0.4.0", "0.4.0"),
 }
 
 _warned: set[str] = set()
