@@ -108,14 +108,21 @@ class Bridge:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="rwcore-verifiers", daemon=True)
         self._thread.start()
+        self._live: set[EpisodeRun] = set()
         # verifiers' Env builds each episode's agents here; rwcore's take their place (see the module docstring)
         env._episode_agents = self._episode_agents
 
     # -- the rwcore side (caller's thread) ------------------------------------------------
 
     def start(self, run: EpisodeRun) -> None:
+        self._live.add(run)
         run.future = asyncio.run_coroutine_threadsafe(self._episode(run), self.loop)
-        run.future.add_done_callback(lambda _: run.event.set())
+
+        def ended(_) -> None:
+            self._live.discard(run)
+            run.event.set()
+
+        run.future.add_done_callback(ended)
 
     def deliver(self, run: EpisodeRun, reply) -> None:
         """Hands the policy's message (or _TERMINATE) to the parked turn."""
@@ -145,6 +152,12 @@ class Bridge:
                 run.timed_out = True
 
     def close(self) -> None:
+        """Cancels the episodes still running (reset but never finished: aborted, not scored) and stops the loop."""
+        live = list(self._live)
+        for run in live:
+            run.future.cancel()
+        for run in live:
+            run.event.wait(5.0)
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout=5)
@@ -209,13 +222,20 @@ class _Agent:
         for watcher in (self._on_trace, on_trace):
             if watcher is not None:
                 watcher(trace)
+        aborted = False
         try:
             yield interaction
         except Exception as error:
             trace.record_error(error)
             raise
+        except BaseException:  # cancelled (a timeout, the environment closing): ended, not scored
+            aborted = True
+            raise
         finally:
-            await interaction.close()
+            if aborted:
+                interaction.abort()
+            else:
+                await interaction.close()
             self._completed.append(trace)
 
     def _open(self, task, condition: str):
@@ -378,6 +398,12 @@ class Interaction:
                 self.trace.stop(stop.__name__)
                 return True
         return False
+
+    def abort(self) -> None:
+        """Ends the exchange without scoring it (the episode was cancelled)."""
+        self._closed = True
+        self.trace.stop("aborted")
+        self.trace.ok = False
 
     async def close(self):
         """Ends the exchange and scores the trace with the task's own scoring (idempotent)."""
