@@ -117,8 +117,11 @@ def test_a_tree_deeper_than_pythons_recursion_ends_the_episode_cleanly(depth, na
     tasks = env.tasks("train")[:2]
     episodes = [env.reset(task, 0) for task in tasks]
     folders = [env._boxes[e.state["sandbox"]].workdir for e in episodes]
+    # built 100 levels per mkdir -p (a path of 100 levels stays under PATH_MAX): a few dozen processes, not one
+    # per level, so a loaded machine still builds it within the call's wall clock
+    chunk = f"$(printf '{name}/%.0s' $(seq 100))"
     build = json.dumps(
-        {"tool": "shell", "cmd": f"for i in $(seq {depth}); do mkdir {name} && cd {name}; done; echo built"}
+        {"tool": "shell", "cmd": f"for i in $(seq {depth // 100}); do mkdir -p {chunk} && cd {chunk}; done; echo built"}
     )
     episodes = env.step_many(episodes, [build, json.dumps({"tool": "shell", "cmd": "echo other"})])
     assert "built" in episodes[0].observation
