@@ -116,7 +116,8 @@ class Outcome:
 
     failure: non-empty when the outcome could not be judged because a counterpart failed (the outcome
         evaluator timed out or answered garbage): the episode is then a partner failure, never charged
-        to the agent (like Episode.state["partner_failure"]). details: e.g. the rubric's dimension scores.
+        to the agent (like Episode.state["partner_failure"]). details: e.g. the rubric's dimension scores;
+        details["metrics"] ({name: number}) is averaged into the metrics rows as env/<name> (eval/env/<name>).
     """
 
     reward: float
