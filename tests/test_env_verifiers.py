@@ -372,3 +372,19 @@ def test_rw_train_with_the_vllm_rollout_engine(tmp_path):
     steps = [r for r in rows(folder) if r["kind"] == "train"]
     assert [r["step"] for r in steps] == [1, 2] and all(r["partner_failures"] == 0 for r in steps)
     assert all(1.0 <= r["env/guesses"] <= 4.0 for r in steps)
+
+
+def test_environment_metrics_average_finite_numbers_by_hand():
+    """The trainer's env/<name> columns: each name's mean over the episodes that report a finite number."""
+    from rwcore.trainer.trainer import environment_metrics
+
+    details = [
+        {"metrics": {"guesses": 2.0, "solved": 1.0}},
+        {"metrics": {"guesses": 4, "solved": 0.0, "odd": float("nan")}},
+        {"metrics": {"guesses": float("inf"), "flag": True, "note": "text"}},
+        {},
+        None,
+        {"metrics": "not a mapping"},
+    ]
+    assert environment_metrics(details) == {"env/guesses": 3.0, "env/solved": 0.5}
+    assert environment_metrics([]) == {}
