@@ -207,13 +207,14 @@ def test_faults_are_partner_failures_and_the_rest_goes_on(fault, reason):
         env.close()
 
 
-def test_running_the_trained_seat_twice_is_refused():
-    env = make(
-        "verifiers", taskset="rw_faults", taskset_options={"fault": "twice", "every": 1}, num_train=2, num_eval=2
-    )
+@pytest.mark.parametrize(
+    "fault, message", [("twice", "more than once per episode"), ("steer", "send / steer .*no counterpart")]
+)
+def test_what_rwcore_cannot_play_stops_the_run_with_an_error_not_a_partner_failure(fault, message):
+    env = make("verifiers", taskset="rw_faults", taskset_options={"fault": fault, "every": 1}, num_train=2, num_eval=2)
     try:
         episode = env.reset(env.tasks("train")[0], 0)
-        with pytest.raises(ValueError, match="more than once per episode"):
+        with pytest.raises(ValueError, match=message):
             env.step(episode, "apple")
     finally:
         env.close()

@@ -4,7 +4,8 @@ faults on demand, for the env.name=verifiers tests.
 Each task asks for a word; `exact` (weight 0.75) pays 1.0 when the reply's first word is it, `short` (weight
 0.25) pays 1.0 for a reply of at most two words. Config `fault` puts a fault into every task whose idx is a
 multiple of `every`: "raise" (the `exact` reward raises), "nan" (it returns NaN), "hang" (the Env's run
-never completes), "env_raise" (the Env's run raises), "twice" (the Env runs its agent twice).
+never completes), "env_raise" (the Env's run raises), "twice" (the Env runs its agent twice), "steer" (the
+Env sends a message mid-turn, Interaction.send).
 """
 
 import asyncio
@@ -18,7 +19,7 @@ WORDS = ["apple", "river", "stone", "cloud"]
 
 
 class FaultConfig(vf.TasksetConfig):
-    fault: Literal["none", "raise", "nan", "hang", "env_raise", "twice"] = "none"
+    fault: Literal["none", "raise", "nan", "hang", "env_raise", "twice", "steer"] = "none"
     every: int = 3
     tasks: int = 24
 
@@ -54,6 +55,11 @@ class FaultEnv(vf.Env[FaultEnvConfig]):
             await asyncio.sleep(3600)
         if task.data.faulty and task.data.fault == "env_raise":
             raise RuntimeError("the environment broke")
+        if task.data.faulty and task.data.fault == "steer":
+            async with agents.agent.interaction(task) as interaction:
+                await interaction.turn()
+                await interaction.send("hurry up")
+            return
         await agents.agent.run(task)
         if task.data.faulty and task.data.fault == "twice":
             await agents.agent.run(task)

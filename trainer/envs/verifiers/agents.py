@@ -243,10 +243,16 @@ class _Agent:
 
     def _refuse_resources(self, runtime, tools, collect_artifacts) -> None:
         if runtime is not None or tools or collect_artifacts:
-            raise SetupError(
+            self.refuse(
                 f"agent {self.name!r}: the environment hands the agent a runtime, tools or artifacts; rwcore's "
                 "policy writes text turns only (no sandbox, no tool calls)"
             )
+
+    def refuse(self, message: str):
+        """Stops the run: the environment asks for something rwcore cannot be (raised to rw train as a
+        SetupError, not recorded as a partner failure)."""
+        self.episode_run.fatal = message
+        raise SetupError(message)
 
     async def respond(self, interaction: Interaction, observation: str):
         raise NotImplementedError
@@ -259,11 +265,10 @@ class TrainedAgent(_Agent):
         run = self.episode_run
         run.trained_traces += 1
         if run.trained_traces > 1:
-            run.fatal = (
+            self.refuse(
                 f"the verifiers environment runs its seat {self.name!r} more than once per episode (e.g. "
                 "best-of-n); rwcore trains one conversation per episode"
             )
-            raise SetupError(run.fatal)
         return Interaction(self, task, condition, first_prefix=run.first_prefix)
 
     async def respond(self, interaction: Interaction, observation: str):
@@ -282,7 +287,7 @@ class PartnerAgent(_Agent):
 
         partner = self.bridge.partner
         if partner is None:
-            raise SetupError(f"seat {self.name!r} needs a partner: set env.options.partner_model")
+            self.refuse(f"seat {self.name!r} needs a partner: set env.options.partner_model")
         system = interaction.system_text
         messages = tuple(
             {"role": "assistant" if m.role == "assistant" else "user", "content": message_text([m])}
@@ -326,7 +331,7 @@ class Interaction:
         self._lock = asyncio.Lock()
 
     async def send(self, *args, **kwargs):
-        raise SetupError("Interaction.send / steer (messages mid-turn) have no counterpart in rwcore's turn loop")
+        self.agent.refuse("Interaction.send / steer (messages mid-turn) have no counterpart in rwcore's turn loop")
 
     steer = send
 
