@@ -24,7 +24,7 @@ INSTALL_HINT = (
     "RWCORE_EXTRAS=test,bench,vllm,verifiers bash scripts/setup.sh (installs scripts/verifiers-requirements.txt "
     "with --no-deps), or pip install 'verifiers==0.4.0' in an environment that can take its openai<3 pin"
 )
-TESTED_VERSION = "0.4.0"
+TESTED_VERSION = "0.4.0"  # rwcore.integrations.versions.TESTED["verifiers"] holds the range
 _SEAT_NAMES = ("agent", "assistant", "player", "solver", "policy")
 _SELECT_KEYS = ("include", "exclude", "shuffle", "seed", "skip", "limit")
 
@@ -574,17 +574,12 @@ def _reward_check(name: str):
 
 
 def _warn_version() -> None:
-    import logging
+    """One warning outside the tested release (the range rwcore.integrations.versions declares for verifiers)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from rwcore.integrations.versions import check_version
+
     try:
-        found = version("verifiers")
+        check_version("verifiers", version("verifiers"))
     except PackageNotFoundError:
-        return
-    if found != TESTED_VERSION:
-        logging.getLogger("rwcore.trainer.envs.verifiers").warning(
-            "verifiers %s is installed; env.name=verifiers is tested with %s (the adapter plays the seat verifiers' "
-            "Env.run hands its Agents; other releases may differ there)",
-            found,
-            TESTED_VERSION,
-        )
+        pass
