@@ -429,7 +429,7 @@ class VerifiersEnv:
     def _result(self, run: EpisodeRun) -> dict:
         """The finished episode as JSON: rewards, metrics, the weighted reward, or why it failed."""
         label = f"verifiers env {self.env_label!r}"
-        if getattr(run, "timed_out", False) or run.future.cancelled():
+        if run.timed_out or run.future.cancelled():
             return {"failure": f"{label} did not answer within env.options.timeout", "rewards": {}, "metrics": {}}
         error = run.future.exception()
         if error is not None:
