@@ -73,6 +73,7 @@ Users add their own environments by implementing this protocol and registering a
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -276,6 +277,17 @@ _PROVIDERS = (
     "initial_library",
     "capability_candidates",
 )
+
+
+@contextlib.contextmanager
+def own_random():
+    """Runs third-party environment code that seeds or draws from Python's global `random` (TextArena, some
+    verifiers environments) without moving the trainer's global stream: its state is restored on exit."""
+    saved = random.getstate()
+    try:
+        yield
+    finally:
+        random.setstate(saved)
 
 
 def provided(env, name: str, *args):

@@ -8,9 +8,8 @@ import math
 import random
 from collections import OrderedDict
 from collections.abc import Sequence
-from contextlib import contextmanager
 
-from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, partner_failed
+from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, own_random, partner_failed
 from rwcore.trainer.envs.textarena.games import (
     GAMES,
     VARIANT_GAME,
@@ -38,16 +37,6 @@ def _import_textarena():
     import textarena
 
     return textarena
-
-
-@contextmanager
-def _own_random():
-    """TextArena seeds and draws from Python's global `random`; keep the trainer's global stream untouched."""
-    saved = random.getstate()
-    try:
-        yield
-    finally:
-        random.setstate(saved)
 
 
 def _opponent_rng(game_seed: int, seed: int) -> random.Random:
@@ -223,7 +212,7 @@ class TextArenaEnv:
     # -- the game -------------------------------------------------------------------
 
     def _make(self, vid: str, game_seed: int):
-        with _own_random():
+        with own_random():
             env = self._ta.make(vid + "-raw")
             env.reset(num_players=2, seed=game_seed)
         return env
@@ -240,7 +229,7 @@ class TextArenaEnv:
         if env is not None:
             return env
         env = self._make(state["game_id"], state["game_seed"])
-        with _own_random():
+        with own_random():
             for _pid, text in state["actions"]:
                 env.step(text)
             for pid in (0, 1):
@@ -329,7 +318,7 @@ class TextArenaEnv:
             agent = state["agent_id"]
             text = action if isinstance(action, str) else str(action)
             before = self._trade_count(env)
-            with _own_random():
+            with own_random():
                 env.step(text)
             state["actions"].append([agent, text])
             invalid = (not env.state.done and env.state.current_player_id == agent) or bool(
@@ -357,7 +346,7 @@ class TextArenaEnv:
                     out[i] = self._partner_failure(ep, f"opponent: {reply}")
                     continue
                 before = self._trade_count(env)
-                with _own_random():
+                with own_random():
                     env.step(reply)
                 state["actions"].append([opp, reply])
                 self._record_trades(env, state, before)
@@ -379,7 +368,7 @@ class TextArenaEnv:
                 return self._partner_failure(
                     Episode(episode.task, self._render(agent_view, agent), False, episode.state), f"opponent: {reply}"
                 )
-            with _own_random():
+            with own_random():
                 env.step(reply)
             episode.state["actions"].append([1 - agent, reply])
             agent_view = agent_view + self._drain(env, agent)
@@ -662,13 +651,13 @@ class TextArenaEnv:
 
     def reflector(self):
         """Arise reflection without an LLM: the rules above with fixed skill texts (judge.kind=rule)."""
-        from rwcore.trainer.envs.textarena.providers import RuleReflector
+        from rwcore.trainer.envs.rule_providers import RuleReflector
 
         return RuleReflector(self.rules(), SKILLS)
 
     def attributor(self):
         """RewardWeaver attribution without an LLM: a failed rule check is the deficit (judge.kind=rule)."""
-        from rwcore.trainer.envs.textarena.providers import RuleAttributor
+        from rwcore.trainer.envs.rule_providers import RuleAttributor
 
         return RuleAttributor(self.rules())
 

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import random
 from collections.abc import Mapping, Sequence
 
-from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, partner_failed
+from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, own_random, partner_failed
 from rwcore.trainer.envs.verifiers.agents import (
     _TERMINATE,
     Bridge,
@@ -35,15 +33,6 @@ def _import_verifiers():
     except ImportError as error:
         raise ImportError(f"{INSTALL_HINT} ({error})") from None
     return vf
-
-
-@contextlib.contextmanager
-def _keep_random():
-    saved = random.getstate()
-    try:
-        yield
-    finally:
-        random.setstate(saved)
 
 
 def _offline_nltk() -> None:
@@ -322,7 +311,7 @@ class VerifiersEnv:
                     f"env.options.{split}: the taskset {self.taskset_id!r} is infinite; bound the split with limit "
                     "or closed include idx ranges"
                 )
-            with _keep_random():
+            with own_random():
                 loaded = list(view)
             if not loaded:
                 raise ValueError(f"env.options.{split}: selects no task of {self.taskset_id!r}")
@@ -343,7 +332,7 @@ class VerifiersEnv:
     def _task(self, vf_task, split: str) -> Task:
         data = vf_task.data.model_dump(mode="json", exclude_none=True)
         idx = vf_task.data.idx
-        if vf_task.data.prompt is None and self.seat_opens(vf_task):
+        if vf_task.data.prompt is None and self._starts_on_prompt():
             raise ValueError(
                 f"env.options.taskset {self.taskset_id!r}: task {idx} has no prompt (TaskData.prompt), and "
                 f"{type(self.env).__name__} starts the agent on it"
@@ -363,7 +352,7 @@ class VerifiersEnv:
         self._vf_tasks[task_id] = vf_task
         return Task(task_id, tags, {"idx": idx, "key": vf_task.key, "split": split, **data})
 
-    def seat_opens(self, vf_task) -> bool:
+    def _starts_on_prompt(self) -> bool:
         """Whether the environment starts the agent on the task's own prompt (verifiers' SingleAgentEnv)."""
         return type(self.env).__name__ == "SingleAgentEnv"
 
@@ -393,7 +382,7 @@ class VerifiersEnv:
                 "(verifiers episodes live in the process that reset them)"
             )
         replies = None if actions is None else [actions[i] for i, _ in live]
-        run_all(self._bridge, [run for _, run in live], replies, _keep_random)
+        run_all(self._bridge, [run for _, run in live], replies, own_random)
         out = list(episodes)
         for i, run in live:
             out[i] = self._episode(episodes[i], run, turned=actions is not None)
@@ -475,7 +464,7 @@ class VerifiersEnv:
             run = self._runs.get(episode.state.get("run", ""))
             if run is None:
                 return Outcome(0.0, False, "episode not running", failure="verifiers episode not running")
-            run_all(self._bridge, [run], [_TERMINATE], _keep_random)
+            run_all(self._bridge, [run], [_TERMINATE], own_random)
             if not run.future.done():
                 self._bridge.wait([run])
             episode = self._episode(episode, run)
@@ -535,7 +524,7 @@ class VerifiersEnv:
         rules = self.rules()
         if not rules:
             return None
-        from rwcore.trainer.envs.textarena.providers import RuleReflector
+        from rwcore.trainer.envs.rule_providers import RuleReflector
 
         return RuleReflector(
             rules, {r.spec.rubric_id: f"aim for full marks on the reward {r.spec.rubric_id[3:]}" for r in rules}
@@ -545,7 +534,7 @@ class VerifiersEnv:
         rules = self.rules()
         if not rules:
             return None
-        from rwcore.trainer.envs.textarena.providers import RuleAttributor
+        from rwcore.trainer.envs.rule_providers import RuleAttributor
 
         return RuleAttributor(rules)
 

@@ -1,6 +1,6 @@
-"""Programmatic reflector and attributor over an environment's rules (used with judge.kind=rule; with
-judge.kind=openai the LLM reflector / attributor are used instead when the environment brings none - here
-they are only built when a rule judge needs them, see TextArenaEnv.reflector)."""
+"""Programmatic reflector and attributor over any environment's rules (used with judge.kind=rule; with
+judge.kind=openai the LLM reflector / attributor are used instead when the environment brings none). Shared
+by env.name=textarena and env.name=verifiers (their `reflector()` / `attributor()` providers)."""
 
 from __future__ import annotations
 
