@@ -15,13 +15,16 @@ from rwcore.trainer.envs.base import (
     step_all,
 )
 from rwcore.trainer.envs.negotiation import NegotiationEnv
+from rwcore.trainer.envs.negotiation_hard import HardNegotiationEnv, make_negotiation
 
-register("negotiation", NegotiationEnv)
+# env.options.difficulty=learnable (NegotiationEnv, the embedded default) | hard (HardNegotiationEnv)
+register("negotiation", make_negotiation)
 
 
 __all__ = [
     "Environment",
     "Episode",
+    "HardNegotiationEnv",
     "NegotiationEnv",
     "Outcome",
     "Rule",

@@ -1,5 +1,9 @@
 """The built-in negotiation environment ("negotiation"): the embedded default's task family.
 
+This module is its learnable tier (`env.options.difficulty=learnable`, the default), where outcome-only RL finds
+sales by exploring; `rwcore.trainer.envs.negotiation_hard` is the hard tier (`difficulty=hard`: multi-item
+sales, the papers' regime), built from the same sales.
+
 The agent is a seller facing a scripted, seeded buyer, in the spirit of the RewardWeaver Sales
 Benchmark (papers/rewardweaver.txt appendix B: elicit the buyer's constraint before proposing;
 standard vs constraint-conflict tasks) and of Arise's sparse-outcome agent tasks (papers/arise.txt
@@ -440,6 +444,12 @@ class NegotiationEnv:
         if split not in self._splits:
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         return list(self._splits[split])
+
+    def ceiling(self) -> float:
+        """The best held-out success any policy can reach: the share of winnable held-out tasks (0.740 by default;
+        `scripted_policy` reaches it)."""
+        tasks = self.tasks("eval")
+        return sum(bool(t.data["winnable"]) for t in tasks) / len(tasks)
 
     # -- episodes -----------------------------------------------------------------
 

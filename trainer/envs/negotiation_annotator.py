@@ -21,7 +21,7 @@ from rwcore.trainer.envs.negotiation import parse_action
 from rwcore.types import Trajectory
 from rwcore.verdict import Verdict
 
-__all__ = ["ANNOTATORS", "annotate"]
+__all__ = ["ANNOTATORS", "annotate", "item_dialogues"]
 
 _OFFER_VERBS = ("offer", "bundle")
 _SLACK = 0  # "exactly that budget", as the criteria say
@@ -307,9 +307,50 @@ ANNOTATORS = {
 }
 
 
+def _header(observation: str) -> str:
+    """The item header of an observation: its words up to and including the list price."""
+    words = observation.split()
+    if "list" in words and words.index("list") + 1 < len(words):
+        return " ".join(words[: words.index("list") + 2])
+    return observation
+
+
+def item_dialogues(trajectory: Trajectory) -> list[Trajectory]:
+    """A hard-tier (multi-item) transcript as one transcript per item sold, each with that item's scenario sheet:
+    a new item begins where the partner's message opens with another item header (item names differ within a
+    task). A learnable-tier transcript is returned as it is."""
+    items = ((trajectory.metadata or {}).get("task") or {}).get("items")
+    if not isinstance(items, list):
+        return [trajectory]
+    parts: list[list] = []
+    header = None
+    system = [t for t in trajectory.turns[:1] if t.role == "system"]
+    for turn in trajectory.turns:
+        if turn.role == "partner" and _header(turn.content) != header:
+            header = _header(turn.content)
+            parts.append(list(system))
+        if parts and turn.role in ("partner", "assistant"):
+            parts[-1].append(turn)
+    return [
+        Trajectory(
+            task_id=f"{trajectory.task_id}/item{i}",
+            turns=turns,
+            outcome=0.0,
+            tags=tuple(trajectory.tags),
+            trajectory_id=f"{trajectory.trajectory_id}/item{i}",
+            metadata={"task": dict(items[i]) if i < len(items) else {}},
+        )
+        for i, turns in enumerate(parts)
+    ]
+
+
 def annotate(rule_id: str, trajectory: Trajectory) -> Verdict:
-    """The reference label of `rule_id` on `trajectory`, from its transcript and scenario sheet."""
+    """The reference label of `rule_id` on `trajectory`, from its transcript and scenario sheet. A multi-item
+    transcript (the hard tier) is read item by item: FAIL when the criterion fails on one item, else PASS when it
+    holds on one, else NA."""
     if rule_id not in ANNOTATORS:
         raise ValueError(f"rule_id {rule_id!r} has no reference annotator; known: {sorted(ANNOTATORS)}")
-    verdict = ANNOTATORS[rule_id](_read(trajectory))
-    return Verdict.NA if verdict is None else (Verdict.PASS if verdict else Verdict.FAIL)
+    verdicts = [ANNOTATORS[rule_id](_read(part)) for part in item_dialogues(trajectory)]
+    if any(v is False for v in verdicts):
+        return Verdict.FAIL
+    return Verdict.PASS if any(v is True for v in verdicts) else Verdict.NA

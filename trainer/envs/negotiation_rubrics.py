@@ -20,6 +20,7 @@ any rule on any held-out task (asserted at most 5% in tests/test_env_negotiation
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Callable, Sequence
@@ -43,21 +44,27 @@ from rwcore.verdict import Verdict
 
 
 @functools.lru_cache(maxsize=16)
-def _replay_env(max_turns: int) -> NegotiationEnv:
+def _replay_env(max_turns: int, items: int = 1):
+    if items > 1:  # the hard tier (multi-item sales): every item may take all the messages
+        from rwcore.trainer.envs.negotiation_hard import HardNegotiationEnv
+
+        return HardNegotiationEnv(seed=0, num_train=1, num_eval=1, max_turns=max_turns, items=items)
     return NegotiationEnv(seed=0, num_train=1, num_eval=1, max_turns=max_turns)
 
 
 def episode_state(trajectory: Trajectory) -> dict:
-    """The episode's private state (metadata["env_state"], else a replay); KeyError when neither works."""
+    """The episode's private state (metadata["env_state"], else a replay); KeyError when neither works.
+    A hard-tier episode's state holds one learnable-tier state per item reached (`phases`)."""
     metadata = trajectory.metadata or {}
     state = metadata.get("env_state")
-    if isinstance(state, dict) and "events" in state:
+    if isinstance(state, dict) and ("events" in state or isinstance(state.get("phases"), list)):
         return state
     data = metadata.get("task")
     if not isinstance(data, dict):
         raise KeyError("trajectory.metadata has neither 'env_state' nor 'task': cannot check negotiation rules")
     messages = [t.content for t in trajectory.turns if t.role == "assistant"]
-    env = _replay_env(max(1, len(messages)))
+    items = data.get("items")
+    env = _replay_env(max(1, len(messages)), len(items) if isinstance(items, list) else 1)
     task = Task(str(metadata.get("task_id", trajectory.task_id)), tuple(trajectory.tags), data)
     episode = env.reset(task, int(metadata.get("seed", 0)))
     for message in messages:
@@ -65,6 +72,29 @@ def episode_state(trajectory: Trajectory) -> dict:
             break
         episode = env.step(episode, message)
     return episode.state
+
+
+def _items(s: dict) -> list[dict]:
+    """The learnable-tier states a rule is checked on: each item's of a hard-tier episode, else the state itself."""
+    phases = s.get("phases")
+    return list(phases) if isinstance(phases, list) else [s]
+
+
+def _per_item(check: Callable[[dict], tuple]) -> Callable[[dict], tuple]:
+    """A rule over one sale as a rule over every item of a (possibly multi-item) sale: FAIL when it fails on an
+    item (that item's evidence), else PASS when it passes on one, else not applicable."""
+
+    def combined(s: dict) -> tuple:
+        verdicts = [check(item) for item in _items(s)]
+        for wanted in (False, True):
+            for verdict, evidence in verdicts:
+                if verdict is wanted:
+                    return verdict, evidence
+        return None, ""
+
+    combined.__name__ = getattr(check, "__name__", "check")
+    combined.__doc__ = check.__doc__
+    return combined
 
 
 def _events(s: dict) -> list[dict]:
@@ -300,6 +330,8 @@ RULE_DEFS: tuple[RuleDef, ...] = (
         _clear_actions,
     ),
 )
+# every check runs on each item of a hard-tier (multi-item) sale; on a learnable-tier state it is the check itself
+RULE_DEFS = tuple(dataclasses.replace(rule, check=_per_item(rule.check)) for rule in RULE_DEFS)
 RULES_BY_ID: dict[str, RuleDef] = {r.rule_id: r for r in RULE_DEFS}
 
 # Skill texts (in the environment's vocabulary); refine_skill cycles through the variants. Each names the
@@ -488,9 +520,11 @@ class NegotiationReflector:
         data = dict((context.metadata or {}).get("task") or {})
         if not data:
             raise ValueError(f"context of task {context.task_id!r} has no scenario sheet (metadata['task'])")
+        sheets = data["items"] if isinstance(data.get("items"), list) else [data]  # a hard-tier task: every item's
         specific, general = [], []
         for rule in RULE_DEFS:
-            fits = INSTANCE_APPLICABILITY[rule.rule_id](data)
+            per_item = [INSTANCE_APPLICABILITY[rule.rule_id](sheet) for sheet in sheets]
+            fits = True if any(per_item) else (None if any(f is None for f in per_item) else False)
             if fits is None:
                 general.append(rule)
             elif fits:
@@ -539,7 +573,9 @@ expansion to find (recurrent failures the initial library does not cover) and ad
 def failure_cause(state: dict) -> str:
     """Who controlled the outcome: "partner" (a hostile buyer, who walks out when it would agree whatever
     the seller does) or "scenario" (the item turns out sold out) when the task was unwinnable and the
-    seller did not sell at a loss; else "policy" (a loss-making sale is always the policy's)."""
+    seller did not sell at a loss; else "policy" (a loss-making sale is always the policy's). A hard-tier
+    episode ends on the first item that fails: the cause is that (last) item's."""
+    state = _items(state)[-1]
     deal = state.get("deal")
     loss = deal is not None and deal["price"] < deal["cost"]
     if not state.get("winnable", True) and not loss:
@@ -685,7 +721,9 @@ def _bad_policies() -> dict[str, Callable[[str, random.Random], str]]:
 def _source_trajectories(env: NegotiationEnv, source: int, tasks_per_kind: int) -> list[Trajectory]:
     rng = random.Random(f"negotiation-labelled-v2-{env.seed}-{source}")
     tasks = []
-    for kind in sorted(KINDS):
+    if callable(getattr(env, "case_tasks", None)):  # the hard tier: multi-item tasks
+        tasks = env.case_tasks(rng, tasks_per_kind, source)
+    for kind in sorted(KINDS) if not tasks else ():
         for j in range(tasks_per_kind):
             tasks.append(Task(f"neg-case-{source}-{kind}-{j}", KINDS[kind], make_task_data(rng, kind)))
     out = []
