@@ -130,3 +130,100 @@ def ref_compute_advantages(task_rewards, verdicts, group_ids, lam=0.3, eps=1e-9,
                 continue  # no usable feedback from I: A = A_task
             out[j] = (1.0 - lam) * a_task[j] + lam / size_i * math.fsum(terms)
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Credit settings (docs/method.md "Credit and exploration settings"), written from TRL 1.16's
+# GRPOTrainer._generate_and_score_completions (scale_rewards, multi_objective_aggregation) and the
+# definitions of the process gate -- not from rwcore/arise/advantages.py:
+#
+# * scale_rewards: advantages are R - mean_group(R) divided by std_group(R) + eps ("group"), by the std of
+#   R over every trajectory of the batch + eps ("batch", TRL's nanstd(rewards)), or not divided ("none").
+#   Arise's rubric advantages alike: y - mean_group_i divided by the group's std of rubric i ("group"),
+#   by rubric i's std over the batch's applicable trajectories ("batch"), or nothing ("none").
+# * aggregation "normalize_then_sum" (TRL): each reward (R_task, J) centred on its group mean and scaled
+#   by the rule above, the two summed, and the sum centred on its batch mean and divided by its batch
+#   std + eps. "sum_then_normalize": R = R_task + J, then as above.
+# * process_gate: a trajectory gets process credit when the gate is "off", when its group holds a success
+#   ("success_groups") or when it is a success itself ("success_only"). Without credit J counts 0 and no
+#   rubric applies to it (so A = A_task there).
+# ------------------------------------------------------------------------------------------------
+
+
+def ref_credit_mask(successes, group_ids, process_gate="off"):
+    ok = [bool(x) for x in np.asarray(successes).tolist()]
+    out = [True] * len(ok)
+    if process_gate == "off":
+        return out
+    for _, idx in _groups(group_ids).items():
+        any_success = any(ok[j] for j in idx)
+        for j in idx:
+            out[j] = ok[j] if process_gate == "success_only" else any_success
+    return out
+
+
+def _scaled(values, group_ids, scale_rewards, eps, ddof):
+    """values centred on their group mean, divided per scale_rewards (plain loops)."""
+    out = [0.0] * len(values)
+    batch_std = _std(list(values), ddof)
+    for _, idx in _groups(group_ids).items():
+        xs = [values[j] for j in idx]
+        m = _mean(xs)
+        scale = {"group": _std(xs, ddof) + eps, "batch": batch_std + eps, "none": 1.0}[scale_rewards]
+        for j in idx:
+            out[j] = (values[j] - m) / scale
+    return out
+
+
+def ref_credit_advantages(
+    task_rewards,
+    verdicts,
+    group_ids,
+    lam=0.3,
+    eps=1e-9,
+    ddof=1,
+    process_rewards=None,
+    scale_rewards="group",
+    aggregation="sum_then_normalize",
+    process_gate="off",
+    successes=None,
+):
+    r = [float(x) for x in _as_f64_1d(task_rewards)]
+    n = len(r)
+    v = _as_f64_1d(verdicts).reshape(n, -1)
+    credit = ref_credit_mask(successes if successes is not None else [True] * n, group_ids, process_gate)
+    j_term = [0.0] * n if process_rewards is None else [float(x) for x in _as_f64_1d(process_rewards)]
+    j_term = [j_term[k] if credit[k] else 0.0 for k in range(n)]
+    if aggregation == "sum_then_normalize":
+        a_task = _scaled([r[k] + j_term[k] for k in range(n)], group_ids, scale_rewards, eps, ddof)
+    else:
+        parts = [_scaled(x, group_ids, scale_rewards, eps, ddof) for x in (r, j_term)]
+        total = [parts[0][k] + parts[1][k] for k in range(n)]
+        m, s = _mean(total), _std(total, ddof)
+        a_task = [(t - m) / (s + eps) for t in total]
+    # rubric verdicts: NaN (not applicable) where the gate gives no process credit
+    v = np.array([[v[k, i] if credit[k] else math.nan for i in range(v.shape[1])] for k in range(n)]).reshape(n, -1)
+    batch_std = {}
+    for i in range(v.shape[1]):
+        ys = [float(v[k, i]) for k in range(n) if not math.isnan(v[k, i])]
+        batch_std[i] = _std(ys, ddof) if ys else 0.0
+    out = list(a_task)
+    for _, idx in _groups(group_ids).items():
+        varying, a_rub = [], {}
+        for i in range(v.shape[1]):
+            app = [k for k in idx if not math.isnan(v[k, i])]
+            ys = [float(v[k, i]) for k in app]
+            if len(ys) < 2 or min(ys) == max(ys):
+                continue
+            varying.append(i)
+            m = _mean(ys)
+            scale = {"group": _std(ys, ddof) + eps, "batch": batch_std[i] + eps, "none": 1.0}[scale_rewards]
+            for k in app:
+                a_rub[(i, k)] = (v[k, i] - m) / scale
+        if not varying:
+            continue
+        for k in idx:
+            terms = [a_rub[(i, k)] for i in varying if (i, k) in a_rub]
+            if terms:
+                out[k] = (1.0 - lam) * a_task[k] + lam / len(varying) * math.fsum(terms)
+    return np.array(out)

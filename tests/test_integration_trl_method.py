@@ -117,3 +117,69 @@ def test_refuses_a_setup_the_method_cannot_drive(tmp_path):
     assert staged.variant.has_stages
     with pytest.raises(ValueError, match="diagnose="):
         AdaptiveGRPOTrainer(model, method=staged, args=example.grpo_args(str(tmp_path), 1), **common)
+
+
+def test_trls_scale_rewards_and_aggregation_keys_set_the_methods(tmp_path):
+    """GRPOConfig.scale_rewards (False = "none", as TRL maps it) reaches the method: the advantages TRL's loss
+    receives are a fresh method's own with scale_rewards="none" (centred, not divided by the group std)."""
+    from datasets import Dataset
+
+    rows = example.make_rows()
+    model = example.make_tiny_model(str(tmp_path / "m"))
+    method = example.make_method(rows)
+    trainer = AdvantageProbe(
+        model,
+        method=method,
+        judge=example.make_judge(),
+        outcome_fn=example.outcome,
+        base_system_prompt="you are a support agent",
+        args=example.grpo_args(str(tmp_path), 2, scale_rewards=False),
+        train_dataset=Dataset.from_list(rows),
+    )
+    assert method.settings.scale_rewards == "none" and method.settings.aggregation == "sum_then_normalize"
+    trainer.train()
+    assert len(trainer.rw_scored) == 2 and any(np.any(r["scored"].advantages != 0) for r in trainer.rw_scored)
+    reference = example.make_method(rows)
+    reference.set_credit_settings(scale_rewards="none")
+    judge, g = example.make_judge(), reference.settings.group_size
+    for record, loss_advantages in zip(trainer.rw_scored, trainer.loss_advantages):
+        step, trajectories = record["step"], record["trajectories"]
+        task_ids = reference.sample(step)
+        reports = judge_groups(judge, trajectories, reference.rubrics_to_judge(step, task_ids), g)
+        scored = reference.score(trajectories, reports)
+        expected = torch.tensor(scored.advantages, dtype=loss_advantages.dtype)
+        torch.testing.assert_close(record["advantages_used"], expected, rtol=0, atol=0)
+        torch.testing.assert_close(
+            torch.sort(loss_advantages.flatten()).values, torch.sort(expected).values, rtol=0, atol=0
+        )
+        # centred only: each group's advantages are its rewards minus the group mean
+        rewards = np.asarray(scored.rewards).reshape(-1, g)
+        if not scored.advantage_rubrics:
+            np.testing.assert_allclose(scored.advantages.reshape(-1, g), rewards - rewards.mean(1, keepdims=True))
+        reference.observe(step, task_ids, trajectories, scored.judged)
+        reference.adapt(step)
+
+
+def test_trls_keys_that_the_method_cannot_apply_or_that_disagree_are_refused(tmp_path):
+    from datasets import Dataset
+
+    rows = example.make_rows()
+    model = example.make_tiny_model(str(tmp_path / "m"))
+    common = dict(judge=example.make_judge(), train_dataset=Dataset.from_list(rows))
+    with pytest.raises(
+        ValueError, match="GRPOConfig.multi_objective_aggregation='normalize_then_sum'.*advantage.aggregation"
+    ):
+        AdaptiveGRPOTrainer(  # arise has no RewardWeaver process reward to normalize separately
+            model,
+            method=example.make_method(rows),
+            args=example.grpo_args(str(tmp_path), 1, multi_objective_aggregation="normalize_then_sum"),
+            **common,
+        )
+    batch = example.make_method(rows)
+    batch.set_credit_settings(scale_rewards="batch")
+    with pytest.raises(
+        ValueError, match="GRPOConfig.scale_rewards='group' and the method's MethodSettings.scale_rewards='batch'"
+    ):
+        AdaptiveGRPOTrainer(model, method=batch, args=example.grpo_args(str(tmp_path), 1), **common)
+    AdaptiveGRPOTrainer(model, method=batch, args=example.grpo_args(str(tmp_path), 1, scale_rewards="batch"), **common)
+    assert batch.settings.scale_rewards == "batch"

@@ -1017,3 +1017,75 @@ def test_documented_legacy_configuration_composes_with_verls_config_and_passes_t
     assert settings["group_size"] == 4 and settings["rubrics"]["no-duplicate-calls"] == "Efficiency"
     assert rv.loss_params_from_config(cfg.actor_rollout_ref.actor) == (0.5, 5.0, 3.0)
     assert legacy.legacy_module().__name__ == ("verl.trainer.main_ppo_v0" if HAS_V1 else "verl.trainer.main_ppo")
+
+
+# ---------------------------------------------------------------- credit settings: verl's own key, algorithm.rwcore
+
+
+def test_norm_adv_by_std_in_grpo_false_is_scale_rewards_none_as_verls_grpo():
+    """verl's algorithm.norm_adv_by_std_in_grpo=False (which verl hands registered estimators inside `config`):
+    task advantages equal verl's own GRPO estimator with the same flag (the real upstream code), and with
+    verdicts the rubric term is rwcore.compute_advantages(scale_rewards="none")."""
+    rewards_tok, mask, index, rows = _estimator_case(8)
+    task_only = {"verdicts_key": None, "length_regularize": False, "eps": 1e-6}  # verl's GRPO epsilon
+    for norm in (True, False):
+        config = OmegaConf.create({"adv_estimator": rv.ADV_ESTIMATOR_NAME, "norm_adv_by_std_in_grpo": norm})
+        ours, _ = rv.compute_arise_advantage(rewards_tok, mask, index, config={**config, "rwcore": task_only})
+        verls, _ = core_algos.compute_grpo_outcome_advantage(rewards_tok, mask, index, norm_adv_by_std_in_grpo=norm)
+        torch.testing.assert_close(ours, verls, rtol=1e-5, atol=1e-6)
+    # through verl's legacy compute_advantage (the forwarder), with the rubric verdicts
+    rv.install_advantage_forwarding()
+    config = OmegaConf.create({"adv_estimator": rv.ADV_ESTIMATOR_NAME, "norm_adv_by_std_in_grpo": False})
+    verdicts = {"rwcore_verdicts": np.array(rows, dtype=object)}
+    data = ray_trainer.compute_advantage(
+        _data_proto(rewards_tok, mask, index, verdicts), rv.ADV_ESTIMATOR_NAME, num_repeat=4, config=config
+    )
+    per_response = rwcore.compute_advantages(
+        rewards_tok.sum(-1).numpy(), _expected_matrix(rows), _int_groups(index), scale_rewards="none"
+    )
+    expected = torch.from_numpy(per_response).float().unsqueeze(-1) * mask
+    torch.testing.assert_close(data.batch["advantages"], expected, rtol=1e-6, atol=1e-6)
+    assert not torch.allclose(data.batch["advantages"], _reference(rewards_tok, mask, index, rows, 0.3))
+    # the argument verl's GRPO takes works the same
+    direct, _ = rv.compute_arise_advantage(
+        rewards_tok, mask, index, norm_adv_by_std_in_grpo=False, non_tensor_batch={"uid": index, **verdicts}
+    )
+    torch.testing.assert_close(direct, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_rwcore_arise_reads_the_credit_settings_as_a_validated_method_settings():
+    from advantage_reference import ref_credit_advantages
+
+    rewards_tok, mask, index, rows = _estimator_case(9)
+    non_tensor = {"uid": index, "rwcore_verdicts": np.array(rows, dtype=object)}
+    section = {"scale_rewards": "batch", "process_gate": "success_only", "low_outcome": 0.75, "lam": 0.5}
+    got, _ = rv.compute_arise_advantage(
+        rewards_tok, mask, index, config={"rwcore": section}, non_tensor_batch=non_tensor
+    )
+    scores = rewards_tok.sum(-1).numpy().astype(np.float64)
+    expected = ref_credit_advantages(
+        scores,
+        _expected_matrix(rows),
+        _int_groups(index),
+        lam=0.5,
+        scale_rewards="batch",
+        process_gate="success_only",
+        successes=scores >= 0.75,
+    )
+    torch.testing.assert_close(got, torch.from_numpy(expected).float().unsqueeze(-1) * mask, rtol=1e-5, atol=1e-6)
+    settings = rv._arise_settings({"rwcore": section})
+    assert (settings.method.scale_rewards, settings.method.process_gate, settings.method.lam) == (
+        "batch",
+        "success_only",
+        0.5,
+    )
+    refused = [
+        ({"rwcore": {"aggregation": "normalize_then_sum"}}, "algorithm.rwcore.aggregation"),
+        ({"rwcore": {"verdicts_key": None, "process_gate": "success_groups"}}, "algorithm.rwcore.process_gate"),
+        ({"rwcore": {"scale_rewards": "batch"}, "norm_adv_by_std_in_grpo": False}, "norm_adv_by_std_in_grpo=False"),
+        ({"rwcore": {"scale_rewards": "std"}}, "algorithm.rwcore: scale_rewards must be one of"),
+        ({"rwcore": {"lam": 1.5}}, "algorithm.rwcore: lam"),
+    ]
+    for config, message in refused:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            rv.compute_arise_advantage(rewards_tok, mask, index, config=config, non_tensor_batch=non_tensor)

@@ -217,3 +217,39 @@ def test_bad_batches_and_setups_are_refused():
         driver.sampler(ROWS[:3])
     with pytest.raises(ValueError, match="keep_steps"):
         AdaptiveMethodDriver(example.make_method(example.make_rows()), keep_steps=0)
+
+
+def test_norm_adv_by_std_in_grpo_false_reaches_the_method_before_any_state():
+    """verl's algorithm.norm_adv_by_std_in_grpo=False is the method's scale_rewards="none": the driver built with
+    verl's algorithm config sets it (before a checkpoint is loaded); verl's compute_advantage then gives a fresh
+    method's own advantages with that setting. A driver built without it is refused at the estimator call."""
+    algorithm = OmegaConf.create({"adv_estimator": METHOD_ESTIMATOR_NAME, "norm_adv_by_std_in_grpo": False})
+    driver = AdaptiveMethodDriver(example.make_method(example.make_rows()), algorithm=algorithm)
+    assert driver.method.settings.scale_rewards == "none"
+    driver.register()
+    rv.install_advantage_forwarding()
+    reference = example.make_method(example.make_rows())
+    reference.set_credit_settings(scale_rewards="none")
+    it = iter(_loader(driver))
+    for step in range(2):
+        task_ids = [ROWS[i]["rwcore_task_id"] for i in next(it)]
+        rows = _responses(task_ids, step, driver.rubrics_to_judge(task_ids))
+        data, _ = _data(rows)
+        data = ray_trainer.compute_advantage(data, METHOD_ESTIMATOR_NAME, num_repeat=G, config=algorithm)
+        expected, scored = _reference_advantages(reference, step, rows)
+        mask = data.batch["response_mask"].float()
+        torch.testing.assert_close(
+            data.batch["advantages"], torch.tensor(expected, dtype=torch.float32).unsqueeze(-1) * mask, rtol=0, atol=0
+        )
+        if not scored.advantage_rubrics:  # centred on the group mean, not divided by its std
+            rewards = scored.rewards.reshape(-1, G)
+            np.testing.assert_allclose(scored.advantages.reshape(-1, G), rewards - rewards.mean(1, keepdims=True))
+    # a resumed driver, built the same way, loads the saved state (the settings match)
+    resumed = AdaptiveMethodDriver(example.make_method(example.make_rows()), algorithm=algorithm)
+    resumed.method.load_state_dict(driver.method.state_dict())
+    # without algorithm=, verl's False is refused rather than ignored
+    plain = AdaptiveMethodDriver(example.make_method(example.make_rows()))
+    plain.register()
+    data, _ = _data(_responses(["t0", "t1"], 0, plain.rubrics_to_judge(["t0", "t1"])))
+    with pytest.raises(ValueError, match="norm_adv_by_std_in_grpo=False.*algorithm=config.algorithm"):
+        ray_trainer.compute_advantage(data, METHOD_ESTIMATOR_NAME, num_repeat=G, config=algorithm)

@@ -127,7 +127,78 @@ def length_regularize(rewards, lengths, group_ids, alpha: float = 0.5, threshold
     return restore(seg.unsort(out))
 
 
-def compute_advantages(task_rewards, verdicts, group_ids, lam: float = 0.3, eps: float = 1e-9, ddof: int = 1):
+SCALE_REWARDS = ("group", "batch", "none")
+"""How rewards (and Arise's rubric verdicts) are scaled after centring on their group mean (TRL's `scale_rewards`)."""
+AGGREGATIONS = ("sum_then_normalize", "normalize_then_sum")
+"""How the task reward and RewardWeaver's process term combine (TRL's `multi_objective_aggregation`)."""
+PROCESS_GATES = ("off", "success_groups", "success_only")
+"""Where process credit (RewardWeaver's term, Arise's rubric term) applies: everywhere, in groups holding a
+success, or on successful trajectories only."""
+
+
+def process_credit_mask(successes, group_ids, process_gate: str = "off") -> np.ndarray:
+    """Where process credit applies under `process_gate`: bool [N].
+
+        off             every trajectory
+        success_groups  the trajectories of groups holding at least one success
+        success_only    the successful trajectories (Posterior-GRPO, arXiv 2508.05170)
+
+    Args:
+        successes: [N] bool, whether each trajectory succeeded (ignored for "off").
+        group_ids: [N] integer rollout-group id of each trajectory (any order).
+    """
+    if process_gate not in PROCESS_GATES:
+        raise ValueError(f"process_gate must be one of {PROCESS_GATES}, got {process_gate!r}")
+    success = successes.detach().cpu().numpy() if hasattr(successes, "detach") else np.asarray(successes)
+    if success.ndim != 1 or success.dtype != np.bool_:
+        raise ValueError(f"successes must be 1-D booleans, got shape {success.shape} and dtype {success.dtype}")
+    groups = _group_ids(group_ids, len(success))
+    if process_gate == "off":
+        return np.ones(len(success), dtype=bool)
+    if process_gate == "success_only" or len(success) == 0:
+        return success.copy()
+    seg = _segments(groups)
+    return seg.unsort(seg.expand(seg.sum(seg.sort(success), dtype=np.int64) > 0))
+
+
+def _std(deviation: np.ndarray, count, ddof: int) -> np.ndarray:
+    """sqrt(sum of squared deviations / max(count - ddof, 1)) along axis 0 (a lone value has spread 0)."""
+    return np.sqrt(np.sum(deviation * deviation, axis=0) / np.maximum(np.asarray(count) - ddof, 1))
+
+
+def _normalize(values: np.ndarray, seg: _Segments, scale_rewards: str, eps: float, ddof: int) -> np.ndarray:
+    """Group-ordered [N] values centred on their group mean and scaled per `scale_rewards` (TRL's rule):
+    by the group's std (group), by the std of all N values (batch), or not at all (none)."""
+    mean = seg.sum(values) / seg.sizes
+    deviation = values - seg.expand(mean)  # two-pass variance for accuracy
+    if scale_rewards == "none":
+        return deviation
+    if scale_rewards == "batch":
+        return deviation / (_std(values - values.mean(), len(values), ddof) + eps)
+    dof = np.maximum(seg.sizes - ddof, 1)  # a lone trajectory: deviation 0, so 0
+    std = np.sqrt(seg.sum(deviation * deviation) / dof)
+    return deviation / (seg.expand(std) + eps)
+
+
+def _check_choice(value, name: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def compute_advantages(
+    task_rewards,
+    verdicts,
+    group_ids,
+    lam: float = 0.3,
+    eps: float = 1e-9,
+    ddof: int = 1,
+    *,
+    process_rewards=None,
+    scale_rewards: str = "group",
+    aggregation: str = "sum_then_normalize",
+    process_gate: str = "off",
+    successes=None,
+):
     """Combined task + rubric advantages of Arise eq. 15-17, per same-task rollout group.
 
         A_task[j]   = (R_j - mean_G R) / (std_G R + eps)                 over the whole group
@@ -138,13 +209,28 @@ def compute_advantages(task_rewards, verdicts, group_ids, lam: float = 0.3, eps:
 
     std is the sample standard deviation (ddof=1, as TRL and verl use; ddof=0
     is the population one). A group of one trajectory, or with equal rewards,
-    has A_task = 0.
+    has A_task = 0. R = task_rewards + process_rewards (RewardWeaver's process
+    term J; 0 when not given).
+
+    The credit settings (defaults: the papers' formulas above, docs/method.md "Credit and exploration
+    settings"):
+
+    - scale_rewards (TRL's `scale_rewards`): "group" divides by the group's std as above; "batch" by the
+      std of R over all N trajectories, and A_rub by the std of rubric i's verdicts over every applicable
+      trajectory of the batch; "none" divides by nothing (centred on the group mean only).
+    - aggregation (TRL's `multi_objective_aggregation`): "sum_then_normalize" normalizes R = R_task + J;
+      "normalize_then_sum" normalizes R_task and J separately by the scale_rewards rule, sums them, and
+      then centres the sum on its batch mean and divides it by its batch std (GDPO, arXiv 2601.05242).
+    - process_gate: where process credit (J and the rubric term) applies, `process_credit_mask` of
+      `successes`; elsewhere J counts 0 and the trajectory is left out of the rubric term (A = A_task there).
 
     Args:
         task_rewards: [N] (length-regularized) task rewards, finite.
         verdicts: [N, R] rubric verdicts 1.0 (pass) / 0.0 (fail), NaN where rubric i
             does not apply to trajectory j (R may be 0).
         group_ids: [N] integer rollout-group id of each trajectory (any order).
+        process_rewards: [N] RewardWeaver's process term J, finite (None: 0).
+        successes: [N] bool, each trajectory's task success (required unless process_gate is "off").
 
     Returns:
         [N] advantages of the same type, dtype and device as `task_rewards`.
@@ -160,35 +246,70 @@ def compute_advantages(task_rewards, verdicts, group_ids, lam: float = 0.3, eps:
         raise ValueError(f"lam must be in [0, 1], got {lam!r}")
     if ddof not in (0, 1):
         raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    _check_choice(scale_rewards, "scale_rewards", SCALE_REWARDS)
+    _check_choice(aggregation, "aggregation", AGGREGATIONS)
+    _check_choice(process_gate, "process_gate", PROCESS_GATES)
+    process = None
+    if process_rewards is not None:
+        process, _ = _to_numpy(process_rewards, "process_rewards", ndim=1)
+        if len(process) != n:
+            raise ValueError(f"process_rewards has length {len(process)}, expected {n} (one per trajectory)")
+        if not np.all(np.isfinite(process)):
+            raise ValueError("process_rewards holds NaN or infinite values")
     groups = _group_ids(group_ids, n)
+    credit = None  # None: process credit everywhere
+    if process_gate != "off":
+        if successes is None:
+            raise ValueError(f"process_gate={process_gate!r} needs successes (one bool per trajectory)")
+        credit = process_credit_mask(successes, groups, process_gate)
+    elif successes is not None:
+        process_credit_mask(successes, groups)  # checked all the same
     if n == 0:
         return restore(reward.copy())
     seg = _segments(groups)
     reward = seg.sort(reward)
+    if credit is not None:
+        credit = seg.sort(credit)
+    if process is not None:
+        process = seg.sort(process)
+        if credit is not None:
+            process = np.where(credit, process, 0.0)
 
-    # Eq. 15, task part: two-pass variance for accuracy.
-    mean = seg.sum(reward) / seg.sizes
-    deviation = reward - seg.expand(mean)
-    dof = np.maximum(seg.sizes - ddof, 1)  # a lone trajectory: deviation 0, so A_task = 0
-    std = np.sqrt(seg.sum(deviation * deviation) / dof)
-    a_task = deviation / (seg.expand(std) + eps)
+    # Eq. 15, task part (RewardWeaver's process term inside R, or normalized beside it).
+    if aggregation == "normalize_then_sum":
+        total = _normalize(reward, seg, scale_rewards, eps, ddof)
+        if process is not None:
+            total = total + _normalize(process, seg, scale_rewards, eps, ddof)
+        a_task = (total - total.mean()) / (_std(total - total.mean(), n, ddof) + eps)
+    else:
+        a_task = _normalize(reward if process is None else reward + process, seg, scale_rewards, eps, ddof)
     if verdict.shape[1] == 0 or lam == 0.0:
         return restore(seg.unsort(a_task))
 
     # Eq. 15, rubric part, over applicable trajectories only. [N, R] temporaries
     # are reused in place: at 1M x 16 each is 128 MB.
     verdict = seg.sort(verdict)
+    if credit is not None:  # gated off: no rubric applies there, so A = A_task
+        verdict = np.where(credit[:, None], verdict, np.nan)
     applicable = ~np.isnan(verdict)
     y = np.where(applicable, verdict, 0.0)
     if np.any(y * (1.0 - y)):  # zero exactly when every applicable verdict is 0 or 1
         raise ValueError("verdicts must hold only 0.0 (fail), 1.0 (pass) or NaN (not applicable)")
     count = seg.sum(applicable, dtype=np.int64)  # [G, R]
     passes = seg.sum(y)  # [G, R]
+    batch_std = None
+    if scale_rewards == "batch":  # each rubric's verdict spread over the batch's applicable trajectories
+        batch_count = count.sum(axis=0)  # [R]
+        batch_mean = passes.sum(axis=0) / np.maximum(batch_count, 1)
+        batch_std = _std((y - batch_mean) * applicable, batch_count, ddof)  # [R]
     a_rubric = y - seg.expand(passes / np.maximum(count, 1))
     a_rubric *= applicable  # 0 where inapplicable
-    squares = np.square(a_rubric, out=y)
-    rubric_std = np.sqrt(seg.sum(squares) / np.maximum(count - ddof, 1))
-    a_rubric /= seg.expand(rubric_std + eps)
+    if scale_rewards == "group":
+        squares = np.square(a_rubric, out=y)
+        rubric_std = np.sqrt(seg.sum(squares) / np.maximum(count - ddof, 1))
+        a_rubric /= seg.expand(rubric_std + eps)
+    elif scale_rewards == "batch":
+        a_rubric /= batch_std + eps
 
     # Eq. 16: verdicts are 0/1, so "varies" is exactly 0 < passes < applicable count.
     varies = (passes > 0) & (passes < count)  # [G, R]

@@ -7,6 +7,7 @@
 - `Variant`, `VARIANTS`: each paper's full method and ablation rows, as four components (samplers and
   process rewards come from their registries: `rwcore.sampling`, `rwcore.rewardweaver.process_rewards`).
 - `MethodSettings`: every number it uses, each declared once with its help and config key (`setting`);
+  `inapplicable_settings(variant, settings)`: the config keys a variant cannot apply;
   `Providers`: what it calls out to (reflector, attributor, library, proposer, ...); `Scored`,
   `AdaptReport`: what `score` / `adapt` return.
 - `ReflectionWindow`: Arise's evidence between pool updates (appendix B.3).
@@ -22,6 +23,7 @@ from rwcore.method.method import (
     MethodSettings,
     Providers,
     Scored,
+    inapplicable_settings,
     judge_groups,
     setting,
 )
@@ -44,6 +46,7 @@ __all__ = [
     "Variant",
     "differing_components",
     "get_variant",
+    "inapplicable_settings",
     "judge_groups",
     "setting",
 ]

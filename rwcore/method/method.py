@@ -28,6 +28,10 @@ Rewards and advantages (Arise eq. 15-17, RewardWeaver §2.4), with each rubric c
 where A is RewardWeaver's rubric set of the step (the active set, the stage's open-vocabulary
 dimensions, or the task's instance rubrics) and P Arise's pool. A rubric in both is counted in
 the process reward only; `score(...).advantage_rubrics` / `.process_rubrics` say which went where.
+The credit settings (`MethodSettings.scale_rewards`, `.aggregation`, `.process_gate`; defaults: the
+formulas above) choose how R is scaled and combined and where process credit applies
+(docs/method.md "Credit and exploration settings"); a variant refuses one it cannot apply
+(`inapplicable_settings`).
 
 Schedules (0-based step k, the iteration that just updated the policy):
 - Arise: the pool starts empty; at the end of every step with (k + 1) % delta_pool == 0 it is
@@ -44,6 +48,7 @@ Schedules (0-based step k, the iteration that just updated the policy):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +57,7 @@ from typing import Literal
 
 import numpy as np
 
-from rwcore.arise.advantages import compute_advantages, length_regularize
+from rwcore.arise.advantages import compute_advantages, length_regularize, process_credit_mask
 from rwcore.judged import JudgedBatch
 from rwcore.judges.client import MissingAPIKeyError
 from rwcore.method.variants import VARIANTS, Variant, get_variant
@@ -77,11 +82,13 @@ from rwcore.verdict import Verdict
 logger = logging.getLogger("rwcore.method")
 
 __all__ = [
+    "CREDIT_SETTINGS",
     "AdaptiveMethod",
     "AdaptReport",
     "MethodSettings",
     "Providers",
     "Scored",
+    "inapplicable_settings",
     "judge_groups",
     "safe_evaluate",
     "setting",
@@ -139,6 +146,28 @@ class MethodSettings:
     length_alpha: float = setting(0.5, "Length-regularization strength alpha.", "advantage.length_alpha", ge=0)
     length_threshold: int = setting(
         16384, "Length regularization applies above this length.", "advantage.length_threshold", ge=0
+    )
+    # credit settings beyond the papers (docs/method.md "Credit and exploration settings"); defaults = the papers'
+    scale_rewards: Literal["group", "batch", "none"] = setting(
+        "group",
+        "What advantages are divided by after centring on the group mean (TRL's scale_rewards): the group's "
+        "std (group, the papers'), the std over the whole batch (batch), or nothing (none); Arise's rubric "
+        "advantages alike, per rubric.",
+        "advantage.scale_rewards",
+    )
+    aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = setting(
+        "sum_then_normalize",
+        "RewardWeaver's composite reward (TRL's multi_objective_aggregation): normalize R_o + process term "
+        "(sum_then_normalize, the paper's), or normalize each within its group by scale_rewards, sum, and "
+        "normalize the sum over the batch (normalize_then_sum, GDPO). Needs a RewardWeaver process reward.",
+        "advantage.aggregation",
+    )
+    process_gate: Literal["off", "success_groups", "success_only"] = setting(
+        "off",
+        "Where process credit (RewardWeaver's process term and Arise's rubric advantages) applies: everywhere "
+        "(off, the papers'), in groups holding a success (success_groups), or on successful trajectories only "
+        "(success_only, Posterior-GRPO); success = outcome >= rewardweaver.low_outcome. Needs process credit.",
+        "advantage.process_gate",
     )
     # Arise's pool (eq. 4-8, B.3)
     delta_pool: int = setting(10, "Steps between pool updates.", "pool.delta_pool", gt=0)
@@ -261,6 +290,46 @@ def _settings_hints(cls: type) -> dict:
     return typing.get_type_hints(cls)
 
 
+CREDIT_SETTINGS = ("scale_rewards", "aggregation", "process_gate")
+"""The `MethodSettings` fields that change only how `AdaptiveMethod.score` turns rewards into advantages (what a
+trainer's own keys may set on a built method: `AdaptiveMethod.set_credit_settings`)."""
+
+
+def inapplicable_settings(variant: str | Variant, settings: MethodSettings) -> list[str]:
+    """The config keys of `settings` that `variant` cannot apply (empty when every setting applies):
+    `advantage.aggregation` other than the default without a RewardWeaver process reward, and
+    `advantage.process_gate` other than "off" for a variant with no process credit at all (neither
+    RewardWeaver's process reward nor Arise's rubric advantages: outcome-only)."""
+    variant = variant if isinstance(variant, Variant) else get_variant(variant)
+    if not isinstance(settings, MethodSettings):
+        raise ValueError(f"settings must be a MethodSettings, got {type(settings).__name__}")
+    defaults, keys = MethodSettings(), {f.name: f.metadata.get("config") for f in fields(MethodSettings)}
+    found = []
+    if variant.process_reward is None and settings.aggregation != defaults.aggregation:
+        found.append(keys["aggregation"])
+    if variant.process_reward is None and variant.arise_rubrics is None and settings.process_gate != "off":
+        found.append(keys["process_gate"])
+    return found
+
+
+def _check_applicable(variant: Variant, settings: MethodSettings) -> None:
+    """ValueError naming each config key `variant` cannot apply (`inapplicable_settings`)."""
+    reasons = {
+        "advantage.aggregation": "combines RewardWeaver's process reward with the outcome, which it has none of; "
+        "leave it at 'sum_then_normalize'",
+        "advantage.process_gate": "gates process credit, which it has none of (no RewardWeaver process reward, "
+        "no Arise rubric advantages); leave it at 'off'",
+    }
+    bad = inapplicable_settings(variant, settings)
+    if bad:
+        values = {f.metadata.get("config"): getattr(settings, f.name) for f in fields(settings)}
+        raise ValueError(
+            "; ".join(
+                f"{key}={values[key]!r} does not apply to variant {variant.name!r}: {reasons[key]}" for key in bad
+            )
+        )
+
+
 @dataclass
 class Providers:
     """What the method calls out to; a variant needs only its own (a missing one is a ValueError
@@ -295,9 +364,11 @@ class Scored:
     """What `score` returns for one step (N trajectories).
 
     rewards: float64 [N], R = length-regularized outcome + process term.
-    advantages: float64 [N], eq. 16 over `advantage_rubrics`.
+    advantages: float64 [N], eq. 16 over `advantage_rubrics` (under the settings' scale_rewards, aggregation
+        and process_gate).
     task_rewards: float64 [N], the length-regularized outcome alone.
-    process_terms: float64 [N], RewardWeaver's mean over `process_rubrics` (0 without).
+    process_terms: float64 [N], RewardWeaver's mean over `process_rubrics` (0 without, and 0 where
+        `MethodSettings.process_gate` gates process credit off).
     judged: the step's JudgedBatch (every rubric judged).
     process_rubrics / advantage_rubrics: where each rubric was counted (disjoint).
     shared_rubrics: the pool's rubrics that are also in RewardWeaver's set (counted in the process reward only).
@@ -361,6 +432,7 @@ class AdaptiveMethod:
             raise ValueError("tasks must be a non-empty mapping of task id -> task-type tags")
         self._tasks = {task_id: tuple(tags) for task_id, tags in tasks.items()}
         self._task_ids = list(self._tasks)
+        _check_applicable(self.variant, self.settings)
         self._check_providers()
         s = self.settings
         self.sampler = self._build_sampler()
@@ -388,6 +460,17 @@ class AdaptiveMethod:
     def variants(cls) -> dict[str, Variant]:
         """name -> Variant (description, paper_row, parent, components) for every variant."""
         return dict(VARIANTS)
+
+    def set_credit_settings(self, **changes) -> None:
+        """Sets `CREDIT_SETTINGS` fields (scale_rewards, aggregation, process_gate) on the built method: how a
+        trainer's own keys (TRL's scale_rewards, verl's norm_adv_by_std_in_grpo) reach `score`. The new settings
+        are checked like the method's (`MethodSettings`, `inapplicable_settings`); nothing changes on error."""
+        unknown = sorted(set(changes) - set(CREDIT_SETTINGS))
+        if unknown:
+            raise ValueError(f"set_credit_settings takes only {list(CREDIT_SETTINGS)}, got {unknown}")
+        settings = dataclasses.replace(self.settings, **changes)
+        _check_applicable(self.variant, settings)
+        self.settings = settings
 
     def resolved(self) -> dict:
         """The variant and every setting it runs with (what `rw train` writes to method.json)."""
@@ -549,6 +632,11 @@ class AdaptiveMethod:
             outcomes, lengths, groups, alpha=s.length_alpha, threshold=s.length_threshold, eps=s.eps
         )
         process_terms, process_ids = self._process_terms(trajectories, judged)
+        # process credit where advantage.process_gate lets it in (everywhere by default); a partner failure is
+        # no success and is left out of its group's count
+        successes = (outcomes >= s.low_outcome) & ~failed
+        if s.process_gate != "off":
+            process_terms = np.where(process_credit_mask(successes, groups, s.process_gate), process_terms, 0.0)
         rewards = task_rewards + process_terms
         advantage_ids = tuple(
             spec.rubric_id
@@ -556,15 +644,30 @@ class AdaptiveMethod:
             if spec.rubric_id not in process_ids and spec.rubric_id in judged
         )
         verdicts = judged.columns(advantage_ids).reward_verdict_matrix()  # INVALID scores as a FAIL
+        credit = dict(
+            lam=s.lam,
+            eps=s.eps,
+            ddof=s.ddof,
+            scale_rewards=s.scale_rewards,
+            aggregation=s.aggregation,
+            process_gate=s.process_gate,
+        )
         if failed.any():  # left out of their groups' normalization; the rest of each group as usual
             keep = ~failed
             advantages = np.zeros(n, dtype=np.float64)
             if keep.any():
                 advantages[keep] = compute_advantages(
-                    rewards[keep], verdicts[keep], groups[keep], lam=s.lam, eps=s.eps, ddof=s.ddof
+                    task_rewards[keep],
+                    verdicts[keep],
+                    groups[keep],
+                    process_rewards=process_terms[keep],
+                    successes=successes[keep],
+                    **credit,
                 )
         else:
-            advantages = compute_advantages(rewards, verdicts, groups, lam=s.lam, eps=s.eps, ddof=s.ddof)
+            advantages = compute_advantages(
+                task_rewards, verdicts, groups, process_rewards=process_terms, successes=successes, **credit
+            )
         pool_ids = set(self.pool.rubric_ids()) if self.pool is not None else set()
         return Scored(
             rewards,
@@ -928,6 +1031,8 @@ class AdaptiveMethod:
                 f"{self.variant.name!r}; resume with the variant the run started with"
             )
         saved, mine = dict(state.get("settings") or {}), self.settings.to_dict()
+        for name in CREDIT_SETTINGS:  # written before the credit settings existed: the papers' defaults
+            saved.setdefault(name, getattr(MethodSettings(), name))
         if "rank_by" not in saved:  # written before rank_by existed, when attribution ranked by support
             saved["rank_by"] = "support" if self.variant.uses_library else mine["rank_by"]
         for key in mine:

@@ -5,6 +5,10 @@ is_correction level / mode / gating OpenRLHF accepts, OpenRLHF's arithmetic -- p
 as per-token weights; `openrlhf_is_correction` computes those weights). Nothing here imports OpenRLHF;
 the tests run the class against OpenRLHF's real `PolicyLoss` module (tests/test_integration_openrlhf.py,
 tests/test_rollout_correction_openrlhf.py).
+
+Only the loss: OpenRLHF computes the advantages itself, so its own advantage and entropy keys
+(`--algo.advantage.estimator`, `--algo.advantage.no_std_norm`, `--actor.entropy_coef`) apply unchanged, and
+rwcore's credit settings (advantage.scale_rewards, aggregation, process_gate) do not act there.
 """
 
 from .loss import TESTED_OPENRLHF_VERSION, RwcorePolicyLoss, openrlhf_is_correction

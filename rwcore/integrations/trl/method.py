@@ -14,7 +14,10 @@ Per generation round (one TRL `_generate_and_score_completions` call) at step k 
   (`rwcore.method.judge_groups`) and returns `method.score(...).rewards` -- RewardWeaver's active-set
   process term included -- which TRL logs as `rewards/rwcore_method/mean`;
 - TRL's group-normalized advantages are replaced by `method.score(...).advantages` (Arise eq. 16 over
-  the pool's rubrics), which the filtered dual-clip loss then uses;
+  the pool's rubrics), which the filtered dual-clip loss then uses; TRL's own keys choose how they are
+  scaled and combined: `GRPOConfig.scale_rewards` (True / False too) is the method's `scale_rewards`,
+  `multi_objective_aggregation` its `aggregation` (a method setting left at its default takes TRL's value;
+  one set otherwise must agree);
 - `method.observe(k, ...)` records the evidence (sampler, pool window, reflection window);
 - after each optimizer step, `method.adapt(k)`: the pool every delta_pool steps, RewardWeaver's stages
   every adaptation_interval steps with `diagnose(task_ids, rubrics) -> (trajectories, reports)`, a fresh
@@ -82,6 +85,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         # the method's loop (a sampler behind the loader would be drawn a batch early: accelerate prefetches).
         super().__init__(*args, reward_funcs=[rwcore_method], task_id_column=task_id_column, **kwargs)
         self._rw_check_method_setup()
+        self._rw_read_credit_settings()
         self._rw_rows = self._rw_index_rows()
         self.rw_loop.start()  # RewardWeaver's first diagnosis, before training
         from .callbacks import callback_class
@@ -110,6 +114,42 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
                 "the method scores each rollout for one policy update: set GRPOConfig num_iterations=1 "
                 f"and steps_per_generation=1 (got {self.num_iterations} and {args.steps_per_generation})"
             )
+
+    def _rw_read_credit_settings(self) -> None:
+        """TRL's own keys set the method's credit settings: `GRPOConfig.scale_rewards` (True / False as TRL maps
+        them: "group" / "none") -> `MethodSettings.scale_rewards`, `GRPOConfig.multi_objective_aggregation` ->
+        `MethodSettings.aggregation`. A method setting left at its default takes GRPOConfig's value; one set
+        otherwise must equal it (ValueError naming both keys)."""
+        from rwcore.method.method import MethodSettings
+
+        args, settings, defaults = self.args, self.rw_method.settings, MethodSettings()
+        scale = getattr(args, "scale_rewards", defaults.scale_rewards)
+        if isinstance(scale, bool):
+            scale = "group" if scale else "none"
+        wanted = {
+            "scale_rewards": ("GRPOConfig.scale_rewards", scale),
+            "aggregation": (
+                "GRPOConfig.multi_objective_aggregation",
+                getattr(args, "multi_objective_aggregation", defaults.aggregation),
+            ),
+        }
+        changes = {}
+        for name, (key, value) in wanted.items():
+            mine = getattr(settings, name)
+            if value == mine:
+                continue
+            if mine != getattr(defaults, name):
+                raise ValueError(
+                    f"{key}={value!r} and the method's MethodSettings.{name}={mine!r} disagree: "
+                    f"AdaptiveGRPOTrainer reads {key}; set it to {mine!r} there (or leave the method's at its default)"
+                )
+            changes[name] = value
+        if changes:
+            try:
+                self.rw_method.set_credit_settings(**changes)
+            except ValueError as error:
+                keys = ", ".join(f"{wanted[name][0]}={value!r}" for name, value in changes.items())
+                raise ValueError(f"{keys}: {error}") from None
 
     def _rw_index_rows(self) -> dict:
         dataset, column = self.train_dataset, self.rw_task_id_column

@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Mapping
-from typing import NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
 
 from rwcore.arise.advantages import compute_advantages, length_regularize
+from rwcore.method.method import MethodSettings, inapplicable_settings
 
 from .config import UID_KEY, VERDICTS_KEY, _get, _plain
 from .verdicts import _group_ids, _verdict_matrix, verdicts_from_batch
@@ -36,39 +38,75 @@ def verdicts_in_scope(non_tensor_batch: Mapping):
         _SCOPED_NON_TENSOR.reset(token)
 
 
-class _AriseSettings(NamedTuple):
-    lam: float
-    ddof: int
-    eps: float | None
+# algorithm.rwcore keys that are `MethodSettings` fields: their defaults, ranges and choices are the method's
+METHOD_KEYS = (
+    "lam",
+    "ddof",
+    "eps",
+    "length_alpha",
+    "length_threshold",
+    "scale_rewards",
+    "aggregation",
+    "process_gate",
+    "low_outcome",
+)
+OWN_KEYS = ("verdicts_key", "rubric_order", "length_regularize")  # the estimator's own
+
+
+@dataclass(frozen=True)
+class _AriseSettings:
+    """What `compute_arise_advantage` runs with: `method` (a validated `MethodSettings` built from the
+    `METHOD_KEYS` given under algorithm.rwcore and verl's norm_adv_by_std_in_grpo), whether `eps` was given
+    (else verl's `epsilon` argument), and the estimator's own keys."""
+
+    method: MethodSettings
+    eps_given: bool
     verdicts_key: str | None
     rubric_order: list | None
     length_regularize: bool
-    length_alpha: float
-    length_threshold: float
 
 
-def _arise_settings(config) -> _AriseSettings:
+def _arise_settings(config, norm_adv_by_std_in_grpo: bool = True) -> _AriseSettings:
+    """`config` is verl's `algorithm` section: its `rwcore` mapping and `norm_adv_by_std_in_grpo` (False, here
+    or as the argument, is scale_rewards="none": centred on the group mean, not divided by its std)."""
     section = _plain(_get(config, "rwcore", None)) or {}
     if not isinstance(section, Mapping):
         raise ValueError(f"algorithm.rwcore must be a mapping, got {type(section).__name__}")
-    known = set(_AriseSettings._fields)
+    known = set(METHOD_KEYS) | set(OWN_KEYS)
     unknown = sorted(set(section) - known)
     if unknown:
         raise ValueError(f"algorithm.rwcore has unknown keys {unknown}; valid: {sorted(known)}")
+    values = {key: section[key] for key in METHOD_KEYS if section.get(key) is not None}
+    if not (norm_adv_by_std_in_grpo and bool(_get(config, "norm_adv_by_std_in_grpo", True))):
+        if values.get("scale_rewards", "none") != "none":
+            raise ValueError(
+                f"algorithm.norm_adv_by_std_in_grpo=False and algorithm.rwcore.scale_rewards="
+                f"{values['scale_rewards']!r} disagree: False is scale_rewards='none' (leave one of them out)"
+            )
+        values["scale_rewards"] = "none"
+    try:
+        method = MethodSettings(**values)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"algorithm.rwcore: {error}") from None
     verdicts_key = section.get("verdicts_key", VERDICTS_KEY)
+    verdicts_key = None if verdicts_key in (None, "", "none", "null") else str(verdicts_key)
+    # the estimator is Arise's advantages (the "arise" variant's credit), or outcome-only without verdicts
+    reasons = {
+        "advantage.aggregation": "aggregation: rwcore_arise has no RewardWeaver process reward to combine with "
+        "the outcome; leave it at 'sum_then_normalize'",
+        "advantage.process_gate": "process_gate: with algorithm.rwcore.verdicts_key=null rwcore_arise has no "
+        "process credit to gate; leave it at 'off'",
+    }
+    inapplicable = inapplicable_settings("arise" if verdicts_key is not None else "outcome_only", method)
+    if inapplicable:
+        raise ValueError("; ".join(f"algorithm.rwcore.{reasons[key]}" for key in inapplicable))
     order = section.get("rubric_order")
-    from rwcore.method import MethodSettings
-
-    default = MethodSettings()  # the method's own defaults: one declaration for every trainer
     return _AriseSettings(
-        lam=float(section.get("lam", default.lam)),
-        ddof=int(section.get("ddof", default.ddof)),
-        eps=None if section.get("eps") is None else float(section["eps"]),
-        verdicts_key=None if verdicts_key in (None, "", "none", "null") else str(verdicts_key),
+        method=method,
+        eps_given=section.get("eps") is not None,
+        verdicts_key=verdicts_key,
         rubric_order=None if order is None else list(order),
         length_regularize=bool(section.get("length_regularize", True)),  # as AdaptiveMethod.score, always
-        length_alpha=float(section.get("length_alpha", default.length_alpha)),
-        length_threshold=float(section.get("length_threshold", default.length_threshold)),
     )
 
 
@@ -96,21 +134,21 @@ def compute_arise_advantage(
             as [N, R]: 1.0 pass, 0.0 fail, invalid or missing (INVALID never pays), NaN for n/a
 
     Settings come from `config.rwcore` (verl passes `config=algorithm`; add them with
-    `+algorithm.rwcore.lam=0.3` etc.): lam (0.3), ddof (1, sample std like verl's torch.std), eps
-    (default: `epsilon`, 1e-9), verdicts_key ("rwcore_verdicts"; null for task advantages only),
-    rubric_order (column order for sequence-valued verdicts), length_regularize (true, as the method),
-    length_alpha (0.5), length_threshold (16384); the numbers' defaults are `rwcore.method.MethodSettings`'.
+    `+algorithm.rwcore.lam=0.3` etc.): the `rwcore.method.MethodSettings` fields lam (0.3), ddof (1, sample
+    std like verl's torch.std), eps (default: `epsilon`, 1e-9), length_alpha (0.5), length_threshold
+    (16384), scale_rewards ("group"), process_gate ("off"; success = R >= low_outcome, 0.5, before length
+    regularization), built into a validated `MethodSettings` (aggregation has no process reward to combine
+    here: only its default is accepted); and the estimator's own verdicts_key ("rwcore_verdicts"; null for
+    task advantages only), rubric_order (column order for sequence-valued verdicts), length_regularize (true,
+    as the method). verl's own `norm_adv_by_std_in_grpo` (the argument, or the key of `config`) False is
+    scale_rewards="none", as in verl's GRPO (Dr. GRPO).
 
     verl's `compute_advantage` passes `non_tensor_batch` only to "gdpo"; `register()` installs a
     forwarder for "rwcore_arise" (or call `apply_arise_advantage` yourself). Without it this raises
     ValueError rather than silently dropping the rubric term.
     """
-    settings = _arise_settings(config)
-    if not norm_adv_by_std_in_grpo:
-        raise ValueError(
-            "rwcore_arise always normalizes by the group standard deviation (Arise eq. 15); "
-            "norm_adv_by_std_in_grpo=False is not supported"
-        )
+    settings = _arise_settings(config, norm_adv_by_std_in_grpo)
+    method = settings.method
     n = token_level_rewards.shape[0]
     groups = _group_ids(index, n)
     with torch.no_grad():
@@ -139,13 +177,23 @@ def compute_arise_advantage(
                     f"algorithm.rwcore.verdicts_key (null: task advantages only); keys present: {present}"
                 )
             matrix = _verdict_matrix(found[1])
+        successes = (scores >= method.low_outcome).cpu().numpy()  # the task outcome, before length regularization
         if settings.length_regularize:
             lengths = (response_mask != 0).sum(dim=-1)
             scores = length_regularize(
-                scores, lengths, groups, alpha=settings.length_alpha, threshold=settings.length_threshold
+                scores, lengths, groups, alpha=method.length_alpha, threshold=method.length_threshold
             )
-        eps = epsilon if settings.eps is None else settings.eps
-        per_response = compute_advantages(scores, matrix, groups, lam=settings.lam, eps=eps, ddof=settings.ddof)
+        per_response = compute_advantages(
+            scores,
+            matrix,
+            groups,
+            lam=method.lam,
+            eps=method.eps if settings.eps_given else epsilon,
+            ddof=method.ddof,
+            scale_rewards=method.scale_rewards,
+            process_gate=method.process_gate,
+            successes=successes,
+        )
         advantages = per_response.unsqueeze(-1) * response_mask
     return advantages, advantages
 
@@ -156,7 +204,7 @@ def _compute_response_mask(data) -> torch.Tensor:
     return data.batch["attention_mask"][:, -responses.size(1) :]
 
 
-def apply_arise_advantage(data, config=None):
+def apply_arise_advantage(data, config=None, norm_adv_by_std_in_grpo: bool = True):
     """`compute_arise_advantage` on a verl `DataProto` (any object with `.batch` and `.non_tensor_batch`).
 
     Writes data.batch["advantages"] and data.batch["returns"] (and "response_mask" when missing,
@@ -169,6 +217,7 @@ def apply_arise_advantage(data, config=None):
         token_level_rewards=data.batch["token_level_rewards"],
         response_mask=data.batch["response_mask"],
         index=non_tensor.get(UID_KEY),
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         config=config,
         non_tensor_batch=non_tensor,
         batch=data.batch,

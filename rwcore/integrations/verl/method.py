@@ -17,6 +17,9 @@ Per step k (one `compute_advantage` call), from the batch verl hands the estimat
   `method.rubrics_to_judge(k, ...)`, which `rubrics_to_judge()` exposes for the reward workers);
 - advantages = `method.score(trajectories, reports).advantages`, broadcast over the response mask (returns
   the same, as verl's GRPO), and `method.observe(k, ...)`: `MethodLoop.finish`, the step of every trainer;
+  verl's `algorithm.norm_adv_by_std_in_grpo=False` is the method's scale_rewards="none" (pass
+  `algorithm=config.algorithm` to the driver, which sets it before any checkpoint is loaded; an estimator
+  call whose config says False for a method that divides by the std is refused);
 - the end of the step (`MethodLoop.end_step`: the pool update, RewardWeaver's stage with `diagnose=`) runs
   *after* verl's actor update: on the V1 trainer ("rwcore_sync") in `on_step_end`, once the rollout
   replicas hold the updated weights; otherwise (the legacy trainer) when the loader draws the next batch.
@@ -62,12 +65,17 @@ class AdaptiveMethodDriver:
         verdicts_key: str = VERDICTS_KEY,
         text_key: str = TEXT_KEY,
         keep_steps: int = 16,
+        algorithm=None,
     ) -> None:
         from rwcore.method.loop import MethodLoop
 
         # the method's one loop (rwcore.method.loop), shared with rw train and TRL; checks method / diagnose
         self.loop = MethodLoop(method, diagnose=diagnose)
         self.method = method
+        if algorithm is not None:  # before any state is loaded, so a resumed method matches the saved one
+            scale = _scale_rewards_of(algorithm, method)
+            if scale != method.settings.scale_rewards:
+                method.set_credit_settings(scale_rewards=scale)
         self.task_id_key, self.verdicts_key, self.text_key = task_id_key, verdicts_key, text_key
         self.step = 0
         # the last `keep_steps` steps (task ids, trajectories, reports, Scored), for inspection; bounded, since
@@ -200,7 +208,13 @@ class MethodEstimator:
         **kwargs,
     ):
         return compute_method_advantage(
-            token_level_rewards, response_mask, index, config, non_tensor_batch, driver=self.driver
+            token_level_rewards,
+            response_mask,
+            index,
+            config,
+            non_tensor_batch,
+            driver=self.driver,
+            norm_adv_by_std_in_grpo=kwargs.get("norm_adv_by_std_in_grpo", True),
         )
 
 
@@ -220,9 +234,12 @@ def compute_method_advantage(
     non_tensor_batch: Optional[dict] = None,
     *,
     driver: AdaptiveMethodDriver | None = None,
+    norm_adv_by_std_in_grpo: bool = True,
     **kwargs,
 ):
-    """verl advantage estimator "rwcore_method": `driver`'s advantages (and returns); default the registered one."""
+    """verl advantage estimator "rwcore_method": `driver`'s advantages (and returns); default the registered one.
+    verl's norm_adv_by_std_in_grpo (in `config`, verl's algorithm section, or the argument) False needs the method's
+    scale_rewards="none" (`AdaptiveMethodDriver(method, algorithm=...)` sets it)."""
     driver = driver if driver is not None else registered_driver()
     if driver is None:
         raise ValueError(
@@ -237,8 +254,34 @@ def compute_method_advantage(
             "rwcore_method got no non_tensor_batch: on the V1 trainer set trainer.v1.trainer_mode="
             "rwcore_sync; on the legacy trainer call rwcore.integrations.verl.install_advantage_forwarding()"
         )
+    flags = config if norm_adv_by_std_in_grpo else {"norm_adv_by_std_in_grpo": False}
+    scale = _scale_rewards_of(flags, driver.method)
+    if scale != driver.method.settings.scale_rewards:
+        raise ValueError(
+            f"algorithm.norm_adv_by_std_in_grpo=False asks for advantages not divided by the group std, but the "
+            f"method's scale_rewards is {driver.method.settings.scale_rewards!r}: build the driver with "
+            "AdaptiveMethodDriver(method, algorithm=config.algorithm) (or MethodSettings(scale_rewards='none'))"
+        )
     advantages = driver.advantages(token_level_rewards, response_mask, index, non_tensor_batch)
     return advantages, advantages
+
+
+def _scale_rewards_of(algorithm, method) -> str:
+    """The method's scale_rewards under verl's `algorithm` config: norm_adv_by_std_in_grpo=False is "none"
+    (ValueError when the method's own setting says otherwise and is not the default); True keeps the method's."""
+    from rwcore.method.method import MethodSettings
+
+    from .config import _get
+
+    mine = method.settings.scale_rewards
+    if bool(_get(algorithm, "norm_adv_by_std_in_grpo", True)) or mine == "none":
+        return mine
+    if mine != MethodSettings().scale_rewards:
+        raise ValueError(
+            f"algorithm.norm_adv_by_std_in_grpo=False and the method's MethodSettings.scale_rewards={mine!r} "
+            "disagree: False is scale_rewards='none'"
+        )
+    return "none"
 
 
 class AdaptiveMethodSampler(torch.utils.data.Sampler):

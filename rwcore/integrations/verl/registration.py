@@ -27,6 +27,12 @@ def _forwarding(original):
     def compute_advantage(data, adv_estimator, *args, **kwargs):
         from .method import METHOD_ESTIMATOR_NAME, compute_method_advantage
 
+        if _estimator_name(adv_estimator) not in (METHOD_ESTIMATOR_NAME, ADV_ESTIMATOR_NAME):
+            return original(data, adv_estimator, *args, **kwargs)
+        bound = signature.bind(data, adv_estimator, *args, **kwargs)
+        config = bound.arguments.get("config")
+        # verl's own flag, as an argument (verl's trainers also leave it in config=algorithm, which is read too)
+        norm = bool(bound.arguments.get("norm_adv_by_std_in_grpo", True))
         if _estimator_name(adv_estimator) == METHOD_ESTIMATOR_NAME:
             if "response_mask" not in data.batch.keys():
                 data.batch["response_mask"] = data.batch["attention_mask"][:, -data.batch["responses"].size(1) :]
@@ -34,14 +40,13 @@ def _forwarding(original):
                 data.batch["token_level_rewards"],
                 data.batch["response_mask"],
                 index=data.non_tensor_batch.get("uid"),
+                config=config,
                 non_tensor_batch=data.non_tensor_batch,
+                norm_adv_by_std_in_grpo=norm,
             )
             data.batch["advantages"], data.batch["returns"] = advantages, returns
             return data
-        if _estimator_name(adv_estimator) != ADV_ESTIMATOR_NAME:
-            return original(data, adv_estimator, *args, **kwargs)
-        bound = signature.bind(data, adv_estimator, *args, **kwargs)
-        data = apply_arise_advantage(data, config=bound.arguments.get("config"))
+        data = apply_arise_advantage(data, config=config, norm_adv_by_std_in_grpo=norm)
         if compute_advantage.rwcore_after_arise is not None:  # e.g. RwcoreTaskRunner's curriculum sampler
             compute_advantage.rwcore_after_arise(data)
         return data
