@@ -14,6 +14,13 @@ averaged in.
 
 `arise_frozen_rubrics` freezes the pool of the same seed's `arise` run (pool.frozen_from): the
 scheduler starts it only after that run finished, and the arise run is part of every Arise table.
+
+An override a variant cannot apply (`rwcore.method.inapplicable_settings`, e.g. advantage.process_gate for
+outcome_only, which has no process credit to gate) is dropped for that variant only: without it the run is
+the same run. ablation.md says which.
+
+The statistics (normalized AUC, steps to reach, IQM, probability of improvement, bootstrap intervals) are in
+trainer/ablate_stats.py; `rw compare` (trainer/compare.py) groups any runs by config and reports the same ones.
 """
 
 from __future__ import annotations
@@ -35,6 +42,24 @@ import numpy as np
 
 from rwcore._io import atomic_write_bytes
 from rwcore.method import VARIANTS
+from rwcore.trainer.ablate_stats import (
+    BOOTSTRAP_REPS,
+    MIN_SEEDS,
+    NEEDS_SEEDS,
+    REACH_STEP,
+    bootstrap_note,
+    ceilings_used,
+    eval_ceiling,
+    eval_curve,
+    format_estimate,
+    mean_sd,
+    metric_notes,
+    normalized_auc,
+    reach_target,
+    seed_statistics,
+    steps_to_reach,
+)
+from rwcore.trainer.compare import plot_compare
 from rwcore.trainer.machine import cpu_model
 
 __all__ = [
@@ -50,7 +75,9 @@ __all__ = [
     "plot_compare",
     "check_resume",
     "eval_curve",
+    "eval_ceiling",
     "steps_to_reach",
+    "inapplicable_overrides",
 ]
 
 PAPERS: dict[str, tuple[str, ...]] = {
@@ -75,11 +102,23 @@ PAPERS: dict[str, tuple[str, ...]] = {
         "rw_open_vocabulary",
         "rw_instance_specific",
     ),
+    # The rows the papers' main claim rests on: each paper's full method, its two strongest alternatives or
+    # ablations, both composed, and outcome-only RL.
+    "claim": (
+        "rewardweaver",
+        "rw_static_topk",
+        "rw_random_active_set",
+        "arise",
+        "arise_no_skills",
+        "combined",
+        "outcome_only",
+    ),
 }
-"""Each paper's table, in the paper's row order (every name is a `rwcore.method.VARIANTS` key)."""
+"""Each table, in its row order (every name is a `rwcore.method.VARIANTS` key): the two papers' and `claim`."""
 
-BASELINES = {"arise": "outcome_only", "rewardweaver": "rw_outcome_grpo"}
-"""The outcome-only row whose final success the 'steps to reach' column measures against (Arise fig. 3(b))."""
+BASELINES = {"arise": "outcome_only", "rewardweaver": "rw_outcome_grpo", "claim": "outcome_only"}
+"""Each table's outcome-only row: what 'steps to baseline' / 'steps to reach' measure against (Arise fig. 3(b))
+and what the probability of improvement and the IQM difference compare with."""
 
 STATUS_FILE = "ablation_status.json"
 DEPENDS = {"arise_frozen_rubrics": "arise"}
@@ -126,6 +165,17 @@ class AblationPlan:
     out: Path
     overrides: list[str] = field(default_factory=list)
     config: str | None = None
+    inapplicable: dict[str, list[dict]] = field(default_factory=dict)
+    """variant -> the overrides it cannot apply: [{"key", "dropped": [override, ..], "replaced_with": str | None,
+    "note": sentence}] (`inapplicable_overrides`)."""
+    bootstrap_reps: int = BOOTSTRAP_REPS
+
+    def variant_overrides(self, variant: str) -> list[str]:
+        """The overrides `variant`'s runs get: every override, less those it cannot apply (plus a reset to the
+        default of a setting it cannot apply that the --config file sets)."""
+        dropped = {o for cell in self.inapplicable.get(variant, ()) for o in cell["dropped"]}
+        added = [cell["replaced_with"] for cell in self.inapplicable.get(variant, ()) if cell["replaced_with"]]
+        return [o for o in self.overrides if o not in dropped] + added
 
     @property
     def runs_dir(self) -> Path:
@@ -143,7 +193,7 @@ class AblationPlan:
                 if variant in DEPENDS:
                     after = f"{DEPENDS[variant]}-s{seed}"
                     extra.append(f"pool.frozen_from={self.runs_dir / after}")
-                listed.append(Job(variant, seed, tuple(self.overrides) + tuple(extra), after))
+                listed.append(Job(variant, seed, tuple(self.variant_overrides(variant)) + tuple(extra), after))
         order = {name: i for i, name in enumerate(PAPERS[self.paper])}
         return sorted(listed, key=lambda job: (job.after is not None, job.seed, order.get(job.variant, 99)))
 
@@ -157,15 +207,17 @@ def plan_ablation(
     out: str | os.PathLike,
     overrides: Sequence[str] = (),
     config: str | None = None,
+    bootstrap_reps: int = BOOTSTRAP_REPS,
 ) -> AblationPlan:
-    """Checks every argument before anything starts; ValueError names the bad one."""
+    """Checks every argument before anything starts (the config of every variant included); ValueError names the
+    bad one."""
     if paper not in PAPERS:
         raise ValueError(f"--paper must be one of {', '.join(PAPERS)}, got {paper!r}")
     table = PAPERS[paper]
     chosen = list(table) if not variants else list(variants)
     unknown = [v for v in chosen if v not in table]
     if unknown:
-        hint = " (a variant of the other paper)" if all(v in VARIANTS for v in unknown) else ""
+        hint = " (a variant of another table)" if all(v in VARIANTS for v in unknown) else ""
         raise ValueError(
             f"--variants: {', '.join(map(repr, unknown))} not in the {paper} table{hint}; "
             f"choose from {', '.join(table)}"
@@ -189,8 +241,81 @@ def plan_ablation(
             raise ValueError(f"override {override!r} is not section.key=value")
         if override.split("=", 1)[0] in ("train.method", "train.seed", "train.steps", "pool.frozen_from"):
             raise ValueError(f"override {override!r}: rw ablate sets {override.split('=', 1)[0]} itself")
+    if isinstance(bootstrap_reps, bool) or not isinstance(bootstrap_reps, int) or bootstrap_reps < 1:
+        raise ValueError(f"--bootstrap-reps must be a positive integer, got {bootstrap_reps!r}")
     ordered = [v for v in table if v in chosen]  # the paper's row order
-    return AblationPlan(paper, ordered, list(seeds), steps, jobs, Path(out), list(overrides), config)
+    # the pool a frozen-rubrics run reads is named by rw ablate (`AblationPlan.run_jobs`); its config needs one
+    frozen = {v: [f"pool.frozen_from={Path(out) / 'runs' / f'{DEPENDS[v]}-s{seeds[0]}'}"] for v in DEPENDS}
+    inapplicable = inapplicable_overrides(config, list(overrides), ordered, frozen)
+    return AblationPlan(
+        paper, ordered, list(seeds), steps, jobs, Path(out), list(overrides), config, inapplicable, bootstrap_reps
+    )
+
+
+def _inapplicable_settings():
+    """`rwcore.method.inapplicable_settings`, or None where this rwcore predates it (every override applies)."""
+    try:
+        from rwcore.method import inapplicable_settings
+    except ImportError:
+        return None
+    return inapplicable_settings
+
+
+def inapplicable_overrides(
+    config: str | None,
+    overrides: Sequence[str],
+    variants: Sequence[str],
+    extra: dict[str, Sequence[str]] | None = None,
+) -> dict:
+    """Loads every variant's config (a bad key or value is a ValueError naming it, before anything starts) and
+    finds the settings a variant cannot apply (`rwcore.method.inapplicable_settings`).
+
+    Such a setting changes nothing for that variant (outcome-only has no process credit for
+    advantage.process_gate to gate), but building the variant refuses it: its overrides are dropped for that
+    variant; set by the --config file instead, it is reset to its default for that variant.
+    extra: variant -> overrides rw ablate adds to that variant's runs (pool.frozen_from).
+    Returns variant -> [{"key", "dropped": [override, ..], "replaced_with": "key=default" | None, "note"}]."""
+    import dataclasses
+
+    from rwcore.method import MethodSettings
+    from rwcore.trainer.config import load_config
+    from rwcore.trainer.method_setup import method_settings
+
+    check = _inapplicable_settings()
+    defaults = {f.metadata.get("config"): f.default for f in dataclasses.fields(MethodSettings)}
+    found: dict[str, list[dict]] = {}
+    for variant in variants:
+        own = [*(extra or {}).get(variant, ()), f"train.method={variant}"]
+        cfg = load_config(config, [*overrides, *own])
+        if check is None:
+            continue
+        cells = []
+        for key in check(variant, method_settings(cfg)):
+            dropped = [o for o in overrides if o.split("=", 1)[0].strip() == key]
+            if dropped:
+                note = f"{' and '.join(dropped)} does not apply to {variant}: run without it, which is the same run"
+                cells.append({"key": key, "dropped": dropped, "replaced_with": None, "note": note})
+        kept = [o for o in overrides if not any(o in cell["dropped"] for cell in cells)]
+        cfg = load_config(config, [*kept, *own])
+        for key in check(variant, method_settings(cfg)):  # what is left comes from the --config file
+            section, _, name = key.partition(".")
+            reset = f"{key}={defaults[key]}"
+            note = (
+                f"{key}={getattr(getattr(cfg, section), name)} (from --config) does not apply to {variant}: run "
+                f"with {reset}, which is the same run"
+            )
+            cells.append({"key": key, "dropped": [], "replaced_with": reset, "note": note})
+        if not cells:
+            continue
+        found[variant] = cells
+        resets = [cell["replaced_with"] for cell in cells if cell["replaced_with"]]
+        still = check(variant, method_settings(load_config(config, [*kept, *resets, *own])))
+        if still:
+            raise ValueError(
+                f"{', '.join(still)}: {variant} cannot apply this setting even at its default; "
+                f"leave {variant} out of --variants"
+            )
+    return found
 
 
 # --------------------------------------------------------------------------------------------
@@ -446,93 +571,73 @@ def _total_steps(plan: AblationPlan) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def eval_curve(run_dir: str | os.PathLike) -> list[tuple[int, float, float | None]]:
-    """(step, held-out success rate, its standard error or None) of a run, one per evaluated step (the
-    last row wins for a step a resumed run repeated)."""
-    from rwcore.trainer.report import load_jsonl
-
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    rows, _ = load_jsonl(path)
-    curve: dict[int, tuple[float, float | None]] = {}
-    for row in rows:
-        value = row.get("eval/success_rate")
-        if row.get("kind") == "eval" and isinstance(row.get("step"), int) and isinstance(value, (int, float)):
-            se = row.get("eval/success_se")
-            curve[row["step"]] = (float(value), float(se) if isinstance(se, (int, float)) else None)
-    return [(step, *curve[step]) for step in sorted(curve)]
-
-
 def _final_eval(run_dir: Path) -> tuple[int, float] | None:
     curve = eval_curve(run_dir)
     return (curve[-1][0], curve[-1][1]) if curve else None
 
 
-def steps_to_reach(curve: Sequence[tuple], target: float) -> int | None:
-    """The first evaluated step whose held-out success is at least `target` (None: never)."""
-    for step, value, *_ in curve:
-        if value >= target - 1e-12:
-            return step
-    return None
+def _run_entry(run_dir: Path) -> dict:
+    """A run's status and, when finished with held-out evaluations, its per-run metrics (final, best, normalized
+    AUC with the ceiling used, the curve)."""
+    status = _read_status(run_dir) or {"status": "not run"}
+    entry = {"status": status["status"], "run_dir": str(run_dir)}
+    if status["status"] == "failed":
+        entry["error"] = status.get("error", "")
+    curve = eval_curve(run_dir)
+    if status["status"] == "finished" and curve:
+        ceiling, source = eval_ceiling(run_dir)
+        entry.update(
+            final=curve[-1][1],
+            final_se=curve[-1][2],
+            final_step=curve[-1][0],
+            best=max(v for _, v, _ in curve),
+            start=curve[0][1],
+            curve=[list(c) for c in curve],
+            auc=normalized_auc(curve, ceiling),
+            ceiling=ceiling,
+            ceiling_source=source,
+        )
+    return entry
 
 
-def _stats(values: Sequence[float]) -> dict:
-    array = np.asarray(values, dtype=float)
-    if not len(array):
-        return {"mean": None, "sd": None, "n": 0}
-    return {
-        "mean": float(array.mean()),
-        "sd": float(array.std(ddof=1)) if len(array) > 1 else 0.0,
-        "n": int(len(array)),
-    }
+def _reached(entries: Sequence[dict], key: str) -> dict:
+    reached = [e[key] for e in entries if e.get(key) is not None]
+    return {"mean": float(np.mean(reached)) if reached else None, "reached": len(reached), "of": len(entries)}
 
 
 def summarize(plan: AblationPlan) -> dict:
-    """Per variant and seed: status, final / best held-out success, steps to reach the baseline's mean final
-    success; per variant: mean and sd over finished seeds."""
-    runs: dict[str, dict[int, dict]] = {}
-    for variant in plan.variants:
-        runs[variant] = {}
-        for seed in plan.seeds:
-            run_dir = plan.runs_dir / f"{variant}-s{seed}"
-            status = _read_status(run_dir) or {"status": "not run"}
-            curve = eval_curve(run_dir)
-            entry = {"status": status["status"], "run_dir": str(run_dir)}
-            if status["status"] == "failed":
-                entry["error"] = status.get("error", "")
-            if status["status"] == "finished" and curve:
-                entry.update(
-                    final=curve[-1][1],
-                    final_se=curve[-1][2],
-                    final_step=curve[-1][0],
-                    best=max(v for _, v, _ in curve),
-                    start=curve[0][1],
-                    curve=[list(c) for c in curve],
-                )
-            runs[variant][seed] = entry
+    """Per variant and seed: status, final / best held-out success, normalized AUC, steps to reach the baseline's
+    mean final success and its mean success at step REACH_STEP; per variant: mean and sd over finished seeds, and
+    with MIN_SEEDS finished seeds the IQM and the comparison with the baseline with bootstrap intervals."""
+    runs = {
+        variant: {seed: _run_entry(plan.runs_dir / f"{variant}-s{seed}") for seed in plan.seeds}
+        for variant in plan.variants
+    }
     baseline = BASELINES[plan.paper]
-    base_finals = [e["final"] for e in runs.get(baseline, {}).values() if "final" in e]
+    base_runs = [e for e in runs.get(baseline, {}).values() if "final" in e]
+    base_finals = [e["final"] for e in base_runs]
     target = float(np.mean(base_finals)) if base_finals else None
+    reach = reach_target([e["curve"] for e in base_runs], REACH_STEP)
     rows = []
     for variant in plan.variants:
         finished = [e for e in runs[variant].values() if "final" in e]
         for entry in finished:
             entry["steps_to_baseline"] = steps_to_reach(entry["curve"], target) if target is not None else None
-        reached = [e["steps_to_baseline"] for e in finished if e.get("steps_to_baseline") is not None]
+            entry["steps_to_reach"] = steps_to_reach(entry["curve"], reach["value"]) if reach else None
+        compared = base_runs if variant != baseline and baseline in runs else None
         rows.append(
             {
                 "variant": variant,
                 "paper_row": VARIANTS[variant].paper_row,
-                "final": _stats([e["final"] for e in finished]),
-                "best": _stats([e["best"] for e in finished]),
-                "steps_to_baseline": {
-                    "mean": float(np.mean(reached)) if reached else None,
-                    "reached": len(reached),
-                    "of": len(finished),
-                },
+                "final": mean_sd([e["final"] for e in finished]),
+                "best": mean_sd([e["best"] for e in finished]),
+                "steps_to_baseline": _reached(finished, "steps_to_baseline"),
                 "failed": sum(e["status"] == "failed" for e in runs[variant].values()),
                 "seeds": {str(seed): entry for seed, entry in runs[variant].items()},
+                "auc": mean_sd([e["auc"] for e in finished if e.get("auc") is not None]),
+                "steps_to_reach": _reached(finished, "steps_to_reach"),
+                "ceilings": ceilings_used(finished),
+                **seed_statistics(finished, compared, plan.bootstrap_reps),
             }
         )
     return {
@@ -544,6 +649,13 @@ def summarize(plan: AblationPlan) -> dict:
         "rows": rows,
         "machine": machine_note(plan.jobs),
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "reach_target": reach,
+        "ceilings": ceilings_used([e for variant in runs.values() for e in variant.values()]),
+        "bootstrap": bootstrap_note(plan.bootstrap_reps),
+        "inapplicable": [
+            {"variant": variant, **cell} for variant in plan.variants for cell in plan.inapplicable.get(variant, ())
+        ],
+        "notes": metric_notes(baseline, REACH_STEP, plan.bootstrap_reps),
     }
 
 
@@ -580,25 +692,81 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
+def _reach_text(reach: dict | None, baseline: str) -> str:
+    """Which of the baseline's evaluations 'steps to reach' measures against, in words."""
+    if not reach:
+        return f"{baseline} has no finished seed evaluated at or before step {REACH_STEP}: no target"
+    if reach["exact"]:
+        read = f"at step {reach['at_step']}"
+    else:
+        steps = sorted(set(reach["steps"]))
+        why = "was not evaluated" if reach["at_step"] not in steps else "not every seed evaluated"
+        read = (
+            f"at step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} (the last evaluation at or "
+            f"before step {reach['at_step']}, which {why})"
+        )
+    return f"{baseline}'s mean held-out success {read}, {_fmt(reach['value'])} over {reach['seeds']} seed(s)"
+
+
+def _ceiling_text(ceilings: Sequence[dict]) -> str:
+    if not ceilings:
+        return "no finished run"
+    return "; ".join(
+        f"{c['value']:g} for {c['runs']} run(s) ("
+        + ("logged as eval/ceiling" if c["source"] == "eval/ceiling" else f"not logged: the {c['source']}")
+        + ")"
+        for c in ceilings
+    )
+
+
+def _reach_cell(reach: dict) -> str:
+    return (
+        f"{reach['mean']:.0f} ({reach['reached']}/{reach['of']})"
+        if reach["mean"] is not None
+        else f"never (0/{reach['of']})"
+    )
+
+
 def render_markdown(summary: dict) -> str:
+    """ablation.md: the table (today's columns plus normalized AUC and steps to reach), the statistics over seeds,
+    a sentence per metric, the overrides a variant could not apply and the failed runs. A summary written before
+    the statistics existed renders its own columns only."""
     m = summary["machine"]
+    baseline = summary["baseline"]
+    has_stats = "notes" in summary
     lines = [
         f"# Ablation: {summary['paper']}",
         "",
         f"Held-out success (one sampled episode per held-out task, no skills) at the final step and the best "
         f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; each seed's final "
         f"value in the last column. 'Steps to baseline' is the first evaluated step at which a seed reaches "
-        f"{summary['baseline']}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
+        f"{baseline}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
         f"the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
         f"{_fmt(summary.get('wall_seconds'), 0)} s (every call into this folder together).",
         "",
         f"Machine: {m['processor']}{_cpu_text(m)}, {m['cpu_count']} cores, {m['platform']}, Python "
         f"{m['python']}, torch {m['torch']}; {m['jobs']} runs at a time, {m['threads_per_run']} thread(s) each.",
         "",
-        "| variant | paper row | final | best | steps to baseline | per-seed final |",
-        "|---|---|---|---|---|---|",
     ]
+    if has_stats:
+        lines += [
+            f"'Steps to reach' measures against {_reach_text(summary.get('reach_target'), baseline)}. "
+            f"Ceiling of the normalized AUC: {_ceiling_text(summary.get('ceilings', []))}.",
+            "",
+            "| variant | paper row | final | best | normalized AUC | steps to baseline | steps to reach "
+            "| per-seed final |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+    else:
+        lines += [
+            "| variant | paper row | final | best | steps to baseline | per-seed final |",
+            "|---|---|---|---|---|---|",
+        ]
     failures = []
+
+    def stat(s):
+        return f"{_fmt(s['mean'])} ± {_fmt(s['sd'])}" if s["n"] else "—"
+
     for row in summary["rows"]:
         per_seed = []
         for seed, entry in row["seeds"].items():
@@ -608,27 +776,58 @@ def render_markdown(summary: dict) -> str:
                 per_seed.append(f"s{seed}: {entry['status'].upper()}")
                 if entry["status"] == "failed":
                     failures.append(f"- {row['variant']} seed {seed}: {entry.get('error', '')}")
-        final, best, reach = row["final"], row["best"], row["steps_to_baseline"]
-
-        def stat(s):
-            return f"{_fmt(s['mean'])} ± {_fmt(s['sd'])}" if s["n"] else "—"
-
-        steps = (
-            f"{reach['mean']:.0f} ({reach['reached']}/{reach['of']})"
-            if reach["mean"] is not None
-            else f"never (0/{reach['of']})"
-        )
-        lines.append(
-            f"| {row['variant']} | {row['paper_row']} | {stat(final)} | {stat(best)} | {steps} | "
-            f"{', '.join(per_seed)} |"
-        )
+        cells = [row["variant"], row["paper_row"], stat(row["final"]), stat(row["best"])]
+        if has_stats:
+            cells += [stat(row["auc"]), _reach_cell(row["steps_to_baseline"]), _reach_cell(row["steps_to_reach"])]
+        else:
+            cells.append(_reach_cell(row["steps_to_baseline"]))
+        lines.append(f"| {' | '.join(cells)} | {', '.join(per_seed)} |")
+    if has_stats:
+        boot = summary["bootstrap"]
+        lines += [
+            "",
+            f"## Over seeds: interquartile mean and comparison with {baseline}",
+            "",
+            f"Point estimate [{boot['confidence']:.0%} interval] over finished seeds; '{NEEDS_SEEDS}' where a variant "
+            f"(or, for the comparison, {baseline}) has fewer than {boot['min_seeds']} finished seeds: the point "
+            f"estimate alone. Intervals: {boot['method']}; {boot['reps']} resamples, seed {boot['seed']}.",
+            "",
+            "| variant | seeds | IQM final | IQM normalized AUC | P(improvement) final | IQM difference final | "
+            "P(improvement) AUC | IQM difference AUC |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in summary["rows"]:
+            versus = row.get("vs_baseline")
+            if versus:
+                compare = [
+                    format_estimate(versus["final"]["probability_of_improvement"]),
+                    format_estimate(versus["final"]["iqm_difference"], signed=True),
+                    format_estimate(versus["auc"]["probability_of_improvement"]),
+                    format_estimate(versus["auc"]["iqm_difference"], signed=True),
+                ]
+            else:
+                compare = ["(baseline)" if row["variant"] == baseline else "—"] * 4
+            cells = [
+                row["variant"],
+                str(row["final"]["n"]),
+                format_estimate(row["iqm"]["final"]),
+                format_estimate(row["iqm"]["auc"]),
+                *compare,
+            ]
+            lines.append(f"| {' | '.join(cells)} |")
+        lines += ["", "## What each number is", ""]
+        lines += [f"- {sentence}" for sentence in summary["notes"].values()]
+        if summary.get("inapplicable"):
+            lines += ["", "## Overrides a variant cannot apply", ""]
+            lines += [f"- {cell['note']}." for cell in summary["inapplicable"]]
     if failures:
         lines += ["", "Failed runs (not averaged in):", *failures]
     return "\n".join(lines) + "\n"
 
 
 def plot_runs(summary: dict, path: Path) -> Path:
-    """One point per seed (final held-out success) and the mean per variant."""
+    """One point per seed (final held-out success), the mean per variant, and the IQM with its interval where a
+    variant has enough seeds for one."""
     from rwcore.trainer.report import _figure, _save
 
     rows = summary["rows"]
@@ -640,6 +839,19 @@ def plot_runs(summary: dict, path: Path) -> Path:
             offsets = np.linspace(-0.15, 0.15, len(finals)) if len(finals) > 1 else [0.0]
             ax.scatter([x + o for o in offsets], finals, color="#1f5f8b", s=22, zorder=3)
             ax.hlines(np.mean(finals), x - 0.3, x + 0.3, color="#d1495b", linewidth=2)
+        estimate = (row.get("iqm") or {}).get("final") or {}
+        if estimate.get("low") is not None:
+            point = estimate["point"]
+            ax.errorbar(
+                x + 0.3,
+                point,
+                yerr=[[point - estimate["low"]], [estimate["high"] - point]],
+                fmt="D",
+                markersize=4,
+                color="black",
+                capsize=3,
+                zorder=4,
+            )
         failed = sum(e["status"] == "failed" for e in row["seeds"].values())
         if failed:
             ax.annotate(f"{failed} failed", (x, 0.02), ha="center", fontsize=8, color="#d1495b")
@@ -647,7 +859,11 @@ def plot_runs(summary: dict, path: Path) -> Path:
     ax.set_ylabel("Final held-out success")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3, axis="y")
-    ax.set_title(f"{summary['paper']} ablation: one point per seed, bar = mean")
+    ax.set_title(
+        f"{summary['paper']} ablation: one point per seed, bar = mean, "
+        f"diamond = IQM with 95% interval (>= {MIN_SEEDS} seeds)",
+        fontsize=9,
+    )
     return _save(fig, path)
 
 
@@ -656,64 +872,3 @@ def write_table(plan: AblationPlan, summary: dict) -> list[Path]:
     atomic_write_bytes(plan.out / "ablation.json", json.dumps(summary, indent=1).encode())
     atomic_write_bytes(plan.out / "ablation.md", render_markdown(summary).encode())
     return [plan.out / "ablation.md", plan.out / "ablation.json", plot_runs(summary, plan.out / "ablation.png")]
-
-
-def plot_compare(run_dirs: Sequence[str | os.PathLike], path: str | os.PathLike) -> tuple[Path, list[dict]]:
-    """Held-out success curves of several runs on one plot (with ±1 standard error bands where logged).
-    Returns the PNG path and one summary per run; ValueError names a run without held-out evaluations."""
-    from rwcore.trainer.report import _figure, _save
-
-    curves = []
-    for run_dir in run_dirs:
-        run_dir = Path(run_dir)
-        if not run_dir.is_dir():
-            raise ValueError(f"RUN_DIR {str(run_dir)!r} is not a folder")
-        curve = eval_curve(run_dir)
-        if not curve:
-            raise ValueError(f"RUN_DIR {str(run_dir)!r} has no held-out evaluation rows in metrics.jsonl")
-        curves.append((run_dir, curve))
-    fig = _figure(7.0, 4.3)
-    ax = fig.add_subplot()
-    summaries = []
-    names = _short_names([d for d, _ in curves])
-    for index, ((run_dir, curve), name) in enumerate(zip(curves, names)):
-        steps = np.array([c[0] for c in curve])
-        values = np.array([c[1] for c in curve])
-        # ten colours, then the same ten dashed (and so on), so that no two of many runs look alike
-        (line,) = ax.plot(
-            steps,
-            values,
-            marker="o",
-            markersize=3,
-            linewidth=1.6,
-            color=f"C{index % 10}",
-            linestyle=("-", "--", ":", "-.")[index // 10 % 4],
-            label=f"{name} ({values[0]:.2f} → {values[-1]:.2f})",
-        )
-        if all(c[2] is not None for c in curve):
-            se = np.array([c[2] for c in curve])
-            ax.fill_between(steps, values - se, values + se, color=line.get_color(), alpha=0.15, linewidth=0)
-        summaries.append(
-            {
-                "run": str(run_dir),
-                "name": name,
-                "start": float(values[0]),
-                "final": float(values[-1]),
-                "best": float(values.max()),
-                "final_step": int(steps[-1]),
-            }
-        )
-    ax.set_xlabel("Training step")
-    ax.set_ylabel("Held-out success rate")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", frameon=False, fontsize=8)
-    ax.set_title("Held-out success (±1 standard error)")
-    return _save(fig, Path(path)), summaries
-
-
-def _short_names(run_dirs: Sequence[Path]) -> list[str]:
-    names = [d.name for d in run_dirs]
-    if len(set(names)) == len(names):
-        return names
-    return [str(d) for d in run_dirs]
