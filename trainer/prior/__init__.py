@@ -5,7 +5,8 @@ model starts from random weights, so by default (`model.init=pretrained`) it is 
 synthetic corpus that teaches it to follow guidance lines ("when the buyer agrees say confirm") with moves
 drawn at random - reading, not the task (`corpus`); the result is cached per machine (`pretrain`), and
 `probe` measures that it reads. `rw pretrain` builds it and prints the probe; `rw probe` probes any
-checkpoint.
+checkpoint; `rw train` takes the probe's light mode at every held-out evaluation (`train.probe_at_eval`), and
+`loss.reading_retention` (off by default) keeps the prior's reading under RL (`retention`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "prior_record",
     "prior_spec",
     "resolve_init",
+    "resolve_probe_at_eval",
 ]
 
 
@@ -43,3 +45,24 @@ def resolve_init(config, env) -> str | None:
     if wanted is None:
         return "pretrained" if has_language else "random"
     return wanted
+
+
+def resolve_probe_at_eval(config, env) -> bool:
+    """Whether a run takes the light probe at every held-out evaluation (train.probe_at_eval; auto: for the
+    built-in model on an environment with a guidance language). Raises ValueError naming
+    train.probe_at_eval when on is asked for a named model or an environment without one."""
+    wanted = config.train.probe_at_eval
+    if wanted == "off":
+        return False
+    possible = not config.model.name and language_of(env) is not None
+    if wanted == "on" and not possible:
+        reason = (
+            f"model.name={config.model.name!r} is not the built-in model"
+            if config.model.name
+            else f"env.name={env.name!r} has no guidance language"
+        )
+        raise ValueError(
+            f"config key 'train.probe_at_eval': on needs the built-in model on an environment with a guidance "
+            f"language; {reason} (use auto or off)"
+        )
+    return possible

@@ -60,7 +60,10 @@ __all__ = [
     "Prior",
     "PRIOR_FORMAT",
     "cache_folder",
+    "corpus_loss",
+    "corpus_spec",
     "ensure_prior",
+    "example_maker",
     "language_of",
     "pretrain",
     "prior_record",
@@ -333,6 +336,46 @@ def _loss(logprobs: torch.Tensor, targets: torch.Tensor, moves: int) -> tuple[to
     return loss, {"loss": float(loss.detach()), "guided_accuracy": accuracy}
 
 
+def corpus_loss(
+    model,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    targets: torch.Tensor,
+    allowed: torch.Tensor,
+    moves: int,
+    *,
+    output_hidden_states: bool = False,
+):
+    """(loss, stats, the backbone's outputs) of a corpus batch (`_tensors`' ids, mask [B, W] and the N turns'
+    rows, positions, targets [N], all long): the reading loss `_loss` over the action space `allowed` [K]
+    (the move words then `<end>`, `moves` of them move words), read from the final hidden states through the
+    LM head. What pretraining minimizes (with its auxiliary loss, from the outputs' hidden states) and what
+    loss.reading_retention adds to RL (`rwcore.trainer.prior.retention`)."""
+    out = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=output_hidden_states)
+    loss, stats = _loss(
+        _head_logprobs(out.last_hidden_state[rows, positions], model.lm_head.weight[allowed]), targets, moves
+    )
+    return loss, stats, out
+
+
+def example_maker(spec: CorpusSpec, env, language, codec) -> Callable[[int], Example]:
+    """index -> example `index` of the reading corpus for `env` (`make_example`: the environment's base prompt
+    and turn limit, no line making a held-out pairing or equal to one of its skill texts): the examples
+    pretraining reads and loss.reading_retention draws."""
+    heldout = set(heldout_pairs(language, spec))
+    fillers = fillers_for(language, env.vocabulary())
+    texts = set(language.skill_texts)
+
+    def make(index: int) -> Example:
+        return make_example(
+            index, spec, language, codec, env.system_prompt, env.max_turns, heldout, fillers, forbidden=texts
+        )
+
+    return make
+
+
 def learning_rate(step: int, base: float, warmup: int, total: int) -> float:
     """Linear warm-up, constant, then linear decay to base / 10 over the last 30% of `total`."""
     if warmup and step < warmup:
@@ -369,15 +412,7 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
     model.train()
     actions = list(language.actions)
     allowed = torch.tensor([codec.vocab[a] for a in actions] + [codec.end_id], dtype=torch.long)
-    heldout = set(heldout_pairs(language, spec))
-    fillers = fillers_for(language, env.vocabulary())
-    texts = set(language.skill_texts)
-
-    def make(index: int) -> Example:
-        return make_example(
-            index, spec, language, codec, env.system_prompt, env.max_turns, heldout, fillers, forbidden=texts
-        )
-
+    make = example_maker(spec, env, language, codec)
     with torch.random.fork_rng():
         torch.manual_seed(p.seed)
         # the auxiliary head: which situation, read after the first layer (dropped after pretraining)
@@ -401,11 +436,16 @@ def pretrain(config, env, *, progress: bool = True, log: Callable[[str], None] |
             ids, mask, rows, positions, targets, aux_rows, aux_positions, aux_labels = _tensors(
                 next(batches), codec.pad_id, situation_index
             )
-            out = model.model(input_ids=ids, attention_mask=mask, output_hidden_states=bool(p.aux_weight))
-            loss, stats = _loss(
-                _head_logprobs(out.last_hidden_state[rows, positions], model.lm_head.weight[allowed]),
+            loss, stats, out = corpus_loss(
+                model,
+                ids,
+                mask,
+                rows,
+                positions,
                 targets,
+                allowed,
                 len(actions),
+                output_hidden_states=bool(p.aux_weight),
             )
             if p.aux_weight:
                 aux_logits = aux_head(out.hidden_states[1][aux_rows, aux_positions].float())

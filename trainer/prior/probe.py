@@ -13,14 +13,24 @@ and `<end>`, as rollouts sample), with the guidance in the system prompt and wit
   bare prompt, and among every skill's first text at once. A text that names no single situation and move
   (e.g. "use one clear move each turn") is listed as not probed.
 
+The light mode (`probe(..., light=True)`, what `rw train` takes at every held-out evaluation:
+`EvaluationProbe`) is the full probe restricted to a subset of its contexts, with the same definitions: the
+first `LIGHT_CONTEXTS` contexts of each held-out pairing and of each situation's episodes, only the first
+text of each situation -> move pairing the skill texts name (in the negotiation environment 11 of its 30
+texts: each rule's first, and one second text that names another pairing), and only the prompts with and
+without the guidance (no distractors-only or all-skills prompt).
+
 `rw probe` prints it for the cached prior or any checkpoint; `rw pretrain` runs it on the prior it builds
-and keeps it in prior.json.
+and keeps it in prior.json. The probe draws its contexts from its own seeded generators and runs under
+`torch.random.fork_rng`: it leaves every global random state, and the model's train / eval mode, as it found
+them.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -34,10 +44,74 @@ from rwcore.trainer.prior.corpus import (
     render_line,
 )
 
-__all__ = ["probe", "format_probe", "episode_contexts"]
+__all__ = [
+    "CONTEXTS_PER_PAIR",
+    "CONTEXTS_PER_SKILL",
+    "LIGHT_CONTEXTS",
+    "EvaluationProbe",
+    "HeldoutContext",
+    "episode_contexts",
+    "format_probe",
+    "heldout_contexts",
+    "probe",
+    "probe_metrics",
+]
 
 CONTEXTS_PER_PAIR = 24
 CONTEXTS_PER_SKILL = 24
+LIGHT_CONTEXTS = 6  # the light mode's contexts per held-out pairing and per skill text
+
+Prompt = tuple[str, list[str], list[str]]  # (system prompt, observations, moves): the last cue is asked
+
+
+@dataclass(frozen=True)
+class HeldoutContext:
+    """One context of a held-out pairing: the conversation under three system prompts - `guided` (the
+    pairing's line among the distractor lines), `bare` (the base prompt) and `distractors` (the other lines
+    alone)."""
+
+    situation: str
+    move: str
+    guided: Prompt
+    bare: Prompt
+    distractors: Prompt
+
+
+def heldout_contexts(
+    env, language, spec: CorpusSpec, *, seed: int = 12345, per_pair: int = CONTEXTS_PER_PAIR
+) -> list[HeldoutContext]:
+    """The first `per_pair` (at most CONTEXTS_PER_PAIR) contexts of each held-out pairing, pairing by pairing,
+    from one generator seeded by `seed`: every pairing's CONTEXTS_PER_PAIR contexts are drawn whatever
+    `per_pair`, so a smaller `per_pair` keeps a prefix of the full probe's contexts."""
+    if not 0 < per_pair <= CONTEXTS_PER_PAIR:
+        raise ValueError(f"per_pair must be in 1..{CONTEXTS_PER_PAIR}, got {per_pair}")
+    actions = list(language.actions)
+    base = env.system_prompt
+    names = [s.name for s in language.situations]
+    fillers = fillers_for(language, env.vocabulary())
+    rng = random.Random(f"rwcore-probe-{seed}")
+    found = []
+    for situation, move in heldout_pairs(language, spec):
+        for k in range(CONTEXTS_PER_PAIR):
+            others = rng.sample([n for n in names if n != situation], rng.randint(0, 5))
+            lines = [(situation, move)] + [(o, rng.choice(actions)) for o in others]
+            rng.shuffle(lines)
+            texts = [render_line(rng, s, a, language, fillers, set(language.skill_texts)) for s, a in lines]
+            earlier = [rng.choice(names) for _ in range(rng.randint(0, 2))]
+            observations = [language.observe(s, rng) for s in earlier] + [language.observe(situation, rng)]
+            moves = [rng.choice(actions) for _ in earlier]
+            distractors = [t for (s, _), t in zip(lines, texts) if s != situation]
+            if k < per_pair:
+                found.append(
+                    HeldoutContext(
+                        situation,
+                        move,
+                        (render_system_prompt(base, texts), observations, moves),
+                        (base, observations, moves),
+                        (render_system_prompt(base, distractors), observations, moves),
+                    )
+                )
+    return found
 
 
 def episode_contexts(
@@ -68,12 +142,13 @@ def episode_contexts(
 def _probabilities(
     model,
     codec,
-    prompts: Sequence[tuple[str, list[str], list[str]]],
+    prompts: Sequence[Prompt],
     actions: Sequence[str],
     max_length: int,
     batch: int = 64,
 ) -> torch.Tensor:
-    """[N, len(actions)] probabilities of each move at the last cue of each (system, observations, moves)."""
+    """[N, len(actions)] float probabilities of each move at the last cue of each (system, observations,
+    moves), in batches of `batch` prompts, with the model in eval mode (restored afterwards) and no gradient."""
     from rwcore.trainer.policy import Policy
     from rwcore.trainer.prior.scoring import move_logprobs
 
@@ -83,98 +158,101 @@ def _probabilities(
     out = []
     was_training = model.training
     model.eval()
-    with torch.no_grad():
-        for start in range(0, len(prompts), batch):
-            encoded = []
-            for system, observations, moves in prompts[start : start + batch]:
-                ids, positions = encode_conversation(codec, system, observations, moves)
-                encoded.append((ids[-max_length:], len(ids[-max_length:]) - 1))
-            width = max(len(ids) for ids, _ in encoded)
-            tensor = torch.tensor([ids + [codec.pad_id] * (width - len(ids)) for ids, _ in encoded], device=device)
-            mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in encoded], device=device)
-            rows = torch.arange(len(encoded), device=device)
-            positions = torch.tensor([p for _, p in encoded], device=device)
-            out.append(
-                move_logprobs(policy, tensor, mask, rows, positions, allowed.to(device)).exp()[:, : len(actions)]
-            )
-    if was_training:
-        model.train()
-    return torch.cat(out).cpu()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(prompts), batch):
+                encoded = []
+                for system, observations, moves in prompts[start : start + batch]:
+                    ids, positions = encode_conversation(codec, system, observations, moves)
+                    encoded.append((ids[-max_length:], len(ids[-max_length:]) - 1))
+                width = max(len(ids) for ids, _ in encoded)
+                tensor = torch.tensor([ids + [codec.pad_id] * (width - len(ids)) for ids, _ in encoded], device=device)
+                mask = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in encoded], device=device)
+                rows = torch.arange(len(encoded), device=device)
+                positions = torch.tensor([p for _, p in encoded], device=device)
+                out.append(
+                    move_logprobs(policy, tensor, mask, rows, positions, allowed.to(device)).exp()[:, : len(actions)]
+                )
+    finally:
+        model.train(was_training)
+    return torch.cat(out).cpu() if out else torch.zeros(0, len(actions))
 
 
-def probe(model, codec, env, language, spec: CorpusSpec, *, seed: int = 12345) -> dict:
-    """The probe's figures as plain data (see the module docstring)."""
+def probe(
+    model,
+    codec,
+    env,
+    language,
+    spec: CorpusSpec,
+    *,
+    seed: int = 12345,
+    light: bool = False,
+    contexts: dict[str, list[tuple[list[str], list[str]]]] | None = None,
+) -> dict:
+    """The probe's figures as plain data (see the module docstring). `light`: the light mode; `contexts`:
+    `episode_contexts(env, language)` when the caller keeps them (they depend on the environment only)."""
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        return _probe(model, codec, env, language, spec, seed, light, contexts)
+
+
+def _probe(model, codec, env, language, spec: CorpusSpec, seed: int, light: bool, contexts) -> dict:
     actions = list(language.actions)
     base = env.system_prompt
-    names = [s.name for s in language.situations]
-    fillers = fillers_for(language, env.vocabulary())
-    rng = random.Random(f"rwcore-probe-{seed}")
+    per_context = LIGHT_CONTEXTS if light else None
     # held-out pairings, synthetic contexts
-    prompts, index = [], []
-    for situation, move in heldout_pairs(language, spec):
-        for _ in range(CONTEXTS_PER_PAIR):
-            others = rng.sample([n for n in names if n != situation], rng.randint(0, 5))
-            lines = [(situation, move)] + [(o, rng.choice(actions)) for o in others]
-            rng.shuffle(lines)
-            texts = [render_line(rng, s, a, language, fillers, set(language.skill_texts)) for s, a in lines]
-            earlier = [rng.choice(names) for _ in range(rng.randint(0, 2))]
-            observations = [language.observe(s, rng) for s in earlier] + [language.observe(situation, rng)]
-            moves = [rng.choice(actions) for _ in earlier]
-            distractors = [t for (s, _), t in zip(lines, texts) if s != situation]
-            prompts += [
-                (render_system_prompt(base, texts), observations, moves),
-                (base, observations, moves),
-                (render_system_prompt(base, distractors), observations, moves),
-            ]
-            index.append((situation, move))
+    held = heldout_contexts(env, language, spec, seed=seed, per_pair=per_context or CONTEXTS_PER_PAIR)
+    variants = ("with", "without") if light else ("with", "without", "distractors_only")
+    prompts = [
+        prompt for context in held for prompt in (context.guided, context.bare, context.distractors)[: len(variants)]
+    ]
     probs = _probabilities(model, codec, prompts, actions, spec.max_length)
     pairs: dict[str, dict] = {}
-    for k, (situation, move) in enumerate(index):
-        column = actions.index(move)
-        entry = pairs.setdefault(f"{situation} -> {move}", {"with": [], "without": [], "distractors_only": []})
-        entry["with"].append(float(probs[3 * k, column]))
-        entry["without"].append(float(probs[3 * k + 1, column]))
-        entry["distractors_only"].append(float(probs[3 * k + 2, column]))
+    for k, context in enumerate(held):
+        column = actions.index(context.move)
+        entry = pairs.setdefault(f"{context.situation} -> {context.move}", {key: [] for key in variants})
+        for j, key in enumerate(variants):
+            entry[key].append(float(probs[len(variants) * k + j, column]))
     pairs = {name: {key: _mean(values) for key, values in entry.items()} for name, entry in pairs.items()}
-    heldout = {key: _mean([entry[key] for entry in pairs.values()]) for key in ("with", "without", "distractors_only")}
+    heldout = {key: _mean([entry[key] for entry in pairs.values()]) for key in variants}
     # the environment's own skill texts, in real episodes
-    contexts = episode_contexts(env, language)
+    contexts = contexts if contexts is not None else episode_contexts(env, language)
     parsed = [(text, parse_guidance(text, language)) for text in language.skill_texts]
     firsts = _first_texts(parsed)
+    probed_texts = set(firsts) if light else {text for text, pair in parsed if pair is not None}
+    variants = ("with", "without") if light else ("with", "without", "among_all_skills")
     prompts, index, skills = [], [], []
     for text, pair in parsed:
         if pair is None:
             skills.append({"text": text, "probed": False})
             continue
+        if text not in probed_texts:
+            continue
         situation, move = pair
-        for observations, moves in contexts[situation]:
+        shown = contexts[situation][:per_context] if per_context else contexts[situation]
+        for observations, moves in shown:
             prompts += [
                 (render_system_prompt(base, [text]), observations, moves),
                 (base, observations, moves),
                 (render_system_prompt(base, firsts), observations, moves),
-            ]
+            ][: len(variants)]
             index.append(len(skills))
-        skills.append(
-            {"text": text, "probed": True, "situation": situation, "move": move, "contexts": len(contexts[situation])}
-        )
+        skills.append({"text": text, "probed": True, "situation": situation, "move": move, "contexts": len(shown)})
     probs = _probabilities(model, codec, prompts, actions, spec.max_length) if prompts else torch.zeros(0, 1)
     gathered: dict[int, list] = {}
     for k, position in enumerate(index):
         column = actions.index(skills[position]["move"])
-        gathered.setdefault(position, []).append([float(probs[3 * k + j, column]) for j in range(3)])
-    for position, rows in gathered.items():
-        skills[position].update(
-            {
-                "with": _mean([r[0] for r in rows]),
-                "without": _mean([r[1] for r in rows]),
-                "among_all_skills": _mean([r[2] for r in rows]),
-            }
+        gathered.setdefault(position, []).append(
+            [float(probs[len(variants) * k + j, column]) for j in range(len(variants))]
         )
+    for position, rows in gathered.items():
+        skills[position].update({key: _mean([r[j] for r in rows]) for j, key in enumerate(variants)})
         skills[position]["lift"] = skills[position]["with"] - skills[position]["without"]
     probed = [s for s in skills if s.get("probed") and "lift" in s]
     return {
         "chance": 1.0 / len(actions),
-        "heldout": {**heldout, "pairs": pairs, "contexts_per_pair": CONTEXTS_PER_PAIR},
+        "mode": "light" if light else "full",
+        "heldout": {**heldout, "pairs": pairs, "contexts_per_pair": per_context or CONTEXTS_PER_PAIR},
         "skills": skills,
         "skills_summary": {
             "probed": len(probed),
@@ -185,6 +263,35 @@ def probe(model, codec, env, language, spec: CorpusSpec, *, seed: int = 12345) -
             "mean_without": _mean([s["without"] for s in probed]) if probed else None,
         },
     }
+
+
+def probe_metrics(report: dict, prefix: str = "eval/probe/") -> dict[str, float]:
+    """The probe's summary as metric columns: `<prefix>heldout_with`, `heldout_without` (P(hinted move) on the
+    held-out pairings with and without the line), `skill_lift_mean`, `skill_lift_min` (over the probed skill
+    texts; NaN when no held-out episode reaches any of their situations)."""
+    summary = report["skills_summary"]
+    return {
+        f"{prefix}heldout_with": report["heldout"]["with"],
+        f"{prefix}heldout_without": report["heldout"]["without"],
+        f"{prefix}skill_lift_mean": _or_nan(summary["mean_lift"]),
+        f"{prefix}skill_lift_min": _or_nan(summary["min_lift"]),
+    }
+
+
+class EvaluationProbe:
+    """The light probe `rw train` takes at every held-out evaluation (train.probe_at_eval): `metrics(model,
+    codec)` -> `probe_metrics` of `probe(..., light=True)`. Keeps the episode contexts, which depend on the
+    environment alone, from the first call on."""
+
+    def __init__(self, env, language, spec: CorpusSpec) -> None:
+        self.env, self.language, self.spec = env, language, spec
+        self._contexts = None
+
+    def metrics(self, model, codec) -> dict[str, float]:
+        if self._contexts is None:
+            self._contexts = episode_contexts(self.env, self.language)
+        report = probe(model, codec, self.env, self.language, self.spec, light=True, contexts=self._contexts)
+        return probe_metrics(report)
 
 
 def _first_texts(parsed) -> list[str]:
@@ -202,8 +309,13 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def _or_nan(value) -> float:
+    return float("nan") if value is None else float(value)
+
+
 def format_probe(report: dict) -> str:
-    """The probe as a few lines and a table, for the terminal."""
+    """The full probe (not the light mode, which has no distractors-only or all-skills figures) as a few lines
+    and a table, for the terminal."""
     chance = report["chance"]
     h = report["heldout"]
     lines = [
