@@ -119,7 +119,7 @@ def test_one_process_deepspeed_run_logs_what_the_torch_engine_logs(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-3000:]
     torch_rows, deepspeed_rows = rows(tmp_path / "torch"), rows(tmp_path / "deepspeed")
-    assert len(torch_rows) == len(deepspeed_rows) == 4 + 3
+    assert len(torch_rows) == len(deepspeed_rows) == 4 + 3 + 1  # + the starting policy's exploration row
     for ours, theirs in zip(torch_rows, deepspeed_rows):
         assert ours.keys() == theirs.keys()
         for key, value in ours.items():

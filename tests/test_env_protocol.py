@@ -219,6 +219,7 @@ def test_step_many_is_called_once_per_turn_with_every_live_episode_and_partner_f
                 "env.options.flaky=true",
                 "train.steps=1",
                 "train.method=outcome_only",
+                "train.start_pass_k=0",  # no step-0 exploration batch: the batches are evaluation's and training's
             ],
         ),
         tmp_path / "run",

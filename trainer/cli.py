@@ -327,6 +327,7 @@ class ProbeCommand(Command):
   rw probe                                     # the embedded default's prior (rw pretrain builds it)
   rw probe runs/demo                           # the run's latest checkpoint: does the trained policy still read?
   rw probe runs/demo/checkpoints/step_000200 --json
+  rw probe env.options.difficulty=hard         # the hard tier's prior, with its pass@1 / pass@8 on held-out tasks
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -339,12 +340,24 @@ class ProbeCommand(Command):
         parser.add_argument("--config", metavar="FILE", help="without CHECKPOINT_DIR: the config whose prior to probe")
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
         parser.add_argument(
+            "--pass-k",
+            type=int,
+            default=8,
+            metavar="K",
+            help="also sample K episodes of every held-out task and print pass@1, pass@K and the share of "
+            "zero-variance groups (default 8; 0 = off)",
+        )
+        parser.add_argument(
             "overrides", nargs="*", metavar="key=value", type=_override, help="without CHECKPOINT_DIR: config overrides"
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        from rwcore.trainer.exploration import exploration_figures, format_exploration, sample_groups
         from rwcore.trainer.prior.pretrain import corpus_spec, language_of
         from rwcore.trainer.prior.probe import format_probe, probe
+
+        if args.pass_k < 0:
+            raise CommandError(f"--pass-k must be a non-negative integer, got {args.pass_k}")
 
         if args.checkpoint is not None and "=" in args.checkpoint and not Path(args.checkpoint).exists():
             args.overrides = [_override(args.checkpoint), *args.overrides]  # `rw probe key=value ...`: no checkpoint
@@ -362,7 +375,14 @@ class ProbeCommand(Command):
                     )
                 env = envs.make(config.env.name, **dict(config.env.options))
                 config.model.init = "pretrained"
-                report = ensure_prior(config, env).report["probe"]
+                prior = ensure_prior(config, env)
+                report = prior.report["probe"]
+                if args.pass_k:
+                    import torch
+
+                    from rwcore.trainer.policy import build_policy
+
+                    policy = build_policy(config, env, torch.device("cpu"), weights=prior.state_dict)
             except ValueError as error:
                 raise CommandError(str(error)) from None
         else:
@@ -380,11 +400,24 @@ class ProbeCommand(Command):
                         "the probe needs the built-in model on an environment with a guidance language "
                         f"(env.name={config.env.name!r}, model.name={config.model.name!r})"
                     )
-                policy = trainer.policy
+                policy, env, config = trainer.policy, trainer.env, trainer.config
                 report = probe(policy.model, policy.codec, trainer.env, language, corpus_spec(trainer.config))
             except (ValueError, FileNotFoundError) as error:
                 raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
+        if args.pass_k:  # how much outcome signal this policy's own rollouts give (rwcore.trainer.exploration)
+            tasks = env.tasks("eval")
+            outcomes, successes = sample_groups(
+                env,
+                policy,
+                tasks,
+                args.pass_k,
+                temperature=config.rollout.temperature,
+                max_new_tokens=config.rollout.max_new_tokens,
+            )
+            report = {**report, "exploration": exploration_figures(tasks, outcomes, successes)}
         print(json.dumps(_jsonable(report), indent=1) if args.json else format_probe(report))
+        if args.pass_k and not args.json:
+            print(format_exploration(report["exploration"]))
         return 0
 
 
@@ -544,29 +577,36 @@ class AblateCommand(Command):
     name = "ablate"
     help = "run a paper's ablation table (its variants x seeds) as parallel rw train runs"
     description = (
-        "Runs every variant of a paper's table for every seed as separate `rw train` processes, at most --jobs at "
-        "a time, each limited to its share of the CPU threads; writes OUT/ablation.md, ablation.json and "
-        "ablation.png (one point per seed). Run it again with the same --out to resume: finished runs are "
-        "skipped, killed runs continue from their latest checkpoint, failed runs run again. A failed run is "
-        "listed as failed with its error, never averaged in. arise_frozen_rubrics reads the same seed's arise run "
-        "and starts after it."
+        "Runs every variant of a table for every seed as separate `rw train` processes, at most --jobs at a time, "
+        "each limited to its share of the CPU threads; writes OUT/ablation.md, ablation.json and ablation.png "
+        "(one point per seed). The tables: each paper's (arise, rewardweaver) and claim (the rows the papers' "
+        "main claim rests on). Per run: final and best held-out success, the normalized area under the held-out "
+        "curve and the steps to reach the baseline's success; with at least 5 finished seeds per variant also "
+        "the interquartile mean, the probability of improvement over the baseline and the IQM difference, each "
+        "with a 95% bootstrap interval (fewer seeds: point estimates only, 'needs >= 5 seeds'). Run it again "
+        "with the same --out to resume: finished runs are skipped, killed runs continue from their latest "
+        "checkpoint, failed runs run again. A failed run is listed as failed with its error, never averaged in. "
+        "arise_frozen_rubrics reads the same seed's arise run and starts after it. An override a variant cannot "
+        "apply (advantage.process_gate for outcome_only) is dropped for that variant, and ablation.md says so."
     )
     epilog = """examples:
   rw ablate --paper arise --out runs/ablate-arise
   rw ablate --paper rewardweaver --seeds 0,1,2 --jobs 2 --out runs/ablate-rw
+  rw ablate --paper claim --seeds 0,1,2,3,4 --out runs/claim      # 5 seeds: intervals too
   rw ablate --paper arise --variants arise,outcome_only --steps 50 --out runs/quick
   rw ablate --paper arise --out runs/ablate-arise optim.lr=1e-3     # overrides apply to every run
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from rwcore.trainer.ablate import PAPERS
+        from rwcore.trainer.ablate_stats import BOOTSTRAP_REPS
 
-        parser.add_argument("--paper", required=True, metavar="PAPER", help=f"the table to run: {' or '.join(PAPERS)}")
+        parser.add_argument("--paper", required=True, metavar="PAPER", help=f"the table to run: {', '.join(PAPERS)}")
         parser.add_argument(
             "--variants",
             default=None,
             metavar="A,B,..",
-            help="a subset of the paper's rows (default: all; rw variants lists them)",
+            help="a subset of the table's rows (default: all; rw variants lists them)",
         )
         parser.add_argument("--seeds", default="0,1,2", metavar="S,S,..", help="seeds (default: 0,1,2)")
         parser.add_argument(
@@ -590,6 +630,14 @@ class AblateCommand(Command):
             help="base config for every run (a YAML file or a shipped config name)",
         )
         parser.add_argument("--out", required=True, metavar="DIR", help="output folder (reused to resume)")
+        parser.add_argument(
+            "--bootstrap-reps",
+            type=_positive_int,
+            default=BOOTSTRAP_REPS,
+            metavar="N",
+            help=f"bootstrap resamples per interval (default: {BOOTSTRAP_REPS}; rliable's own, 50000, takes ten "
+            "times longer)",
+        )
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
         parser.add_argument(
             "overrides", nargs="*", type=_override, metavar="key=value", help="config overrides applied to every run"
@@ -602,9 +650,18 @@ class AblateCommand(Command):
             seeds = parse_seeds(args.seeds)
             variants = [v.strip() for v in args.variants.split(",")] if args.variants is not None else None
             config = _config_file(args.config)
-            plan = plan_ablation(args.paper, variants, seeds, args.steps, args.jobs, args.out, args.overrides, config)
+            plan = plan_ablation(
+                args.paper,
+                variants,
+                seeds,
+                args.steps,
+                args.jobs,
+                args.out,
+                args.overrides,
+                config,
+                bootstrap_reps=args.bootstrap_reps,
+            )  # loads every variant's config: a bad key fails here, before anything starts
             check_resume(plan)
-            load_config(config, list(plan.overrides) + [f"train.method={plan.variants[0]}"])  # fails before starting
         except ValueError as error:
             raise CommandError(str(error)) from None
         runs = len(plan.variants) * len(plan.seeds)
@@ -613,6 +670,9 @@ class AblateCommand(Command):
             f"{plan.jobs} at a time, into {plan.out}",
             file=sys.stderr,
         )
+        for cells in plan.inapplicable.values():
+            for cell in cells:
+                print(f"rw ablate: {cell['note']}", file=sys.stderr)
         try:
             prior = prepare_prior(plan, progress=not args.quiet)
         except ValueError as error:
@@ -630,26 +690,50 @@ class AblateCommand(Command):
 
 class CompareCommand(Command):
     name = "compare"
-    help = "plot several runs' held-out success curves on one figure"
+    help = "plot several runs' held-out success curves on one figure, and compare runs grouped by config"
     description = (
         "Reads each RUN_DIR's metrics.jsonl and draws its held-out success curve (with a ±1 standard "
-        "error band where logged); prints each run's first, final and best held-out success."
+        "error band where logged); prints each run's first, final and best held-out success. Then groups the "
+        "runs whose config.yaml differs only in train.seed (the seeds of one setup) and prints per group the "
+        "mean final held-out success and normalized AUC, and with at least 5 runs the interquartile mean of "
+        "each with a 95% bootstrap interval; with --baseline also each other group's probability of "
+        "improvement over the baseline group and the IQM difference, with intervals where both have 5 runs."
     )
     epilog = """examples:
   rw compare runs/a runs/b --out compare.png
   rw compare runs/ablate-arise/runs/arise-s0 runs/ablate-arise/runs/outcome_only-s0
+  rw compare runs/claim/runs/* --baseline outcome_only              # a train.method one group has
+  rw compare runs/lr3/s* runs/lr4/s* --baseline 'runs/lr4/*'        # the group of the runs a pattern matches
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        from rwcore.trainer.ablate_stats import BOOTSTRAP_REPS
+
         parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders written by rw train")
         parser.add_argument("--out", default="compare.png", metavar="FILE", help="PNG to write (default: compare.png)")
+        parser.add_argument(
+            "--baseline",
+            default=None,
+            metavar="RUN_DIR|PATTERN|GROUP",
+            help="the group to compare the others with: the group of a RUN_DIR or of the runs a glob pattern "
+            "matches, a train.method that one group has, or a group's printed name",
+        )
+        parser.add_argument(
+            "--bootstrap-reps",
+            type=_positive_int,
+            default=BOOTSTRAP_REPS,
+            metavar="N",
+            help=f"bootstrap resamples per interval (default: {BOOTSTRAP_REPS})",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
-        from rwcore.trainer.ablate import plot_compare
+        from rwcore.trainer.ablate_stats import format_estimate
+        from rwcore.trainer.compare import compare_groups, plot_compare
 
         if not str(args.out).endswith(".png"):
             raise CommandError(f"--out must name a .png file, got {args.out!r}")
         try:
+            compared = compare_groups(args.run_dirs, args.baseline, args.bootstrap_reps)  # checks before drawing
             path, summaries = plot_compare(args.run_dirs, args.out)
         except ValueError as error:
             raise CommandError(str(error)) from None
@@ -658,6 +742,32 @@ class CompareCommand(Command):
                 f"{entry['name']}: held-out success {entry['start']:.3f} -> {entry['final']:.3f} "
                 f"(best {entry['best']:.3f}, step {entry['final_step']})"
             )
+        print("groups (runs whose config.yaml differs only in train.seed):")
+        for group in compared["groups"]:
+            final, auc = group["final"], group["auc"]
+            seeds = ",".join("?" if seed is None else str(seed) for seed in group["seeds"])
+            ceilings = ", ".join(f"{float(c['value'])} ({c['source']})" for c in group["ceilings"])
+            print(
+                f"  {group['name']}{' [baseline]' if group['baseline'] else ''}: {final['n']} run(s), seeds {seeds}; "
+                f"final {final['mean']:.3f} ± {final['sd']:.3f} sd; normalized AUC "
+                + (f"{auc['mean']:.3f} ± {auc['sd']:.3f} sd" if auc["n"] else "— (one evaluation)")
+                + f" (ceiling {ceilings}); IQM final {format_estimate(group['iqm']['final'])}, "
+                f"IQM AUC {format_estimate(group['iqm']['auc'])}"
+            )
+            versus = group["vs_baseline"]
+            if versus:
+                print(
+                    f"    vs {compared['baseline']}: P(improvement) final "
+                    f"{format_estimate(versus['final']['probability_of_improvement'])}, AUC "
+                    f"{format_estimate(versus['auc']['probability_of_improvement'])}; IQM difference final "
+                    f"{format_estimate(versus['final']['iqm_difference'], signed=True)}, AUC "
+                    f"{format_estimate(versus['auc']['iqm_difference'], signed=True)}"
+                )
+        boot = compared["bootstrap"]
+        print(
+            f"[low, high]: {boot['confidence']:.0%} stratified-bootstrap interval over the runs of a group "
+            f"({boot['reps']} resamples, seed {boot['seed']}); fewer than {boot['min_seeds']} runs: no interval"
+        )
         print(path)
         return 0
 

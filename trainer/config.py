@@ -276,9 +276,24 @@ class LossConfig:
     entropy_coef: float = _f(
         0.01,
         "Entropy bonus: subtracts coef x the mean policy entropy over model tokens "
-        "(materializes the action space's logits; 0 = off).",
+        "(materializes the action space's logits; 0 = off). With loss.adaptive_entropy: the initial coefficient.",
         ge=0,
     )
+    adaptive_entropy: bool = _f(
+        False,
+        "TRL's adaptive entropy control (use_adaptive_entropy, Skywork-OR1): after every optimizer step the "
+        "coefficient moves by entropy_coef_delta toward more bonus when the step's mean entropy is at or below "
+        "entropy_target, else less, within [entropy_coef_min, entropy_coef_max]; a step applies the coefficient "
+        "of the previous one, and only while the last measured entropy is at or below the target.",
+    )
+    entropy_target: float = _f(
+        0.2, "loss.adaptive_entropy: target mean entropy per model token, in nats (TRL's entropy_target).", ge=0
+    )
+    entropy_coef_delta: float = _f(
+        0.005, "loss.adaptive_entropy: step of the coefficient per optimizer step (TRL's entropy_coef_delta).", ge=0
+    )
+    entropy_coef_min: float = _f(0.0, "loss.adaptive_entropy: lowest coefficient (TRL's entropy_coef_min).", ge=0)
+    entropy_coef_max: float = _f(1.0, "loss.adaptive_entropy: highest coefficient (TRL's entropy_coef_max).", ge=0)
     rollout_correction: RolloutCorrectionName = _f(
         "off",
         "Rollout correction of the train-inference mismatch and staleness, by verl's preset names: "
@@ -297,6 +312,15 @@ class LossConfig:
         "The correction's rejection threshold(s) in verl's syntax ('lower_upper' ratio bounds for k1 "
         "criteria, an upper bound for k2/k3; comma-separated per criterion); empty = the preset's.",
     )
+    reading_retention: float = _f(
+        0.0,
+        "Built-in model on an environment with a guidance language: each optimizer step also minimizes "
+        "this weight x the reading prior's corpus loss on loss.reading_retention_batch corpus examples drawn "
+        "from the step index, so that RL keeps the prior's reading of guidance (0 = off; the papers have no "
+        "such term).",
+        ge=0,
+    )
+    reading_retention_batch: int = _f(16, "loss.reading_retention: corpus examples per optimizer step.", gt=0)
 
 
 @_method_section("advantage")
@@ -385,6 +409,19 @@ class TrainConfig:
         "off",
         "Also evaluate with the active skills in the prompt (analysis only; logged as eval_with_skills/*). "
         "Held-out evaluation itself never shows skills.",
+    )
+    start_pass_k: int = _f(
+        8,
+        "Before training, sample this many episodes of every held-out task with the starting policy and log "
+        "pass@1, pass@k, the share of zero-variance groups and pass@k per task type (a metrics row of kind "
+        "'exploration' at step 0; 0 = off).",
+        ge=0,
+    )
+    probe_at_eval: Literal["auto", "on", "off"] = _f(
+        "auto",
+        "Take the light skill-reading probe at every held-out evaluation (eval/probe/*: P(hinted move) with "
+        "and without a guidance line, the skill texts' lift; docs/reading-prior.md); auto = on for the "
+        "built-in model on an environment with a guidance language, the only case where on is accepted.",
     )
     checkpoint_every: int = _f(50, "Steps between checkpoints.", ge=0)
     log_every: int = _f(1, "Steps between metric log lines.", gt=0)
@@ -477,7 +514,7 @@ def _coerce(value: Any, tp: Any, raw: str | None) -> Any:
         if isinstance(value, bool) and all(isinstance(a, str) for a in allowed):
             if raw is not None:
                 value = raw.strip()
-            elif {"on", "off"} <= set(allowed):
+            elif "on" in allowed or "off" in allowed:  # YAML 1.1 reads a bare on / off as a boolean
                 value = "on" if value else "off"
             elif {"true", "false"} <= set(allowed):
                 value = "true" if value else "false"
@@ -868,6 +905,11 @@ def _validate(cfg: Config) -> Config:
         raise ValueError(
             f"config keys 'loss.ratio_low' and 'loss.ratio_high': need ratio_low < ratio_high, "
             f"got {cfg.loss.ratio_low} and {cfg.loss.ratio_high}"
+        )
+    if cfg.loss.entropy_coef_min > cfg.loss.entropy_coef_max:
+        raise ValueError(
+            f"config keys 'loss.entropy_coef_min' and 'loss.entropy_coef_max': need entropy_coef_min <= "
+            f"entropy_coef_max, got {cfg.loss.entropy_coef_min} and {cfg.loss.entropy_coef_max}"
         )
     try:
         rollout_correction(cfg)

@@ -49,10 +49,14 @@ from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import envs
 from rwcore.trainer.config import Config, config_to_dict, load_config, rollout_correction, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
+from rwcore.trainer.entropy_control import AdaptiveEntropyControl
 from rwcore.trainer.judging import GroupJudging, can_overlap
 from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
 from rwcore.trainer.policy import Policy, build_policy
-from rwcore.trainer.prior import ensure_prior, prior_record, resolve_init
+from rwcore.trainer.prior import ensure_prior, language_of, prior_record, resolve_init, resolve_probe_at_eval
+from rwcore.trainer.prior.pretrain import corpus_spec
+from rwcore.trainer.prior.probe import EvaluationProbe
+from rwcore.trainer.prior.retention import ReadingRetention, check_reading_retention
 from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
@@ -87,6 +91,8 @@ class Trainer:
         self._resume_from: Path | None = None
         self._verified: Path | None = None  # the checkpoint resume() verified against its manifest
         self._evaluation_only = False  # rw eval: load a checkpoint, leave the run's logs alone
+        self._retention = None  # loss.reading_retention's corpus batches (set up in setup())
+        self._reading_probe = None  # train.probe_at_eval's light probe (set up in setup())
 
     @property
     def rollout_correction(self):
@@ -141,10 +147,16 @@ class Trainer:
         self.train_tasks = {task.task_id: task for task in self.env.tasks("train")}
         self.eval_tasks = self.env.tasks("eval")
         cfg.model.init = resolve_init(cfg, self.env)  # config.yaml records what the run started from
+        self._reading_probe = self._build_reading_probe()  # refuses train.probe_at_eval=on where it cannot run
+        check_reading_retention(cfg, self.env)  # refuses loss.reading_retention before anything is written
         self.prior = None  # the reading prior a fresh run starts from (model.init=pretrained)
         if cfg.model.init == "pretrained" and self._resume_from is None:
             self.prior = ensure_prior(cfg, self.env, progress=not self.quiet and os.environ.get("RANK", "0") == "0")
         self.policy = self._build_policy()
+        # loss.reading_retention > 0: the reading prior's corpus loss joins every optimizer step
+        self._retention = (
+            ReadingRetention(cfg, self.env, self.policy.codec, self.device) if cfg.loss.reading_retention else None
+        )
         self.engine = self._build_engine()
         self.rank, self.world_size = self.engine.rank, self.engine.world_size
         self.main = self.rank == 0  # the process that writes the run folder
@@ -337,6 +349,8 @@ class Trainer:
             progress = tqdm(total=total, initial=self.step, desc="rw train", unit="step", dynamic_ncols=True)
         if self.step == 0:
             self._log_evaluation()
+            if cfg.train.start_pass_k:
+                self._log(self._exploration_row(cfg.train.start_pass_k))
         while self.step < total:
             row = self.train_step()
             self._log(row)
@@ -362,11 +376,37 @@ class Trainer:
 
     def _log_evaluation(self) -> dict:
         evaluation = self.evaluate("eval")
+        evaluation.update(self._probe_row())
         evaluation.update(self._usage_row())  # every row says what the LLM roles cost since the previous one
         self._log(evaluation)
         if self.config.train.eval_with_skills == "on":
             self._log(self.evaluate("eval", with_skills=True))
         return evaluation
+
+    def _exploration_row(self, k: int) -> dict:
+        """Before training: k episodes of every held-out task with the starting policy (no skills, fixed seeds;
+        each rank samples its block) -> pass@1, pass@k, zero-variance and all-failed groups, pass@k per task type
+        (rwcore.trainer.exploration)."""
+        from rwcore.trainer.exploration import exploration_figures, sample_groups
+
+        cfg = self.config
+        first, last = self._my_groups(len(self.eval_tasks))
+        outcomes, successes = sample_groups(
+            self.env,
+            self.policy,
+            self.eval_tasks[first:last],
+            k,
+            temperature=cfg.rollout.temperature,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            generator=self.generator,
+            offset=first,
+        )
+        parts = self._gathered([(outcomes, successes)])
+        outcomes = np.concatenate([part[0] for part in parts])
+        successes = np.concatenate([part[1] for part in parts])
+        figures = exploration_figures(self.eval_tasks, outcomes, successes)
+        row = {"step": self.step, "kind": "exploration", **{f"exploration/{key}": v for key, v in figures.items()}}
+        return {**row, **self._usage_row()}  # every row says what the LLM roles cost since the previous one
 
     def _print_summary(self) -> None:
         """The run in three numbers: held-out success before and after, and what adaptation cost."""
@@ -518,6 +558,8 @@ class Trainer:
             "rollout/trajectories": len(trajectories),
             # episodes ended by the partner's failure: no advantage, no loss, no evidence (see envs.base)
             "partner_failures": int(sum(bool(t.partner_failure) for t in trajectories)),
+            # groups whose outcomes are all equal give outcome-only GRPO no gradient (rwcore.trainer.exploration)
+            **{f"groups/{key}": value for key, value in _group_row(trajectories, len(task_ids)).items()},
             **environment_metrics([t.metadata.get("outcome_details") for t in trajectories]),
             "time/adaptive_fraction": adaptive / elapsed if elapsed > 0 else 0.0,
             # judging happens after the step's rollouts end, so none of it is hidden behind generation
@@ -720,9 +762,15 @@ class Trainer:
         )
         stats_sum: dict[str, float] = {}
         mismatch: list[dict] = []
-        loss_value = 0.0
+        loss_value = retention_value = 0.0
+        # loss.adaptive_entropy: TRL's controller; each optimizer step applies the coefficient of the previous one
+        control = self._entropy_control() if cfg.loss.adaptive_entropy else None
+        applied: list[float] = []
         for epoch in range(cfg.optim.epochs):
             self.engine.zero_grad()
+            entropy_coef = cfg.loss.entropy_coef if control is None else control.applied()
+            applied.append(entropy_coef)
+            measured = [0.0, 0.0]  # the optimizer step's entropy sum and model tokens (adaptive_entropy)
             for part in parts:
                 # the (restricted) head is taken afresh for every backward pass: a slice of the weight made
                 # once would hold a freed graph after the first minibatch and stale values after a step
@@ -753,15 +801,30 @@ class Trainer:
                     # the mismatch before any update of this step (decoupled: proximal vs behavior, else the
                     # current policy's), one dict per minibatch, merged below
                     mismatch.append({k: stats.pop(k) for k in [k for k in stats if k.startswith(CORRECTION_PREFIX)]})
-                if cfg.loss.entropy_coef > 0:
+                if entropy_coef > 0:
                     entropy = self._entropy_sum(hidden, head_weight, head_bias, mask[part].reshape(-1))
-                    loss = loss - cfg.loss.entropy_coef * entropy / total_tokens
+                    loss = loss - entropy_coef * entropy / total_tokens
                     stats["entropy"] = entropy.detach() / mask[part].sum().clamp_min(1)  # per model token
+                elif control is not None:  # no bonus this step, but the controller measures the entropy
+                    with torch.no_grad():
+                        entropy = self._entropy_sum(hidden, head_weight, head_bias, mask[part].reshape(-1))
+                    stats["entropy"] = entropy / mask[part].sum().clamp_min(1)
+                if control is not None:
+                    measured[0] += float(entropy.detach())
+                    measured[1] += float(mask[part].sum())
+                if self._retention is not None and part is parts[0]:
+                    # loss.reading_retention: the reading prior's corpus loss, once per optimizer step
+                    kept = self._retention.loss(self.policy.model, self.step)
+                    loss = loss + cfg.loss.reading_retention * kept
+                    retention_value += float(kept.detach())
                 self.engine.accumulate(loss)
                 loss_value += float(loss.detach())
                 for name, value in stats.items():
                     stats_sum[name] = stats_sum.get(name, 0.0) + float(value) * len(part) / len(rollouts)
             grad_norm = self.engine.step()
+            if control is not None:  # the step's mean entropy over every process's model tokens moves the coefficient
+                totals = self.engine.all_sum_tensor(torch.tensor(measured, dtype=torch.float64))
+                control.update(float(totals[0]), float(totals[1]))
         epochs = max(1, cfg.optim.epochs)
         tokens = [float(mask[part].sum()) for part in parts]
         # Each rank's loss is its share of the step's tokens scaled by the world size, so the mean over ranks is
@@ -771,9 +834,27 @@ class Trainer:
                 "loss": loss_value / epochs,
                 **{name: value / epochs for name, value in stats_sum.items()},
                 **merge_metrics(mismatch, tokens),
+                **({"reading_retention_loss": retention_value / epochs} if self._retention is not None else {}),
             }
         )
-        return {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
+        out = {"loss": figures.pop("loss"), "grad_norm": grad_norm, **figures}
+        if control is not None:  # the coefficient applied this step (mean over its optimizer steps, optim.epochs)
+            out["entropy_coef"] = float(np.mean(applied))
+        return out
+
+    def _entropy_control(self) -> AdaptiveEntropyControl:
+        """loss.adaptive_entropy's controller, built from the config on first use (its state is in state.pt)."""
+        control = getattr(self, "_adaptive_entropy", None)
+        if control is None:
+            loss = self.config.loss
+            control = self._adaptive_entropy = AdaptiveEntropyControl(
+                loss.entropy_coef,
+                loss.entropy_target,
+                loss.entropy_coef_delta,
+                loss.entropy_coef_min,
+                loss.entropy_coef_max,
+            )
+        return control
 
     def _action_head(self, input_ids: torch.Tensor):
         """(weight [K, H], bias [K] or None) of the LM head restricted to the action space the sampler drew from."""
@@ -863,7 +944,28 @@ class Trainer:
         for tag in sorted({tag for _, _, tag in outcomes}):
             row[f"{name}/success/{tag}"] = float(np.mean([s for s, _, t in outcomes if t == tag]))
         row.update({f"{name}/{key}": value for key, value in environment_metrics(details).items()})
+        ceiling = envs.provided(self.env, "ceiling") if split == "eval" else None
+        if ceiling is not None:  # the best held-out success any policy can reach (normalizes areas under curves)
+            row[f"{name}/ceiling"] = float(ceiling)
         return row
+
+    def _build_reading_probe(self) -> EvaluationProbe | None:
+        """The light skill-reading probe of train.probe_at_eval (None when off)."""
+        if not resolve_probe_at_eval(self.config, self.env):
+            return None
+        return EvaluationProbe(self.env, language_of(self.env), corpus_spec(self.config))
+
+    def _probe_row(self) -> dict:
+        """train.probe_at_eval: does the policy still read guidance? `eval/probe/heldout_with`,
+        `eval/probe/heldout_without`, `eval/probe/skill_lift_mean`, `eval/probe/skill_lift_min`
+        (rwcore.trainer.prior.probe, light mode) and `time/probe`, on rank 0. The probe draws from its own
+        seeded generators under torch.random.fork_rng and leaves the model's mode as it was: no other value
+        of the run changes."""
+        if self._reading_probe is None or not self.main:
+            return {}
+        clock = time.perf_counter()
+        row = self._reading_probe.metrics(self.policy.model, self.policy.codec)
+        return {**row, "time/probe": time.perf_counter() - clock}
 
     def _skills_prompt(self) -> str:
         if self.method is not None:
@@ -958,6 +1060,12 @@ class Trainer:
                             "rollouts_ahead": self.rollouts_ahead.state_dict()
                             if self.rollouts_ahead is not None
                             else {},
+                            # loss.adaptive_entropy: the coefficient and the last measured entropy
+                            **(
+                                {"entropy_control": self._entropy_control().state_dict()}
+                                if self.config.loss.adaptive_entropy
+                                else {}
+                            ),
                         },
                         staging / "state.pt",
                     )
@@ -1008,6 +1116,8 @@ class Trainer:
             raise ValueError(f"--resume: checkpoint {path} predates rwcore.AdaptiveMethod; start a new run")
         rng = state["rng"] if self.main else ckpt.load(path / f"rng_rank{self.rank}.pt")
         self.method.load_state_dict(state["method"])  # refuses another variant, naming train.method
+        if self.config.loss.adaptive_entropy and state.get("entropy_control"):  # else it starts afresh, as TRL's
+            self._entropy_control().load_state_dict(state["entropy_control"])
         self._usage_totals.update(
             {k: float(v) for k, v in (state.get("usage_totals") or {}).items() if k in self._usage_totals}
         )
@@ -1057,6 +1167,16 @@ def environment_metrics(details: Sequence) -> dict:
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 values.setdefault(str(key), []).append(float(value))
     return {f"env/{key}": float(np.mean(found)) for key, found in sorted(values.items())}
+
+
+def _group_row(trajectories: Sequence, groups: int) -> dict:
+    """The step's zero-variance and all-failed shares over its task groups (groups contiguous, equal size)."""
+    from rwcore.trainer.exploration import group_figures
+
+    outcomes = np.array([t.outcome for t in trajectories], dtype=np.float64).reshape(groups, -1)
+    successes = np.array([bool(t.metadata.get("success", False)) for t in trajectories]).reshape(groups, -1)
+    figures = group_figures(outcomes, successes)
+    return {"zero_variance": figures["zero_variance_groups"], "all_failed": figures["all_failed_groups"]}
 
 
 def _due(step: int, every: int) -> bool:
