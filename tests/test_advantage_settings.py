@@ -468,6 +468,19 @@ NOT_APPLICABLE = {  # by hand from each variant's components (docs/method.md "Me
 }
 
 
+SHOWS_SKILLS = {"combined", "arise", "arise_frozen_rubrics", "arise_no_adaptive_sampling", "arise_vade_sampling"}
+
+
+@pytest.mark.parametrize("name", list(AdaptiveMethod.variants()))
+def test_retire_while_shown_applies_only_where_skills_are_shown(name):
+    found = inapplicable_settings(name, MethodSettings(retire_while_shown=False))
+    assert found == ([] if name in SHOWS_SKILLS else ["pool.retire_while_shown"])
+    if name == "arise":  # the setting reaches the pool
+        settings = MethodSettings(batch_size=1, retire_while_shown=False)
+        method = AdaptiveMethod(name, {"t": ["x"]}, settings, Providers(reflector=_Reflector()))
+        assert method.pool.state_dict()["config"]["retire_while_shown"] is False
+
+
 @pytest.mark.parametrize("name", list(AdaptiveMethod.variants()))
 def test_inapplicable_settings_per_variant(name):
     changed = MethodSettings(scale_rewards="batch", aggregation="normalize_then_sum", process_gate="success_only")

@@ -128,6 +128,37 @@ def test_active_skills_at_exact_thresholds_through_the_pool():
     assert [c[1] for c in reflector.calls if c[0] == "refine"] == ["at_low", "below_low"]
 
 
+@pytest.mark.parametrize("rate", [0.9, above(0.9), 1.0])
+def test_a_shown_skill_is_hidden_before_it_retires_when_retire_while_shown_is_off(rate):
+    assert transition(rate, ACTIVE, 0.3, 0.9, retire_while_shown=False) == "hidden"
+    assert transition(rate, HIDDEN, 0.3, 0.9, retire_while_shown=False) == "retired"
+    assert transition(below(0.9), ACTIVE, 0.3, 0.9, retire_while_shown=False) == "hidden"
+    assert transition(0.3, ACTIVE, 0.3, 0.9, retire_while_shown=False) == "refined"
+
+
+def test_retire_while_shown_off_through_the_pool_activate_hide_retire():
+    pool = make_pool(["a", "b"], retire_while_shown=False)
+    run_window(pool, {"a": (0, 4), "b": (0, 4)}, step=9)  # both activated
+    assert status(pool, "a") == ACTIVE and status(pool, "b") == ACTIVE
+    update = run_window(pool, {"a": (10, 0), "b": (9, 1)}, step=19)  # mastered while shown: hidden, kept
+    assert update.hidden == ("a", "b") and update.retired == ()
+    assert status(pool, "a") == HIDDEN and pool.rubric_ids() == ["a", "b"]
+    update = run_window(pool, {"a": (9, 1), "b": (1, 3)}, step=29)  # measured hidden: a retires, b comes back
+    assert update.retired == ("a",) and update.activated == ("b",)
+    assert pool.rubric_ids() == ["b"]
+    # the setting is part of the pool's state: a pool with the paper's rule refuses it, and an older state
+    # without it loads as the paper's rule
+    state = pool.state_dict()
+    with pytest.raises(ValueError, match="retire_while_shown"):
+        make_pool(["a", "b"]).load_state_dict(state)
+    paper = make_pool(["a"])
+    old = paper.state_dict()
+    del old["config"]["retire_while_shown"]
+    make_pool(["a"]).load_state_dict(old)
+    with pytest.raises(ValueError, match="retire_while_shown must be True or False"):
+        make_pool(["a"], retire_while_shown=1)
+
+
 def test_custom_thresholds():
     pool = make_pool(["a", "b", "c"], eta_low=0.5, eta_high=0.75)
     update = run_window(pool, {"a": (1, 1), "b": (3, 1), "c": (2, 1)}, step=9)

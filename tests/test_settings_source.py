@@ -77,6 +77,7 @@ def test_every_config_key_of_a_method_setting_round_trips_to_the_setting():
         "aggregation": "normalize_then_sum",
         "process_gate": "success_groups",
         "delta_pool": 4,
+        "retire_while_shown": False,
         "eta_high": 0.8,
         "eta_low": 0.2,
         "max_pool": 9,

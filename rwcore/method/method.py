@@ -175,6 +175,13 @@ class MethodSettings:
     eta_low: float = setting(
         0.3, "Pass rate at or below which a skill activates or refines.", "pool.eta_low", ge=0, le=1
     )
+    retire_while_shown: bool = setting(
+        True,
+        "Retire a pair whose window pass rate reaches eta_high even while its skill is shown (eq. 5 as written, "
+        "the default); false: hide the skill instead and retire only on a window measured with the skill hidden "
+        "(appendix F's activate-hide-retire lifecycle; for a policy that follows a shown skill at once).",
+        "pool.retire_while_shown",
+    )
     max_pool: int = setting(64, "Maximum pool size.", "pool.max_pool", gt=0)
     max_new: int = setting(8, "Maximum new pairs per reflection.", "pool.max_new", ge=0)
     max_records: int = setting(
@@ -257,8 +264,9 @@ class MethodSettings:
             check_unit(getattr(self, name), name)
         if not self.eta_low < self.eta_high:
             raise ValueError(f"eta_low must be below eta_high, got {self.eta_low} and {self.eta_high}")
-        if not isinstance(self.expansion, bool):
-            raise ValueError(f"expansion must be True or False, got {self.expansion!r}")
+        for name in ("expansion", "retire_while_shown"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         hints = _settings_hints(type(self))
         for f in fields(self):  # every declared range and choice (what the config checks too)
             value, meta = getattr(self, f.name), f.metadata
@@ -297,9 +305,10 @@ trainer's own keys may set on a built method: `AdaptiveMethod.set_credit_setting
 
 def inapplicable_settings(variant: str | Variant, settings: MethodSettings) -> list[str]:
     """The config keys of `settings` that `variant` cannot apply (empty when every setting applies):
-    `advantage.aggregation` other than the default without a RewardWeaver process reward, and
+    `advantage.aggregation` other than the default without a RewardWeaver process reward,
     `advantage.process_gate` other than "off" for a variant with no process credit at all (neither
-    RewardWeaver's process reward nor Arise's rubric advantages: outcome-only)."""
+    RewardWeaver's process reward nor Arise's rubric advantages: outcome-only), and
+    `pool.retire_while_shown` other than the default for a variant that shows no skills."""
     variant = variant if isinstance(variant, Variant) else get_variant(variant)
     if not isinstance(settings, MethodSettings):
         raise ValueError(f"settings must be a MethodSettings, got {type(settings).__name__}")
@@ -309,6 +318,8 @@ def inapplicable_settings(variant: str | Variant, settings: MethodSettings) -> l
         found.append(keys["aggregation"])
     if variant.process_reward is None and variant.arise_rubrics is None and settings.process_gate != "off":
         found.append(keys["process_gate"])
+    if not variant.skills and settings.retire_while_shown != defaults.retire_while_shown:
+        found.append(keys["retire_while_shown"])
     return found
 
 
@@ -319,6 +330,8 @@ def _check_applicable(variant: Variant, settings: MethodSettings) -> None:
         "leave it at 'sum_then_normalize'",
         "advantage.process_gate": "gates process credit, which it has none of (no RewardWeaver process reward, "
         "no Arise rubric advantages); leave it at 'off'",
+        "pool.retire_while_shown": "concerns skills shown in the training prompt, which it never shows; leave it "
+        "at true",
     }
     bad = inapplicable_settings(variant, settings)
     if bad:
@@ -541,6 +554,7 @@ class AdaptiveMethod:
             proposals=list(self.providers.frozen_rubrics) if frozen else (),
             max_failures=s.max_records,
             frozen=frozen,
+            retire_while_shown=s.retire_while_shown,
         )
 
     # ------------------------------------------------------------------ per step
@@ -1031,7 +1045,7 @@ class AdaptiveMethod:
                 f"{self.variant.name!r}; resume with the variant the run started with"
             )
         saved, mine = dict(state.get("settings") or {}), self.settings.to_dict()
-        for name in CREDIT_SETTINGS:  # written before the credit settings existed: the papers' defaults
+        for name in (*CREDIT_SETTINGS, "retire_while_shown"):  # written before these existed: the papers' rule
             saved.setdefault(name, getattr(MethodSettings(), name))
         if "rank_by" not in saved:  # written before rank_by existed, when attribution ranked by support
             saved["rank_by"] = "support" if self.variant.uses_library else mine["rank_by"]

@@ -6,11 +6,16 @@ from rwcore.arise.pool.records import SkillStatus
 from rwcore.validation import check_unit
 
 
-def transition(rate: float | None, status: SkillStatus, eta_low: float, eta_high: float) -> str:
+def transition(
+    rate: float | None, status: SkillStatus, eta_low: float, eta_high: float, retire_while_shown: bool = True
+) -> str:
     """What an update does to one pair given its window pass rate `rate` and its skill's `status`.
 
     - rate is None (no applicable evaluation in the window): "retained", nothing changes;
-    - rate >= eta_high: "retired" (eq. 5; whether the skill is hidden or active);
+    - rate >= eta_high: "retired" (eq. 5; whether the skill is hidden or active). With
+      `retire_while_shown=False` an active skill is "hidden" instead: its rate was measured with the skill in
+      the policy's prompt, and the pair retires only on a window with the skill hidden (the lifecycle of
+      Arise's appendix F - activate, hide, retire - and the mastery without guidance of appendix G);
     - rate <= eta_low: "activated" for a hidden skill, "refined" for an active one (eq. 7, 8);
     - eta_low < rate < eta_high: "hidden" for an active skill, "retained" for a hidden one.
 
@@ -23,7 +28,7 @@ def transition(rate: float | None, status: SkillStatus, eta_low: float, eta_high
         return "retained"
     check_unit(rate, "rate")
     if rate >= eta_high:
-        return "retired"
+        return "retired" if retire_while_shown or status != SkillStatus.ACTIVE else "hidden"
     if rate <= eta_low:
         return "activated" if status == SkillStatus.HIDDEN else "refined"
     return "hidden" if status == SkillStatus.ACTIVE else "retained"

@@ -22,7 +22,8 @@ An update at step k, in Algorithm 1's order:
    `failures` are the given recent trajectories this rubric failed in the window
    (at most `max_failures`, the latest);
 3. eta_low < p_i < eta_high: an active skill is hidden (the pair stays);
-4. p_i >= eta_high: the pair is retired (whatever its skill's status);
+4. p_i >= eta_high: the pair is retired (whatever its skill's status; with retire_while_shown=False an
+   active skill is hidden instead, and the pair retires on a later window measured with it hidden);
 5. `reflector.propose_rubric_skills(trajectories, existing, room)` with `existing`
    = every rubric of P_k (the pool before this update, retiring ones included, so
    a just-mastered criterion is not proposed again; eq. 4) and
@@ -110,6 +111,9 @@ class RubricSkillPool:
     frozen: a fixed rubric set (Arise's frozen-rubrics ablation): `proposals` are the pool for the
         whole run; updates never retire a pair nor ask for new ones, while skills still activate,
         hide and refine by the same thresholds.
+    retire_while_shown: eq. 5 as written (True, default): a pair whose pass rate reaches eta_high retires
+        whether its skill is shown or hidden. False: an active skill is hidden instead, and the pair retires
+        only on a window measured with the skill hidden (mastery without guidance).
 
     Bad arguments raise ValueError naming them, and leave the pool unchanged.
     """
@@ -128,6 +132,7 @@ class RubricSkillPool:
         proposals: Sequence[RubricSkillProposal] = (),
         max_failures: int = 256,
         frozen: bool = False,
+        retire_while_shown: bool = True,
     ) -> None:
         self._max_pool = check_int(max_pool, "max_pool", low=1)
         self._max_new = check_int(max_new, "max_new", low=0)
@@ -146,6 +151,9 @@ class RubricSkillPool:
         if not isinstance(frozen, bool):
             raise ValueError(f"frozen must be True or False, got {frozen!r}")
         self._frozen = frozen
+        if not isinstance(retire_while_shown, bool):
+            raise ValueError(f"retire_while_shown must be True or False, got {retire_while_shown!r}")
+        self._retire_while_shown = retire_while_shown
         if not isinstance(base_prompt, str):
             raise ValueError(f"base_prompt must be a string, got {type(base_prompt).__name__}")
         self.base_prompt = base_prompt
@@ -159,6 +167,7 @@ class RubricSkillPool:
             "capabilities": list(self._capabilities),
             "max_failures": self._max_failures,
             "frozen": self._frozen,
+            "retire_while_shown": self._retire_while_shown,
         }
 
         self._entries: dict[str, _Entry] = {}
@@ -405,7 +414,9 @@ class RubricSkillPool:
         for rubric_id, entry in self._entries.items():
             window[rubric_id] = self._window.totals(rubric_id, low, step)
             rates[rubric_id] = pass_rate(*window[rubric_id][:2])
-            plan[rubric_id] = transition(rates[rubric_id], entry.status, self._eta_low, self._eta_high)
+            plan[rubric_id] = transition(
+                rates[rubric_id], entry.status, self._eta_low, self._eta_high, self._retire_while_shown
+            )
             if self._frozen and plan[rubric_id] == "retired":
                 plan[rubric_id] = "retained"  # a frozen pool keeps every rubric; only skills change
 
@@ -557,6 +568,9 @@ class RubricSkillPool:
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restores `state_dict()` output of a pool with the same settings; all or nothing."""
+        if isinstance(state, Mapping) and isinstance(state.get("config"), Mapping):
+            # written before retire_while_shown existed: the paper's rule (retire whatever the skill's status)
+            state = {**state, "config": {"retire_while_shown": True, **state["config"]}}
         check_state(state, _STATE_KIND, _STATE_FORMAT, self._config)
         last = state.get("last_update_step")
         if not _is_int(last) or last < -1:
