@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -167,9 +168,25 @@ def save(value: Any, path: Path, encoded: bool = True) -> None:
     and fsynced, so that a full disk raises OSError (ENOSPC) naming nothing half-written as done."""
     payload = encode(value, path.name) if encoded else value
     with open(path, "wb") as stream:
-        torch.save(payload, stream)
+        try:
+            torch.save(payload, stream)
+        except RuntimeError as error:  # a failed write reaches us as torch's "[enforce fail at ...]"
+            raise write_failure(error, path) from error
         stream.flush()
         os.fsync(stream.fileno())
+
+
+def write_failure(error: BaseException, path: Path) -> OSError:
+    """The OSError behind a failed `torch.save` (ENOSPC, EFBIG, EIO, ...), naming `path`.
+
+    torch's zip writer turns the stream's OSError into a RuntimeError ("[enforce fail at
+    inline_container.cc:...] unexpected pos ...") whose context is the OSError; without one, an OSError
+    (EIO) carrying torch's first line, so that callers need to handle one kind of failure."""
+    behind = _os_error_behind(error)
+    if behind is not None:
+        return OSError(behind.errno, behind.strerror or os.strerror(behind.errno), str(path))
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return OSError(errno.EIO, f"torch.save failed: {first[:300]}", str(path))
 
 
 def load(path: Path, map_location=None) -> Any:
@@ -455,7 +472,21 @@ def writing(what: Path):
     """OSErrors raised inside become RunFolderError naming the path that could not be written."""
     try:
         yield
-    except OSError as error:
+    except (OSError, RuntimeError) as error:
+        if isinstance(error, RuntimeError):  # torch's and DeepSpeed's writers wrap the OSError of a failed write
+            error = _os_error_behind(error)
+            if error is None:
+                raise
         path = error.filename if error.filename else what
         reason = error.strerror or str(error) or type(error).__name__
         raise RunFolderError(f"cannot write {path}: {reason}") from error
+
+
+def _os_error_behind(error: BaseException) -> OSError | None:
+    """The OSError (with an errno) in the cause/context chain of `error`, if any."""
+    seen, depth = error, 0
+    while seen is not None and depth < 8:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen
+        seen, depth = seen.__cause__ or seen.__context__, depth + 1
+    return None

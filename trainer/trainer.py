@@ -58,6 +58,7 @@ from rwcore.trainer.prior.pretrain import corpus_spec
 from rwcore.trainer.prior.probe import EvaluationProbe
 from rwcore.trainer.prior.retention import ReadingRetention, check_reading_retention
 from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
+from rwcore.trainer.run_logs import truncate_after
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
 DIAGNOSTIC_SEED = 2_000_003  # the fixed diagnostic set's episodes (appendix G), the same at every boundary
@@ -1082,7 +1083,15 @@ class Trainer:
             if self.main:
                 shutil.rmtree(staging, ignore_errors=True)  # never a half-written folder left behind
             if isinstance(error, ckpt.RunFolderError):
-                raise ckpt.RunFolderError(f"{error} (the earlier checkpoints are intact)") from error.__cause__
+                earlier = ckpt.step_folders(folder) if folder.is_dir() else []
+                kept = (
+                    f"the latest checkpoint, {earlier[0].name}, is intact"
+                    if earlier
+                    else "the run has no checkpoint yet"
+                )
+                raise ckpt.RunFolderError(
+                    f"{error} (step {self.step}'s checkpoint was not written; {kept})"
+                ) from error.__cause__
             raise
         self.engine.barrier()
         return target
@@ -1135,8 +1144,9 @@ class Trainer:
             )
         if self.main:
             with ckpt.writing(self.out):
-                for log in (self._metrics_path, self._sampling_path):
-                    _truncate_after(log, self.step)
+                # a torn last line is dropped with a note; damage mid-file raises RunLogError (a ValueError)
+                for note in truncate_after([self._metrics_path, self._sampling_path], self.step):
+                    print(f"rw: {note}", file=sys.stderr, flush=True)
         self.engine.barrier()  # no rank starts before rank 0 has truncated the logs
 
     def cleanup(self) -> None:
@@ -1182,11 +1192,3 @@ def _group_row(trajectories: Sequence, groups: int) -> dict:
 def _due(step: int, every: int) -> bool:
     """Whether a periodic action (every 0 = never) falls on `step`."""
     return every > 0 and step % every == 0
-
-
-def _truncate_after(path: Path, step: int) -> None:
-    """Drops log lines written after `step` (a resumed run writes them again)."""
-    if not path.exists():
-        return
-    kept = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-    atomic_write_bytes(path, ("\n".join(kept) + "\n").encode() if kept else b"")
