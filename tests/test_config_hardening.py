@@ -91,10 +91,13 @@ def test_a_recursive_alias_is_refused(tmp_path):
 
 def test_a_few_aliases_still_work(tmp_path):
     path = tmp_path / "dry.yaml"
-    path.write_text("env:\n  options: {kind_weights: &w [1, 1, 1, 1, 1, 1, 1]}\ntrain: {steps: &n 3, eval_every: *n}\n")
+    path.write_text(
+        "env:\n  options: {kind_weights: {standard: &w 1, bundle: *w, quote: *w}}\n"
+        "train: {steps: &n 3, eval_every: *n}\n"
+    )
     config = load_config(path)
     assert config.train.steps == 3 and config.train.eval_every == 3
-    assert config.env.options["kind_weights"] == [1] * 7
+    assert config.env.options["kind_weights"] == {"standard": 1, "bundle": 1, "quote": 1}
 
 
 # ---- numbers ---------------------------------------------------------------------------------------

@@ -37,9 +37,17 @@ SEED_KEY = "train.seed"
 
 def plot_compare(run_dirs: Sequence[str | os.PathLike], path: str | os.PathLike) -> tuple[Path, list[dict]]:
     """Held-out success curves of several runs on one plot (with ±1 standard error bands where logged).
-    Returns the PNG path and one summary per run; ValueError names a run without held-out evaluations."""
+    Returns the PNG path and one summary per run; ValueError names a run without held-out evaluations, or a `path`
+    that cannot be a file (a folder, or under a file). Missing folders of `path` are created; the PNG is written
+    atomically."""
     from rwcore.trainer.report import _figure, _save
 
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--out {str(path)!r} is a folder; name the PNG file to write")
+    blocking = next((parent for parent in path.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise ValueError(f"--out {str(path)!r} cannot be written: {str(blocking)!r} is a file, not a folder")
     curves = []
     for run_dir in run_dirs:
         run_dir = Path(run_dir)
@@ -86,7 +94,11 @@ def plot_compare(run_dirs: Sequence[str | os.PathLike], path: str | os.PathLike)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", frameon=False, fontsize=8)
     ax.set_title("Held-out success (±1 standard error)")
-    return _save(fig, Path(path)), summaries
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _save(fig, path), summaries
+    except OSError as error:
+        raise ValueError(f"--out {str(path)!r} cannot be written ({error.strerror or error})") from None
 
 
 def _short_names(run_dirs: Sequence[Path]) -> list[str]:
@@ -116,15 +128,13 @@ def _run_config(run_dir: Path) -> tuple[dict | None, object]:
     """(a run's config.yaml flattened to section.key -> value without train.seed, its train.seed), or (None, None)
     without config.yaml. A pool.frozen_from naming the same seed's run (`<variant>-s<seed>`, as rw ablate writes
     it) is compared with the seed left out, so the seeds of arise_frozen_rubrics fall into one group."""
-    import yaml
+    from rwcore.trainer.config import read_yaml_file
 
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None, None
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise ValueError(f"RUN_DIR {str(run_dir)!r}: config.yaml is unreadable ({error})") from None
+    # read as rw reads a config file (bounded in size, depth and values, plain data only): RUN_DIR is any folder
+    data = read_yaml_file(path, f"RUN_DIR {str(run_dir)!r}: config.yaml")
     if not isinstance(data, dict):
         raise ValueError(f"RUN_DIR {str(run_dir)!r}: config.yaml is not a mapping of sections")
     flat = _flatten(data)

@@ -32,6 +32,7 @@ import dataclasses
 import math
 import os
 import re
+import stat
 import types
 import typing
 from dataclasses import dataclass, field
@@ -613,6 +614,74 @@ def _literal_of(tp: Any) -> Any:
 
 _INT_LIMIT = 2**63 - 1  # what torch and numpy hold in an int64; beyond it a setting overflows far from here
 
+# Bounds on config input (a real config is a few KiB, nests 4 levels and has 19-digit integers at most): past
+# them a careless or hostile input would fill memory, hang, or exhaust Python's recursion limit far from the key.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""The largest config file `load_config` reads, and the longest override (4 MiB)."""
+MAX_DEPTH = 64
+"""How many levels lists and mappings may nest (in a file from its top, in a value from its key)."""
+MAX_KEY_PARTS = 32
+"""The most parts a dotted override key may have (`env.options.a.b` has 4)."""
+MAX_INT_DIGITS = 100
+"""The longest integer (in digits) read as a number; longer ones are refused as out of range, naming the key."""
+
+
+class _Refused:
+    """A YAML value that is no config value, kept where the value was so that the key holding it can be named:
+    a tag other than plain scalars, lists and mappings (!!set, !!binary, !!python/..., a local !tag), a timestamp,
+    a scalar that is not what its explicit tag says (!!int abc), an integer of more than MAX_INT_DIGITS digits."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<{self.reason}>"
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """repr(value), shortened to about `limit` characters for an error line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 20]}...{text[-12:]} ({len(text)} characters)"
+
+
+def _label(key: Any) -> str:
+    """A mapping key as one part of a key path in a message (a long key shortened)."""
+    text = key if isinstance(key, str) else repr(key)
+    return text if len(text) <= 40 else text[:30] + "..."
+
+
+_INT_BITS = math.ceil(MAX_INT_DIGITS * math.log2(10))  # the bit length of a MAX_INT_DIGITS-digit integer
+
+
+def _check_plain(key: str, value: Any) -> None:
+    """Refuses, naming the key path, what no config value may hold: a value the YAML loader refused (`_Refused`),
+    an integer of more than MAX_INT_DIGITS digits (which int64 checks, float() and even str() would choke on), and
+    lists or mappings nested more than MAX_DEPTH levels (walked without recursion: a value nested thousands deep
+    must be refused, not exhaust Python's stack)."""
+    stack = [(key, value, 0)]
+    while stack:
+        path, item, depth = stack.pop()
+        if isinstance(item, _Refused):
+            raise ValueError(f"config key {path!r}: {item.reason}")
+        if isinstance(item, int) and not isinstance(item, bool) and item.bit_length() > _INT_BITS:
+            raise ValueError(
+                f"config key {path!r}: an integer of more than {MAX_INT_DIGITS} digits does not fit a 64-bit integer"
+            )
+        if isinstance(item, Mapping):
+            children = [(f"{path}.{_label(k)}" if path else _label(k), k, v) for k, v in item.items()]
+        elif isinstance(item, (list, tuple)):
+            children = [(f"{path}[{i}]", None, v) for i, v in enumerate(item)]
+        else:
+            continue
+        if depth >= MAX_DEPTH:
+            raise ValueError(f"config key {path!r}: lists and mappings nest deeper than {MAX_DEPTH} levels")
+        for child_path, child_key, child in reversed(children):
+            if isinstance(child_key, _Refused):
+                raise ValueError(f"config key {child_path!r}: {child_key.reason} (as a key)")
+            stack.append((child_path, child, depth + 1))
+
 
 def _check_number(key: str, value: Any) -> None:
     """Every number of a config, nested ones included, is finite and fits an int64."""
@@ -659,19 +728,21 @@ def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str |
     fields = {f.name: f for f in dataclasses.fields(section)}
     dotted = f"{section_name}.{key}"
     if dotted in _VARIANT_KEYS:
+        _check_plain(dotted, value)
         try:
             coerced = _coerce(value, _VARIANT_KEYS[dotted], raw)
         except _Bad:
             allowed = ", ".join(str(a) for a in typing.get_args(typing.get_args(_VARIANT_KEYS[dotted])[0]))
             shown = raw.strip() if raw is not None else value
             raise ValueError(
-                f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}, null "
+                f"config key {dotted!r}: {_shown(shown)} is not an allowed value; allowed: {allowed}, null "
                 "(train.method sets it: leave it out)"
             ) from None
         section.__dict__.setdefault("_variant_keys", {})[key] = coerced
         return
     if key not in fields:
         raise ValueError(f"unknown config key {dotted!r}; valid keys in section {section_name!r}: " + ", ".join(fields))
+    _check_plain(dotted, value)
     tp = _hints(type(section))[key]
     try:
         coerced = _coerce(value, tp, raw)
@@ -684,9 +755,11 @@ def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str |
             allowed = ", ".join(str(a) for a in typing.get_args(literal))
             if literal is not tp:
                 allowed += ", null"
-            raise ValueError(f"config key {dotted!r}: {shown!r} is not an allowed value; allowed: {allowed}") from None
+            raise ValueError(
+                f"config key {dotted!r}: {_shown(shown)} is not an allowed value; allowed: {allowed}"
+            ) from None
         raise ValueError(
-            f"config key {dotted!r}: expected {_type_name(tp)}, got {shown!r} ({type(value).__name__})"
+            f"config key {dotted!r}: expected {_type_name(tp)}, got {_shown(shown)} ({type(value).__name__})"
         ) from None
     _check_range(dotted, coerced, fields[key].metadata)
     setattr(section, key, coerced)
@@ -700,7 +773,21 @@ def _unknown_section(name: str, cfg: Config) -> ValueError:
     return ValueError(f"unknown config section {name!r}; valid sections: " + ", ".join(_sections(cfg)))
 
 
-def _apply_mapping(cfg: Config, data: Mapping[str, Any], source: str) -> None:
+def _takes_text(section: Any, key: str) -> bool:
+    """Whether `key` of `section` is a string field (`str` or `str | None`)."""
+    if key not in {f.name for f in dataclasses.fields(section)}:
+        return False
+    tp = _hints(type(section))[key]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return set(typing.get_args(tp)) == {str, type(None)}
+    return tp is str
+
+
+def _apply_mapping(
+    cfg: Config, data: Mapping[str, Any], source: str, texts: Mapping[tuple[str, str], str] | None = None
+) -> None:
+    """Sets every `section: {key: value}` of `data`. `texts` holds the text as typed of the numbers and booleans
+    at that level of a file (`_load_document`), which a string field keeps, as it does an override's."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{source}: expected a mapping of sections, got {type(data).__name__}")
     sections = _sections(cfg)
@@ -710,19 +797,29 @@ def _apply_mapping(cfg: Config, data: Mapping[str, Any], source: str) -> None:
         if values is None:
             continue
         if not isinstance(values, Mapping):
-            raise ValueError(f"config section {name!r} in {source}: expected a mapping of keys, got {values!r}")
+            raise ValueError(f"config section {name!r} in {source}: expected a mapping of keys, got {_shown(values)}")
         for key, value in values.items():
-            _set_field(sections[name], name, str(key), value, None)
+            raw = (texts or {}).get((name, key))
+            if raw is not None and not _takes_text(sections[name], str(key)):
+                raw = None
+            _set_field(sections[name], name, str(key), value, raw)
 
 
 def _apply_override(cfg: Config, override: str) -> None:
     if not isinstance(override, str) or "=" not in override:
-        raise ValueError(f"override {override!r}: expected section.key=value")
+        raise ValueError(f"override {_shown(override)}: expected section.key=value")
     dotted, _, text = override.partition("=")
     dotted = dotted.strip()
     if dotted == "model":  # `model=<HF name or local path>`: the short form of model.name=...
         dotted = "model.name"
     parts = dotted.split(".")
+    if len(parts) > MAX_KEY_PARTS:
+        shown = ".".join(_label(part) for part in parts[:6]) + "..."
+        raise ValueError(f"override {shown!r}: a dotted key of {len(parts)} parts; at most {MAX_KEY_PARTS} are allowed")
+    if len(override) > MAX_CONFIG_BYTES:
+        raise ValueError(
+            f"override {_shown(dotted)}: {len(override)} characters, more than the 4 MiB an override may hold"
+        )
     sections = _sections(cfg)
     if len(parts) < 2 or not all(parts):
         raise ValueError(
@@ -733,7 +830,7 @@ def _apply_override(cfg: Config, override: str) -> None:
         raise _unknown_section(name, cfg)
     section = sections[name]
     try:
-        value = _load_yaml(text) if text.strip() else ""
+        value = _load_yaml(text, dotted) if text.strip() else ""
     except yaml.constructor.ConstructorError as error:
         if "given twice" in str(error):
             raise ValueError(f"override {dotted!r}: {error.problem}") from None
@@ -768,12 +865,74 @@ def _apply_override(cfg: Config, override: str) -> None:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 MAX_YAML_VALUES = 100_000
-"""The most values a config text may stand for once its aliases are expanded (a real config has a few hundred)."""
+"""The most values a config text may hold, or stand for once its aliases are expanded (a real config has a few
+hundred)."""
+
+_YAML = "tag:yaml.org,2002:"
+
+
+def _tag_name(tag: str | None) -> str:
+    """`tag:yaml.org,2002:set` as `!!set`; a local tag as written."""
+    tag = tag or "?"
+    return "!!" + tag[len(_YAML) :] if tag.startswith(_YAML) else tag
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (YAML would keep the last silently) and a
-    document whose aliases expand past MAX_YAML_VALUES values (a few hundred bytes can stand for billions)."""
+    """SafeLoader that refuses a key given twice in one mapping (YAML would keep the last silently), a document of
+    more than MAX_YAML_VALUES values or whose aliases expand past that (a few hundred bytes can stand for billions),
+    and lists and mappings nested more than MAX_DEPTH levels (PyYAML composes them recursively). A value that is no
+    config value (see `_Refused`) is loaded as a `_Refused`, refused where its key is known."""
+
+    def __init__(self, stream, prefix: str = "") -> None:
+        super().__init__(stream)
+        self._prefix = prefix  # the key the document is the value of (an override's), for messages
+        self._labels: list[str] = []
+        self._depth = 0
+        self._nodes = 0
+
+    def _path(self) -> str:
+        path = self._prefix
+        shown = self._labels[:12]
+        for label in shown:
+            path = path + label if label.startswith("[") or not path else f"{path}.{label}"
+        return path + ("..." if len(self._labels) > len(shown) else "")
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            return super().compose_node(parent, index)
+        if parent is None:
+            label = None
+        elif isinstance(parent, yaml.SequenceNode):
+            label = f"[{index}]"
+        else:
+            label = _label(index.value) if isinstance(index, yaml.ScalarNode) else "?"
+        if label is not None:
+            self._labels.append(label)
+        collection = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)
+        try:
+            self._nodes += 1
+            if self._nodes > MAX_YAML_VALUES:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"it holds more than {MAX_YAML_VALUES} values (a config has a few hundred)",
+                    self.peek_event().start_mark,
+                )
+            if collection:
+                self._depth += 1
+                if self._depth > MAX_DEPTH:
+                    raise yaml.composer.ComposerError(
+                        None,
+                        None,
+                        f"lists and mappings nest deeper than {MAX_DEPTH} levels at {self._path()!r}",
+                        self.peek_event().start_mark,
+                    )
+            return super().compose_node(parent, index)
+        finally:
+            if collection:
+                self._depth -= 1
+            if label is not None:
+                self._labels.pop()
 
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
@@ -787,7 +946,7 @@ class _StrictLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,
-                    f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
+                    f"key {_shown(key)} is given twice in one mapping (lines {seen[key] + 1} and "
                     f"{key_node.start_mark.line + 1}); YAML would keep the last silently",
                     key_node.start_mark,
                 )
@@ -835,11 +994,75 @@ def _check_expansion(root) -> None:
                 stack.append((child, False))
 
 
-def _load_yaml(text: str) -> Any:
-    """`yaml.safe_load` with the checks of _StrictLoader."""
-    loader = _StrictLoader(text)
+def _refuse_tag(loader: yaml.SafeLoader, node: yaml.Node) -> _Refused:
+    return _Refused(
+        f"the YAML tag {_tag_name(node.tag)} is not allowed (a config holds numbers, strings, booleans, null, lists "
+        "and mappings; quote text that starts with '!')"
+    )
+
+
+def _refuse_timestamp(loader: yaml.SafeLoader, node: yaml.Node) -> _Refused:
+    return _Refused(f"{_shown(node.value)} reads as a YAML timestamp, which a config does not hold (quote it for text)")
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    digits = sum(ch.isalnum() for ch in str(node.value))
+    if digits > MAX_INT_DIGITS:  # before int(): Python refuses over 4300 digits itself, naming nothing
+        return _Refused(f"an integer of {digits} digits does not fit a 64-bit integer")
     try:
-        return loader.get_single_data()
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:
+        return _Refused(f"{_shown(node.value)} is not an integer ({_tag_name(node.tag)})")
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    try:
+        return yaml.SafeLoader.construct_yaml_float(loader, node)
+    except ValueError:
+        return _Refused(f"{_shown(node.value)} is not a number ({_tag_name(node.tag)})")
+
+
+def _construct_bool(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    try:
+        return yaml.SafeLoader.construct_yaml_bool(loader, node)
+    except KeyError:
+        return _Refused(f"{_shown(node.value)} is not a boolean ({_tag_name(node.tag)})")
+
+
+for _tag in ("set", "binary", "omap", "pairs"):
+    _StrictLoader.add_constructor(_YAML + _tag, _refuse_tag)
+_StrictLoader.add_constructor(None, _refuse_tag)  # every tag SafeLoader has no constructor for (!!python/..., !local)
+_StrictLoader.add_constructor(_YAML + "timestamp", _refuse_timestamp)
+_StrictLoader.add_constructor(_YAML + "int", _construct_int)
+_StrictLoader.add_constructor(_YAML + "float", _construct_float)
+_StrictLoader.add_constructor(_YAML + "bool", _construct_bool)
+
+
+def _load_yaml(text: str, prefix: str = "") -> Any:
+    """`yaml.safe_load` with the checks of _StrictLoader (`prefix`: the key the text is the value of)."""
+    return _load_document(text, prefix)[0]
+
+
+_TYPED_TAGS = {_YAML + "int", _YAML + "float", _YAML + "bool"}
+
+
+def _load_document(text: str, prefix: str = "") -> tuple[Any, dict[tuple[Any, Any], str]]:
+    """The document of `text` (see `_load_yaml`) and the text as typed of every number and boolean at its second
+    level, {(section, key): text}: YAML 1.1 reads `0.5_20` as 0.52 and `3.10` as 3.1, and a string field keeps
+    what the user typed."""
+    loader = _StrictLoader(text, prefix)
+    try:
+        root = loader.get_single_node()
+        texts: dict[tuple[Any, Any], str] = {}
+        if isinstance(root, yaml.MappingNode):
+            for section, values in root.value:
+                if not (isinstance(section, yaml.ScalarNode) and isinstance(values, yaml.MappingNode)):
+                    continue
+                for key, value in values.value:
+                    if isinstance(key, yaml.ScalarNode) and isinstance(value, yaml.ScalarNode):
+                        if value.tag in _TYPED_TAGS:
+                            texts[(section.value, key.value)] = value.value
+        return (loader.construct_document(root) if root is not None else None), texts
     finally:
         loader.dispose()
 
@@ -893,6 +1116,58 @@ def resolve_variant(cfg: Config) -> Config:
     return cfg
 
 
+# A number in verl's threshold syntax: digits with an optional point and exponent. float() takes more (digit
+# separators, so that 0.5_2_0 read as the band 0.5 to 20; spaces; digits of other scripts; inf and nan).
+_VERL_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _check_verl_thresholds(loss: LossConfig) -> None:
+    """loss.rollout_is_threshold is a number or 'lower_upper', loss.rollout_rs_threshold the same per criterion,
+    comma-separated, each number plain decimal (`_VERL_NUMBER`); the ranges are the kernel's to check."""
+    for key, text, per_criterion in (
+        ("loss.rollout_is_threshold", loss.rollout_is_threshold, False),
+        ("loss.rollout_rs_threshold", loss.rollout_rs_threshold, True),
+    ):
+        if not text.strip():
+            continue
+        parts = [part.strip() for part in text.split(",")] if per_criterion else [text.strip()]
+        for part in parts:
+            if per_criterion and not part:
+                continue  # verl skips an empty entry ("0.5_2.0,")
+            pieces = part.split("_")
+            if len(pieces) > 2 or not all(_VERL_NUMBER.fullmatch(piece) for piece in pieces):
+                each = ", comma-separated per criterion" if per_criterion else ""
+                raise ValueError(
+                    f"config key {key!r}: {_shown(part)} is not in verl's syntax: a number (2.0, 5e-1) or "
+                    f"'lower_upper' (0.5_2.0){each}, each number plain decimal digits, without digit separators "
+                    "or spaces"
+                )
+
+
+def _check_kind_weights(env: EnvConfig) -> None:
+    """env.options.kind_weights of the negotiation environment: null (the default mix) or a mapping of task kind to a
+    non-negative finite weight with a positive sum. Checked here, as the options are read, so that 5 or [1, 2] is a
+    line naming the key and not a TypeError where the environment is built."""
+    weights = env.options.get("kind_weights") if isinstance(env.options, Mapping) else None
+    if env.name != "negotiation" or weights is None:
+        return
+    from rwcore.trainer.envs.negotiation import KINDS
+
+    must = f"must be a mapping of task kind ({', '.join(KINDS)}) to a non-negative finite weight, e.g. {{standard: 2}}"
+    if not isinstance(weights, Mapping):
+        raise ValueError(f"config key 'env.options.kind_weights': {must}; got {_shown(weights)}")
+    for kind, weight in weights.items():
+        key = f"env.options.kind_weights.{_label(kind)}"
+        if kind not in KINDS:
+            raise ValueError(f"config key {key!r}: not a task kind; env.options.kind_weights {must}")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"config key {key!r}: must be a non-negative finite weight, got {_shown(weight)}")
+    if not any(weights.values()):
+        raise ValueError(
+            f"config key 'env.options.kind_weights': at least one weight must be positive, got {_shown(dict(weights))}"
+        )
+
+
 def _validate(cfg: Config) -> Config:
     """Cross-field checks."""
     if not _ENV_NAME.fullmatch(cfg.judge.api_key_env):
@@ -911,6 +1186,8 @@ def _validate(cfg: Config) -> Config:
             f"config keys 'loss.entropy_coef_min' and 'loss.entropy_coef_max': need entropy_coef_min <= "
             f"entropy_coef_max, got {cfg.loss.entropy_coef_min} and {cfg.loss.entropy_coef_max}"
         )
+    _check_verl_thresholds(cfg.loss)
+    _check_kind_weights(cfg.env)
     try:
         rollout_correction(cfg)
     except ValueError as error:
@@ -951,6 +1228,11 @@ def config_from_dict(data: Mapping[str, Any] | None, overrides: Sequence[str] = 
     cfg = Config()
     if data:
         _apply_mapping(cfg, data, "config")
+    return _finish(cfg, overrides)
+
+
+def _finish(cfg: Config, overrides: Sequence[str]) -> Config:
+    """`cfg` with the overrides applied, validated."""
     if isinstance(overrides, str):
         overrides = [overrides]
     for override in overrides:
@@ -958,36 +1240,108 @@ def config_from_dict(data: Mapping[str, Any] | None, overrides: Sequence[str] = 
     return _validate(cfg)
 
 
+def read_config_text(path: str | os.PathLike, name: str | None = None) -> str:
+    """The text of the config file at `path`: a regular file (or a symlink to one) of at most MAX_CONFIG_BYTES of
+    UTF-8. Anything else raises ValueError naming `name` (default "config file 'PATH'"): a FIFO, a device or a
+    folder is refused without reading from it, and a larger file from its size."""
+    name = name or f"config file {str(path)!r}"
+    try:
+        # O_NONBLOCK: opening a FIFO would otherwise wait for a writer; fstat then refuses it
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise ValueError(f"{name}: cannot read ({error.strerror or error})") from None
+    except ValueError as error:  # a NUL in the path
+        raise ValueError(f"{name}: cannot read ({error})") from None
+    try:
+        info = os.fstat(fd)
+        mode = info.st_mode
+        if not stat.S_ISREG(mode):
+            kind = (
+                "a folder"
+                if stat.S_ISDIR(mode)
+                else "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket or other special file"
+            )
+            raise ValueError(f"{name}: not a regular file ({kind})")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{name}: {info.st_size} bytes; a config file holds at most 4 MiB")
+        chunks: list[bytes] = []
+        size = 0
+        # Up to one byte past the bound, not up to st_size: the file may grow while it is read.
+        while size <= MAX_CONFIG_BYTES:
+            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{name}: more than 4 MiB; a config file holds at most 4 MiB")
+    except OSError as error:
+        raise ValueError(f"{name}: cannot read ({error.strerror or error})") from None
+    finally:
+        os.close(fd)
+    try:
+        return b"".join(chunks).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{name}: not UTF-8 text (byte {error.start} is {error.object[error.start]:#04x})") from None
+
+
+_OWN_PROBLEMS = ("given twice", "alias", " values", "nest deeper")
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """A YAML error as one line with its line number (PyYAML's own text spans several, quoting the input)."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = f" at line {mark.line + 1}" if mark is not None else ""
+    if problem and any(own in problem for own in _OWN_PROBLEMS):
+        return f"{problem}{where}"
+    what = "; ".join(part for part in (getattr(error, "context", None), problem) if part)
+    column = f", column {mark.column + 1}" if mark is not None else ""
+    return f"not valid YAML: {what or ' '.join(str(error).split())}{where}{column}"
+
+
+def _parse_config_text(text: str, name: str) -> tuple[Any, dict[tuple[Any, Any], str]]:
+    try:
+        return _load_document(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"{name}: {_yaml_problem(error)}") from None
+
+
+def read_yaml_file(path: str | os.PathLike, name: str | None = None) -> Any:
+    """The YAML document of a config-like file (a run's config.yaml), read and checked as `load_config` reads a
+    config file: regular, at most MAX_CONFIG_BYTES, keys once, MAX_YAML_VALUES values, MAX_DEPTH levels, plain
+    data only. ValueError names `name` (default "config file 'PATH'") and, where one is at fault, the key."""
+    name = name or f"config file {str(path)!r}"
+    data, _ = _parse_config_text(read_config_text(path, name), name)
+    try:
+        _check_plain("", data)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    return data
+
+
 def load_config(path: str | os.PathLike | None = None, overrides: Sequence[str] = ()) -> Config:
     """Defaults, then the YAML file at `path` (if any), then `section.key=value` overrides.
 
     Raises ValueError for an unreadable or malformed file, an unknown key, a wrong type or a
-    value outside its allowed set, always naming the dotted key.
+    value outside its allowed set, always naming the dotted key. The file must be a regular file of at
+    most MAX_CONFIG_BYTES (a FIFO or device is refused unread).
     """
-    data: Any = None
+    cfg = Config()
     if path is not None:
-        try:
-            with open(path, encoding="utf-8") as stream:
-                text = stream.read()
-        except OSError as error:
-            raise ValueError(f"config file {str(path)!r}: cannot read ({error.strerror or error})") from None
-        try:
-            data = _load_yaml(text)
-        except (yaml.constructor.ConstructorError, yaml.composer.ComposerError) as error:
-            if error.problem and ("given twice" in error.problem or "alias" in error.problem):
-                line = f" at line {error.problem_mark.line + 1}" if error.problem_mark is not None else ""
-                raise ValueError(f"config file {str(path)!r}: {error.problem}{line}") from None
-            raise ValueError(f"config file {str(path)!r}: not valid YAML ({error})") from None
-        except yaml.YAMLError as error:
-            raise ValueError(f"config file {str(path)!r}: not valid YAML ({error})") from None
+        name = f"config file {str(path)!r}"
+        data, texts = _parse_config_text(read_config_text(path, name), name)
         if data is not None and not isinstance(data, Mapping):
-            raise ValueError(f"config file {str(path)!r}: expected a mapping of sections, got {type(data).__name__}")
+            raise ValueError(f"{name}: expected a mapping of sections, got {type(data).__name__}")
         try:
-            cfg = Config()
-            _apply_mapping(cfg, data or {}, f"config file {str(path)!r}")
+            _apply_mapping(cfg, data or {}, name, texts)
         except ValueError as error:
             raise ValueError(f"{error} (in {str(path)!r})") from None
-    return config_from_dict(data, overrides)
+    return _finish(cfg, overrides)
 
 
 def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
