@@ -296,7 +296,9 @@ class PretrainCommand(Command):
                 )
             env = envs.make(config.env.name, **dict(config.env.options))
             config.model.init = "pretrained"
-            prior = ensure_prior(config, env, rebuild=args.rebuild, progress=not args.quiet)
+            # rw pretrain exists to fill the cache: a prior it could not cache is its error (PriorCacheError,
+            # a ValueError like every refusal of the cache: one line, no traceback)
+            prior = ensure_prior(config, env, rebuild=args.rebuild, progress=not args.quiet, cache_required=True)
         except ValueError as error:
             raise CommandError(str(error)) from None
         if args.json:

@@ -3,7 +3,7 @@
 The papers train instruction-following models that read the skills Arise puts in their prompt. The built-in
 model starts from random weights, so by default (`model.init=pretrained`) it is first pretrained on a
 synthetic corpus that teaches it to follow guidance lines ("when the buyer agrees say confirm") with moves
-drawn at random - reading, not the task (`corpus`); the result is cached per machine (`pretrain`), and
+drawn at random - reading, not the task (`corpus`, `pretrain`); the result is cached per machine (`cache`), and
 `probe` measures that it reads. `rw pretrain` builds it and prints the probe; `rw probe` probes any
 checkpoint; `rw train` takes the probe's light mode at every held-out evaluation (`train.probe_at_eval`), and
 `loss.reading_retention` (off by default) keeps the prior's reading under RL (`retention`).
@@ -11,12 +11,14 @@ checkpoint; `rw train` takes the probe's light mode at every held-out evaluation
 
 from __future__ import annotations
 
+from rwcore.trainer.prior.cache import Prior, PriorCacheError, cache_folder, ensure_prior, prior_record
 from rwcore.trainer.prior.corpus import CorpusSpec, heldout_pairs, parse_guidance
-from rwcore.trainer.prior.pretrain import Prior, cache_folder, ensure_prior, language_of, prior_record, prior_spec
+from rwcore.trainer.prior.pretrain import language_of, prior_spec
 
 __all__ = [
     "CorpusSpec",
     "Prior",
+    "PriorCacheError",
     "cache_folder",
     "ensure_prior",
     "heldout_pairs",

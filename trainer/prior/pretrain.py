@@ -1,4 +1,4 @@
-"""Pretraining the built-in model's reading prior, and the per-machine cache that holds it.
+"""Pretraining the built-in model's reading prior, and the key of the per-machine cache that holds it.
 
 `rw train` with the built-in model starts RL from this prior by default (`model.init=pretrained`): the model
 is first trained on the reading corpus (`rwcore.trainer.prior.corpus`), where it learns to follow a guidance
@@ -18,15 +18,11 @@ runs without it within 1500 steps. It names situations, never moves. AdamW, `pri
 batches of `prior.batch_size` examples of similar
 length (pools of 8 batches sorted by length, in a seeded order).
 
-Cache: `<prior.cache_dir or $RWCORE_CACHE/priors or ~/.cache/rwcore/priors>/<env>-<key>/`, where the key is a
-sha256 of everything the result depends on (`prior_spec`: the corpus spec, the model's shape, the prior
-settings, the environment's language and vocabulary, and the code of the modules that build it, as syntax trees
-without docstrings, so comments, formatting and docs do not retrain it). The
-folder holds `model.pt` (the state dict), `prior.json` (the spec, the training curve, the probe, the
-machine) and `manifest.json` (size and sha256 of both, `rwcore.trainer.checkpoint`). It is written under a
-temporary name and renamed into place, so a killed `rw pretrain` leaves nothing a later run would load; a
-lock file makes concurrent runs (`rw ablate`) wait for the one that builds it. A cached prior that fails its
-manifest or whose spec differs from the one asked for is rebuilt, with one line naming it.
+The cache key is a sha256 of everything the result depends on (`prior_spec`: the corpus spec, the model's
+shape, the prior settings, the environment's language and vocabulary, and the code of the modules that shape
+the weights, as syntax trees without docstrings, so comments, formatting and docs do not retrain it). Where the
+prior is kept, which cache entries are trusted and how one is written are `rwcore.trainer.prior.cache`'s, whose
+code is not hashed: changing it rebuilds no prior.
 
 Deterministic from `prior.seed` on a given machine and thread count (both recorded in prior.json); float
 rounding differs between CPUs, which is why the cache is per machine rather than shipped.
@@ -35,38 +31,28 @@ rounding differs between CPUs, which is why the cache is per machine rather than
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
-import os
 import platform
 import random
-import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer.prior.corpus import GUIDANCE_WORDS, CorpusSpec, Example, fillers_for, heldout_pairs, make_example
 from rwcore.trainer.prior.scoring import _head_logprobs
 
 __all__ = [
-    "Prior",
     "PRIOR_FORMAT",
-    "cache_folder",
     "corpus_loss",
     "corpus_spec",
-    "ensure_prior",
     "example_maker",
     "language_of",
     "pretrain",
-    "prior_record",
     "prior_spec",
 ]
 
@@ -76,17 +62,7 @@ _CODE = (
     "corpus.py",
     "pretrain.py",
     "scoring.py",
-)  # this package's sources that shape the result (with the modules below)
-
-
-@dataclass
-class Prior:
-    """A pretrained prior: its cache `folder`, `key`, the model's `state_dict` and the `report` (prior.json)."""
-
-    folder: Path
-    key: str
-    state_dict: dict
-    report: dict
+)  # this package's sources that shape the weights (with the modules below); cache.py is not one of them
 
 
 def language_of(env):
@@ -178,108 +154,6 @@ def prior_spec(config, env) -> dict:
 
 def _key(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def cache_folder(config) -> Path:
-    """The folder that holds cached priors."""
-    if config.prior.cache_dir:
-        return Path(config.prior.cache_dir).expanduser()
-    root = os.environ.get("RWCORE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rwcore"
-    )
-    return Path(root) / "priors"
-
-
-def _load(folder: Path, key: str) -> Prior:
-    """The cached prior in `folder` after verifying its manifest and key (CheckpointError naming what is wrong)."""
-    ckpt.verify(folder)
-    try:
-        report = json.loads((folder / "prior.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ckpt.CheckpointError(f"{folder / 'prior.json'} is unreadable ({error})") from None
-    if report.get("key") != key:
-        raise ckpt.CheckpointError(f"{folder / 'prior.json'} is for key {report.get('key')!r}, not {key!r}")
-    state = ckpt.load(folder / "model.pt")
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ckpt.CheckpointError(f"{folder / 'model.pt'} is not a state dict")
-    return Prior(folder, key, state, report)
-
-
-def prior_record(prior: Prior) -> dict:
-    """What a run folder's prior.json says about the prior the run started from: its key, cache folder, the
-    sha256 of its weights, how it was trained and the probe's summary."""
-    manifest = json.loads((prior.folder / ckpt.MANIFEST).read_text(encoding="utf-8"))
-    probe = prior.report.get("probe", {})
-    return {
-        "key": prior.key,
-        "folder": str(prior.folder),
-        "model_sha256": manifest["files"]["model.pt"]["sha256"],
-        "spec": prior.report.get("spec"),
-        "seconds": prior.report.get("seconds"),
-        "threads": prior.report.get("threads"),
-        "machine": prior.report.get("machine"),
-        "curve_last": (prior.report.get("curve") or [None])[-1],
-        "probe": {
-            "chance": probe.get("chance"),
-            "heldout": {k: v for k, v in probe.get("heldout", {}).items() if k != "pairs"},
-            "skills_summary": probe.get("skills_summary"),
-        },
-    }
-
-
-@contextlib.contextmanager
-def _locked(path: Path, log: Callable[[str], None]):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"rw: waiting for another process that is building the prior ({path.parent})")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def ensure_prior(
-    config, env, *, rebuild: bool = False, progress: bool = True, log: Callable[[str], None] | None = None
-) -> Prior:
-    """The prior for `config` and `env`: from the cache when an intact one is there, else pretrained now and
-    cached. A damaged or mismatched cache entry is rebuilt, with one line naming it; `rebuild` forces it."""
-    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    spec = prior_spec(config, env)
-    key = _key(spec)
-    root = cache_folder(config)
-    folder = root / f"{env.name}-{key}"
-    with _locked(root / f".{folder.name}.lock", log):
-        if folder.exists() and not rebuild:
-            try:
-                return _load(folder, key)
-            except ckpt.CheckpointError as error:
-                log(f"rw: the cached prior {folder} is damaged ({error}); rebuilding it")
-        for stale in root.glob(f".{folder.name}.*.tmp"):  # what a killed build left
-            shutil.rmtree(stale, ignore_errors=True)
-        state, report = pretrain(config, env, progress=progress, log=log)
-        report = {"key": key, "spec": spec, **report}
-        staging = root / f".{folder.name}.{os.getpid()}.tmp"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        try:
-            ckpt.save(state, staging / "model.pt", encoded=False)
-            with open(staging / "prior.json", "wb") as stream:
-                stream.write(json.dumps(report, indent=1, sort_keys=True).encode())
-                stream.flush()
-                os.fsync(stream.fileno())
-            ckpt.write_manifest(staging, int(config.prior.steps))
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(staging, folder)
-            ckpt.fsync_dir(root)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-        return _load(folder, key)
 
 
 # ---------------------------------------------------------------------------------------- training
