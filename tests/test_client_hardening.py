@@ -3,6 +3,7 @@ and a damaged judge cache. Every case runs against a real HTTP server on loopbac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -10,6 +11,7 @@ import os
 import re
 import resource
 import socket
+import sqlite3
 import threading
 import time
 import zlib
@@ -25,7 +27,7 @@ from judge_server import (
 )
 
 from rwcore.judges import OpenAIJudge
-from rwcore.judges.cache import JudgmentCache, cache_key
+from rwcore.judges.cache import MAX_ENTRY_BYTES, JudgmentCache, cache_key
 from rwcore.judges.client import ChatClient, ChatError, ClientOptions, run_sync
 from rwcore.types import RubricJudgment, RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
@@ -406,9 +408,9 @@ def test_an_echoed_key_never_reaches_the_judgment_or_the_cache(serve, key, tmp_p
     assert report.uncovered and all(key not in note for note in report.uncovered)
     files = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
     assert files
-    for path in files:
-        data = path.read_bytes()
-        assert key.encode() not in data and b"***" in data, path
+    for path in files:  # the database, its write-ahead log (where new entries are first) and its index
+        assert key.encode() not in path.read_bytes(), path
+    assert b"***" in b"".join(path.read_bytes() for path in files)
 
 
 def test_a_reply_without_the_key_is_passed_through_unchanged(serve, key):
@@ -456,15 +458,26 @@ def test_a_password_in_base_url_is_redacted_like_the_key(serve, key, tmp_path):
 # ---- a damaged cache ----------------------------------------------------------------------------
 
 
+def _raw_values(cache) -> dict[bytes, object]:
+    """Every row's stored value, by key, read from the database as another program would."""
+    with contextlib.closing(sqlite3.connect(cache.path)) as raw:
+        return dict(raw.execute("SELECT key, value FROM verdicts").fetchall())
+
+
+def _rewrite(cache, key_: str, value) -> None:
+    """Replaces the stored value of `key_` behind the cache's back (another version, a bad disk)."""
+    with contextlib.closing(sqlite3.connect(cache.path)) as raw, raw:
+        assert raw.execute("UPDATE verdicts SET value = ? WHERE key = ?", (value, bytes.fromhex(key_))).rowcount == 1
+
+
 def _stored(tmp_path, **entry_fields):
     cache = JudgmentCache(tmp_path)
     key_ = cache_key("judgment", model="m", rubric="r", trajectory="t")
     good = RubricJudgment("r", Verdict.PASS, score=0.8, confidence=0.9, evidence="e")
-    cache.put_judgment(key_, good, model="m")
-    path = cache._path(key_)
-    entry = json.loads(path.read_text())
+    assert cache.put_judgment(key_, good, model="m")
+    entry = json.loads(_raw_values(cache)[bytes.fromhex(key_)])
     entry.update(entry_fields)
-    return cache, key_, path, entry
+    return cache, key_, entry
 
 
 BAD_FIELDS = [
@@ -482,16 +495,16 @@ BAD_FIELDS = [
     {"verdict": "NA", "score": 0.5},
     {"evidence": ["quoted"]},
     {"evidence": 12},
-    {"key": "0" * 64},
     {"format": 0},
+    {"format": 1},
     {"kind": "diagnostics"},
 ]
 
 
 @pytest.mark.parametrize("fields", BAD_FIELDS, ids=[json.dumps(f) for f in BAD_FIELDS])
 def test_an_out_of_range_cache_entry_is_a_logged_miss(tmp_path, caplog, fields):
-    cache, key_, path, entry = _stored(tmp_path, **fields)
-    path.write_text(json.dumps(entry))
+    cache, key_, entry = _stored(tmp_path, **fields)
+    _rewrite(cache, key_, json.dumps(entry).encode())
     with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
         assert cache.get_judgment(key_, "r") is None
     assert fields.get("verdict") == "INVALID" or any("a miss" in r.getMessage() for r in caplog.records)
@@ -499,10 +512,10 @@ def test_an_out_of_range_cache_entry_is_a_logged_miss(tmp_path, caplog, fields):
 
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
 def test_a_non_finite_score_in_the_cache_is_a_miss(tmp_path, number):
-    cache, key_, path, entry = _stored(tmp_path)
+    cache, key_, entry = _stored(tmp_path)
     text = json.dumps(entry).replace('"score": 0.8', f'"score": {number}')
     assert number in text
-    path.write_text(text)
+    _rewrite(cache, key_, text.encode())
     assert cache.get_judgment(key_, "r") is None
 
 
@@ -512,8 +525,8 @@ def test_a_diagnostics_entry_of_the_wrong_shape_is_a_logged_miss(tmp_path, caplo
     key_ = cache_key("diagnostics", model="m", pool="p", trajectory="t")
     cache.put_uncovered(key_, ("turn 0: a note",), model="m")
     assert cache.get_uncovered(key_) == ("turn 0: a note",)
-    path = cache._path(key_)
-    path.write_text(json.dumps({**json.loads(path.read_text()), "uncovered": uncovered}))
+    entry = json.loads(_raw_values(cache)[bytes.fromhex(key_)])
+    _rewrite(cache, key_, json.dumps({**entry, "uncovered": uncovered}).encode())
     with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
         assert cache.get_uncovered(key_) is None
     assert any("a miss" in r.getMessage() for r in caplog.records)
@@ -533,61 +546,61 @@ def test_an_entry_written_with_the_key_in_it_is_judged_again_and_replaced(serve,
     )
     judge.evaluate([trajectory()], [RUBRIC])
     assert server.count == 1
-    for path in (tmp_path / "cache").rglob("*.json"):
-        entry = json.loads(path.read_text())
+    values = _raw_values(judge.cache)
+    assert len(values) == 2
+    for blob, value in values.items():
+        entry = json.loads(value)
         if entry["kind"] == "judgment":
             entry["evidence"] = f"the server said {key}"
         else:
             entry["uncovered"] = [f"turn 0: key {key} seen"]
-        path.write_text(json.dumps(entry))
+        _rewrite(judge.cache, blob.hex(), json.dumps(entry).encode())
     with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
         [report] = judge.evaluate([trajectory()], [RUBRIC])
     assert server.count == 2
     assert key not in report.judgments[RUBRIC.rubric_id].evidence and all(key not in u for u in report.uncovered)
     assert all(key not in r.getMessage() for r in caplog.records)
     assert sum("holds a secret" in r.getMessage() for r in caplog.records) == 2
-    for path in (tmp_path / "cache").rglob("*.json"):
-        assert key not in path.read_text(), path
+    assert all(key.encode() not in value for value in _raw_values(judge.cache).values())
+    judge.cache.close()  # the log is folded into the database: the overwritten bytes are in neither
+    files = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert files and all(key.encode() not in p.read_bytes() for p in files)
 
 
 def test_a_good_entry_is_still_a_hit(tmp_path):
-    cache, key_, path, entry = _stored(tmp_path)
+    cache, key_, entry = _stored(tmp_path)
     judgment = cache.get_judgment(key_, "relabelled")
     assert judgment == RubricJudgment("relabelled", Verdict.PASS, score=0.8, confidence=0.9, evidence="e")
 
 
-@pytest.mark.parametrize(
-    "kind",
-    ["fifo", "directory", "symlink-to-fifo", "symlink-to-good", "dev-zero", "oversized", "truncated", "deep-json"],
-)
-def test_a_cache_entry_that_is_not_a_small_regular_json_file_is_a_miss_without_hanging(tmp_path, kind):
-    cache, key_, path, entry = _stored(tmp_path)
-    good = path.read_bytes()
-    path.unlink()
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "directory":
-        path.mkdir()
-    elif kind == "symlink-to-fifo":
-        os.mkfifo(tmp_path / "pipe")
-        path.symlink_to(tmp_path / "pipe")
-    elif kind == "symlink-to-good":
-        (tmp_path / "elsewhere.json").write_bytes(good)
-        path.symlink_to(tmp_path / "elsewhere.json")
-    elif kind == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "oversized":
-        path.write_bytes(good[:-1] + b" " * (2 << 20) + b"}")
-    elif kind == "truncated":
-        path.write_bytes(good[: len(good) // 2])
-    elif kind == "deep-json":
-        path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+ENTRY_KINDS = ["oversized", "truncated", "deep-json", "not-utf8", "a-number", "a-float", "a-list", "a-string"]
+
+
+@pytest.mark.parametrize("kind", ENTRY_KINDS)
+def test_a_cache_entry_that_is_not_a_small_json_object_is_a_miss_without_hanging(tmp_path, caplog, kind):
+    # What is at the database's path itself (a FIFO, a symlink, a directory, /dev/zero, not a database):
+    # tests/test_judge_cache_store.py.
+    cache, key_, entry = _stored(tmp_path)
+    good = json.dumps(entry).encode()
+    value = {
+        "oversized": good[:-1] + b" " * (MAX_ENTRY_BYTES + 1) + b"}",
+        "truncated": good[: len(good) // 2],
+        "deep-json": b"[" * 100_000 + b"]" * 100_000,
+        "not-utf8": b"\xff\xfe" + good,
+        "a-number": 42,
+        "a-float": 0.5,
+        "a-list": json.dumps([entry]).encode(),
+        "a-string": json.dumps(json.dumps(entry)).encode(),
+    }[kind]
+    _rewrite(cache, key_, value)
     result: list = []
-    worker = threading.Thread(target=lambda: result.append(cache.get_judgment(key_, "r")), daemon=True)
-    worker.start()
-    worker.join(timeout=10)
+    with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
+        worker = threading.Thread(target=lambda: result.append(cache.get_judgment(key_, "r")), daemon=True)
+        worker.start()
+        worker.join(timeout=10)
     assert not worker.is_alive(), f"reading a {kind} entry hung"
     assert result == [None]
+    assert any("a miss" in r.getMessage() and key_ in r.getMessage() for r in caplog.records)
 
 
 def test_a_judge_with_damaged_entries_asks_the_server_again_and_the_run_goes_on(serve, key, tmp_path):
@@ -602,15 +615,35 @@ def test_a_judge_with_damaged_entries_asks_the_server_again_and_the_run_goes_on(
     )
     judge.evaluate([trajectory()], [RUBRIC])
     assert server.count == 1
-    [path] = [p for p in (tmp_path / "cache").rglob("*.json") if "judgment" in p.read_text()]
-    entry = json.loads(path.read_text())
-    path.write_text(json.dumps({**entry, "score": 3.5}))
+    [(blob, value)] = [(b, v) for b, v in _raw_values(judge.cache).items() if b'"judgment"' in v]
+    _rewrite(judge.cache, blob.hex(), json.dumps({**json.loads(value), "score": 3.5}).encode())
     [report] = judge.evaluate([trajectory()], [RUBRIC])
     assert report.judgments[RUBRIC.rubric_id].verdict == Verdict.PASS and server.count == 2
-    path.unlink()
-    os.mkfifo(path)
+    assert json.loads(_raw_values(judge.cache)[blob])["score"] is None  # overwritten by the new answer
+    _rewrite(judge.cache, blob.hex(), b"{truncated")
     [report] = judge.evaluate([trajectory()], [RUBRIC])
     assert report.judgments[RUBRIC.rubric_id].verdict == Verdict.PASS and server.count == 3
+    # The database itself replaced by a FIFO (it hung the run when entries were files): a new judge over
+    # the folder refuses it and asks the server.
+    judge.cache.close()
+    for path in (tmp_path / "cache").iterdir():
+        path.unlink()
+    os.mkfifo(judge.cache.path)
+    again = OpenAIJudge(
+        "judge-test",
+        base_url=server.base_url,
+        api_key_env=KEY_ENV,
+        timeout=5.0,
+        max_retries=0,
+        cache_dir=tmp_path / "cache",
+    )
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(again.evaluate([trajectory()], [RUBRIC])), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "a FIFO at the cache's path hung the judge"
+    [[report]] = result
+    assert report.judgments[RUBRIC.rubric_id].verdict == Verdict.PASS and server.count == 4
 
 
 # ---- a whole `rw train` against a server that answers every request with a bomb ------------------

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pickle
+import sqlite3
 import threading
 import time
 
@@ -439,13 +441,11 @@ def test_cache_hits_make_no_request_and_keys_follow_content(serve, key, tmp_path
         base_url=server.base_url,
     ).judgment_key(R1, trajectory())
 
-    files = list((tmp_path / "cache").rglob("*"))
-    assert any(f.suffix == ".json" for f in files)
-    for path in files:
-        if path.is_file():
-            text = path.read_text()
-            assert SECRET not in text and "Refund issued" not in text
-            assert not path.name.endswith(".tmp")  # atomic writes leave no temporaries
+    files = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert "verdicts.sqlite3" in {p.name for p in files}
+    for path in files:  # the database, its write-ahead log and its index: no key, no trajectory text
+        data = path.read_bytes()
+        assert SECRET.encode() not in data and b"Refund issued" not in data
 
 
 def test_invalid_judgments_are_not_cached(serve, key, tmp_path):
@@ -467,8 +467,8 @@ def test_corrupt_cache_entry_is_a_miss(serve, key, tmp_path):
     server = serve(all_pass)
     judge = make_judge(server, cache_dir=tmp_path, diagnostics=False)
     judge.evaluate([trajectory()], [R1])
-    [entry] = [p for p in tmp_path.rglob("*.json")]
-    entry.write_text("{truncated")
+    with contextlib.closing(sqlite3.connect(judge.cache.path)) as raw, raw:
+        assert raw.execute("UPDATE verdicts SET value = ?", (b"{truncated",)).rowcount == 1
     [report] = judge.evaluate([trajectory()], [R1])
     assert verdicts(report) == {"cites-order-id": Verdict.PASS} and server.count == 2
 

@@ -374,7 +374,13 @@ class JudgeConfig:
         ge=0,
     )
     temperature: float = _f(0.0, "OpenAI judge and reflector: sampling temperature (0 = greedy).", ge=0, le=2)
-    cache_dir: str = _f("", "Verdict cache folder (empty = no cache).")
+    cache_dir: str = _f("", "Verdict cache folder, holding one SQLite database, verdicts.sqlite3 (empty = no cache).")
+    cache_max_bytes: int = _f(
+        256 << 20,
+        "Verdict cache: the most bytes its files take on disk between writes (at least 1 MiB; there is no "
+        "unbounded setting). Past it the least recently used verdicts are evicted.",
+        ge=1 << 20,
+    )
     structured_outputs: Literal["auto", "always", "never"] = _f(
         "auto",
         "OpenAI judge and reflector (every LLM role): send the answer's JSON schema as response_format (vLLM, "

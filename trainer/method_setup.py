@@ -68,6 +68,7 @@ def build_judge(cfg, env):
             max_concurrency=j.max_concurrency,
             timeout=j.timeout,
             cache_dir=j.cache_dir or None,
+            cache_max_bytes=j.cache_max_bytes,
             structured_outputs=j.structured_outputs,
             max_field_chars=j.max_field_chars,
             temperature=j.temperature,

@@ -42,7 +42,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rwcore.judges.cache import JudgmentCache, cache_key
+from rwcore.judges.cache import DEFAULT_MAX_BYTES, JudgmentCache, cache_key
 from rwcore.judges.client import ChatClient, ChatError, ChatSession, ClientOptions, run_sync
 from rwcore.judges.structured import STRUCTURED_OUTPUTS, StructuredOutputs  # noqa: F401 - re-exported
 from rwcore.judges.templates import (
@@ -86,9 +86,15 @@ class OpenAIJudge:
     max_retries, backoff, temperature, max_tokens, seed, extra_body, retry_after_cap, max_response_bytes). Also:
 
     rubrics_per_request: rubrics of one trajectory judged in one request.
-    cache_dir: directory of the on-disk cache (None: no cache). Keys cover the model, the rubric's
-        and the trajectory's content hashes, the prompt templates and the settings below that
-        change a verdict; entries never contain the API key.
+    cache_dir: directory of the on-disk cache (None: no cache), one SQLite database in it
+        (`rwcore.judges.cache`). Keys cover the model, the rubric's and the trajectory's content hashes,
+        the prompt templates and the settings below that change a verdict; entries never contain the API
+        key. Each `evaluate` looks all its keys up at once and stores its new verdicts and diagnostics in
+        one transaction, once every request has come back.
+    cache_max_bytes: the most bytes the cache may take on disk (at least 1 MiB; the least recently used
+        entries are evicted past it).
+    cache_busy_timeout: seconds a write waits for another process or thread writing to the same cache
+        (then it is skipped, logged).
     pass_threshold: a scored rubric passes when its score is at least this.
     max_reasks: follow-up requests for rubrics a reply left unresolved.
     diagnostics: ask for uncovered behaviours (Arise B.6) in each trajectory's first request.
@@ -129,6 +135,8 @@ class OpenAIJudge:
         cache_dir: str | os.PathLike | None = None,
         temperature: float | None = 0.0,
         *,
+        cache_max_bytes: int = DEFAULT_MAX_BYTES,
+        cache_busy_timeout: float = 5.0,
         max_tokens: int | None = 2048,
         seed: int | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -163,7 +171,11 @@ class OpenAIJudge:
             )
         )
         self.rubrics_per_request = check_count(rubrics_per_request, "rubrics_per_request", low=1)
-        self.cache = JudgmentCache(cache_dir) if cache_dir is not None else None
+        self.cache = (
+            JudgmentCache(cache_dir, cache_max_bytes, busy_timeout=cache_busy_timeout)
+            if cache_dir is not None
+            else None
+        )
         self.pass_threshold = check_unit(pass_threshold, "pass_threshold")
         self.max_reasks = check_count(max_reasks, "max_reasks")
         self.diagnostics = check_bool(diagnostics, "diagnostics")
@@ -287,11 +299,25 @@ class OpenAIJudge:
         # An entry that holds a secret was written before replies were redacted: not served (that would carry
         # the key into evidence and run folders), so the trajectory is judged again and the entry overwritten.
         redact = self.client.redactor() if self.cache is not None else None
+        keys = [[self.judgment_key(rubric, trajectory) for rubric in rubrics] for trajectory in trajectories]
+        diagnostics_keys = [self._diagnostics_key(pool_digest, trajectory) for trajectory in trajectories]
+        want_any_diagnostics = self.diagnostics and bool(rubrics)
+        # Every key of this call in one lookup (a query per 500 keys), not one per rubric and trajectory.
+        hits: dict[str, RubricJudgment] = {}
+        cached_uncovered: dict[str, tuple[str, ...]] = {}
+        if self.cache is not None:
+            hits = self.cache.get_judgments(
+                (key, rubric.rubric_id) for row in keys for key, rubric in zip(row, rubrics)
+            )
+            if want_any_diagnostics:
+                cached_uncovered = self.cache.get_uncovered_many(diagnostics_keys)
         for index, trajectory in enumerate(trajectories):
             pending: list[tuple[RubricSpec, str]] = []
-            for rubric in rubrics:
-                key = self.judgment_key(rubric, trajectory)
-                hit = self.cache.get_judgment(key, rubric.rubric_id) if self.cache is not None else None
+            for rubric, key in zip(rubrics, keys[index]):
+                hit = hits.get(key)
+                if hit is not None and hit.rubric_id != rubric.rubric_id:
+                    # The same rubric content under two ids: one entry, relabelled for each.
+                    hit = dataclasses.replace(hit, rubric_id=rubric.rubric_id)
                 if hit is not None and redact(hit.evidence) != hit.evidence:
                     logger.warning("judge cache: ignoring entry %s, which holds a secret; a miss", key)
                     hit = None
@@ -300,10 +326,10 @@ class OpenAIJudge:
                     self.client.usage.add(cache_hits=1)
                 else:
                     pending.append((rubric, key))
-            diagnostics_key = self._diagnostics_key(pool_digest, trajectory)
-            want_diagnostics = self.diagnostics and bool(rubrics)
+            diagnostics_key = diagnostics_keys[index]
+            want_diagnostics = want_any_diagnostics
             if want_diagnostics and self.cache is not None:
-                cached = self.cache.get_uncovered(diagnostics_key)
+                cached = cached_uncovered.get(diagnostics_key)
                 if cached is not None and any(redact(note) != note for note in cached):
                     logger.warning("judge cache: ignoring entry %s, which holds a secret; a miss", diagnostics_key)
                     cached = None
@@ -330,15 +356,18 @@ class OpenAIJudge:
                         for index, batch, with_pool, _ in work
                     )
                 )
-            for (index, _, with_pool, diagnostics_key), (judgments, batch_uncovered) in zip(work, results):
+            new_judgments: list[tuple[str, RubricJudgment]] = []
+            new_uncovered: list[tuple[str, tuple[str, ...]]] = []
+            for (index, batch, with_pool, diagnostics_key), (judgments, batch_uncovered) in zip(work, results):
                 found[index].update(judgments)
+                new_judgments += [(key, judgments[rubric.rubric_id]) for rubric, key in batch]
                 if with_pool and batch_uncovered is not None:
                     uncovered[index] = batch_uncovered
-                    if self.cache is not None:
-                        try:
-                            self.cache.put_uncovered(diagnostics_key, batch_uncovered, model=self.model)
-                        except OSError as error:
-                            logger.warning("judge cache: could not store diagnostics (%s)", error)
+                    new_uncovered.append((diagnostics_key, batch_uncovered))
+            if self.cache is not None:
+                # One transaction for the whole call (INVALID verdicts are not stored); a write that fails
+                # is logged by the cache and costs only requests later.
+                self.cache.put_batch(judgments=new_judgments, uncovered=new_uncovered, model=self.model)
         return [
             JudgeReport(
                 trajectory.trajectory_id, {r.rubric_id: found[index][r.rubric_id] for r in rubrics}, uncovered[index]
@@ -402,7 +431,6 @@ class OpenAIJudge:
         pool: Sequence[RubricSpec] | None,
     ) -> tuple[dict[str, RubricJudgment], tuple[str, ...] | None]:
         pending = {rubric.rubric_id: rubric for rubric, _ in batch}
-        keys = {rubric.rubric_id: key for rubric, key in batch}
         judgments: dict[str, RubricJudgment] = {}
         problems: dict[str, str] = {}
         uncovered: tuple[str, ...] | None = None
@@ -443,11 +471,6 @@ class OpenAIJudge:
                 )
                 judgments[rubric_id] = judgment
                 del pending[rubric_id]
-                if self.cache is not None:
-                    try:
-                        self.cache.put_judgment(keys[rubric_id], judgment, model=self.model)
-                    except OSError as error:  # a full or unwritable cache folder costs speed, not the verdict
-                        logger.warning("judge cache: could not store a judgment (%s)", error)
             cut = " (the answer was cut off at max_tokens)" if reply.finish_reason == "length" else ""
             problems = {rubric_id: answer.problems[rubric_id] + cut for rubric_id in pending}
             if not pending:
