@@ -99,7 +99,13 @@ class FakeProcess:
                 {"step": 2 * i, "kind": "eval", "eval/success_rate": v, "eval/success_se": 0.01}
                 for i, v in enumerate(self.curve)
             ]
+            # and, as a whole run has, each training step once and the last step's checkpoint
+            steps = next((int(a.split("=", 1)[1]) for a in self.command if a.startswith("train.steps=")), 0)
+            rows += [{"step": step, "kind": "train"} for step in range(1, steps + 1)]
             (self.out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (self.out / "checkpoints" / f"step_{steps:06d}").mkdir(parents=True, exist_ok=True)
+            (self.out / "checkpoints" / f"step_{steps:06d}" / "manifest.json").write_text("{}")
+            (self.out / "checkpoints" / "latest").write_text(f"step_{steps:06d}")
         if self.polls == 0:
             FakeProcess.running -= 1
         return self.code
@@ -107,7 +113,7 @@ class FakeProcess:
     def terminate(self):
         pass
 
-    def wait(self):
+    def wait(self, timeout=None):
         return self.code
 
 
@@ -152,7 +158,7 @@ def test_runs_in_parallel_with_a_thread_share_in_dependency_order_and_resumes(tm
     # a killed run (no status, a checkpoint) continues with --resume; an unfinished one without checkpoint restarts
     run = tmp_path / "out" / "runs" / "arise-s1"
     (run / "ablation_status.json").unlink()
-    (run / "checkpoints").mkdir()
+    (run / "checkpoints").mkdir(exist_ok=True)
     (run / "checkpoints" / "latest").write_text("step_1")
     (run / "config.yaml").write_text("train: {}\n")
     (tmp_path / "out" / "runs" / "outcome_only-s0" / "ablation_status.json").unlink()

@@ -183,3 +183,27 @@ def test_a_file_size_limit_on_any_run_file_gives_one_line_naming_it(tmp_path):
     assert lines[0].startswith("rw: error: cannot write ") and "File too large" in lines[0]
     assert f"{out}/checkpoints/.step_000001.tmp/model.pt" in lines[0] and "the run has no checkpoint yet" in lines[0]
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_inside_torch_save_stays_an_interrupt(tmp_path, monkeypatch, raised):
+    """Ctrl-C landing in the stream's write reaches torch's zip writer, which turns it into a RuntimeError;
+    it must stay an interrupt (the run stops as interrupted), not become a 'cannot write' failure."""
+    import io
+
+    import torch
+
+    from rwcore.trainer import checkpoint as ckpt
+
+    class Interrupted(io.BytesIO):
+        writes = 0
+
+        def write(self, data):
+            Interrupted.writes += 1
+            if Interrupted.writes == 3:
+                raise raised()
+            return super().write(data)
+
+    monkeypatch.setattr(ckpt, "open", lambda *args, **kwargs: Interrupted(), raising=False)
+    with pytest.raises(raised):
+        ckpt.save({"weight": torch.zeros(10_000)}, tmp_path / "model.pt", encoded=False)

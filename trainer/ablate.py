@@ -8,9 +8,16 @@ Layout of the output folder OUT:
 Runs are separate processes so a crash stays in its run; each gets `OMP_NUM_THREADS` (and the MKL /
 OpenBLAS equivalents) set to its share of the cores, because two unpinned torch processes on a
 2-core machine slow each other by an order of magnitude. A run is finished when its status file says
-so; `rw ablate` again with the same OUT skips finished runs, resumes killed ones from their latest
-checkpoint and re-runs failed ones. A failed run is a row marked failed with its error, never
-averaged in.
+so, which `rw ablate` writes only when the run exited 0 having written each training step 1..N once,
+a held-out evaluation and the step-N checkpoint; `rw ablate` again with the same OUT skips finished runs,
+resumes killed ones from their latest checkpoint and re-runs failed ones. A failed run is a row marked
+failed with its error, never averaged in.
+
+One writer per folder: `rw ablate` holds OUT's lock (trainer/run_lock.py) while it runs, and each `rw train`
+holds its run's. Each run is started in a process group of its own with a parent-death signal (SIGTERM), so no
+run outlives `rw ablate`, however it ends (`kill -9` included); when it stops, it stops its runs and kills
+what is left of their groups. A rerun waits a little (`CELL_WAIT_SECONDS`) for a run whose folder another
+process still writes, then refuses, naming it and that process.
 
 `arise_frozen_rubrics` freezes the pool of the same seed's `arise` run (pool.frozen_from): the
 scheduler starts it only after that run finished, and the arise run is part of every Arise table.
@@ -121,6 +128,11 @@ BASELINES = {"arise": "outcome_only", "rewardweaver": "rw_outcome_grpo", "claim"
 and what the probability of improvement and the IQM difference compare with."""
 
 STATUS_FILE = "ablation_status.json"
+CELL_WAIT_SECONDS = 30.0
+"""How long a rerun waits for a run whose folder another process still writes before refusing (the `rw train`
+of a killed `rw ablate` gets SIGTERM as it dies and is gone within seconds)."""
+STOP_SECONDS = 30.0
+"""How long a stopped run may take to end after SIGTERM before its process group is killed."""
 DEPENDS = {"arise_frozen_rubrics": "arise"}
 """variant -> the variant whose same-seed run it reads (pool.frozen_from)."""
 
@@ -395,6 +407,132 @@ def _thread_env(threads: int) -> dict:
     return env
 
 
+# Started before each `rw train` (exec'd in its place, same pid): PR_SET_PDEATHSIG(SIGTERM), so the kernel signals
+# the run when rw ablate dies, however it dies; execve keeps the setting. Not a preexec_fn, which is unsafe
+# with threads (tqdm's monitor). If rw ablate died before the call, getppid() no longer names it: stop at once.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0) != 0:\n"
+    "    sys.exit('rw ablate: prctl(PR_SET_PDEATHSIG) failed: ' + os.strerror(ctypes.get_errno()))\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('rw ablate: rw ablate ended before this run started')\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _dying_with_us(command: list[str]) -> list[str]:
+    """`command` run through `_DIE_WITH_PARENT` (Linux; elsewhere as it is). -I: the trampoline imports
+    nothing from the current folder or PYTHONPATH."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-I", "-c", _DIE_WITH_PARENT, str(os.getpid()), *command]
+
+
+def _kill_group(process, sig: int) -> None:
+    """Signals the process group a run was started in (its `rw train` is the leader; its own children are in
+    it). A stand-in without a pid is left alone."""
+    pid = getattr(process, "pid", None)
+    if isinstance(pid, int) and pid > 0:
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _poll(process):
+    """`process.poll()`; a run that has ended has what is left of its group killed first, while its pid is
+    still unreaped (so it cannot have been reused by another process's group)."""
+    pid = getattr(process, "pid", None)
+    if isinstance(pid, int) and pid > 0 and getattr(process, "returncode", 0) is None:
+        try:
+            ended = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            ended = None
+        if ended is not None:
+            _kill_group(process, signal.SIGKILL)
+    return process.poll()
+
+
+def _stop_runs(running: dict) -> None:
+    """SIGTERM to each running `rw train`, SIGKILL to its group if it has not ended after STOP_SECONDS, and to
+    whatever is left of the group (its own processes: the rollout process of rollout.max_lag) once it ended."""
+    for _, process, _, _ in running.values():
+        process.terminate()
+    deadline = time.monotonic() + STOP_SECONDS
+    for _, process, _, log in running.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_group(process, signal.SIGKILL)
+            process.wait()
+        _kill_group(process, signal.SIGKILL)
+        log.close()
+
+
+def _wait_until_free(run_dir: Path) -> None:
+    """Returns once no other process holds `run_dir`'s lock, waiting up to CELL_WAIT_SECONDS (with a line on
+    stderr); RunFolderBusy naming it and the holder after that."""
+    from rwcore.trainer.run_lock import RunFolderBusy, holder
+
+    pid = holder(run_dir)
+    if pid is None:
+        return
+    shown = pid if pid > 0 else "unknown"
+    print(
+        f"rw ablate: {run_dir} is being written by another process (pid {shown}); waiting up to "
+        f"{CELL_WAIT_SECONDS:g} s for it to stop",
+        file=sys.stderr,
+        flush=True,
+    )
+    deadline = time.monotonic() + CELL_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        pid = holder(run_dir)
+        if pid is None:
+            return
+    raise RunFolderBusy(run_dir, pid if pid > 0 else None)
+
+
+def _unfinished(run_dir: Path, total: int) -> str | None:
+    """Why a run that exited 0 does not count as finished, or None when it does: metrics.jsonl must hold each
+    training step 1..total exactly once (a step twice means two writers) and a held-out evaluation, and
+    checkpoints/latest must name the checkpoint of step `total`."""
+    from collections import Counter
+
+    from rwcore.trainer.checkpoint import MANIFEST, CheckpointError, latest_checkpoint
+
+    if _final_eval(run_dir) is None:
+        return "no final held-out evaluation in metrics.jsonl"
+    steps = []
+    try:
+        lines = (run_dir / "metrics.jsonl").read_bytes().splitlines()
+    except OSError as error:
+        return f"metrics.jsonl cannot be read ({error.strerror or error})"
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            return "metrics.jsonl holds a line that is not JSON"
+        if isinstance(row, dict) and row.get("kind") == "train" and isinstance(row.get("step"), int):
+            steps.append(row["step"])
+    counts = Counter(steps)
+    repeated = sorted(step for step, n in counts.items() if n > 1)
+    if repeated:
+        return f"metrics.jsonl holds step {repeated[0]} {counts[repeated[0]]} times (two writers)"
+    if sorted(steps) != list(range(1, total + 1)):
+        last = max(steps, default=0)
+        if last < total:
+            return f"metrics.jsonl ends at step {last} of {total}"
+        return f"metrics.jsonl holds steps {min(steps)}..{last}, not each of 1..{total} once"
+    try:
+        latest = latest_checkpoint(run_dir)
+    except CheckpointError as error:
+        return str(error)
+    if latest is None or latest.name != f"step_{total:06d}" or not (latest / MANIFEST).is_file():
+        return f"no checkpoint of step {total}, the last"
+    return None
+
+
 def _command(plan: AblationPlan, job: Job, run_dir: Path) -> list[str]:
     base = [sys.executable, "-m", "rwcore.trainer", "train", "--quiet"]
     if (run_dir / "checkpoints" / "latest").exists() and (run_dir / "config.yaml").exists():
@@ -415,12 +553,32 @@ def run_ablation(
     """Runs every unfinished job, at most `plan.jobs` at a time; returns `summarize(plan)`.
 
     One progress bar counts training steps over all runs. `launch` is `subprocess.Popen` (tests may
-    pass a stand-in). Ctrl-C stops the running processes; finished runs stay finished.
+    pass a stand-in); each run starts in a session of its own and gets SIGTERM if this process dies. Ctrl-C
+    stops the running processes; finished runs stay finished. Holds plan.out's lock throughout: another
+    process writing plan.out is a RunFolderBusy (a ValueError), and so is a run folder another process
+    still writes after CELL_WAIT_SECONDS, before anything starts.
     """
+    from rwcore.trainer.run_lock import acquire
+
+    check_resume(plan)
+    with acquire(plan.out):
+        return _run_locked(plan, progress, launch)
+
+
+def _run_locked(plan: AblationPlan, progress: bool, launch: Callable[..., subprocess.Popen]) -> dict:
     from tqdm.auto import tqdm
 
     call_started = time.time()
-    check_resume(plan)
+    jobs = plan.run_jobs()
+    total_steps = _total_steps(plan)
+    pending = [
+        job
+        for job in jobs
+        if (_read_status(plan.runs_dir / job.name) or {}).get("status") != "finished"
+        or _unfinished(plan.runs_dir / job.name, total_steps) is not None  # a status written by an older rw
+    ]
+    for job in pending:  # a run another process still writes (a killed rw ablate's, dying) is never started twice
+        _wait_until_free(plan.runs_dir / job.name)
     plan.runs_dir.mkdir(parents=True, exist_ok=True)
     earlier = 0.0
     if (plan.out / SETTINGS_FILE).exists():
@@ -428,10 +586,7 @@ def run_ablation(
     atomic_write_bytes(
         plan.out / SETTINGS_FILE, json.dumps({**_settings(plan), "wall_seconds": earlier}, indent=1).encode()
     )
-    jobs = plan.run_jobs()
-    total_steps = _total_steps(plan)
     threads = max(1, (os.cpu_count() or 1) // plan.jobs)
-    pending = [job for job in jobs if (_read_status(plan.runs_dir / job.name) or {}).get("status") != "finished"]
     finished = {job.name for job in jobs} - {job.name for job in pending}
     failed: set[str] = set()
     running: dict[str, tuple[Job, subprocess.Popen, float, object]] = {}
@@ -464,7 +619,13 @@ def run_ablation(
                 command = _command(plan, job, run_dir)
                 log.write(f"$ {' '.join(command)}\n".encode())  # which run this was: fresh or --resume
                 log.flush()
-                process = launch(command, stdout=log, stderr=subprocess.STDOUT, env=_thread_env(threads))
+                process = launch(
+                    _dying_with_us(command),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=_thread_env(threads),
+                    start_new_session=True,  # its own group: stopping it stops its children too; no terminal ^C
+                )
                 running[job.name] = (job, process, time.time(), log)
                 bar.set_postfix_str(f"{len(finished)} done, {len(failed)} failed, {len(running)} running")
             time.sleep(0.5 if running else 0)
@@ -473,13 +634,14 @@ def run_ablation(
                 if done > shown[name]:
                     bar.update(min(done, total_steps) - shown[name])
                     shown[name] = min(done, total_steps)
-                code = process.poll()
+                code = _poll(process)
                 if code is None:
                     continue
                 log.close()
                 del running[name]
                 run_dir = plan.runs_dir / name
-                if code == 0 and _final_eval(run_dir) is not None:
+                why = _unfinished(run_dir, total_steps) if code == 0 else None
+                if code == 0 and why is None:
                     _write_status(run_dir, {"status": "finished", "seconds": round(time.time() - started, 1)})
                     finished.add(name)
                     bar.update(total_steps - shown[name])
@@ -487,21 +649,13 @@ def run_ablation(
                 else:
                     tail = _log_tail(run_dir / "ablation.log")
                     last = tail.splitlines()[-1].strip() if tail.strip() else ""
-                    error = (
-                        (f"exit code {code}: {last}" if last else f"exit code {code}")
-                        if code
-                        else "no final held-out evaluation in metrics.jsonl"
-                    )
+                    error = (f"exit code {code}: {last}" if last else f"exit code {code}") if code else why
                     _write_status(run_dir, _failure(error, tail))
                     failed.add(name)
                     bar.write(f"run {name} failed ({error}); see {run_dir / 'ablation.log'}")
                 bar.set_postfix_str(f"{len(finished)} done, {len(failed)} failed, {len(running)} running")
-    except KeyboardInterrupt:
-        for _, process, _, _ in running.values():
-            process.terminate()
-        for _, process, _, log in running.values():
-            process.wait()
-            log.close()
+    except BaseException:  # Ctrl-C, SIGTERM, or an error here: no run is left running unattended
+        _stop_runs(running)
         raise
     finally:
         bar.close()

@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rwcore.trainer.run_lock import LOCK_FILE
+
 MANIFEST = "manifest.json"
 FORMAT = 1
 _TAG = "__rwcore_type__"
@@ -171,6 +173,9 @@ def save(value: Any, path: Path, encoded: bool = True) -> None:
         try:
             torch.save(payload, stream)
         except RuntimeError as error:  # a failed write reaches us as torch's "[enforce fail at ...]"
+            interrupt = _interrupt_behind(error)
+            if interrupt is not None:  # Ctrl-C inside the writer's stream.write: still an interrupt
+                raise interrupt from error
             raise write_failure(error, path) from error
         stream.flush()
         os.fsync(stream.fileno())
@@ -338,6 +343,9 @@ def step_folders(checkpoints: Path) -> list[Path]:
 # What `rw ablate` keeps inside each run folder it launches, and the folders other commands write into one.
 ABLATE_FILES = ("ablation.log", "ablation_status.json")
 RUN_OUTPUT_DIRS = ("checkpoints", "report", "analysis")
+# Files rw keeps in a run folder across a new start: rw ablate's bookkeeping, and the writer's lock
+# (trainer/run_lock.py), which --overwrite holds while it removes the rest and must not remove.
+KEPT_FILES = ABLATE_FILES + (LOCK_FILE,)
 
 
 class RunFolderRefused(ValueError):
@@ -371,7 +379,7 @@ def foreign_entries(run: Path) -> list[Path]:
                         or (p.is_file() and _ours(p.name, CHECKPOINT_FILES))
                     )
                 ]
-        elif not (path.is_file() and _ours(path.name, RUN_FILES + ABLATE_FILES)):
+        elif not (path.is_file() and _ours(path.name, RUN_FILES + KEPT_FILES)):
             foreign.append(path)
     return foreign
 
@@ -379,15 +387,16 @@ def foreign_entries(run: Path) -> list[Path]:
 def check_new_run_folder(path: Path, overwrite: bool = False) -> None:
     """Refuses `--out` on a folder a new run must not write into, before anything is written.
 
-    Missing, empty, or holding only `rw ablate`'s bookkeeping: fine. Holding anything else and not a run
-    folder: refused (a new run would overwrite its files). A run folder: refused with the ways on
-    (`--resume`, a new folder) unless `overwrite`, which removes the files rw wrote - only after checking
-    that there is nothing else in it (then refused, naming what) - and keeps `rw ablate`'s bookkeeping.
+    Missing, empty, or holding only `rw ablate`'s bookkeeping and the run lock: fine. Holding anything else
+    and not a run folder: refused (a new run would overwrite its files). A run folder: refused with the ways
+    on (`--resume`, a new folder) unless `overwrite`, which removes the files rw wrote - only after checking
+    that there is nothing else in it (then refused, naming what) - and keeps `rw ablate`'s bookkeeping and
+    the lock file (`KEPT_FILES`). The caller holds the folder's lock (trainer/run_lock.py) before this runs.
     """
     if not path.exists():
         return
     entries = sorted(path.iterdir())
-    if all(entry.name in ABLATE_FILES and entry.is_file() and not entry.is_symlink() for entry in entries):
+    if all(entry.name in KEPT_FILES and entry.is_file() and not entry.is_symlink() for entry in entries):
         return
     shown = ", ".join(entry.name for entry in entries[:5]) + (", ..." if len(entries) > 5 else "")
     if not is_run_folder(path):
@@ -409,7 +418,7 @@ def check_new_run_folder(path: Path, overwrite: bool = False) -> None:
             "was removed: move them, or choose a new folder"
         )
     for entry in sorted(path.iterdir()):
-        if entry.name in ABLATE_FILES:
+        if entry.name in KEPT_FILES:
             continue
         if entry.is_dir():
             shutil.rmtree(entry)
@@ -480,6 +489,16 @@ def writing(what: Path):
         path = error.filename if error.filename else what
         reason = error.strerror or str(error) or type(error).__name__
         raise RunFolderError(f"cannot write {path}: {reason}") from error
+
+
+def _interrupt_behind(error: BaseException) -> BaseException | None:
+    """A KeyboardInterrupt or SystemExit that torch's writer turned into a RuntimeError, if any."""
+    seen, depth = error.__cause__ or error.__context__, 0
+    while seen is not None and depth < 8:
+        if isinstance(seen, (KeyboardInterrupt, SystemExit)):
+            return seen
+        seen, depth = seen.__cause__ or seen.__context__, depth + 1
+    return None
 
 
 def _os_error_behind(error: BaseException) -> OSError | None:

@@ -66,6 +66,20 @@ def _override(text: str) -> str:
     return text
 
 
+def _lock_run_folder(folder: Path) -> Any:
+    """The lock of a run folder this command writes (trainer/run_lock.py), made when missing; a folder another
+    process writes, or a lock file that is not a plain file, is a CommandError (exit 2), one that cannot be
+    made exit 1, each naming the path."""
+    from rwcore.trainer.run_lock import RunLockError, acquire
+
+    try:
+        return acquire(folder)
+    except RunLockError as error:
+        raise CommandError(str(error)) from None
+    except OSError as error:
+        raise CommandError(f"cannot write {error.filename or folder}: {error.strerror or error}", code=1) from None
+
+
 def _default_run_dir() -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path("runs") / stamp
@@ -173,6 +187,14 @@ class TrainCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        locks: list = []  # the run folder's lock (trainer/run_lock.py), held until the run ends
+        try:
+            return self._train(args, locks)
+        finally:
+            for lock in locks:
+                lock.release()
+
+    def _train(self, args: argparse.Namespace, locks: list) -> int:
         main_process = os.environ.get("RANK", "0") == "0"
         if int(os.environ.get("WORLD_SIZE", "1")) > 1 and args.out is None and args.resume is None:
             raise CommandError(
@@ -187,6 +209,8 @@ class TrainCommand(Command):
             run_dir = Path(args.resume)
             if not run_dir.is_dir():
                 raise CommandError(f"--resume: {str(run_dir)!r} is not a folder")
+            if main_process:
+                locks.append(_lock_run_folder(run_dir))
             Trainer = _trainer_class()
             try:
                 trainer = Trainer.resume(str(run_dir), quiet=args.quiet)
@@ -208,6 +232,7 @@ class TrainCommand(Command):
             if main_process:  # the other processes of a launcher write into the folder the first one prepared
                 from rwcore.trainer.checkpoint import RunFolderRefused, check_new_run_folder
 
+                locks.append(_lock_run_folder(run_dir))  # before --overwrite removes anything
                 try:
                     check_new_run_folder(run_dir, overwrite=args.overwrite)
                 except RunFolderRefused as error:
@@ -646,7 +671,7 @@ class AblateCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation, prepare_prior, run_ablation
+        from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation
 
         try:
             seeds = parse_seeds(args.seeds)
@@ -666,6 +691,13 @@ class AblateCommand(Command):
             check_resume(plan)
         except ValueError as error:
             raise CommandError(str(error)) from None
+        with _lock_run_folder(plan.out):  # one rw ablate per OUT; run_ablation takes it again, as the same process
+            return self._ablate(args, plan)
+
+    def _ablate(self, args: argparse.Namespace, plan: Any) -> int:
+        from rwcore.trainer.ablate import prepare_prior, run_ablation
+        from rwcore.trainer.run_lock import RunLockError
+
         runs = len(plan.variants) * len(plan.seeds)
         print(
             f"rw ablate: {plan.paper}, {len(plan.variants)} variants x {len(plan.seeds)} seeds = {runs} runs, "
@@ -681,7 +713,10 @@ class AblateCommand(Command):
             raise CommandError(str(error)) from None
         if prior is not None:
             print(f"rw ablate: every run starts from the reading prior {prior}", file=sys.stderr)
-        summary = run_ablation(plan, progress=not args.quiet)
+        try:
+            summary = run_ablation(plan, progress=not args.quiet)
+        except RunLockError as error:  # a run another process still writes
+            raise CommandError(str(error)) from None
         for name in ("ablation.md", "ablation.json", "ablation.png"):
             print(plan.out / name)
         failed = sum(row["failed"] for row in summary["rows"])
