@@ -235,3 +235,56 @@ def test_trainer_scoring_without_full_logits_equals_the_engine_logprobs(tmp_path
         assert torch.allclose(rollout.behavior_logprobs, expected, atol=1e-5)
         assert (rollout.behavior_logprobs[torch.tensor(rollout.generated)] < 0).all()
     trainer.cleanup()
+
+
+def test_the_rollout_process_dies_with_a_trainer_killed_with_minus_nine(tmp_path):
+    """daemon=True covers a trainer that exits; after a kill -9 the kernel's parent-death signal must end the
+    rollout process too. An idle one waits on its request queue, whose writing end it holds itself, so
+    without the signal it lived on as an orphan, holding its memory, for good."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import os, sys, time, torch\n"
+        "from rwcore.trainer.async_rollout import RolloutProcess\n"
+        "from rwcore.trainer.config import load_config\n"
+        "from rwcore.trainer.envs import make\n"
+        "from rwcore.trainer.policy import build_policy\n"
+        f"config = load_config(None, {[*SMALL, 'rollout.max_lag=1', 'train.method=outcome_only']!r})\n"
+        "env = make(config.env.name, **dict(config.env.options))\n"
+        "policy = build_policy(config, env, torch.device('cpu'))\n"
+        "worker = RolloutProcess(config, 1, policy.model.state_dict(), 0)\n"  # returns once the worker is ready
+        "print(worker._process.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        worker = int(trainer.stdout.readline())
+        time.sleep(1)  # the worker is idle, waiting for a request
+        assert _alive(worker)
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker):
+        time.sleep(0.1)
+    alive = _alive(worker)
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "the rollout process outlived its trainer"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent (now init) has to reap it

@@ -23,7 +23,10 @@ naming the checkpoint to resume from; it never hangs the trainer.
 
 from __future__ import annotations
 
+import os
 import queue
+import signal
+import sys
 import traceback
 from dataclasses import dataclass
 
@@ -53,7 +56,10 @@ class RolloutProcess:
         self._requests = ctx.Queue()
         self._results = ctx.Queue()
         self._process = ctx.Process(
-            target=_serve, args=(config, int(threads), self._requests, self._results), name="rw-rollout", daemon=True
+            target=_serve,
+            args=(config, int(threads), self._requests, self._results, os.getpid()),
+            name="rw-rollout",
+            daemon=True,
         )
         self._process.start()
         self._submitted: dict[int, list] = {}  # step -> task ids, in submission order
@@ -163,8 +169,22 @@ def _from_wire(rollout):
     return rollout
 
 
-def _serve(config, threads: int, requests, results) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this process when the trainer dies, however it dies. `daemon=True` only covers a
+    trainer that exits normally; after a `kill -9` the worker would otherwise live on, idle, as an orphan."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+        return  # not fatal: only the orphan after a kill -9 is at stake
+    if os.getppid() != parent:  # the trainer died before the signal was armed
+        os._exit(1)
+
+
+def _serve(config, threads: int, requests, results, parent: int) -> None:
     """The rollout process: builds the environment and policy, then answers requests in order."""
+    _die_with_parent(parent)
     try:
         torch.set_num_threads(threads)
         from rwcore.trainer import envs
