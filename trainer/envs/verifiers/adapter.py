@@ -9,9 +9,12 @@ from collections.abc import Mapping, Sequence
 from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, own_random, partner_failed
 from rwcore.trainer.envs.verifiers.agents import (
     _TERMINATE,
+    MAX_NAME,
     Bridge,
+    EnvironmentFault,
     EpisodeRun,
     SetupError,
+    cut,
     message_text,
     run_all,
 )
@@ -25,6 +28,38 @@ INSTALL_HINT = (
 TESTED_VERSION = "0.4.0"  # rwcore.integrations.versions.TESTED["verifiers"] holds the range
 _SEAT_NAMES = ("agent", "assistant", "player", "solver", "policy")
 _SELECT_KEYS = ("include", "exclude", "shuffle", "seed", "skip", "limit")
+_MAX_SCORES = 256  # reward and metric names kept per episode (the weighted reward sums them all)
+_MAX_REASON = 500  # characters of a partner failure's reason
+
+
+class _Starting(Episode):
+    """A reset episode whose environment is still starting in its thread: its observation, done and state
+    are read from the started episode when first asked for. rw train resets a batch's episodes one after
+    the other before it reads any observation; reading late lets their environments start together, so
+    environments that hang at their start cost one env.options.timeout per batch, not one per episode."""
+
+    def __init__(self, task: Task, settle) -> None:
+        # not Episode's own __init__: observation, done and state are properties, read from `settle()`
+        self.task = task
+        self._settle = settle
+        self._settled: Episode | None = None
+
+    def _ready(self) -> Episode:
+        if self._settled is None:
+            self._settled = self._settle()
+        return self._settled
+
+    @property
+    def observation(self) -> str:
+        return self._ready().observation
+
+    @property
+    def done(self) -> bool:
+        return self._ready().done
+
+    @property
+    def state(self) -> dict:
+        return self._ready().state
 
 
 def _import_verifiers():
@@ -100,7 +135,9 @@ class VerifiersEnv:
         rwcore's outcome in [0, 1] is (reward - low) / (high - low), clipped. success_threshold: success when
         trace.reward >= it (default: high).
     max_turns: the agent's turns per episode (default: its AgentConfig.max_turns, else 8); timeout: seconds
-        the environment may take between two agent turns (default 120) before the episode is a partner failure.
+        (wall clock) each episode's environment may take from the moment it gets the turn (its start, or the
+        agent's message) until it asks for the agent's next message or ends, scoring included (default
+        120); an episode past it is abandoned, a partner failure, and the other episodes go on.
     system_prompt: the policy's base system prompt (default: the tasks' common TaskData.system_prompt; when
         tasks differ, each task's own goes at the head of its first observation).
     vocabulary / actions: extra words for the built-in word-level policy / the words it may say (optional).
@@ -203,6 +240,7 @@ class VerifiersEnv:
             self.action_vocabulary = lambda: list(self._actions)
         self._bridge = Bridge(self.env, self.seat, self.max_turns, partner, float(timeout))
         self._runs: dict[str, EpisodeRun] = {}
+        self._unstarted: list[EpisodeRun] = []  # reset, started together when an episode is first read
         self._vocab: list[str] | None = None
 
     # -- loading --------------------------------------------------------------------------
@@ -364,13 +402,18 @@ class VerifiersEnv:
         return list(self._splits[split])
 
     def reset(self, task: Task, seed: int) -> Episode:
-        return self.step_many([self._start(task, seed)], None)[0]
+        """The episode; its environment starts (in its own thread, with every other episode reset since)
+        when its observation, done or state is first read, which waits for it to ask for the agent's first
+        message (see `_Starting`)."""
+        started = self._start(task, seed)
+        return _Starting(task, lambda: self.step_many([started], None)[0])
 
     def step(self, episode: Episode, action: str) -> Episode:
         return self.step_many([episode], [action])[0]
 
     def step_many(self, episodes: Sequence[Episode], actions: Sequence[str] | None) -> list[Episode]:
-        """Every live episode's turn at once (their environments run concurrently on the bridge's loop)."""
+        """Every live episode's turn at once (their environments run concurrently, each on its own loop)."""
+        self._start_pending()
         runs = [self._runs.get(e.state.get("run", "")) if not e.done else None for e in episodes]
         live = [(i, run) for i, run in enumerate(runs) if run is not None]
         if actions is not None and len(actions) != len(episodes):
@@ -396,11 +439,16 @@ class VerifiersEnv:
         prefix = own if (own and not self._shared_prompt) else ""
         run = EpisodeRun(vf_task, int(seed), prefix)
         self._runs[run.id] = run
-        self._bridge.start(run)
+        self._unstarted.append(run)
         return Episode(task, "", False, {"run": run.id, "turns": 0})
 
+    def _start_pending(self) -> None:
+        if self._unstarted:
+            runs, self._unstarted = self._unstarted, []
+            self._bridge.start_many(runs)
+
     def _episode(self, episode: Episode, run: EpisodeRun, turned: bool = False) -> Episode:
-        if run.fatal:
+        if run.fatal and not run.abandoned:
             self._runs.pop(run.id, None)
             raise SetupError(f"env.name 'verifiers' ({self.env_label}): {run.fatal}")
         state = dict(episode.state)
@@ -416,51 +464,65 @@ class VerifiersEnv:
         return Episode(episode.task, observation, False, state)
 
     def _result(self, run: EpisodeRun) -> dict:
-        """The finished episode as JSON: rewards, metrics, the weighted reward, or why it failed."""
+        """The finished episode as JSON: rewards, metrics, the weighted reward, or why it failed (every string
+        from the environment cut: names to MAX_NAME characters, the reason to 500)."""
         label = f"verifiers env {self.env_label!r}"
-        if run.timed_out or run.future.cancelled():
-            return {"failure": f"{label} did not answer within env.options.timeout", "rewards": {}, "metrics": {}}
+        failed = {"rewards": {}, "metrics": {}}
+        if run.future.cancelled():
+            return {"failure": f"{label} was cancelled", **failed}
         error = run.future.exception()
+        if isinstance(error, EnvironmentFault):  # a timeout, a BaseException, the environment closed
+            return {"failure": cut(f"{label} {error}", _MAX_REASON), **failed}
         if error is not None:
-            return {"failure": f"{label} raised {type(error).__name__}: {error}"[:500], "rewards": {}, "metrics": {}}
+            reason = f"{label} raised {type(error).__name__}: {cut(str(error), _MAX_REASON)}"
+            return {"failure": cut(reason, _MAX_REASON), **failed}
         vf_episode = run.future.result()
         traces = [t for t in vf_episode.traces if t.agent.name == self.seat]
         failure = ""
         if vf_episode.errors:
             first = vf_episode.errors[0]
-            failure = f"{label}: {first.type}: {first.message}"
+            failure = f"{label}: {cut(str(first.type), MAX_NAME)}: {cut(str(first.message), _MAX_REASON)}"
         elif not traces:
             failure = f"{label} ran no turn of its seat {self.seat!r}"
         trace = traces[-1] if traces else None
         if not failure and trace.errors:
             first = trace.errors[0]
-            failure = f"{label}: scoring failed: {first.type}: {first.message}"
-        rewards, metrics = {}, {}
+            failure = (
+                f"{label}: scoring failed: {cut(str(first.type), MAX_NAME)}: {cut(str(first.message), _MAX_REASON)}"
+            )
+        rewards, metrics, total = {}, {}, 0.0
         if trace is not None and not failure:
             for name, reward in trace.rewards.items():
+                name = cut(str(name), MAX_NAME)
                 if reward is None:
                     failure = failure or f"{label}: reward {name!r} was not scored"
                     continue
                 if not (math.isfinite(reward.score) and math.isfinite(reward.weight)):
                     failure = failure or f"{label}: reward {name!r} is {reward.score} (weight {reward.weight})"
                     continue
-                rewards[name] = [float(reward.score), float(reward.weight)]
+                total += float(reward.score) * float(reward.weight)
+                if len(rewards) < _MAX_SCORES:
+                    rewards[name] = [float(reward.score), float(reward.weight)]
             for name, value in trace.metrics.items():
+                if len(metrics) >= _MAX_SCORES:
+                    break
                 if value is not None and math.isfinite(value):
-                    metrics[name] = float(value)
-        total = float(sum(score * weight for score, weight in rewards.values()))
+                    metrics[cut(str(name), MAX_NAME)] = float(value)
         return {
-            "failure": failure[:500],
+            "failure": cut(failure, _MAX_REASON),
             "rewards": rewards,
             "metrics": metrics,
             "reward": total,
-            "stop_condition": trace.stop_condition if trace is not None else None,
+            "stop_condition": cut(str(trace.stop_condition), MAX_NAME)
+            if trace is not None and trace.stop_condition is not None
+            else None,
             "turns": trace.num_turns if trace is not None else 0,
         }
 
     def outcome(self, episode: Episode) -> Outcome:
         result = episode.state.get("result")
         if result is None:  # rw train's turn limit ended it: the parked turn comes back terminated
+            self._start_pending()
             run = self._runs.get(episode.state.get("run", ""))
             if run is None:
                 return Outcome(0.0, False, "episode not running", failure="verifiers episode not running")
@@ -485,6 +547,19 @@ class VerifiersEnv:
         }
         reason = f"reward {raw:g} ({', '.join(f'{n}={s:g}x{w:g}' for n, (s, w) in result['rewards'].items())})"
         return Outcome(reward, success, reason, details=details)
+
+    def outcome_many(self, episodes: Sequence[Episode]) -> list[Outcome]:
+        """Every episode's outcome; those rw train's turn limit ended are handed back terminated together,
+        so their environments finish (and score) concurrently, each within env.options.timeout."""
+        runs = []
+        for episode in episodes:
+            if episode.state.get("result") is None:
+                run = self._runs.get(episode.state.get("run", ""))
+                if run is not None and not run.future.done():
+                    runs.append(run)
+        if runs:
+            run_all(self._bridge, runs, [_TERMINATE] * len(runs), own_random)
+        return [self.outcome(episode) for episode in episodes]
 
     def vocabulary(self) -> list[str]:
         if self._vocab is None:
@@ -547,6 +622,7 @@ class VerifiersEnv:
         return sorted(dict.fromkeys(names))
 
     def close(self) -> None:
+        self._unstarted.clear()
         self._bridge.close()
 
 

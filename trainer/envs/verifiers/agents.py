@@ -10,27 +10,91 @@ program against: the `Agents` an `Env.run(task, agents)` receives. Everything el
 the task's `@stop` hooks and its scoring (`Task.score`: `@metric`s, `@reward`s with their weights, plugged
 judges).
 
-`Bridge` runs each rwcore episode as one `Env.run_episode` coroutine on an event loop in a background
-thread. When the environment asks the trained seat for a turn (`interaction.turn(...)` or `agent.run(task)`),
-the coroutine parks the request: the text the agent is shown becomes the rwcore episode's observation, and
-the coroutine resumes when `rw train` hands in the policy's message. Seats other than the trained one (a
-modeled user, an opponent) are served by an LLM partner over an OpenAI-compatible API
-(rwcore.trainer.envs.llm_partner).
+`Bridge` runs each rwcore episode as one `Env.run_episode` coroutine on an event loop of its own, in a
+daemon thread of its own. When the environment asks the trained seat for a turn (`interaction.turn(...)` or
+`agent.run(task)`), the coroutine parks the request: the text the agent is shown becomes the rwcore
+episode's observation, and the coroutine resumes when `rw train` hands in the policy's message. Seats other
+than the trained one (a modeled user, an opponent) are served by an LLM partner over an OpenAI-compatible
+API (rwcore.trainer.envs.llm_partner).
+
+Isolation - nothing one episode's environment does stops the others or the run:
+- Turns: the episode threads take turns running environment code (`_Baton`, first come first served), so
+  episodes interleave as coroutines of one loop would and environments that rely on asyncio's single
+  thread behave as in verifiers (TextArena seeds the global `random` and draws from it between two
+  awaits); each episode keeps its own stream of the global `random`, the trainer's is left as it was.
+- Time: each episode's environment has `wait_timeout` seconds of wall clock from the moment it gets the
+  turn (its start, or the agent's message handed in) until it asks for the agent's next message or ends,
+  not counting the time it waited for its turn behind other episodes. The watchdog thread abandons an
+  episode past it: its future holds the timeout, its thread can never write a result back, the episodes
+  behind it go on. A holder that runs longer than `_SLICE` seconds while others wait, or is blocked in a
+  call, loses the turn; one that goes on computing without yielding for a quarter of its timeout (0.5 s at
+  least) while others wait is abandoned. A blocked thread cannot be killed in Python: an abandoned thread
+  is left as a daemon (an exception raised into it stops a Python-level loop; a blocking C call returns
+  when it returns).
+- Exceptions: a BaseException the environment's code raises (SystemExit, KeyboardInterrupt, GeneratorExit,
+  one of its own) ends its episode only, as a failure naming it; a real Ctrl-C reaches the trainer's main
+  thread, which never runs environment code, and stops the run.
+- Size: every text kept from the environment is cut (`cut`: `MAX_TEXT` characters, names `MAX_NAME`); a
+  reward or metric that returns a long string is refused where it returns, without copying it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
+import functools
+import inspect
 import itertools
+import logging
 import random
+import selectors
 import threading
 import time
+import traceback
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 _TERMINATE = object()  # handed to a parked turn when rw train ends the episode (its turn limit)
+MAX_TEXT = 65536  # characters kept of any one text the environment hands over (an observation, an error)
+MAX_NAME = 200  # characters kept of a reward, metric or stop-condition name
+_SHORT = 64  # a reward or metric value given as a longer string is refused unread (verifiers would copy it)
+_SLICE = 0.1  # seconds an episode may run environment code while others wait for their turn
+_BUSY = 0.25  # of wait_timeout (0.5 s at least): computing that long without yielding, while others wait,
+# abandons an episode - a busy loop would otherwise slow every other episode (they share the GIL) until
+# its timeout
+_TICK = 0.02  # seconds between two looks of the watchdog
+_KICKS = 20  # exceptions raised into an abandoned thread that keeps running, 0.5 s apart, before it is left alone
+
+logger = logging.getLogger(__name__)
+
+
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """`text` with at most `limit` characters kept, the rest replaced by "... [N characters cut]"."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit} characters cut]"
+
+
+class EnvironmentFault(Exception):
+    """An episode's failure that is no ordinary exception of the environment: it raised a BaseException
+    (SystemExit, KeyboardInterrupt, GeneratorExit, one of its own) or was abandoned (its message says which)."""
+
+
+class _Abandoned(BaseException):
+    """Raised into the thread of an abandoned episode that keeps running environment code (a busy loop)."""
+
+
+def _let_go(error: BaseException) -> None:
+    """Clears the finished frames of `error`'s tracebacks (its causes' too), so that what they held - a huge
+    value a reward returned - is freed now rather than when the garbage collector finds the cycles an
+    exception's traceback makes."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
 
 
 class SetupError(ValueError):
@@ -38,21 +102,118 @@ class SetupError(ValueError):
     failure): e.g. it runs the trained seat twice in one episode."""
 
 
-def message_text(messages) -> str:
-    """The text of a verifiers prompt or turn (a string, or messages: their text parts, images dropped)."""
+def message_text(messages, limit: int = MAX_TEXT) -> str:
+    """The text of a verifiers prompt or turn (a string, or messages: their text parts, images dropped), cut
+    to `limit` characters (`cut`) without joining what is cut."""
     from verifiers.v1.types import content_text
 
     if messages is None:
         return ""
     if isinstance(messages, str):
-        return messages
+        return cut(messages, limit)
     parts = []
     for message in messages:
         content = message.get("content") if isinstance(message, dict) else getattr(message, "content", None)
         text = content_text(content) if not isinstance(content, str) else content
         if text:
             parts.append(text)
-    return "\n\n".join(parts)
+    total = sum(len(p) for p in parts) + 2 * max(0, len(parts) - 1)
+    if total <= limit:
+        return "\n\n".join(parts)
+    head, size = [], 0
+    for part in parts:
+        if size + len(part) >= limit:
+            head.append(part[: max(0, limit - size)])
+            break
+        head.append(part)
+        size += len(part) + 2
+    kept = "\n\n".join(head)[:limit]
+    return f"{kept}... [{total - len(kept)} characters cut]"
+
+
+def _too_long(kind: str, name, value) -> str:
+    """Why a reward or metric value is refused unread ("" when it is not): a long string (or bytes), which
+    verifiers' float() would copy into its error message."""
+    if isinstance(value, (str, bytes, bytearray)) and len(value) > _SHORT:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return (
+            f"{kind} {cut(str(name), MAX_NAME)!r} returned a {type(value).__name__} of {len(value)} {unit}, "
+            "not a number"
+        )
+    return ""
+
+
+def _refuse_long(kind: str, name, value) -> None:
+    why = _too_long(kind, name, value)
+    if why:
+        raise TypeError(why)
+
+
+def _guarded(fn, kind: str):
+    """`fn` (a task's reward or metric) whose long-string result is refused where it is returned, so that it
+    is freed before the episode's thread lets another episode run (verifiers gathers the results first)."""
+
+    @functools.wraps(fn)
+    async def guarded(*args, **kwargs):
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        items = value.items() if isinstance(value, Mapping) else [(fn.__name__, value)]
+        why = next((w for w in (_too_long(kind, k, v) for k, v in items) if w), "")
+        if why:
+            del value, items  # nothing this frame keeps (its traceback outlives the raise) holds the string
+            raise TypeError(why)
+        return value
+
+    return guarded
+
+
+def _guard_hooks(task) -> None:
+    """Makes `task.hooks("reward" / "metric")` give the functions guarded (`_guarded`); once per task."""
+    if getattr(task, "_rwcore_guarded", False):
+        return
+    hooks = task.hooks
+
+    def guarded_hooks(attr: str):
+        fns = hooks(attr)
+        return [_guarded(fn, attr) for fn in fns] if attr in ("reward", "metric") else fns
+
+    try:
+        task.hooks = guarded_hooks
+        task._rwcore_guarded = True
+    except (AttributeError, TypeError):  # a task that takes no attributes: the trace's own guard remains
+        pass
+
+
+@functools.cache
+def _trace_class():
+    """verifiers' `Trace` with what it records from the environment bounded: reward and metric values given
+    as long strings are refused unread, and a recorded error keeps its message cut and its frames only."""
+    from verifiers.v1.errors import stop_condition
+    from verifiers.v1.trace import Error, Trace
+
+    class BoundedTrace(Trace):
+        def record_reward(self, name, value, weight=1.0):
+            _refuse_long("reward", name, value)
+            super().record_reward(name, value, weight)
+
+        def record_metric(self, name, value):
+            _refuse_long("metric", name, value)
+            super().record_metric(name, value)
+
+        def record_error(self, error):
+            self.errors.append(
+                Error(
+                    type=type(error).__name__,
+                    message=cut(str(error)),
+                    status_code=getattr(error, "status_code", None),
+                    traceback=cut("".join(traceback.format_tb(error.__traceback__))),
+                )
+            )
+            self.ok = False
+            self.stop(stop_condition(error))
+
+    return BoundedTrace
 
 
 def _as_messages(message) -> list:
@@ -65,10 +226,13 @@ def _as_messages(message) -> list:
 
 
 class EpisodeRun:
-    """One rwcore episode: one `Env.run_episode` on the bridge's loop.
+    """One rwcore episode: one `Env.run_episode` on an event loop of its own, in a thread of its own.
 
     `event` is set whenever the coroutine waits for the trained seat's message (`pending` holds the
-    observation) or has ended (`future` done); the rwcore thread waits on it."""
+    observation) or has ended (`future` done: the verifiers Episode, or the exception that ended it); the
+    rwcore thread waits on it. The environment's clock (`Bridge.spent`) runs from `turn_start` (its start,
+    or the agent's message handed in; None while it waits for the agent) less the time it waited for its
+    turn behind other episodes (`queued`, and the wait under way since `queued_since`)."""
 
     def __init__(self, task, seed: int, first_prefix: str) -> None:
         self.id = uuid.uuid4().hex
@@ -77,11 +241,24 @@ class EpisodeRun:
         self.first_prefix = first_prefix  # the task's own system prompt when it is not the environment's
         self.event = threading.Event()
         self.pending: tuple[str, asyncio.Future] | None = None
-        self.future: concurrent.futures.Future | None = None
+        self.future: concurrent.futures.Future = concurrent.futures.Future()
         self.terminating = False
         self.fatal = ""  # a SetupError message
         self.trained_traces = 0
         self.timed_out = False
+        self.abandoned = False  # its thread may still run, but nothing it does is read any more
+        self.turn_start: float | None = None
+        self.queued = 0.0
+        self.queued_since: float | None = None
+        self.random_state = random.Random(seed).getstate()  # the episode's own stream of the global `random`
+        self.running = False  # its thread runs environment code (holds the turn, or lost it while running)
+        self.section_start: float | None = None  # when it last took the turn (it runs since, not yielding)
+        self.section_cpu: float | None = None  # its thread's CPU time then (read by the watchdog)
+        self.section_seen: float | None = None  # the section_start that section_cpu belongs to
+        self.probe: tuple[float, float, float] | None = None  # (section_start, time, CPU time) last read
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.main: asyncio.Task | None = None
+        self.thread: threading.Thread | None = None
 
 
 class _RunContext:
@@ -91,13 +268,144 @@ class _RunContext:
         self.run = run
 
 
+class _Baton:
+    """The turn to run environment code: one episode thread at a time, first come first served, so the
+    episodes interleave as coroutines of one loop would. Whoever holds it runs with the global `random` set
+    to its episode's own stream (the state outside is put back when it lets go). The watchdog can take it
+    from a holder that keeps it too long (`revoke`): that thread runs on without it until it next waits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[tuple[EpisodeRun, threading.Event]] = collections.deque()
+        self.holder: EpisodeRun | None = None
+        self.since: float | None = None  # when the holder started running (None: handed over, not yet awake)
+        self._outside = None  # the global random state outside environment code
+
+    def acquire(self, run: EpisodeRun, swap: bool = True) -> None:
+        """Waits for the turn (the wait is `run.queued`, off its clock). swap=False: the caller's thread
+        is rwcore's own (its random stream stays)."""
+        while True:
+            with self._lock:
+                if self.holder is run or (self.holder is None and not self._queue):
+                    self._take(run, swap)
+                    return
+                ready = threading.Event()
+                self._queue.append((run, ready))
+                if run.queued_since is None:
+                    run.queued_since = time.monotonic()
+            ready.wait()  # set when the turn is handed to it; taken from it before it woke, it queues again
+
+    def _take(self, run: EpisodeRun, swap: bool) -> None:
+        now = time.monotonic()
+        if run.queued_since is not None:
+            run.queued += now - run.queued_since
+            run.queued_since = None
+        self.holder, self.since = run, now
+        run.running = swap
+        run.section_start = now if swap else None
+        self._outside = None
+        if swap:
+            self._outside = random.getstate()
+            random.setstate(run.random_state)
+
+    def release(self, run: EpisodeRun) -> None:
+        with self._lock:
+            run.running = False
+            if self.holder is run:
+                if self._outside is not None:
+                    run.random_state = random.getstate()
+                self._hand_over()
+
+    def revoke(self, run: EpisodeRun) -> None:
+        """Takes the turn from `run` (a holder that keeps it too long, or an abandoned one)."""
+        with self._lock:
+            if self.holder is run:
+                if self.since is not None and self._outside is not None:  # it was running with its stream set
+                    run.random_state = random.getstate()
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self.since is not None and self._outside is not None:
+            random.setstate(self._outside)
+        self.holder, self.since, self._outside = None, None, None
+        if self._queue:
+            self.holder, ready = self._queue.popleft()
+            ready.set()
+
+    def waited_for(self) -> bool:
+        with self._lock:
+            return bool(self._queue)
+
+    def should_yield(self, run: EpisodeRun) -> bool:
+        """Whether `run`, holding the turn with callbacks ready, has run its slice while others wait."""
+        with self._lock:
+            return (
+                self.holder is not run
+                or bool(self._queue)
+                and self.since is not None
+                and time.monotonic() - self.since > _SLICE
+            )
+
+    def stale(self, slice_s: float) -> EpisodeRun | None:
+        """The holder when it has run longer than `slice_s` while others wait."""
+        with self._lock:
+            holder = self.holder
+            if holder is not None and self._queue and self.since is not None:
+                if time.monotonic() - self.since > slice_s:
+                    return holder
+            return None
+
+
+class _BatonSelector(selectors.DefaultSelector):
+    """An episode loop's selector: the loop lets go of the turn while it waits for I/O or timers (and, with
+    callbacks ready, once it has run its slice while others wait), and takes it back before it runs
+    callbacks. Running its ready callbacks in one go keeps an episode's step together (a value it made
+    and drops is gone before the next episode runs)."""
+
+    def __init__(self, baton: _Baton, run: EpisodeRun) -> None:
+        super().__init__()
+        self._baton = baton
+        self._run = run
+
+    def select(self, timeout=None):
+        if timeout is not None and timeout <= 0 and not self._baton.should_yield(self._run):
+            return super().select(timeout)
+        self._baton.release(self._run)
+        if self._run.pending is not None:
+            # parked: the rwcore thread learns it only now, once the turn and the global random are let go
+            self._run.event.set()
+        try:
+            return super().select(timeout)
+        finally:
+            self._baton.acquire(self._run)
+
+
+def _thread_cpu(thread: threading.Thread | None) -> float | None:
+    """CPU seconds `thread` has used (None where the platform cannot tell, or it has ended)."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (AttributeError, OSError, TypeError, OverflowError):
+        return None
+
+
+def _raise_into(thread: threading.Thread) -> None:
+    """Raises `_Abandoned` in `thread` at its next Python instruction (a C call that blocks is not
+    interrupted; the exception waits until it returns)."""
+    import ctypes
+
+    ident = thread.ident
+    if ident is not None and thread.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(_Abandoned))
+
+
 class Bridge:
     """Drives a verifiers `Env` with rwcore's policy as its trained seat (see the module docstring).
 
     env: the verifiers Env (built by verifiers' load_environment); seat: the trained seat's name;
     max_turns: the trained seat's turns per episode at most (a further turn comes back terminated, as
     verifiers' own `max_turns` limit does); partner: answers the other seats (`reply_many`), or None;
-    wait_timeout: seconds the environment may take between two of the agent's turns."""
+    wait_timeout: seconds (wall clock) an episode's environment may take from the moment it gets the turn
+    (its start, or the agent's message) until it asks for the agent's next message or ends."""
 
     def __init__(self, env, seat: str, max_turns: int, partner, wait_timeout: float) -> None:
         self.env = env
@@ -105,31 +413,56 @@ class Bridge:
         self.max_turns = max_turns
         self.partner = partner
         self.wait_timeout = wait_timeout
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="rwcore-verifiers", daemon=True)
-        self._thread.start()
+        self.busy_limit = max(0.5, _BUSY * wait_timeout)
+        self._baton = _Baton()
+        self._lock = threading.Lock()
         self._live: set[EpisodeRun] = set()
+        self._stuck: list[list] = []  # [run, abandoned at, kicks, last kick] of abandoned threads still alive
+        self._watching = False  # a watchdog thread runs (it ends when nothing is left to watch)
         # verifiers' Env builds each episode's agents here; rwcore's take their place (see the module docstring)
         env._episode_agents = self._episode_agents
 
     # -- the rwcore side (caller's thread) ------------------------------------------------
 
     def start(self, run: EpisodeRun) -> None:
-        self._live.add(run)
-        run.future = asyncio.run_coroutine_threadsafe(self._episode(run), self.loop)
+        self.start_many([run])
+
+    def start_many(self, runs: Sequence[EpisodeRun]) -> None:
+        """Starts the runs' threads while this thread holds the turn: none runs environment code before
+        all are started (a busy-looping one would slow the starting of the others)."""
+        self._ensure_watchdog()  # before waiting for the turn: the watchdog frees it from a stuck holder
+        starter = EpisodeRun(None, 0, "")
+        self._baton.acquire(starter, swap=False)
+        try:
+            for run in runs:
+                self._launch(run)
+        finally:
+            self._baton.release(starter)
+
+    def _launch(self, run: EpisodeRun) -> None:
+        if run.thread is not None:  # started already
+            return
+        run.turn_start, run.queued = time.monotonic(), 0.0
+        with self._lock:
+            self._live.add(run)
 
         def ended(_) -> None:
-            self._live.discard(run)
+            with self._lock:
+                self._live.discard(run)
             run.event.set()
 
         run.future.add_done_callback(ended)
+        run.thread = threading.Thread(target=self._serve, args=(run,), name=f"rwcore-verifiers-{run.id[:8]}")
+        run.thread.daemon = True  # an abandoned thread never keeps the process alive
+        run.thread.start()
 
     def deliver(self, run: EpisodeRun, reply) -> None:
         """Hands the policy's message (or _TERMINATE) to the parked turn."""
-        if run.pending is None:
+        if run.pending is None or run.future.done():
             return
         _, future = run.pending
         run.pending = None
+        run.queued, run.turn_start = 0.0, time.monotonic()
         run.event.clear()
         if reply is _TERMINATE:
             run.terminating = True
@@ -138,43 +471,225 @@ class Bridge:
             if not future.done():
                 future.set_result(reply)
 
-        self.loop.call_soon_threadsafe(resolve)
+        try:
+            run.loop.call_soon_threadsafe(resolve)
+        except RuntimeError:  # its loop is closed: the episode has ended
+            pass
+
+    def spent(self, run: EpisodeRun, now: float) -> float:
+        """Seconds the run's environment has had the turn it is on (0 while it waits for the agent)."""
+        start = run.turn_start
+        if start is None:
+            return 0.0
+        queued_since = run.queued_since
+        waiting = now - queued_since if queued_since is not None else 0.0
+        return now - start - run.queued - waiting
 
     def wait(self, runs: Sequence[EpisodeRun]) -> None:
-        """Until every run waits for the agent or has ended; a run whose environment takes longer than
-        wait_timeout is cancelled (its future then holds the cancellation)."""
-        deadline = time.monotonic() + self.wait_timeout
+        """Until every run waits for the agent or has ended; a run whose environment has had wait_timeout
+        seconds is abandoned (its future then holds the timeout)."""
+        unstarted = [run for run in runs if run.thread is None]
+        if unstarted:
+            self.start_many(unstarted)
         for run in runs:
-            if not run.event.wait(max(0.0, deadline - time.monotonic())):
-                run.future.cancel()
-                self.loop.call_soon_threadsafe(lambda: None)  # wake the loop to run the cancellation
-                run.event.wait(5.0)
-                run.timed_out = True
+            while not (run.event.is_set() or run.future.done()):
+                remaining = self.wait_timeout - self.spent(run, time.monotonic())
+                if remaining <= 0:
+                    self._abandon(run, f"did not answer within env.options.timeout ({self.wait_timeout:g} s)")
+                    break
+                run.event.wait(min(remaining, 0.5))
 
     def close(self) -> None:
-        """Cancels the episodes still running (reset but never finished: aborted, not scored) and stops the loop."""
-        live = list(self._live)
+        """Abandons the episodes still running (reset but never finished: not scored); their threads are
+        given 2 s to end (an abandoned thread that does not is left to the watchdog, then to itself)."""
+        with self._lock:
+            live = list(self._live)
         for run in live:
-            run.future.cancel()
+            self._abandon(run, "was closed before the episode ended")
+        deadline = time.monotonic() + 2.0
         for run in live:
-            run.event.wait(5.0)
-        if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout=5)
+            if run.thread is not None:
+                run.thread.join(max(0.0, deadline - time.monotonic()))
 
-    # -- the verifiers side (the loop's thread) ----------------------------------------------
+    # -- the watchdog ------------------------------------------------------------------------
+
+    def _ensure_watchdog(self) -> None:
+        with self._lock:
+            if self._watching:
+                return
+            self._watching = True
+        threading.Thread(target=self._watch, name="rwcore-verifiers-watchdog", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(_TICK)
+            try:
+                if self._look():
+                    return
+            except Exception:  # noqa: BLE001 - the watchdog must outlive anything it looks at
+                logger.exception("rwcore verifiers watchdog")
+
+    def _look(self) -> bool:
+        """One look: abandons runs past their deadline, takes the turn from a holder that keeps it, raises
+        into abandoned threads that keep running. True when the watchdog has nothing left to do."""
+        now = time.monotonic()
+        with self._lock:
+            live = list(self._live)
+        waited_for, holder = self._baton.waited_for(), self._baton.holder
+        for run in live:
+            if run.event.is_set() or run.future.done():
+                continue
+            if self.spent(run, now) > self.wait_timeout:
+                self._abandon(run, f"did not answer within env.options.timeout ({self.wait_timeout:g} s)")
+                continue
+            busy = self._busy(run, now, waited_for or run is not holder)
+            if busy:
+                self._abandon(
+                    run,
+                    f"ran environment code for {busy:.1f} s without yielding to its event loop while other "
+                    "episodes waited",
+                )
+        stale = self._baton.stale(_SLICE)
+        if stale is None and holder is not None and waited_for and self._blocked(holder, now):
+            stale = holder
+        if stale is not None:
+            self._baton.revoke(stale)
+        with self._lock:
+            self._stuck = [entry for entry in self._stuck if entry[0].thread.is_alive() and entry[2] < _KICKS]
+            stuck = list(self._stuck)
+            idle = not self._live and not self._stuck and holder is None and not waited_for
+            if idle:  # checked and cleared under the lock start() takes: a new run starts a new watchdog
+                self._watching = False
+        for entry in stuck:
+            run, _, kicks, last = entry
+            if run.running and now - last >= 0.5:
+                entry[2], entry[3] = kicks + 1, now
+                _raise_into(run.thread)
+        return idle
+
+    @staticmethod
+    def _blocked(run: EpisodeRun, now: float) -> bool:
+        """Whether the holder `run` is blocked in a call (its thread used no CPU for 40 ms of its section):
+        it gives up the turn at once, not after its slice."""
+        start = run.section_start
+        if not run.running or start is None:
+            return False
+        probe = run.probe
+        if probe is not None and probe[0] == start and now - probe[1] < 0.04:
+            return False
+        cpu = _thread_cpu(run.thread)
+        if cpu is None:
+            return False
+        run.probe = (start, now, cpu)
+        return probe is not None and probe[0] == start and cpu - probe[2] < 0.001
+
+    def _busy(self, run: EpisodeRun, now: float, others_wait: bool) -> float:
+        """The seconds `run` has computed without yielding (more than busy_limit, while others waited, its
+        thread's CPU time growing: it is not merely blocked in a call that leaves the others free), else 0."""
+        start = run.section_start
+        if not run.running or start is None:
+            return 0.0
+        if run.section_seen != start:  # a section not looked at yet: its CPU time to compare with later
+            run.section_seen, run.section_cpu = start, _thread_cpu(run.thread)
+            return 0.0
+        if not others_wait or now - start <= self.busy_limit or run.section_cpu is None:
+            return 0.0
+        cpu = _thread_cpu(run.thread)
+        return now - start if cpu is not None and cpu - run.section_cpu > 0.05 else 0.0
+
+    def _abandon(self, run: EpisodeRun, reason: str) -> None:
+        """Ends `run` as a failure now, whatever its thread does from here on (it can no longer write a
+        result), and frees the turn and the episodes behind it."""
+        try:
+            run.future.set_exception(EnvironmentFault(reason))
+        except concurrent.futures.InvalidStateError:
+            return  # it ended first
+        run.abandoned = True
+        run.timed_out = reason.startswith("did not answer")
+        self._baton.revoke(run)
+        loop, main = run.loop, run.main
+        if loop is not None and main is not None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: nothing left to cancel
+                loop.call_soon_threadsafe(main.cancel)
+        if run.thread is not None and run.thread.is_alive():
+            with self._lock:
+                self._stuck.append([run, time.monotonic(), 0, 0.0])
+
+    # -- the verifiers side (the episode's own thread) ------------------------------------------
+
+    def _serve(self, run: EpisodeRun) -> None:
+        """The episode's thread: its loop runs `Env.run_episode` with the turn held; whatever it raises,
+        BaseException included, ends this episode only."""
+        try:
+            loop = asyncio.SelectorEventLoop(_BatonSelector(self._baton, run))
+            run.loop = loop
+            asyncio.set_event_loop(loop)
+            self._baton.acquire(run)
+            value, error, ended = None, None, False
+            try:
+                if run.abandoned:  # its time ran out before its first turn
+                    return
+                run.main = loop.create_task(self._episode(run))
+                try:
+                    value = loop.run_until_complete(run.main)
+                except BaseException as caught:  # noqa: BLE001 - anything the environment raises, SystemExit too
+                    error = caught
+                ended = True
+                self._unwind(loop, run.main)
+            finally:
+                self._baton.release(run)
+                asyncio.set_event_loop(None)
+                loop.close()
+            if ended:  # written once the turn and the global random are let go: the caller may go on at once
+                self._settle(run, value=value, error=error)
+        except BaseException as caught:  # noqa: BLE001 - e.g. _Abandoned, or the environment raising again
+            self._settle(run, error=caught)
+
+    def _settle(self, run: EpisodeRun, value=None, error: BaseException | None = None) -> None:
+        """Writes the episode's end into its future, unless it was abandoned or has ended already."""
+        if run.abandoned or run.future.done():
+            return
+        if error is not None and not isinstance(error, Exception):
+            try:
+                text = cut(str(error), 300)
+            except Exception:  # noqa: BLE001 - an exception whose str() raises is named by its type alone
+                text = ""
+            error = EnvironmentFault(f"raised {type(error).__name__}{': ' + text if text else ''}")
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            if error is None:
+                run.future.set_result(value)
+            else:
+                run.future.set_exception(error)
+
+    @staticmethod
+    def _unwind(loop, main: asyncio.Task) -> None:
+        """Cancels what the episode left running on its loop and lets it end (a few rounds at most: a
+        hostile environment may raise again while it unwinds); the exceptions they ended with are read, so
+        that asyncio does not log them again."""
+        seen = {main}
+        for _ in range(3):
+            tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            if not tasks:
+                break
+            seen.update(tasks)
+            for task in tasks:
+                task.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        for task in seen:
+            if task.done() and not task.cancelled():
+                task.exception()
 
     async def _episode(self, run: EpisodeRun):
-        random.seed(run.seed)  # the environment's own randomness (the caller's stream is restored around it)
         return await self.env.run_episode(run.task, _RunContext(run))
 
     async def ask(self, run: EpisodeRun, observation: str):
         """Parks the trained seat's turn until rw train hands in the policy's message."""
         if run.terminating:
             return _TERMINATE
-        future = self.loop.create_future()
-        run.pending = (observation, future)
-        run.event.set()
+        future = asyncio.get_running_loop().create_future()
+        run.turn_start = None  # the agent's time, not the environment's
+        run.pending = (observation, future)  # cut already (message_text); `event` is set when the loop waits
         return await future
 
     def _episode_agents(self, ctx, completed, on_trace, on_discard):
@@ -251,7 +766,8 @@ class _Agent:
     def refuse(self, message: str):
         """Stops the run: the environment asks for something rwcore cannot be (raised to rw train as a
         SetupError, not recorded as a partner failure)."""
-        self.episode_run.fatal = message
+        if not self.episode_run.abandoned:
+            self.episode_run.fatal = message
         raise SetupError(message)
 
     async def respond(self, interaction: Interaction, observation: str):
@@ -288,7 +804,7 @@ class PartnerAgent(_Agent):
         partner = self.bridge.partner
         if partner is None:
             self.refuse(f"seat {self.name!r} needs a partner: set env.options.partner_model")
-        system = interaction.system_text
+        system = cut(interaction.system_text)
         messages = tuple(
             {"role": "assistant" if m.role == "assistant" else "user", "content": message_text([m])}
             for m in interaction.conversation
@@ -311,14 +827,14 @@ class Interaction:
 
     def __init__(self, agent: _Agent, task, condition: str, first_prefix: str = "") -> None:
         from verifiers.v1.state import state_cls
-        from verifiers.v1.trace import AgentInfo, Trace, TraceTask
+        from verifiers.v1.trace import AgentInfo, TraceTask
         from verifiers.v1.types import SystemMessage
 
         self.agent = agent
         self.task = task
         self._condition = condition
         self._first_prefix = first_prefix
-        self.trace = Trace(
+        self.trace = _trace_class()(
             task=TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash),
             state=state_cls(type(task))(),
             agent=AgentInfo(config=agent.config),
@@ -352,9 +868,8 @@ class Interaction:
                 raise ValueError("the task's prompt opens this exchange: take its first reply with a bare turn()")
             if prompted:
                 new = _as_messages(self.task.data.prompt)
-                observation = message_text(new)
-                if self._first_prefix:
-                    observation = f"{self._first_prefix}\n\n{observation}"
+                head = [{"content": self._first_prefix}] if self._first_prefix else []
+                observation = message_text([*head, *new])  # cut once, the prefix counted in
             else:
                 new = _as_messages(message)
                 observation = message_text(new)
@@ -419,10 +934,12 @@ class Interaction:
         if trace.stop_condition is None:
             trace.stop(self._condition)
         if not trace.errors:
+            _guard_hooks(self.task)
             try:
                 await self.task.score(trace, None)
             except Exception as error:  # a reward function that raised: recorded, the episode fails
                 trace.record_error(error)
+                _let_go(error)
         trace.ok = not trace.errors
         trace.is_completed = True
         return trace
