@@ -212,7 +212,7 @@ def test_a_trainer_killed_with_minus_nine_leaves_no_process_and_its_folder_is_re
         from rwcore.trainer.envs import sandbox as sb
         box = sb.Sandbox(sb.Limits(wall_seconds=60.0))
         print(box.workdir, flush=True)
-        box.run_shell("exec -a {marker} sleep 50")
+        box.run_shell("cp /bin/sleep ./{marker} && exec ./{marker} 50")
     """)
     child = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": root}
@@ -221,12 +221,16 @@ def test_a_trainer_killed_with_minus_nine_leaves_no_process_and_its_folder_is_re
     deadline = time.monotonic() + 10
 
     def running() -> bool:
-        out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+        # anchored: the tool's command line starts with the marker (a copy of sleep of that name); the Python
+        # child's script holds the marker too, and an unanchored match took the child for the tool (the tool
+        # itself never ran: /bin/sh has no `exec -a`, so the child ended at once and its close() raced the test)
+        out = subprocess.run(["pgrep", "-f", f"^\\./{marker} "], capture_output=True, text=True).stdout
         return bool(out.strip())
 
     while not running() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert running(), "the tool never started"
+    assert child.poll() is None, "the trainer ended before it was killed (its close() removed the folder)"
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     deadline = time.monotonic() + 5

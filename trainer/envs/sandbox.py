@@ -263,6 +263,10 @@ if uid != 0:  # > 0: root mode; -1: an unprivileged user namespace (read-only mo
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
+        # unshare --kill-child armed PR_SET_PDEATHSIG in this process, but a change of uid clears it: armed
+        # again, or a trainer killed with -9 would leave this init, and with it every tool, running
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "PR_SET_PDEATHSIG failed")
     except OSError as exc:
         sys.stderr.write("sandbox setup failed: %s\n" % exc)
         sys.exit(111)
