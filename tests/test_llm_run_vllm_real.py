@@ -99,10 +99,12 @@ def test_a_combined_run_with_a_real_vllm_judge_reflector_and_attributor(vllm_ser
     assert train[-1]["rewardweaver/stage_errors"] < len(history["stages"])
 
     # what it cost, in every row: the judge and the reflection model both asked the server
-    for row in rows:  # every request of the reflection model got an answer (the judge's may be INVALID)
-        assert row["reflector/failed"] == 0 and {"judge/requests", "judge/prompt_tokens", "reflector/requests"} <= set(
-            row
-        )
+    for row in rows:
+        assert {"judge/requests", "judge/prompt_tokens", "reflector/requests", "reflector/failed"} <= set(row)
+    # every request of the reflection model got an answer, or failed as one of the handled, counted errors above (a
+    # random model's reflection prompt can pass its 8192-token context now and then: HTTP 400, counted once each)
+    handled = train[-1]["pool/reflection_errors"] + train[-1]["rewardweaver/stage_errors"]
+    assert sum(row["reflector/failed"] for row in rows) <= handled
     print(
         "requests: judge",
         sum(r["judge/requests"] for r in rows),
