@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -173,20 +174,22 @@ def save(value: Any, path: Path, encoded: bool = True) -> None:
         try:
             torch.save(payload, stream)
         except RuntimeError as error:  # a failed write reaches us as torch's "[enforce fail at ...]"
-            interrupt = _interrupt_behind(error)
-            if interrupt is not None:  # Ctrl-C inside the writer's stream.write: still an interrupt
-                raise interrupt from error
             raise write_failure(error, path) from error
         stream.flush()
         os.fsync(stream.fileno())
 
 
-def write_failure(error: BaseException, path: Path) -> OSError:
-    """The OSError behind a failed `torch.save` (ENOSPC, EFBIG, EIO, ...), naming `path`.
+def write_failure(error: BaseException, path: Path) -> BaseException:
+    """What a failed `torch.save` into `path` really was, to raise in place of torch's RuntimeError.
 
-    torch's zip writer turns the stream's OSError into a RuntimeError ("[enforce fail at
-    inline_container.cc:...] unexpected pos ...") whose context is the OSError; without one, an OSError
-    (EIO) carrying torch's first line, so that callers need to handle one kind of failure."""
+    torch's zip writer turns whatever the stream's write raised into a RuntimeError ("[enforce fail at
+    inline_container.cc:...] unexpected pos ...") whose context is the original: a KeyboardInterrupt or
+    SystemExit (Ctrl-C landing in the write) is returned as it is, an OSError (ENOSPC, EFBIG, ...) as one
+    naming `path`; without either, an OSError (EIO) carrying torch's first line, so that callers handle
+    one kind of failure."""
+    interrupt = _behind(error, lambda seen: isinstance(seen, (KeyboardInterrupt, SystemExit)))
+    if interrupt is not None:
+        return interrupt
     behind = _os_error_behind(error)
     if behind is not None:
         return OSError(behind.errno, behind.strerror or os.strerror(behind.errno), str(path))
@@ -491,11 +494,11 @@ def writing(what: Path):
         raise RunFolderError(f"cannot write {path}: {reason}") from error
 
 
-def _interrupt_behind(error: BaseException) -> BaseException | None:
-    """A KeyboardInterrupt or SystemExit that torch's writer turned into a RuntimeError, if any."""
-    seen, depth = error.__cause__ or error.__context__, 0
+def _behind(error: BaseException, wanted: Callable[[BaseException], bool]) -> BaseException | None:
+    """The first exception in `error`'s cause/context chain (itself included, 8 links at most) that is `wanted`."""
+    seen, depth = error, 0
     while seen is not None and depth < 8:
-        if isinstance(seen, (KeyboardInterrupt, SystemExit)):
+        if wanted(seen):
             return seen
         seen, depth = seen.__cause__ or seen.__context__, depth + 1
     return None
@@ -503,9 +506,4 @@ def _interrupt_behind(error: BaseException) -> BaseException | None:
 
 def _os_error_behind(error: BaseException) -> OSError | None:
     """The OSError (with an errno) in the cause/context chain of `error`, if any."""
-    seen, depth = error, 0
-    while seen is not None and depth < 8:
-        if isinstance(seen, OSError) and seen.errno is not None:
-            return seen
-        seen, depth = seen.__cause__ or seen.__context__, depth + 1
-    return None
+    return _behind(error, lambda seen: isinstance(seen, OSError) and seen.errno is not None)

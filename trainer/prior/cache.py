@@ -391,7 +391,7 @@ def _private(path: str, flags: int) -> int:
 @contextlib.contextmanager
 def _writing(path: Path):
     """A write failing inside names `path`: an OSError without a file name gets it, and torch.save's RuntimeError
-    becomes the OSError behind it (`checkpoint.write_failure`)."""
+    becomes the OSError behind it, or the interrupt it hid (`checkpoint.write_failure`)."""
     try:
         yield
     except RuntimeError as error:
