@@ -52,6 +52,7 @@ __all__ = [
     "Config",
     "EnvConfig",
     "JudgeConfig",
+    "LoraConfig",
     "LossConfig",
     "ModelConfig",
     "OptimConfig",
@@ -87,6 +88,8 @@ def _f(
     if isinstance(default, (dict, list)):
         copy = type(default)(default)
         return field(default_factory=lambda: type(copy)(copy), metadata=metadata)
+    if dataclasses.is_dataclass(default):  # a nested section (model.lora): each config gets its own
+        return field(default_factory=lambda: dataclasses.replace(default), metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
@@ -141,6 +144,21 @@ class EnvConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through peft (`model.lora.*`, rwcore.trainer.lora): off at rank 0."""
+
+    rank: int = _f(0, "LoRA rank r; 0 = off (every weight trains). > 0: only the adapters train.", ge=0)
+    alpha: float = _f(16.0, "LoRA alpha: the adapters' update B A is scaled by alpha / rank.", gt=0)
+    dropout: float = _f(0.0, "Dropout on the adapters' input in the update's forward passes.", ge=0, lt=1)
+    target_modules: list[str] | Literal["all-linear"] = _f(
+        "all-linear",
+        "Modules that get adapters: a list of module names (peft matches name suffixes, e.g. [q_proj, v_proj]) "
+        "or all-linear (every linear layer but the LM head). The LM head and the embeddings are refused: the "
+        "fused loss reads the head's weight itself.",
+    )
+
+
+@dataclass
 class ModelConfig:
     """The policy model. With `name` unset, a tiny transformer is built locally."""
 
@@ -177,6 +195,7 @@ class ModelConfig:
     )
     dtype: Literal["float32", "bfloat16", "float16"] = _f("float32", "Parameter dtype.")
     device: str = _f("auto", "Device: auto (CUDA when available), cpu, cuda, cuda:N.")
+    lora: LoraConfig = _f(LoraConfig(), "LoRA adapters (model.lora.rank > 0): see the model.lora.* keys.")
 
 
 @dataclass
@@ -750,6 +769,14 @@ def _set_field(section: Any, section_name: str, key: str, value: Any, raw: str |
         raise ValueError(f"unknown config key {dotted!r}; valid keys in section {section_name!r}: " + ", ".join(fields))
     _check_plain(dotted, value)
     tp = _hints(type(section))[key]
+    if _is_section(tp):  # a nested section (model.lora): a mapping of its own keys, each set and checked alike
+        nested = getattr(section, key)
+        if not isinstance(value, Mapping):
+            keys = ", ".join(f.name for f in dataclasses.fields(nested))
+            raise ValueError(f"config key {dotted!r}: expected a mapping of its keys ({keys}), got {_shown(value)}")
+        for inner, item in value.items():
+            _set_field(nested, dotted, str(inner), item, None)
+        return
     try:
         coerced = _coerce(value, tp, raw)
     except _Bad:
@@ -851,6 +878,11 @@ def _apply_override(cfg: Config, override: str) -> None:
         if key not in fields:
             _set_field(section, name, key, None, None)  # raises the unknown-key error
         tp = _hints(type(section))[key]
+        if _is_section(tp):  # model.lora.rank=8: a key of a nested section
+            for part in reversed(rest[1:]):
+                value = {part: value}
+            _set_field(getattr(section, key), f"{name}.{key}", rest[0], value, text if len(rest) == 1 else None)
+            return
         if not (tp is dict or typing.get_origin(tp) is dict):
             raise ValueError(
                 f"config key {dotted!r}: {name}.{key} is {_type_name(tp)}, "
@@ -1216,6 +1248,12 @@ def _validate(cfg: Config) -> Config:
             f"config key 'model.init': {cfg.model.init!r} applies to the built-in model only; model.name="
             f"{cfg.model.name!r} starts from its own weights (leave model.init unset)"
         )
+    targets = cfg.model.lora.target_modules
+    if isinstance(targets, list) and (not targets or not all(targets) or len(set(targets)) < len(targets)):
+        raise ValueError(
+            f"config key 'model.lora.target_modules': a list of distinct, non-empty module names or all-linear, "
+            f"got {_shown(targets)}"
+        )
     if cfg.model.name is None and cfg.model.hidden_size % cfg.model.num_heads:
         raise ValueError(
             f"config keys 'model.hidden_size' and 'model.num_heads': num_heads must divide "
@@ -1364,6 +1402,8 @@ def config_to_dict(cfg: Config) -> dict[str, dict[str, Any]]:
 
 
 def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a nested section
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -1390,14 +1430,25 @@ def describe_config(cfg: Config | None = None) -> str:
     lines = []
     for name, section in _sections(cfg).items():
         lines.append(f"[{name}] {(type(section).__doc__ or '').strip().splitlines()[0]}")
-        hints = _hints(type(section))
-        for f in dataclasses.fields(section):
-            value = yaml.safe_dump(_plain(getattr(section, f.name)), default_flow_style=True)
+        for key, value, tp, text in _keys(section, name):
+            value = yaml.safe_dump(_plain(value), default_flow_style=True)
             value = value.strip().removesuffix("...").strip()
-            lines.append(
-                f"  {name}.{f.name} = {value}  ({_type_name(hints[f.name])})  {f.metadata.get('help', '')}".rstrip()
-            )
+            lines.append(f"  {key} = {value}  ({_type_name(tp)})  {text}".rstrip())
     return "\n".join(lines)
+
+
+def _keys(section: Any, prefix: str) -> list[tuple[str, Any, Any, str]]:
+    """(dotted key, value, type, help) of every key of a section; a nested section's keys (model.lora.*) stand
+    in its place."""
+    rows = []
+    hints = _hints(type(section))
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if _is_section(hints[f.name]):
+            rows += _keys(value, f"{prefix}.{f.name}")
+        else:
+            rows.append((f"{prefix}.{f.name}", value, hints[f.name], f.metadata.get("help", "")))
+    return rows
 
 
 def config_markdown(cfg: Config | None = None) -> str:
@@ -1408,11 +1459,10 @@ def config_markdown(cfg: Config | None = None) -> str:
     for name, section in _sections(cfg).items():
         lines += ["", f"### `{name}`", "", (type(section).__doc__ or "").strip().splitlines()[0], ""]
         lines += ["| key | default | type | meaning |", "|---|---|---|---|"]
-        hints = _hints(type(section))
-        for f in dataclasses.fields(section):
-            value = yaml.safe_dump(_plain(getattr(section, f.name)), default_flow_style=True)
+        for key, value, tp, text in _keys(section, name):
+            value = yaml.safe_dump(_plain(value), default_flow_style=True)
             value = value.strip().removesuffix("...").strip()
-            cells = [f"`{name}.{f.name}`", f"`{value}`", _type_name(hints[f.name]), f.metadata.get("help", "")]
+            cells = [f"`{key}`", f"`{value}`", _type_name(tp), text]
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -13,6 +13,10 @@ needs to keep every rank's adaptive state identical (`all_gather`,
 `broadcast`, `all_mean`, `barrier`). On one process the collectives are
 identities.
 
+Both optimize and clip the parameters with requires_grad alone (`trainable_parameters`): every weight
+of a plain model, the adapters of a LoRA one (model.lora.rank > 0), whose checkpoints then hold the
+adapter and its optimizer state (`rwcore.trainer.lora.checkpoint_state_dict`).
+
 Gradient scale: the trainer normalizes each rank's loss by
 `tokens_denominator(global_tokens)`; DeepSpeed averages gradients over
 ranks, so the denominator is the global model-token count divided by the
@@ -30,12 +34,14 @@ from typing import Any
 
 import torch
 
+from rwcore.trainer.lora import checkpoint_state_dict, is_lora, load_checkpoint_state_dict, trainable_parameters
+
 # Keys the trainer owns in a DeepSpeed config: it feeds micro-batches itself and counts them.
 _RESERVED_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
 
 
 class TorchEngine:
-    """AdamW on one process."""
+    """AdamW on one process, over the trainable parameters."""
 
     name = "torch"
     rank = 0
@@ -43,7 +49,8 @@ class TorchEngine:
 
     def __init__(self, model: torch.nn.Module, lr: float, weight_decay: float, grad_clip: float) -> None:
         self.model = model
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        self.parameters = trainable_parameters(model)  # a LoRA model's adapters alone
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=lr, weight_decay=weight_decay)
         self.grad_clip = grad_clip
 
     def zero_grad(self) -> None:
@@ -54,7 +61,7 @@ class TorchEngine:
 
     def step(self) -> float:
         """Clips (grad_clip 0 = no clipping) and steps; returns the pre-clip gradient norm."""
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip or float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip or float("inf"))
         self.optimizer.step()
         return float(norm)
 
@@ -69,11 +76,11 @@ class TorchEngine:
     def save(self, folder: Path) -> None:
         from rwcore.trainer.checkpoint import save  # through a Python file, fsynced: ENOSPC is an OSError
 
-        save(self.model.state_dict(), folder / "model.pt", encoded=False)
+        save(checkpoint_state_dict(self.model), folder / "model.pt", encoded=False)
         save(self.optimizer.state_dict(), folder / "optimizer.pt", encoded=False)
 
     def load(self, folder: Path) -> None:
-        self.model.load_state_dict(torch.load(folder / "model.pt", weights_only=True))
+        load_checkpoint_state_dict(self.model, torch.load(folder / "model.pt", weights_only=True), folder / "model.pt")
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
 
     # One process: the collectives are identities.
@@ -133,16 +140,17 @@ class DeepSpeedEngine:
         config = deepspeed_config(zero_stage, grad_clip, micro_batches, self.world_size, dtype, config_file)
         self.zero_stage = config["zero_optimization"].get("stage", 0)
         optimizer = None
+        self.parameters = trainable_parameters(model)  # a LoRA model's adapters alone
         if "optimizer" not in config:
             # The same AdamW as the torch engine; ZeRO shards its state. A config file may name DeepSpeed's own.
-            optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+            optimizer = torch.optim.AdamW(self.parameters, lr=lr, weight_decay=weight_decay)
             config["zero_allow_untested_optimizer"] = True
         self.model = model
         self.engine, *_ = deepspeed.initialize(
             model=model,
             optimizer=optimizer,
             config=config,
-            model_parameters=None if optimizer is not None else model.parameters(),
+            model_parameters=None if optimizer is not None else self.parameters,
         )
         self._pending = 0
 
@@ -168,11 +176,7 @@ class DeepSpeedEngine:
             with torch.no_grad():
                 norm = torch.linalg.vector_norm(
                     torch.stack(
-                        [
-                            torch.linalg.vector_norm(p.grad.float())
-                            for p in self.model.parameters()
-                            if p.grad is not None
-                        ]
+                        [torch.linalg.vector_norm(p.grad.float()) for p in self.parameters if p.grad is not None]
                     )
                 )
         self.engine.step()
@@ -191,21 +195,31 @@ class DeepSpeedEngine:
 
     def save(self, folder: Path) -> None:
         """Collective: every rank writes its ZeRO shard; rank 0 also writes the whole model as model.pt
-        (parameters are replicated below stage 3), which `rw eval` and plain PyTorch can load."""
-        self.engine.save_checkpoint(str(folder), tag="deepspeed", save_latest=False)
+        (parameters are replicated below stage 3), which `rw eval` and plain PyTorch can load. A LoRA model's
+        frozen base stays out of both (model.pt: `checkpoint_state_dict`)."""
+        lora = is_lora(self.model)
+        self.engine.save_checkpoint(str(folder), tag="deepspeed", save_latest=False, exclude_frozen_parameters=lora)
         if self.rank == 0:
             from rwcore.trainer.checkpoint import save
 
-            save(self.model.state_dict(), folder / "model.pt", encoded=False)
+            save(checkpoint_state_dict(self.model), folder / "model.pt", encoded=False)
 
     def load(self, folder: Path) -> None:
         if not (folder / "deepspeed").is_dir():
             raise ValueError(f"checkpoint {folder} was not written by train.engine=deepspeed (no deepspeed/ folder)")
+        lora = is_lora(self.model)
         path, _ = self.engine.load_checkpoint(
-            str(folder), tag="deepspeed", load_optimizer_states=True, load_lr_scheduler_states=False
+            str(folder),
+            tag="deepspeed",
+            load_module_strict=not lora,  # a LoRA checkpoint leaves the frozen base out
+            load_optimizer_states=True,
+            load_lr_scheduler_states=False,
         )
         if path is None:
             raise ValueError(f"checkpoint {folder}: DeepSpeed could not load its deepspeed/ folder")
+        if lora:  # the adapters again, through the check that they are exactly this model's (and the built-in base)
+            weights = torch.load(folder / "model.pt", weights_only=True)
+            load_checkpoint_state_dict(self.model, weights, folder / "model.pt")
 
     def all_gather(self, value: Any) -> list:
         gathered: list = [None] * self.world_size

@@ -16,7 +16,10 @@ After every policy update the trainer pushes the new weights into it
 works on both backends (the CPU backend repacks linear weights, so writing
 into the model's parameters directly does not), then the prefix cache is
 dropped. A resumed run pushes the checkpoint's weights before its first
-rollout.
+rollout. A LoRA policy (model.lora.rank > 0) is pushed as merged weights under
+the base model's names (`rwcore.trainer.lora.merged_state_dict`: W + alpha /
+rank * B A), so the engine runs the plain architecture at full speed and its
+log-probs are the training model's; the engine needs no LoRA support of its own.
 
 Behavior log-probs are vLLM's own (`logprobs_mode="processed_logprobs"`: the
 distribution it sampled from, after temperature and `allowed_token_ids`), so
@@ -41,6 +44,7 @@ from collections.abc import Sequence
 import torch
 
 from rwcore.trainer.engines import launcher_environment
+from rwcore.trainer.lora import inference_state_dict
 from rwcore.trainer.rollout import Completion
 
 CPU_KV_CACHE_MIB = 512  # the CPU backend would otherwise reserve a share of system memory
@@ -112,7 +116,10 @@ class VLLMGenerator:
             source = model_name
         else:
             self._folder = tempfile.mkdtemp(prefix="rwcore-vllm-")
-            policy.model.save_pretrained(self._folder, safe_serialization=True)
+            # (a LoRA model as its merged weights under the base names, which vLLM's loader knows)
+            policy.model.save_pretrained(
+                self._folder, state_dict=inference_state_dict(policy.model), safe_serialization=True
+            )
             source = self._folder
         options = dict(
             model=source,
@@ -166,8 +173,8 @@ class VLLMGenerator:
 
     @torch.no_grad()
     def sync(self, model: torch.nn.Module) -> None:
-        """Pushes `model`'s weights (HF parameter names) into the vLLM engine."""
-        self.push(model.state_dict())
+        """Pushes `model`'s weights (HF parameter names; a LoRA model's merged) into the vLLM engine."""
+        self.push(inference_state_dict(model))
 
     @torch.no_grad()
     def push(self, weights: dict) -> None:
