@@ -345,7 +345,8 @@ def step_folders(checkpoints: Path) -> list[Path]:
 
 # What `rw ablate` keeps inside each run folder it launches, and the folders other commands write into one.
 ABLATE_FILES = ("ablation.log", "ablation_status.json")
-RUN_OUTPUT_DIRS = ("checkpoints", "report", "analysis")
+# The experiment trackers (train.loggers) each keep their store in a folder named after them (trainer/trackers.py).
+RUN_OUTPUT_DIRS = ("checkpoints", "report", "analysis", "tensorboard", "wandb", "mlflow", "trackio")
 # Files rw keeps in a run folder across a new start: rw ablate's bookkeeping, and the writer's lock
 # (trainer/run_lock.py), which --overwrite holds while it removes the rest and must not remove.
 KEPT_FILES = ABLATE_FILES + (LOCK_FILE,)

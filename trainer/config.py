@@ -44,6 +44,7 @@ from rwcore.kernels.rollout_correction import PRESETS as ROLLOUT_CORRECTIONS
 from rwcore.kernels.rollout_correction import RolloutCorrection
 from rwcore.method import MethodSettings
 from rwcore.method.variants import LIBRARY_STRATEGIES, VARIANTS, get_variant
+from rwcore.trainer.trackers import LOGGERS
 
 VARIANT_NAMES = tuple(VARIANTS)
 
@@ -461,6 +462,17 @@ class TrainConfig:
         "",
         "DeepSpeed: a JSON file merged over the generated config (offload, "
         "optimizer, precision...); batch-size keys are set by the trainer.",
+    )
+    loggers: list[Literal[LOGGERS]] = _f(  # type: ignore[valid-type]
+        ["console"],
+        "Where the metrics rows go besides metrics.jsonl: console (the progress rw train prints anyway), "
+        "tensorboard, wandb (offline unless WANDB_MODE is set), mlflow, trackio; by default each writes inside the "
+        "run folder (docs/trackers.md). Their packages: pip install 'rwcore[trackers]'.",
+    )
+    tracker_project: str = _f(
+        "rw",
+        "The wandb / trackio project and MLflow experiment the trackers file the run under (letters, digits, "
+        "'.', '_', '-'); each run is named after its run folder.",
     )
 
 
@@ -1206,8 +1218,18 @@ def _check_kind_weights(env: EnvConfig) -> None:
         )
 
 
+_TRACKER_PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def _validate(cfg: Config) -> Config:
     """Cross-field checks."""
+    if len(set(cfg.train.loggers)) < len(cfg.train.loggers):
+        raise ValueError(f"config key 'train.loggers': names a logger twice, got {_shown(cfg.train.loggers)}")
+    if not _TRACKER_PROJECT.fullmatch(cfg.train.tracker_project):
+        raise ValueError(
+            "config key 'train.tracker_project': 1 to 128 letters, digits, '.', '_' or '-' (starting with a letter "
+            f"or digit), which every tracker accepts as a project name; got {_shown(cfg.train.tracker_project)}"
+        )
     if not _ENV_NAME.fullmatch(cfg.judge.api_key_env):
         # Do not echo the value: it may be a key pasted by mistake.
         raise ValueError(

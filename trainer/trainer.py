@@ -14,7 +14,8 @@ Variants: `train.method` is any name of `rwcore.AdaptiveMethod.variants()` (`rw 
 Run folder (see rwcore.trainer.report for the plots, rwcore.trainer.analyze for the tables):
 config.yaml (resolved), method.json (the variant, its components and every method setting),
 metrics.jsonl, sampling.jsonl, reward_stages.json, reward_history.json, diagnostics.json,
-pool_counts.json, pool_events.json, pool_rubrics.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest).
+pool_counts.json, pool_events.json, pool_rubrics.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest), and the
+folders of the experiment trackers train.loggers names (tensorboard/, wandb/, mlflow/, trackio/: trackers.py).
 
 Processes: with train.engine=deepspeed under `deepspeed` / `torchrun`, every rank draws the same
 batch, rolls out and judges its own block of groups, and gathers the trajectories and verdicts, so
@@ -61,6 +62,7 @@ from rwcore.trainer.prior.probe import EvaluationProbe
 from rwcore.trainer.prior.retention import ReadingRetention, check_reading_retention
 from rwcore.trainer.rollout import Rollout, batch_tensors, run_episodes, score_behavior
 from rwcore.trainer.run_logs import truncate_after
+from rwcore.trainer.trackers import Trackers
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
 DIAGNOSTIC_SEED = 2_000_003  # the fixed diagnostic set's episodes (appendix G), the same at every boundary
@@ -96,6 +98,7 @@ class Trainer:
         self._evaluation_only = False  # rw eval: load a checkpoint, leave the run's logs alone
         self._retention = None  # loss.reading_retention's corpus batches (set up in setup())
         self._reading_probe = None  # train.probe_at_eval's light probe (set up in setup())
+        self.trackers: Trackers | None = None  # train.loggers (set up in setup(); none for rw eval)
 
     @property
     def rollout_correction(self):
@@ -141,6 +144,8 @@ class Trainer:
             cfg.train.engine = "torch"  # evaluation needs no optimizer; DeepSpeed checkpoints hold model.pt
             cfg.rollout.engine = "hf"
         self._check_batch(cfg)
+        # train.loggers: a tracker whose package is missing is refused here, before anything is written
+        self.trackers = None if self._evaluation_only else Trackers(cfg.train.loggers, cfg.train.tracker_project)
         self._seed_everything(cfg.train.seed)
         self.device = self._device()
         self.env = envs.make(cfg.env.name, **dict(cfg.env.options))
@@ -217,6 +222,9 @@ class Trainer:
                 if self.prior is not None:
                     atomic_write_bytes(self.out / "prior.json", json.dumps(prior_record(self.prior), indent=1).encode())
         self.engine.barrier()
+        if self.main and self.trackers is not None:  # after config.yaml: each tracker's run gets the same config
+            resumed_at = self.step if self._resume_from is not None else None
+            self.trackers.start(config_to_dict(cfg), self.out, resume_step=resumed_at)
         if self._resume_from is not None:
             self._sync_generator()  # the rollout engine starts from the checkpoint's weights
         else:
@@ -1016,6 +1024,8 @@ class Trainer:
             return
         with ckpt.writing(self._metrics_path), open(self._metrics_path, "a") as stream:
             stream.write(json.dumps(row) + "\n")
+        if self.trackers is not None:  # the same row; a tracker that raises is named once and dropped
+            self.trackers.log(row)
 
     def _write_sampling(self) -> None:
         pairs = self.method.sampling_probabilities(self.step, num_draws=500)
@@ -1165,7 +1175,11 @@ class Trainer:
 
     def cleanup(self) -> None:
         """Releases the engines (DeepSpeed's buffers and hooks, vLLM's temporary model folder) and the
-        environment's resources when it has a `close` (the tools sandboxes of interrupted episodes)."""
+        environment's resources when it has a `close` (the tools sandboxes of interrupted episodes). The
+        trackers close first: their runs finish and their threads and service processes end."""
+        if getattr(self, "trackers", None) is not None:
+            self.trackers.close(complete=self.step >= self.config.train.steps)
+            self.trackers = None
         for engine in (
             getattr(self, "rollouts_ahead", None),
             getattr(self, "generator", None),
