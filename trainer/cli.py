@@ -1,5 +1,5 @@
-"""The `rw` command line: `rw train`, `rw pretrain`, `rw probe`, `rw eval`, `rw report`, `rw analyze`,
-`rw variants`, `rw ablate`, `rw compare`, `rw config` and `rw bench`.
+"""The `rw` command line: `rw train`, `rw pretrain`, `rw probe`, `rw eval`, `rw export`, `rw report`,
+`rw analyze`, `rw variants`, `rw ablate`, `rw compare`, `rw config` and `rw bench`.
 
 Each subcommand is one small class with `name`, `help`, `add_arguments(parser)` and
 `run(args) -> int`; `main(argv=None) -> int` parses and dispatches. Exit codes: 0 success,
@@ -498,6 +498,54 @@ class EvalCommand(Command):
         return 0
 
 
+class ExportCommand(Command):
+    name = "export"
+    help = "write a run's trained model as a Hugging Face folder (transformers, vLLM)"
+    description = (
+        "Writes the policy of the run's newest intact checkpoint (or --step N) into the new folder --out: "
+        "config.json, model.safetensors, the tokenizer, generation_config.json and rwcore_export.json (run, "
+        "step, checkpoint). A LoRA run's adapters are merged; --adapter-only writes PEFT's adapter folder "
+        "instead. Nothing is written when the run has no intact checkpoint or --out is not empty (exit 2)."
+    )
+    epilog = """examples:
+  rw export runs/demo --out exports/demo              # newest intact checkpoint
+  rw export runs/demo --step 200 --out exports/demo-200
+  rw export runs/qwen-lora --out exports/qwen-merged    # LoRA merged into the weights
+  rw export runs/qwen-lora --adapter-only --out exports/qwen-adapter
+"""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_dir", metavar="RUN", help="a run folder written by rw train")
+        parser.add_argument(
+            "--step",
+            type=int,
+            default=None,
+            metavar="N",
+            help="export the checkpoint of step N (default: the newest intact checkpoint)",
+        )
+        parser.add_argument("--out", metavar="DIR", required=True, help="a new or empty folder for the export")
+        parser.add_argument(
+            "--adapter-only",
+            action="store_true",
+            help="a LoRA run: write PEFT's adapter folder (adapter_config.json, adapter_model.safetensors) and "
+            "the tokenizer instead of the merged model",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        from rwcore.trainer.checkpoint import CheckpointError, RunFolderError
+        from rwcore.trainer.export import export_run
+
+        try:
+            result = export_run(args.run_dir, args.out, step=args.step, adapter_only=args.adapter_only)
+        except (ValueError, CheckpointError) as error:
+            raise CommandError(str(error)) from None
+        except RunFolderError as error:
+            raise CommandError(str(error), code=1) from None
+        what = "adapter" if result.kind == "adapter" else "model"
+        print(f"exported the {what} of {result.checkpoint} to {result.out}")
+        return 0
+
+
 class ReportCommand(Command):
     name = "report"
     help = "render PNG plots from a run folder"
@@ -966,6 +1014,7 @@ COMMANDS: tuple[type[Command], ...] = (
     PretrainCommand,
     ProbeCommand,
     EvalCommand,
+    ExportCommand,
     ReportCommand,
     AnalyzeCommand,
     VariantsCommand,
@@ -984,6 +1033,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
         "  rw analyze runs/demo\n"
         "  rw variants\n  rw ablate --paper arise --out runs/ablate-arise\n  rw compare runs/a runs/b\n"
         "  rw eval runs/demo/checkpoints/step_200\n"
+        "  rw export runs/demo --out exports/demo\n"
         "  rw bench --quick\n"
         "run `rw COMMAND --help` for a command's options",
         formatter_class=argparse.RawDescriptionHelpFormatter,
