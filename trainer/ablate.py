@@ -11,7 +11,8 @@ OpenBLAS equivalents) set to its share of the cores, because two unpinned torch 
 so, which `rw ablate` writes only when the run exited 0 having written each training step 1..N once,
 a held-out evaluation and the step-N checkpoint; `rw ablate` again with the same OUT skips finished runs,
 resumes killed ones from their latest checkpoint and re-runs failed ones. A failed run is a row marked
-failed with its error, never averaged in.
+failed with its error, never averaged in. Where runs run is an executor's business (`LocalExecutor` here;
+trainer/ablate_ray.py runs each as a Ray task); everything else is the same for both.
 
 One writer per folder: `rw ablate` holds OUT's lock (trainer/run_lock.py) while it runs, and each `rw train`
 holds its run's. Each run is started in a process group of its own with a parent-death signal (SIGTERM), so no
@@ -73,6 +74,7 @@ __all__ = [
     "PAPERS",
     "BASELINES",
     "AblationPlan",
+    "LocalExecutor",
     "plan_ablation",
     "run_ablation",
     "summarize",
@@ -547,25 +549,55 @@ def _command(plan: AblationPlan, job: Job, run_dir: Path) -> list[str]:
     return command + list(job.overrides)
 
 
+class LocalExecutor:
+    """Where runs run by default: each a child process of this one (`plan.jobs` at a time, cores/jobs threads
+    each), in a session of its own, getting SIGTERM if this process dies. `launch` is `subprocess.Popen` (tests
+    may pass a stand-in). Another executor (trainer/ablate_ray.py) has the same three methods; what `start`
+    returns needs `poll()`, `terminate()` and `wait(timeout)` as a Popen has, and a `pid` only if it is a local
+    process group to kill."""
+
+    def __init__(self, launch: Callable[..., subprocess.Popen] = subprocess.Popen):
+        self.launch = launch
+
+    def threads(self, plan: AblationPlan) -> int:
+        return max(1, (os.cpu_count() or 1) // plan.jobs)
+
+    def start(self, command: list[str], log, threads: int):
+        return self.launch(
+            _dying_with_us(command),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=_thread_env(threads),
+            start_new_session=True,  # its own group: stopping it stops its children too; no terminal ^C
+        )
+
+    def machine(self, threads: int) -> dict:
+        """What ablation.json's `machine` says of where the runs ran."""
+        return {"threads_per_run": threads}
+
+
 def run_ablation(
-    plan: AblationPlan, progress: bool = True, launch: Callable[..., subprocess.Popen] = subprocess.Popen
+    plan: AblationPlan,
+    progress: bool = True,
+    launch: Callable[..., subprocess.Popen] = subprocess.Popen,
+    executor: LocalExecutor | None = None,
 ) -> dict:
     """Runs every unfinished job, at most `plan.jobs` at a time; returns `summarize(plan)`.
 
-    One progress bar counts training steps over all runs. `launch` is `subprocess.Popen` (tests may
-    pass a stand-in); each run starts in a session of its own and gets SIGTERM if this process dies. Ctrl-C
-    stops the running processes; finished runs stay finished. Holds plan.out's lock throughout: another
-    process writing plan.out is a RunFolderBusy (a ValueError), and so is a run folder another process
-    still writes after CELL_WAIT_SECONDS, before anything starts.
+    One progress bar counts training steps over all runs. `executor` starts each run (default
+    `LocalExecutor(launch)`); whichever starts them, finished, failed and killed runs are told apart here, the
+    same way. Ctrl-C stops the running processes; finished runs stay finished. Holds plan.out's lock
+    throughout: another process writing plan.out is a RunFolderBusy (a ValueError), and so is a run folder
+    another process still writes after CELL_WAIT_SECONDS, before anything starts.
     """
     from rwcore.trainer.run_lock import acquire
 
     check_resume(plan)
     with acquire(plan.out):
-        return _run_locked(plan, progress, launch)
+        return _run_locked(plan, progress, executor or LocalExecutor(launch))
 
 
-def _run_locked(plan: AblationPlan, progress: bool, launch: Callable[..., subprocess.Popen]) -> dict:
+def _run_locked(plan: AblationPlan, progress: bool, executor: LocalExecutor) -> dict:
     from tqdm.auto import tqdm
 
     call_started = time.time()
@@ -586,7 +618,7 @@ def _run_locked(plan: AblationPlan, progress: bool, launch: Callable[..., subpro
     atomic_write_bytes(
         plan.out / SETTINGS_FILE, json.dumps({**_settings(plan), "wall_seconds": earlier}, indent=1).encode()
     )
-    threads = max(1, (os.cpu_count() or 1) // plan.jobs)
+    threads = executor.threads(plan)
     finished = {job.name for job in jobs} - {job.name for job in pending}
     failed: set[str] = set()
     running: dict[str, tuple[Job, subprocess.Popen, float, object]] = {}
@@ -619,13 +651,7 @@ def _run_locked(plan: AblationPlan, progress: bool, launch: Callable[..., subpro
                 command = _command(plan, job, run_dir)
                 log.write(f"$ {' '.join(command)}\n".encode())  # which run this was: fresh or --resume
                 log.flush()
-                process = launch(
-                    _dying_with_us(command),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=_thread_env(threads),
-                    start_new_session=True,  # its own group: stopping it stops its children too; no terminal ^C
-                )
+                process = executor.start(command, log, threads)
                 running[job.name] = (job, process, time.time(), log)
                 bar.set_postfix_str(f"{len(finished)} done, {len(failed)} failed, {len(running)} running")
             time.sleep(0.5 if running else 0)
@@ -662,6 +688,7 @@ def _run_locked(plan: AblationPlan, progress: bool, launch: Callable[..., subpro
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     summary = summarize(plan)
+    summary["machine"].update(executor.machine(threads))
     # wall time over every call into this OUT (a resumed table counts each part once)
     summary["wall_seconds"] = round(earlier + time.time() - call_started, 1)
     atomic_write_bytes(

@@ -662,10 +662,13 @@ class AblateCommand(Command):
         "with the same --out to resume: finished runs are skipped, killed runs continue from their latest "
         "checkpoint, failed runs run again. A failed run is listed as failed with its error, never averaged in. "
         "arise_frozen_rubrics reads the same seed's arise run and starts after it. An override a variant cannot "
-        "apply (advantage.process_gate for outcome_only) is dropped for that variant, and ablation.md says so."
+        "apply (advantage.process_gate for outcome_only) is dropped for that variant, and ablation.md says so. "
+        "With --executor ray each run is a Ray task on the nodes of a Ray cluster (--address, else RAY_ADDRESS), "
+        "which must all see --out at the same path (a shared filesystem); resuming works the same."
     )
     epilog = """examples:
   rw ablate --paper arise --out runs/ablate-arise
+  rw ablate --paper arise --executor ray --address 10.0.0.1:6379 --out /shared/runs/ablate-arise
   rw ablate --paper rewardweaver --seeds 0,1,2 --jobs 2 --out runs/ablate-rw
   rw ablate --paper claim --seeds 0,1,2,3,4 --out runs/claim      # 5 seeds: intervals too
   rw ablate --paper arise --variants arise,outcome_only --steps 50 --out runs/quick
@@ -696,7 +699,21 @@ class AblateCommand(Command):
             type=_positive_int,
             default=None,
             metavar="J",
-            help="runs at a time (default: the number of cores); each gets cores/J threads",
+            help="runs at a time (default: the number of cores; with --executor ray the cluster's CPUs, or its GPUs "
+            "for GPU runs); each gets cores/J threads",
+        )
+        parser.add_argument(
+            "--executor",
+            choices=("local", "ray"),
+            default="local",
+            help="where runs run: child processes of this one (local, default) or Ray tasks on a Ray cluster",
+        )
+        parser.add_argument(
+            "--address",
+            default=None,
+            metavar="ADDR",
+            help="with --executor ray: the cluster's address (host:port or auto; default: RAY_ADDRESS, else what "
+            "ray.init() finds or starts)",
         )
         parser.add_argument(
             "--config",
@@ -721,7 +738,10 @@ class AblateCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation
 
+        executor = None
         try:
+            if args.address is not None and args.executor != "ray":
+                raise ValueError(f"--address {args.address}: only with --executor ray")
             seeds = parse_seeds(args.seeds)
             variants = [v.strip() for v in args.variants.split(",")] if args.variants is not None else None
             config = _config_file(args.config)
@@ -737,12 +757,26 @@ class AblateCommand(Command):
                 bootstrap_reps=args.bootstrap_reps,
             )  # loads every variant's config: a bad key fails here, before anything starts
             check_resume(plan)
+            if args.executor == "ray":  # before the lock: a bad address writes nothing
+                from rwcore.trainer.ablate_ray import connect
+
+                executor = connect(args.address, plan, args.jobs)
+                plan.jobs = executor.jobs
         except ValueError as error:
             raise CommandError(str(error)) from None
-        with _lock_run_folder(plan.out):  # one rw ablate per OUT; run_ablation takes it again, as the same process
-            return self._ablate(args, plan)
+        try:
+            with _lock_run_folder(plan.out):  # one rw ablate per OUT; run_ablation takes it again, as the same process
+                if executor is not None:
+                    try:
+                        executor.check_folder(plan)  # every node sees --out, or nothing starts
+                    except ValueError as error:
+                        raise CommandError(str(error)) from None
+                return self._ablate(args, plan, executor)
+        finally:
+            if executor is not None:
+                executor.close()
 
-    def _ablate(self, args: argparse.Namespace, plan: Any) -> int:
+    def _ablate(self, args: argparse.Namespace, plan: Any, executor: Any = None) -> int:
         from rwcore.trainer.ablate import prepare_prior, run_ablation
         from rwcore.trainer.run_lock import RunLockError
 
@@ -752,6 +786,8 @@ class AblateCommand(Command):
             f"{plan.jobs} at a time, into {plan.out}",
             file=sys.stderr,
         )
+        if executor is not None:
+            print(f"rw ablate: {executor.describe()}", file=sys.stderr)
         for cells in plan.inapplicable.values():
             for cell in cells:
                 print(f"rw ablate: {cell['note']}", file=sys.stderr)
@@ -762,7 +798,7 @@ class AblateCommand(Command):
         if prior is not None:
             print(f"rw ablate: every run starts from the reading prior {prior}", file=sys.stderr)
         try:
-            summary = run_ablation(plan, progress=not args.quiet)
+            summary = run_ablation(plan, progress=not args.quiet, **({"executor": executor} if executor else {}))
         except RunLockError as error:  # a run another process still writes
             raise CommandError(str(error)) from None
         for name in ("ablation.md", "ablation.json", "ablation.png"):
