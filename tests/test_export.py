@@ -29,13 +29,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from _util import save_tiny_chat_model
 
 HERE = Path(__file__).resolve()
 
-TEMPLATE = (
-    "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% if m['role'] == 'assistant' %}<end> {% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}<assistant> {% endif %}"
-)
 RUN = [
     "train.steps=2",
     "train.checkpoint_every=1",
@@ -53,34 +50,8 @@ BRIEF = "Hello I want a LAMP"
 
 
 def save_tiny_named_model(folder: Path) -> None:
-    """A tiny random Llama (head dim 32, for vLLM's CPU attention) with a word-level tokenizer and a chat
-    template, saved with transformers' own writers."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from rwcore.trainer.envs.negotiation import NegotiationEnv
-
-    specials = ["<pad>", "<unk>", "<end>", "<system>", "<user>", "<assistant>", "<tool>"]
-    words = sorted(set(NegotiationEnv(num_train=4, num_eval=2).vocabulary()))
-    vocab = {token: i for i, token in enumerate(specials + words)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", eos_token="<end>")
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=64,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        eos_token_id=vocab["<end>"],
-        pad_token_id=vocab["<pad>"],
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
+    """A tiny random Llama with head dim 32 (vLLM's CPU attention needs it), tokenizer and chat template."""
+    save_tiny_chat_model(folder, hidden_size=64, max_positions=256)
 
 
 def logprobs(model, sequence: list[int]) -> list[float]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_trainer_pretrained import save_tiny_chat_model
+from _util import save_tiny_chat_model
 
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config, save_config

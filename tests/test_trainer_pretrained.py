@@ -9,41 +9,10 @@ from __future__ import annotations
 import json
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from _util import save_tiny_chat_model
 
 from rwcore.trainer.config import load_config
-from rwcore.trainer.envs.negotiation import NegotiationEnv
 from rwcore.trainer.trainer import Trainer
-
-TEMPLATE = (
-    "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% if m['role'] == 'assistant' %}<end> {% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}<assistant> {% endif %}"
-)
-
-
-def save_tiny_chat_model(folder) -> None:
-    specials = ["<pad>", "<unk>", "<end>", "<system>", "<user>", "<assistant>", "<tool>"]
-    words = sorted(set(NegotiationEnv(num_train=4, num_eval=2).vocabulary()))
-    vocab = {token: i for i, token in enumerate(specials + words)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", eos_token="<end>")
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(folder)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=vocab["<end>"],
-        pad_token_id=vocab["<pad>"],
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
 
 
 def test_trains_a_saved_model_through_its_chat_template(tmp_path):
