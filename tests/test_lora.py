@@ -23,7 +23,7 @@ from _util import save_tiny_chat_model
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config, save_config
 from rwcore.trainer.envs.negotiation import NegotiationEnv
-from rwcore.trainer.policy import build_policy
+from rwcore.trainer.lora import policy_with_adapters
 from rwcore.trainer.trainer import Trainer
 
 HERE = Path(__file__).parent
@@ -136,7 +136,7 @@ def test_the_lm_head_and_unknown_modules_are_refused_naming_target_modules(model
             None, [f"model.name={model_folder}", "model.lora.rank=4", f"model.lora.target_modules={targets}"]
         )
         with pytest.raises(ValueError, match="model.lora.target_modules"):
-            build_policy(cfg, env, torch.device("cpu"))
+            policy_with_adapters(cfg, env, torch.device("cpu"))
 
 
 # ---- what trains, what the loss reads, the merged weights -------------------------------------------

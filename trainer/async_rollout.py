@@ -196,7 +196,6 @@ def _serve(config, threads: int, requests, results, parent: int) -> None:
             config,
             env,
             torch.device("cpu") if not torch.cuda.is_available() else torch.device("cuda", torch.cuda.current_device()),
-            adapters=False,  # a LoRA run pushes merged weights under the base names: the plain model takes them
         )
         policy.model.eval()
         generator = None

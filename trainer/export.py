@@ -2,10 +2,10 @@
 
 The checkpoint is the newest intact `checkpoints/step_N` of the run (each verified against its manifest, newest
 first; a damaged one is skipped with a note) or the one `step` names (which must then be intact). The policy is
-rebuilt from the run's config.yaml as the trainer builds it (`build_policy`: a named model from `model.name`, the
-built-in model over the environment's vocabulary), its checkpoint weights (`model.pt`) are loaded - a LoRA run's
-adapters onto the base `model.name` gives, which must be the very base the run trained on (rwcore.trainer.lora) -
-and the folder gets
+rebuilt from the run's config.yaml as the trainer builds it (`rwcore.trainer.lora.policy_with_adapters`: a named
+model from `model.name`, the built-in model over the environment's vocabulary), its checkpoint weights
+(`model.pt`) are loaded - a LoRA run's adapters onto the base `model.name` gives, which must be the very base the
+run trained on (rwcore.trainer.lora) - and the folder gets
 
 - `config.json` and `model.safetensors` (`save_pretrained(safe_serialization=True)`, in the run's parameter
   dtype); a LoRA run's adapters are merged into the weights (`merge_and_unload` on the export's own copy), or,
@@ -144,13 +144,12 @@ def load_policy(config, checkpoint: Path):
     adapters on the base model.name gives, which must be the base the run trained on. The environment is built
     only for the built-in model, whose tokenizer is its vocabulary."""
     from rwcore.trainer import envs, lora
-    from rwcore.trainer.policy import build_policy
 
     env = None
     if not config.model.name:
         env = envs.make(config.env.name, **dict(config.env.options))
     try:
-        policy = build_policy(config, env, torch.device("cpu"))
+        policy = lora.policy_with_adapters(config, env, torch.device("cpu"))
     except OSError as error:  # a named model that is no longer on disk nor in the cache
         raise ExportError(
             f"RUN: model.name {config.model.name!r} of the run's config.yaml cannot be loaded ({error})"

@@ -105,6 +105,22 @@ def wrap(model: torch.nn.Module, settings, saves_base: bool = False) -> torch.nn
     return model
 
 
+def policy_with_adapters(config, env, device: torch.device, weights: dict | None = None):
+    """The run's policy as the trainer trains it: `rwcore.trainer.policy.build_policy(config, env, device,
+    weights)`, its model wrapped in place (`wrap`) when model.lora.rank > 0. The rollout process builds the plain
+    policy instead: it gets merged weights under the base names (`inference_state_dict`). Kept out of
+    trainer/policy.py on purpose: that file's code is part of the reading prior's cache key, and adapters do not
+    change the prior."""
+    from rwcore.trainer.policy import build_policy
+
+    policy = build_policy(config, env, device, weights=weights)
+    settings = config.model.lora
+    if enabled(settings):
+        wrap(policy.model, settings, saves_base=not config.model.name)  # the built-in base has no name to reload
+        policy.model.train()
+    return policy
+
+
 def _is_lora_layer(module: torch.nn.Module) -> bool:
     from peft.tuners.lora import LoraLayer
 

@@ -371,14 +371,11 @@ def load_pretrained(name: str, device: torch.device, dtype: str):
     return model.to(device), TemplateCodec(tokenizer)
 
 
-def build_policy(config, env, device: torch.device, weights: dict | None = None, adapters: bool = True) -> Policy:
+def build_policy(config, env, device: torch.device, weights: dict | None = None) -> Policy:
     """The run's policy from its `Config`: a pretrained `model.name`, or the built-in model over the
     environment's vocabulary - with `weights` (a state dict: the reading prior of model.init=pretrained) or
     random weights seeded by train.seed - restricted to its action words when rollout.action_words says so.
-    With model.lora.rank > 0 (and `adapters`) the model gets LoRA adapters and only they train
-    (rwcore.trainer.lora; `Policy.model` stays the HF model, its layers adapted in place).
-    The trainer and the asynchronous rollout worker build it alike (the worker gets its weights pushed: merged
-    weights under the base names, so it builds the plain model, adapters=False)."""
+    The trainer and the asynchronous rollout worker build it alike (the worker gets its weights pushed)."""
     cfg = config.model
     if cfg.name:
         model, codec = load_pretrained(cfg.name, device, cfg.dtype)
@@ -398,10 +395,6 @@ def build_policy(config, env, device: torch.device, weights: dict | None = None,
         if weights is not None:
             model.load_state_dict(weights)
         model = model.to(device)
-    if adapters and getattr(cfg, "lora", None) is not None and cfg.lora.rank > 0:
-        from rwcore.trainer.lora import wrap
-
-        model = wrap(model, cfg.lora, saves_base=not cfg.name)  # the built-in base has no name to reload it from
     model.train()
     policy = Policy(model, codec, device, shared_prefix=bool(cfg.shared_prefix))
     words = config.rollout.action_words

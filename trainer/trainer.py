@@ -52,10 +52,10 @@ from rwcore.trainer.config import Config, config_to_dict, load_config, rollout_c
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
 from rwcore.trainer.entropy_control import AdaptiveEntropyControl
 from rwcore.trainer.judging import GroupJudging, can_overlap
-from rwcore.trainer.lora import check_checkpoint, checkpoint_record, inference_state_dict, is_lora
+from rwcore.trainer.lora import check_checkpoint, checkpoint_record, inference_state_dict, is_lora, policy_with_adapters
 from rwcore.trainer.lora import load_checkpoint_state_dict as load_model_weights
 from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
-from rwcore.trainer.policy import Policy, build_policy
+from rwcore.trainer.policy import Policy
 from rwcore.trainer.prior import ensure_prior, language_of, prior_record, resolve_init, resolve_probe_at_eval
 from rwcore.trainer.prior.pretrain import corpus_spec
 from rwcore.trainer.prior.probe import EvaluationProbe
@@ -348,7 +348,8 @@ class Trainer:
         return TorchEngine(model, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, grad_clip=cfg.optim.grad_clip)
 
     def _build_policy(self) -> Policy:
-        return build_policy(
+        # model.lora: adapters wrapped in place (rwcore.trainer.lora), the rest as policy.build_policy builds it
+        return policy_with_adapters(
             self.config, self.env, self.device, weights=self.prior.state_dict if self.prior is not None else None
         )
 
