@@ -360,6 +360,13 @@ def connect(address: str | None, plan, jobs: int | None) -> RayExecutor:
             )
             held.ok = True
     except (ConnectionError, TimeoutError) as error:
+        if existing and os.environ.get("RAY_AUTH_MODE") != "token":
+            # something took the TCP connection: most often a cluster `ray start` made with token authentication
+            # (its default since Ray 2.5x), which a client joins only with RAY_AUTH_MODE=token and the token
+            raise ValueError(
+                f"{name}: Ray did not accept the connection ({_first_line(error)}); if the cluster uses token "
+                "authentication, set RAY_AUTH_MODE=token (the token in ~/.ray/auth_token or RAY_AUTH_TOKEN)"
+            ) from None
         raise ValueError(f"{name}: no Ray cluster there ({_first_line(error)})") from None
     except (RuntimeError, ValueError) as error:  # e.g. another Ray or Python version than the cluster's
         raise ValueError(f"{name}: cannot join the Ray cluster there ({_first_line(error)})") from None

@@ -108,7 +108,7 @@ def wrap(model: torch.nn.Module, settings, saves_base: bool = False) -> torch.nn
 def policy_with_adapters(config, env, device: torch.device, weights: dict | None = None):
     """The run's policy as the trainer trains it: `rwcore.trainer.policy.build_policy(config, env, device,
     weights)`, its model wrapped in place (`wrap`) when model.lora.rank > 0. The rollout process builds the plain
-    policy instead: it gets merged weights under the base names (`inference_state_dict`). Kept out of
+    policy instead: it gets merged weights under the base names (`merged_state_dict`). Kept out of
     trainer/policy.py on purpose: that file's code is part of the reading prior's cache key, and adapters do not
     change the prior."""
     from rwcore.trainer.policy import build_policy
@@ -187,10 +187,11 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """{base model's parameter name: tensor} with every active adapter merged into its layer's weight:
     W + alpha / rank * B A (peft's `get_delta_weight`; the result in W's dtype), the other weights as they are (shared
     tensors, not copies). The training model is left as it is (nothing is merged in place). A model without
-    adapters gives its state dict. `model`: the wrapped HF model or its PeftModel."""
+    adapters gives its state dict. `model`: the wrapped HF model or its PeftModel. What an inference engine (vLLM,
+    the asynchronous rollout process's plain model) loads."""
     model = _inner(model)
     if not is_lora(model):
-        return dict(model.state_dict())
+        return model.state_dict()
     merged = dict(_base_items(model))
     for name, module in model.named_modules():
         if not _is_lora_layer(module) or module.merged or module.disable_adapters:
@@ -206,12 +207,6 @@ def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             wide = torch.promote_types(weight.dtype, delta.dtype)
             merged[f"{name}.weight"] = (weight.to(wide) + delta.to(wide)).to(weight.dtype)
     return merged
-
-
-def inference_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """What an inference engine (vLLM, the asynchronous rollout process's plain model) loads: the merged
-    weights of a LoRA model, the state dict of any other."""
-    return merged_state_dict(model) if is_lora(_inner(model)) else model.state_dict()
 
 
 def checkpoint_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

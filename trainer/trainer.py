@@ -52,8 +52,14 @@ from rwcore.trainer.config import Config, config_to_dict, load_config, rollout_c
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
 from rwcore.trainer.entropy_control import AdaptiveEntropyControl
 from rwcore.trainer.judging import GroupJudging, can_overlap
-from rwcore.trainer.lora import check_checkpoint, checkpoint_record, inference_state_dict, is_lora, policy_with_adapters
-from rwcore.trainer.lora import load_checkpoint_state_dict as load_model_weights
+from rwcore.trainer.lora import (
+    check_checkpoint,
+    checkpoint_record,
+    is_lora,
+    load_checkpoint_state_dict,
+    merged_state_dict,
+    policy_with_adapters,
+)
 from rwcore.trainer.method_setup import build_judge, build_providers, method_settings, task_contexts
 from rwcore.trainer.policy import Policy
 from rwcore.trainer.prior import ensure_prior, language_of, prior_record, resolve_init, resolve_probe_at_eval
@@ -248,7 +254,7 @@ class Trainer:
         torch.set_num_threads(max(1, threads - worker))
         # (a LoRA policy's merged weights: the process holds the plain model)
         self.rollouts_ahead = RolloutProcess(
-            self.config, worker, inference_state_dict(self.policy.model), self.policy.version
+            self.config, worker, merged_state_dict(self.policy.model), self.policy.version
         )
         self.rollouts_ahead.load_state_dict(self._pending_rollouts)
         self._pending_rollouts = {}
@@ -305,11 +311,11 @@ class Trainer:
 
     def _sync_generator(self) -> None:
         """The rollout engine (colocated vLLM, or the asynchronous rollout process) gets the policy's weights
-        (a LoRA policy's merged into the base: rwcore.trainer.lora.inference_state_dict)."""
+        (a LoRA policy's merged into the base: rwcore.trainer.lora.merged_state_dict)."""
         if self.generator is not None:
             self.generator.sync(self.policy.model)
         if self.rollouts_ahead is not None:
-            self.rollouts_ahead.push(inference_state_dict(self.policy.model), self.policy.version)
+            self.rollouts_ahead.push(merged_state_dict(self.policy.model), self.policy.version)
 
     def _check_batch(self, cfg: Config) -> None:
         world = int(os.environ.get("WORLD_SIZE", "1")) if cfg.train.engine == "deepspeed" else 1
@@ -1128,7 +1134,7 @@ class Trainer:
         # model.lora: adapters of this setting, trained on the very base model.name gives now (else refused)
         check_checkpoint(self.policy.model, state.get("lora"), path, self.config.model.name)
         if self._evaluation_only:
-            load_model_weights(self.policy.model, ckpt.load(path / "model.pt"), path / "model.pt")
+            load_checkpoint_state_dict(self.policy.model, ckpt.load(path / "model.pt"), path / "model.pt")
             if (state.get("method") or {}).get("pool"):
                 self._eval_skills_prompt = AdaptiveMethod.system_prompt_from_state(
                     state["method"], self.env.system_prompt

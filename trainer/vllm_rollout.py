@@ -44,7 +44,7 @@ from collections.abc import Sequence
 import torch
 
 from rwcore.trainer.engines import launcher_environment
-from rwcore.trainer.lora import inference_state_dict
+from rwcore.trainer.lora import merged_state_dict
 from rwcore.trainer.rollout import Completion
 
 CPU_KV_CACHE_MIB = 512  # the CPU backend would otherwise reserve a share of system memory
@@ -118,7 +118,7 @@ class VLLMGenerator:
             self._folder = tempfile.mkdtemp(prefix="rwcore-vllm-")
             # (a LoRA model as its merged weights under the base names, which vLLM's loader knows)
             policy.model.save_pretrained(
-                self._folder, state_dict=inference_state_dict(policy.model), safe_serialization=True
+                self._folder, state_dict=merged_state_dict(policy.model), safe_serialization=True
             )
             source = self._folder
         options = dict(
@@ -174,7 +174,7 @@ class VLLMGenerator:
     @torch.no_grad()
     def sync(self, model: torch.nn.Module) -> None:
         """Pushes `model`'s weights (HF parameter names; a LoRA model's merged) into the vLLM engine."""
-        self.push(inference_state_dict(model))
+        self.push(merged_state_dict(model))
 
     @torch.no_grad()
     def push(self, weights: dict) -> None:
