@@ -180,11 +180,17 @@ def test_a_ray_grid_killed_and_rerun_runs_each_run_once_and_gives_the_local_tabl
     assert driver.returncode == 130 and err.endswith("interrupted\n"), err
     assert _rw_train_in(out) == [] and not list((out / "runs").glob("*/ablation_status.json"))
 
+    started = time.time()
     driver = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 240
-        while not list((out / "runs").glob("*/checkpoints/latest")):  # written once a checkpoint is complete
-            assert driver.poll() is None and time.monotonic() < deadline, "no run reached its first checkpoint"
+
+        def checkpointed_by_this_driver() -> bool:  # `latest` is rewritten once a checkpoint is complete; the
+            # stopped driver's runs may have left one already, which says nothing about this driver's runs
+            return any(p.stat().st_mtime > started for p in (out / "runs").glob("*/checkpoints/latest"))
+
+        while not (checkpointed_by_this_driver() and _rw_train_in(out)):
+            assert driver.poll() is None and time.monotonic() < deadline, "no run reached a checkpoint"
             time.sleep(0.05)
         running = _rw_train_in(out)
         assert running, "no rw train was running when the driver was killed"
