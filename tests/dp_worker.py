@@ -1,4 +1,4 @@
-"""Run under torchrun by tests/test_engines.py: `rw train` with train.engine=deepspeed on two processes.
+"""Run under torchrun by tests/trainer/test_engines.py: `rw train` with train.engine=deepspeed on two processes.
 
 Argv: MODE RUN_DIR [overrides...]
   straight  train to the end, then each rank pickles its state to RUN_DIR/state.RANK.pkl

@@ -1,4 +1,4 @@
-"""Run under torchrun by tests/test_engines.py: a data-parallel DeepSpeedEngine update on each rank's
+"""Run under torchrun by tests/trainer/test_engines.py: a data-parallel DeepSpeedEngine update on each rank's
 share of a batch must equal a one-process TorchEngine update on the whole batch.
 
 Argv: OUT ZERO_STAGES MICRO_BATCHES (stages comma-separated); each rank writes OUT.RANK (JSON).

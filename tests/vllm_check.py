@@ -1,4 +1,4 @@
-"""Run by tests/test_vllm_real.py in a subprocess (vLLM's CPU backend binds threads and patches torch in
+"""Run by tests/trainer/test_vllm_real.py in a subprocess (vLLM's CPU backend binds threads and patches torch in
 the process that builds it, so it stays out of the pytest process).
 
     python tests/vllm_check.py train RUN_DIR STEPS OVERRIDE...   # train with real vLLM, check every push

@@ -1,4 +1,4 @@
-"""A tiny random judge model for a real vLLM OpenAI-compatible server (tests/test_judges_vllm_real.py).
+"""A tiny random judge model for a real vLLM OpenAI-compatible server (tests/rwcore/judges/test_judges_vllm_real.py).
 
     python tests/vllm_judge_model.py DIR     # writes the model and its tokenizer to DIR
 

@@ -1475,7 +1475,7 @@ def _keys(section: Any, prefix: str) -> list[tuple[str, Any, Any, str]]:
 
 def config_markdown(cfg: Config | None = None) -> str:
     """Every section and key as markdown tables (key, default, type, meaning): docs/configs.md's reference,
-    generated from the same fields as `describe_config` (tests/test_docs_site.py checks the page against it)."""
+    generated from the same fields as `describe_config` (tests/docs/test_docs_site.py checks the page against it)."""
     cfg = cfg or config_from_dict(None)
     lines = ["Generated from the config's fields (`rw config --describe`; defaults of the embedded default)."]
     for name, section in _sections(cfg).items():

@@ -21,7 +21,7 @@ Gradient scale: the trainer normalizes each rank's loss by
 `tokens_denominator(global_tokens)`; DeepSpeed averages gradients over
 ranks, so the denominator is the global model-token count divided by the
 world size, which makes the update equal to a one-process update on the
-whole batch (tests/test_engines.py checks this with two processes).
+whole batch (tests/trainer/test_engines.py checks this with two processes).
 """
 
 from __future__ import annotations

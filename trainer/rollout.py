@@ -142,7 +142,7 @@ class HFGenerator:
     A decoder-only model with full attention and HF's plain DynamicCache (`supports_shared_prefix`: the
     built-in model and the usual HF causal LMs) is decoded by `_decode`, a loop over the model's forward
     that makes the calls and random draws `model.generate` makes — the same tokens and log-probs from the same
-    torch seed (tests/test_decode.py checks it against generate) — without generate's per-call set-up and its
+    torch seed (tests/trainer/test_decode.py checks it against generate) — without generate's per-call set-up and its
     per-token logits-processor and stopping-criteria machinery, and with the cache written in place
     (`reserve_room`) rather than copied whole at every token: together about a seventh of a tiny model's
     rollout time on a CPU. Any other model goes through `model.generate`."""
@@ -290,7 +290,7 @@ def _reserved_layer_class():
         """A DynamicLayer that writes each forward's keys and values into room reserved for the whole
         generation, where DynamicLayer concatenates them onto a fresh copy of the whole cache (one copy per
         layer per token). `keys` / `values` are views of the first positions of the buffers: the same values
-        DynamicLayer would hold, so attention computes the same numbers (tests/test_decode.py). Past the room
+        DynamicLayer would hold, so attention computes the same numbers (tests/trainer/test_decode.py). Past the room
         it concatenates, as DynamicLayer does."""
 
         def __init__(self, room: int, keys: torch.Tensor | None = None, values: torch.Tensor | None = None):

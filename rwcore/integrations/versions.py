@@ -1,8 +1,9 @@
 """The trainer releases each integration is tested with, and the one warning a process gets outside them.
 
 The ranges here are the ones `pyproject.toml` declares (extra `integrations`) and CI tests at both ends
-(tests/test_integration_versions.py runs the TRL and verl tests on the lowest release too); a release outside
-them may work, but nothing here has checked it. verifiers is not a pip extra (scripts/setup.sh installs it
+(tests/rwcore/integrations/test_integration_versions.py runs the TRL and verl tests on the lowest release too); a
+release outside them may work, but nothing here has checked it. verifiers is not a pip extra
+(scripts/setup.sh installs it
 `--no-deps` when RWCORE_EXTRAS names `verifiers`); its one tested release is 0.4.0 (the `verifiers.v1` API).
 """
 

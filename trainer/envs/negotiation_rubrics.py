@@ -15,7 +15,7 @@ judged on the situation (what the buyer said), not on the seller's action, so th
 passes none: every rule needs either a move that depends on what the buyer said (the budget, the list
 price, a counter, an agreement) or a sequence of different moves (an offer after asking, a confirmation
 after an offer). `constant_action_rates` measures it: no one-word action of the built-in policy passes
-any rule on any held-out task (asserted at most 5% in tests/test_env_negotiation_properties.py).
+any rule on any held-out task (asserted at most 5% in tests/trainer/envs/test_env_negotiation_properties.py).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 One module per job: `loss` (`RwcorePolicyLoss`, with OpenRLHF's vLLM-mismatch correction -- every
 is_correction level / mode / gating OpenRLHF accepts, OpenRLHF's arithmetic -- passed to the fused loss
 as per-token weights; `openrlhf_is_correction` computes those weights). Nothing here imports OpenRLHF;
-the tests run the class against OpenRLHF's real `PolicyLoss` module (tests/test_integration_openrlhf.py,
-tests/test_rollout_correction_openrlhf.py).
+the tests run the class against OpenRLHF's real `PolicyLoss` module
+(tests/rwcore/integrations/test_integration_openrlhf.py, tests/rwcore/integrations/test_rollout_correction_openrlhf.py).
 
 Only the loss: OpenRLHF computes the advantages itself, so its own advantage and entropy keys
 (`--algo.advantage.estimator`, `--algo.advantage.no_std_norm`, `--actor.entropy_coef`) apply unchanged, and

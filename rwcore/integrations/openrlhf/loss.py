@@ -13,9 +13,9 @@
 
 `RwcorePolicyLoss` is an `nn.Module` whose constructor takes `openrlhf.models.loss.PolicyLoss`'s
 keyword arguments and whose `forward` has `PolicyLoss.forward`'s signature and return tuple
-(OpenRLHF 0.11.2, openrlhf/models/loss.py; tests/test_integration_openrlhf.py and
-tests/test_rollout_correction_openrlhf.py compare the two with OpenRLHF's real class). It delegates to
-`rwcore.kernels.filtered_dual_clip_loss`; nothing here imports OpenRLHF.
+(OpenRLHF 0.11.2, openrlhf/models/loss.py; tests/rwcore/integrations/test_integration_openrlhf.py and
+tests/rwcore/integrations/test_rollout_correction_openrlhf.py compare the two with OpenRLHF's real class). It delegates
+to `rwcore.kernels.filtered_dual_clip_loss`; nothing here imports OpenRLHF.
 
 PPO mapping: ratio_low = max(0, 1 - clip_eps_low), ratio_high = 1 + clip_eps_high, clip_c = dual_clip.
 OpenRLHF *clips* the ratio to [1 - clip_eps_low, 1 + clip_eps_high]; rwcore *drops* tokens whose

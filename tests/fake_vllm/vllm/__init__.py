@@ -1,6 +1,6 @@
 """A CPU stand-in for the part of vLLM's offline API that rwcore.trainer.vllm_rollout uses.
 
-Only for tests (tests/test_vllm_rollout.py puts this folder on sys.path); the
+Only for tests (tests/trainer/test_vllm_rollout.py puts this folder on sys.path); the
 real vLLM needs CUDA. The behavior follows vLLM's documentation:
 
 - `LLM(model=path, ...)` loads the checkpoint at `path` into an engine of its
