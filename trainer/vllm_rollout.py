@@ -44,8 +44,8 @@ from collections.abc import Sequence
 import torch
 
 from rwcore.trainer.engines import launcher_environment
+from rwcore.trainer.generation import Completion
 from rwcore.trainer.lora import merged_state_dict
-from rwcore.trainer.rollout import Completion
 
 CPU_KV_CACHE_MIB = 512  # the CPU backend would otherwise reserve a share of system memory
 MIN_CPU_HEAD_DIM = 32  # vLLM's CPU attention backend: "Unsupported CPU attention configuration: head_dim=16"
@@ -88,7 +88,7 @@ def check_vllm(policy, model_name: str | None) -> None:
 
 
 class VLLMGenerator:
-    """A `Generator` (see rwcore.trainer.rollout) backed by vLLM; `sync(model)` / `push(weights)` after each
+    """A `Generator` (see rwcore.trainer.generation) backed by vLLM; `sync(model)` / `push(weights)` after each
     update."""
 
     def __init__(
@@ -158,7 +158,7 @@ class VLLMGenerator:
         self.synced_updates = 0
 
     @classmethod
-    def for_config(cls, policy, config, rank: int = 0, in_process: bool = False) -> "VLLMGenerator":
+    def for_config(cls, policy, config, rank: int = 0, in_process: bool = False) -> VLLMGenerator:
         """The engine a run's Config asks for."""
         return cls(
             policy,

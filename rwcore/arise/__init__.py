@@ -7,7 +7,7 @@
 | the sampler's decayed Beta evidence per (task-type tag, rubric), C++ core | `evidence` |
 | eq. 15-17, appendix B.4: length regularization and rubric-mixed group advantages | `advantages` |
 | eq. 18-19: the importance-ratio filter and dual clip of the loss | `rwcore.kernels` (fused, any trainer) |
-| the reflection model's prompts and parsing (rubric-skill proposals, skill refinement) | `rwcore.judges.reflector` |
+| the reflection model's prompts and parsing (rubric-skill proposals, refinement) | `rwcore.judges.arise_reflection` |
 
 How the pieces meet RewardWeaver's in one step: `rwcore.method.AdaptiveMethod`.
 """

@@ -7,7 +7,7 @@ this module converts arguments, names them in errors and does the file I/O.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -85,7 +85,7 @@ class EvidenceStore:
         self._core = _evidence.EvidenceStore(float(gamma_obs), float(gamma_unobs))
 
     @classmethod
-    def _wrap(cls, core: "_evidence.EvidenceStore") -> "EvidenceStore":
+    def _wrap(cls, core: _evidence.EvidenceStore) -> EvidenceStore:
         store = cls.__new__(cls)
         store._core = core
         return store
@@ -153,7 +153,7 @@ class EvidenceStore:
         return self._core.serialize()
 
     @classmethod
-    def from_bytes(cls, data: bytes, *, what: str = "evidence snapshot") -> "EvidenceStore":
+    def from_bytes(cls, data: bytes, *, what: str = "evidence snapshot") -> EvidenceStore:
         """The store saved by `to_bytes`; ValueError naming `what` if `data` is truncated, corrupted, of
         another format, or not a store `to_bytes` writes (cells non-finite, negative, duplicated or out of
         their canonical order; decay factors outside (0, 1]), even when its checksum is right."""
@@ -166,7 +166,7 @@ class EvidenceStore:
         atomic_write_bytes(path, self.to_bytes())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "EvidenceStore":
+    def load(cls, path: str | os.PathLike) -> EvidenceStore:
         """Reads a snapshot written by `save`; ValueError naming `path` if it is corrupted or truncated."""
         data = open(path, "rb").read()
         return cls.from_bytes(data, what=f"evidence snapshot {os.fspath(path)!r}")

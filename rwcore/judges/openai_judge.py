@@ -311,7 +311,7 @@ class OpenAIJudge:
             )
             if want_any_diagnostics:
                 cached_uncovered = self.cache.get_uncovered_many(diagnostics_keys)
-        for index, trajectory in enumerate(trajectories):
+        for index, _trajectory in enumerate(trajectories):
             pending: list[tuple[RubricSpec, str]] = []
             for rubric, key in zip(rubrics, keys[index]):
                 hit = hits.get(key)

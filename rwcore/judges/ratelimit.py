@@ -23,7 +23,7 @@ class Reservation:
 
     __slots__ = ("_entry", "_limiter")
 
-    def __init__(self, limiter: "SlidingWindowLimiter", entry: list) -> None:
+    def __init__(self, limiter: SlidingWindowLimiter, entry: list) -> None:
         self._limiter = limiter
         self._entry = entry
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Union
 
 from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory
 from rwcore.validation import check_rubrics, check_trajectories, check_unit
 from rwcore.verdict import Verdict
 
-RuleResult = Union[bool, float, Verdict, RubricJudgment, None]
+RuleResult = bool | float | Verdict | RubricJudgment | None
 Rule = Callable[[Trajectory], RuleResult]
 
 

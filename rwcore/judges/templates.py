@@ -48,7 +48,7 @@ TEMPLATE_NAMES: tuple[str, ...] = (
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_template(name: str) -> str:
     """The text of `prompts/<name>.md` without its leading documentation comment."""
     if name not in TEMPLATE_NAMES:

@@ -6,7 +6,8 @@
 - `render_system_prompt`: the prompt format the pool injects active skills with.
 
 Modules: `records` (types), `window` (evidence windows), `lifecycle` (the per-pair
-decision), `prompt` (rendering), `pool` (the pool itself).
+decision and the contents an update leaves), `state` (the stored pairs and the state for
+resume), `prompt` (rendering), `pool` (the pool itself).
 """
 
 from rwcore.arise.pool.lifecycle import transition

@@ -42,55 +42,38 @@ from __future__ import annotations
 
 import inspect
 import json
-import numbers
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 
 from rwcore._io import atomic_write_bytes
-from rwcore.arise.pool.lifecycle import transition
+from rwcore.arise.pool.lifecycle import apply_update, transition
 from rwcore.arise.pool.prompt import render_system_prompt
 from rwcore.arise.pool.records import (
     PoolEvent,
     PoolUpdate,
-    Rubric,
     RubricSkillPair,
     Skill,
     SkillStatus,
     pass_rate,
 )
+from rwcore.arise.pool.state import (
+    STATE_KIND,
+    Entry,
+    PoolContents,
+    Retired,
+    check_proposals,
+    created_event,
+    read_state,
+    retired_pair,
+    rubric_snapshot,
+    write_state,
+)
 from rwcore.arise.pool.window import WindowEvidence, parse_counts, parse_reports
 from rwcore.judged import JudgedBatch
-from rwcore.tasks import DEFAULT_CAPABILITIES, check_capabilities, check_state
+from rwcore.tasks import DEFAULT_CAPABILITIES, check_capabilities
 from rwcore.types import RubricReflector, RubricSkillProposal, RubricSpec, Trajectory
 from rwcore.validation import check_int, check_trajectories, check_unit
 from rwcore.verdict import Verdict
-
-_STATE_KIND = "RubricSkillPool"
-_STATE_FORMAT = 1
-_SPEC_FIELDS = ("rubric_id", "criterion", "applicability", "capability", "evaluator_prompt", "scored")
-_ORDER = (
-    "activated",
-    "hidden",
-    "retired",
-    "retained",
-)  # event order within an update ("refined" goes with "activated")
-
-
-@dataclass(frozen=True)
-class _Entry:
-    spec: RubricSpec
-    skill: str
-    status: SkillStatus
-    revisions: int
-    created_step: int
-
-
-@dataclass(frozen=True)
-class _Retired:
-    entry: _Entry
-    retired_step: int
-    window: tuple[int, int, int, int]  # counts of the window it retired in
 
 
 class RubricSkillPool:
@@ -170,8 +153,8 @@ class RubricSkillPool:
             "retire_while_shown": self._retire_while_shown,
         }
 
-        self._entries: dict[str, _Entry] = {}
-        self._retired: dict[str, _Retired] = {}
+        self._entries: dict[str, Entry] = {}
+        self._retired: dict[str, Retired] = {}
         self._window = WindowEvidence(self._max_failures)
         self._events: list[PoolEvent] = []
         self._updates: list[PoolUpdate] = []
@@ -182,10 +165,10 @@ class RubricSkillPool:
             raise ValueError(f"proposals must be a sequence of RubricSkillProposal, got {type(proposals).__name__}")
         if len(proposals) > self._max_pool:
             raise ValueError(f"proposals holds {len(proposals)} pairs, more than max_pool={self._max_pool}")
-        checked, self._next_id = self._check_proposals(proposals, "proposals", set(), 0)
+        checked, self._next_id = check_proposals(proposals, self._capabilities, "proposals", set(), 0)
         for spec, skill in checked:
-            self._entries[spec.rubric_id] = _Entry(spec, skill, SkillStatus.HIDDEN, 0, -1)
-            self._events.append(_created_event(spec, skill, -1))
+            self._entries[spec.rubric_id] = Entry(spec, skill, SkillStatus.HIDDEN, 0, -1)
+            self._events.append(created_event(spec, skill, -1))
 
     # -- configuration -------------------------------------------------------------------------
     @property
@@ -258,8 +241,8 @@ class RubricSkillPool:
     def system_prompt_from_state(state: Mapping, base_prompt: str) -> str:
         """`system_prompt(base_prompt)` of the pool whose `state_dict()` is `state`, without building it (what a
         checkpoint's training prompt was)."""
-        if not isinstance(state, Mapping) or state.get("kind") != _STATE_KIND:
-            raise ValueError(f"state must be a {_STATE_KIND!r} state_dict")
+        if not isinstance(state, Mapping) or state.get("kind") != STATE_KIND:
+            raise ValueError(f"state must be a {STATE_KIND!r} state_dict")
         skills = [pair["skill"] for pair in state.get("pairs", []) if pair.get("status") == SkillStatus.ACTIVE.value]
         return render_system_prompt(base_prompt, skills)
 
@@ -272,12 +255,12 @@ class RubricSkillPool:
         if rubric_id in self._entries:
             return self._pair(rubric_id)
         if isinstance(rubric_id, str) and rubric_id in self._retired:
-            return _retired_pair(self._retired[rubric_id])
+            return retired_pair(self._retired[rubric_id])
         raise ValueError(f"rubric_id {rubric_id!r} is not in the pool")
 
     def retired_pairs(self) -> list[RubricSkillPair]:
         """Retired pairs in retirement order, with their skill as it was and the window they retired in."""
-        return [_retired_pair(record) for record in self._retired.values()]
+        return [retired_pair(record) for record in self._retired.values()]
 
     def pass_rates(self) -> dict[str, float | None]:
         """Eq. 2 per pair over the evidence recorded since the last update (None: no applicable evaluation)."""
@@ -475,153 +458,23 @@ class RubricSkillPool:
                 )
             ]
             dropped = len(proposals) - min(len(fresh), room)
-            new_pairs, next_id = self._check_proposals(fresh[:room], argument, taken, next_id)
+            new_pairs, next_id = check_proposals(fresh[:room], self._capabilities, argument, taken, next_id)
 
         # 4. commit: nothing below can fail
-        entries: dict[str, _Entry] = {}
-        retired: dict[str, _Retired] = {}
-        events: dict[str, list[PoolEvent]] = {kind: [] for kind in _ORDER}
-        for rubric_id, entry in self._entries.items():
-            kind = plan[rubric_id]
-            if kind == "activated":
-                entry = replace(entry, status=SkillStatus.ACTIVE)
-            elif kind == "refined":
-                entry = replace(entry, skill=refined[rubric_id], revisions=entry.revisions + 1)
-            elif kind == "hidden":
-                entry = replace(entry, status=SkillStatus.HIDDEN)
-            counts = window[rubric_id]
-            event = PoolEvent(
-                kind=kind,
-                rubric_id=rubric_id,
-                step=step,
-                capability=entry.spec.capability,
-                pass_rate=rates[rubric_id],
-                applicable=counts[0] + counts[1],
-                passes=counts[0],
-                skill_status=entry.status.value,
-                revision=entry.revisions,
-                skill=entry.skill if kind == "refined" else None,
-            )
-            events["activated" if kind == "refined" else kind].append(event)
-            if kind == "retired":
-                retired[rubric_id] = _Retired(entry, step, tuple(counts))
-            else:
-                entries[rubric_id] = entry
-        created = []
-        for spec, skill in new_pairs:
-            entries[spec.rubric_id] = _Entry(spec, skill, SkillStatus.HIDDEN, 0, step)
-            created.append(_created_event(spec, skill, step))
-        evidence = self._window.copy()
-        for rubric_id in retired:
-            evidence.remove(rubric_id)
-        evidence.drop_through(step)
-        ordered = [event for kind in _ORDER for event in events[kind]] + created
-
-        def ids(kind: str) -> tuple[str, ...]:
-            return tuple(rid for rid, k in plan.items() if k == kind)
-
-        summary = PoolUpdate(
-            step=step,
-            pass_rates=dict(rates),
-            activated=ids("activated"),
-            refined=ids("refined"),
-            hidden=ids("hidden"),
-            retired=ids("retired"),
-            retained=ids("retained"),
-            created=tuple(spec.rubric_id for spec, _ in new_pairs),
-            dropped=dropped,
-            active_rubrics=len(entries),
-            active_skills=sum(e.status == SkillStatus.ACTIVE for e in entries.values()),
-            added_total=len(entries) + len(self._retired) + len(retired),
-            retired_total=len(self._retired) + len(retired),
+        contents, summary = apply_update(
+            self._contents(), step, plan, refined, rates, window, new_pairs, dropped, next_id
         )
-        self._entries = entries
-        self._retired.update(retired)
-        self._window = evidence
-        self._events.extend(ordered)
-        self._updates.append(summary)
-        self._last_update = step
-        self._next_id = next_id
+        self._set_contents(contents)
         return summary
 
     # -- state ---------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed for an exact resume, JSON-serializable (the reflector and base_prompt excluded)."""
-        pairs = []
-        for rubric_id, entry in self._entries.items():
-            pairs.append({**_entry_state(entry), **self._window.rubric_state(rubric_id)})
-        retired = [
-            {**_entry_state(record.entry), "retired_step": record.retired_step, "window": list(record.window)}
-            for record in self._retired.values()
-        ]
-        return {
-            "kind": _STATE_KIND,
-            "format": _STATE_FORMAT,
-            "config": {**self._config, "capabilities": list(self._capabilities)},
-            "last_update_step": self._last_update,
-            "next_id": self._next_id,
-            "pairs": pairs,
-            "retired": retired,
-            "events": [event.to_dict() for event in self._events],
-            "updates": [update.to_dict() for update in self._updates],
-        }
+        return write_state(self._config, self._capabilities, self._contents())
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restores `state_dict()` output of a pool with the same settings; all or nothing."""
-        if isinstance(state, Mapping) and isinstance(state.get("config"), Mapping):
-            # written before retire_while_shown existed: the paper's rule (retire whatever the skill's status)
-            state = {**state, "config": {"retire_while_shown": True, **state["config"]}}
-        check_state(state, _STATE_KIND, _STATE_FORMAT, self._config)
-        last = state.get("last_update_step")
-        if not _is_int(last) or last < -1:
-            raise ValueError(f"state_dict['last_update_step'] must be an integer >= -1, got {last!r}")
-        next_id = state.get("next_id")
-        if not _is_int(next_id) or next_id < 0:
-            raise ValueError(f"state_dict['next_id'] must be a non-negative integer, got {next_id!r}")
-        pairs, retired_list = state.get("pairs"), state.get("retired")
-        events, updates = state.get("events"), state.get("updates")
-        for name, value in (("pairs", pairs), ("retired", retired_list), ("events", events), ("updates", updates)):
-            if not isinstance(value, list):
-                raise ValueError(f"state_dict[{name!r}] must be a list, got {type(value).__name__}")
-        if len(pairs) > self._max_pool:
-            raise ValueError(f"state_dict['pairs'] holds {len(pairs)} pairs, more than max_pool={self._max_pool}")
-
-        entries: dict[str, _Entry] = {}
-        window = WindowEvidence(self._max_failures)
-        for n, data in enumerate(pairs):
-            argument = f"state_dict['pairs'][{n}]"
-            entry = self._load_entry(data, argument, last)
-            if entry.spec.rubric_id in entries:
-                raise ValueError(f"{argument} repeats rubric {entry.spec.rubric_id!r}")
-            entries[entry.spec.rubric_id] = entry
-            window.load_rubric(entry.spec.rubric_id, data, last, argument)
-        retired: dict[str, _Retired] = {}
-        for n, data in enumerate(retired_list):
-            argument = f"state_dict['retired'][{n}]"
-            entry = self._load_entry(data, argument, last)
-            rubric_id = entry.spec.rubric_id
-            if rubric_id in entries or rubric_id in retired:
-                raise ValueError(f"{argument} repeats rubric {rubric_id!r}")
-            step, counts = data.get("retired_step"), data.get("window")
-            if not _is_int(step) or not entry.created_step < step <= last:
-                raise ValueError(f"{argument}['retired_step'] must be an update step after its creation, got {step!r}")
-            if not isinstance(counts, list) or len(counts) != 4 or not all(_is_int(x) and x >= 0 for x in counts):
-                raise ValueError(f"{argument}['window'] must be four non-negative integer counts, got {counts!r}")
-            retired[rubric_id] = _Retired(entry, step, tuple(int(x) for x in counts))
-        loaded_events = [PoolEvent.from_dict(data, f"state_dict['events'][{n}]") for n, data in enumerate(events)]
-        loaded_updates = [PoolUpdate.from_dict(data, f"state_dict['updates'][{n}]") for n, data in enumerate(updates)]
-        known = set(entries) | set(retired)
-        for n, event in enumerate(loaded_events):
-            if event.rubric_id not in known:
-                raise ValueError(f"state_dict['events'][{n}] names rubric {event.rubric_id!r}, which the state lacks")
-
-        self._entries = entries
-        self._retired = retired
-        self._window = window
-        self._events = loaded_events
-        self._updates = loaded_updates
-        self._last_update = last
-        self._next_id = next_id
+        self._set_contents(read_state(state, self._config, self._capabilities, self._max_pool, self._max_failures))
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes `state_dict()` as JSON to `path` atomically."""
@@ -637,10 +490,30 @@ class RubricSkillPool:
         self.load_state_dict(state)
 
     # -- internals -----------------------------------------------------------------------------
+    def _contents(self) -> PoolContents:
+        return PoolContents(
+            self._entries,
+            self._retired,
+            self._window,
+            self._events,
+            self._updates,
+            self._last_update,
+            self._next_id,
+        )
+
+    def _set_contents(self, contents: PoolContents) -> None:
+        self._entries = contents.entries
+        self._retired = contents.retired
+        self._window = contents.window
+        self._events = contents.events
+        self._updates = contents.updates
+        self._last_update = contents.last_update
+        self._next_id = contents.next_id
+
     def _pair(self, rubric_id: str) -> RubricSkillPair:
         entry = self._entries[rubric_id]
         return RubricSkillPair(
-            rubric=_rubric(entry.spec, self._window.totals(rubric_id)),
+            rubric=rubric_snapshot(entry.spec, self._window.totals(rubric_id)),
             skill=Skill(entry.skill, entry.status, entry.revisions),
             created_step=entry.created_step,
         )
@@ -656,74 +529,6 @@ class RubricSkillPool:
                 "record late evidence under the current training step"
             )
         return step
-
-    def _check_proposals(
-        self, proposals: Sequence, argument: str, taken: set[str], next_id: int
-    ) -> tuple[list[tuple[RubricSpec, str]], int]:
-        """Validated (spec, skill) pairs; an empty rubric id gets the next free "rubric-<n>"."""
-        taken = set(taken)
-        checked: list[tuple[RubricSpec, str]] = []
-        for n, proposal in enumerate(proposals):
-            at = f"{argument}[{n}]"
-            if not isinstance(proposal, RubricSkillProposal):
-                raise ValueError(f"{at} must be a rwcore.types.RubricSkillProposal, got {type(proposal).__name__}")
-            spec = proposal.rubric
-            if not isinstance(spec, RubricSpec):
-                raise ValueError(f"{at}.rubric must be a rwcore.types.RubricSpec, got {type(spec).__name__}")
-            self._check_spec(spec, f"{at}.rubric", allow_empty_id=True)
-            if spec.rubric_id == "":
-                while f"rubric-{next_id}" in taken:
-                    next_id += 1
-                spec = replace(spec, rubric_id=f"rubric-{next_id}")
-                next_id += 1
-            elif spec.rubric_id in taken:
-                raise ValueError(
-                    f"{at}.rubric.rubric_id {spec.rubric_id!r} is already used in (or was retired from) the pool"
-                )
-            if not isinstance(proposal.skill, str) or not proposal.skill.strip():
-                raise ValueError(f"{at}.skill must be non-empty text, got {proposal.skill!r}")
-            taken.add(spec.rubric_id)
-            checked.append((spec, proposal.skill))
-        return checked, next_id
-
-    def _check_spec(self, spec: RubricSpec, argument: str, *, allow_empty_id: bool = False) -> None:
-        if not isinstance(spec.rubric_id, str) or not (spec.rubric_id or allow_empty_id):
-            raise ValueError(f"{argument}.rubric_id must be a non-empty string, got {spec.rubric_id!r}")
-        if not isinstance(spec.criterion, str) or not spec.criterion.strip():
-            raise ValueError(f"{argument}.criterion must be non-empty text, got {spec.criterion!r}")
-        for name in ("applicability", "evaluator_prompt"):
-            if not isinstance(getattr(spec, name), str):
-                raise ValueError(f"{argument}.{name} must be a string, got {getattr(spec, name)!r}")
-        if not isinstance(spec.scored, bool):
-            raise ValueError(f"{argument}.scored must be a bool, got {spec.scored!r}")
-        if spec.capability not in self._capabilities:
-            raise ValueError(
-                f"{argument}.capability {spec.capability!r} is not one of the pool's capabilities "
-                f"{self._capabilities!r}"
-            )
-
-    def _load_entry(self, data, argument: str, last: int) -> _Entry:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{argument} must be a mapping, got {type(data).__name__}")
-        fields = data.get("rubric")
-        if not isinstance(fields, Mapping) or set(fields) != set(_SPEC_FIELDS):
-            raise ValueError(f"{argument}['rubric'] must hold exactly the fields {_SPEC_FIELDS}")
-        spec = RubricSpec(**{name: fields[name] for name in _SPEC_FIELDS})
-        self._check_spec(spec, f"{argument}['rubric']")
-        skill, status, revisions, created = (data.get(k) for k in ("skill", "status", "revisions", "created_step"))
-        if not isinstance(skill, str) or not skill.strip():
-            raise ValueError(f"{argument}['skill'] must be non-empty text, got {skill!r}")
-        if status not in (SkillStatus.HIDDEN.value, SkillStatus.ACTIVE.value):
-            raise ValueError(f"{argument}['status'] must be 'hidden' or 'active', got {status!r}")
-        if not _is_int(revisions) or revisions < 0:
-            raise ValueError(f"{argument}['revisions'] must be a non-negative integer, got {revisions!r}")
-        if not _is_int(created) or not -1 <= created <= last:
-            raise ValueError(f"{argument}['created_step'] must be an integer in [-1, {last}], got {created!r}")
-        return _Entry(spec, skill, SkillStatus(status), int(revisions), int(created))
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _takes_diagnostics(reflector) -> bool:
@@ -742,53 +547,3 @@ def _check_reflector(reflector, argument: str) -> RubricReflector:
             f"got {type(reflector).__name__}"
         )
     return reflector
-
-
-def _rubric(spec: RubricSpec, counts: Sequence[int]) -> Rubric:
-    return Rubric(
-        rubric_id=spec.rubric_id,
-        criterion=spec.criterion,
-        applicability=spec.applicability,
-        capability=spec.capability,
-        evaluator_prompt=spec.evaluator_prompt,
-        scored=spec.scored,
-        passes=counts[0],
-        fails=counts[1],
-        not_applicable=counts[2],
-        invalid=counts[3],
-    )
-
-
-def _retired_pair(record: _Retired) -> RubricSkillPair:
-    entry = record.entry
-    return RubricSkillPair(
-        rubric=_rubric(entry.spec, record.window),
-        skill=Skill(entry.skill, entry.status, entry.revisions),
-        created_step=entry.created_step,
-        retired_step=record.retired_step,
-    )
-
-
-def _entry_state(entry: _Entry) -> dict:
-    return {
-        "rubric": {name: getattr(entry.spec, name) for name in _SPEC_FIELDS},
-        "skill": entry.skill,
-        "status": entry.status.value,
-        "revisions": entry.revisions,
-        "created_step": entry.created_step,
-    }
-
-
-def _created_event(spec: RubricSpec, skill: str, step: int) -> PoolEvent:
-    return PoolEvent(
-        kind="created",
-        rubric_id=spec.rubric_id,
-        step=step,
-        capability=spec.capability,
-        pass_rate=None,
-        applicable=0,
-        passes=0,
-        skill_status=SkillStatus.HIDDEN.value,
-        revision=0,
-        skill=skill,
-    )

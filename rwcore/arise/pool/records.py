@@ -173,7 +173,7 @@ class PoolEvent:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping, argument: str = "event") -> "PoolEvent":
+    def from_dict(cls, data: Mapping, argument: str = "event") -> PoolEvent:
         if not isinstance(data, Mapping):
             raise ValueError(f"{argument} must be a mapping, got {type(data).__name__}")
         try:
@@ -278,7 +278,7 @@ class PoolUpdate:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping, argument: str = "update") -> "PoolUpdate":
+    def from_dict(cls, data: Mapping, argument: str = "update") -> PoolUpdate:
         if not isinstance(data, Mapping):
             raise ValueError(f"{argument} must be a mapping, got {type(data).__name__}")
         try:

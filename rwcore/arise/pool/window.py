@@ -79,7 +79,7 @@ class WindowEvidence:
         self.counts.pop(rubric_id, None)
         self.failures.pop(rubric_id, None)
 
-    def copy(self) -> "WindowEvidence":
+    def copy(self) -> WindowEvidence:
         other = WindowEvidence(self.max_failures)
         other.counts = {r: {s: list(v) for s, v in cells.items()} for r, cells in self.counts.items()}
         other.failures = {r: {s: list(v) for s, v in cells.items()} for r, cells in self.failures.items()}

@@ -51,25 +51,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import math
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from rwcore.judges.client import MissingAPIKeyError
 from rwcore.method.loop import MethodLoop
-from rwcore.method.method import AdaptiveMethod, AdaptReport, safe_evaluate
-from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory
+from rwcore.method.method import AdaptiveMethod
+from rwcore.method.records import AdaptReport
 from rwcore.validation import check_int
-from rwcore.verdict import Verdict
 
 from .compat import require_verifiers
-from .trajectory import REWARD_NAME, default_tags, default_task_id, env_outcome, trajectory_from_trace
+from .groups import GroupEvidence, _Entry
+from .scoring import METRIC_PREFIX, TraceScore, TraceScoring
+from .trajectory import REWARD_NAME, default_tags, default_task_id
 
 __all__ = [
     "METRIC_NAME",
@@ -83,10 +79,7 @@ __all__ = [
     "rubric_verdicts",
 ]
 
-logger = logging.getLogger(__name__)
-
 METRIC_NAME = "rwcore_verdicts"
-METRIC_PREFIX = "rw/rubric/"
 MODULE = __name__
 _FORMAT = "rwcore.verifiers_rubric"
 _VERSION = 1
@@ -105,99 +98,7 @@ def get_rubric(name: str = "default") -> AdaptiveRubric:
     return rubric
 
 
-@dataclass(frozen=True)
-class TraceScore:
-    """What the rubric made of one trace: its task, the step, the process term, the verdicts of the rubrics
-    judged (`plan`, in order) and the report; `error` says why the trace could not be read ("" normally)."""
-
-    task_id: str | None
-    step: int
-    process: float
-    plan: tuple[str, ...]
-    verdicts: Mapping[str, Verdict]
-    report: JudgeReport
-    error: str = ""
-
-    def metrics(self, prefix: str = METRIC_PREFIX) -> dict[str, float]:
-        """`prefix + rubric id` -> 1.0 for PASS, 0.0 for FAIL or INVALID; NA left out."""
-        return {
-            f"{prefix}{rid}": (1.0 if verdict == Verdict.PASS else 0.0)
-            for rid, verdict in self.verdicts.items()
-            if verdict != Verdict.NA
-        }
-
-
-@dataclass
-class _Entry:
-    """One judged trace waiting for the rest of its group. `trace` is held (not saved) until its outcome is read."""
-
-    task_id: str
-    trajectory: Trajectory
-    report: JudgeReport
-    plan: tuple[str, ...]
-    step: int
-    trace: object | None = field(default=None, repr=False)
-
-    def ready(self) -> bool:
-        """Whether the trace's scoring is over (no reward still unscored), so its outcome can be read."""
-        if self.trace is None:
-            return True
-        rewards = getattr(self.trace, "rewards", None) or {}
-        return all(value is not None for value in rewards.values())
-
-
-def _judgment_state(judgment: RubricJudgment) -> dict:
-    return {
-        "verdict": int(judgment.verdict),
-        "score": judgment.score,
-        "confidence": judgment.confidence,
-        "evidence": judgment.evidence,
-        "error": judgment.error,
-    }
-
-
-def _report_state(report: JudgeReport) -> dict:
-    return {
-        "trajectory_id": report.trajectory_id,
-        "judgments": {rid: _judgment_state(j) for rid, j in report.judgments.items()},
-        "uncovered": list(report.uncovered),
-    }
-
-
-def _report_from_state(state: Mapping) -> JudgeReport:
-    judgments = {
-        rid: RubricJudgment(
-            rid,
-            Verdict(int(j["verdict"])),
-            j.get("score"),
-            j.get("confidence"),
-            j.get("evidence", ""),
-            j.get("error", ""),
-        )
-        for rid, j in dict(state["judgments"]).items()
-    }
-    return JudgeReport(str(state["trajectory_id"]), judgments, tuple(state.get("uncovered", ())))
-
-
-def _sound(judgment, rubric_id: str) -> RubricJudgment:
-    """The judge's judgment when it keeps the contract (a Verdict; a score in [0, 1] or none), else INVALID."""
-    if not isinstance(judgment, RubricJudgment):
-        return RubricJudgment(rubric_id, Verdict.INVALID, error="the judge returned no judgment")
-    if not isinstance(judgment.verdict, Verdict):
-        return RubricJudgment(rubric_id, Verdict.INVALID, error=f"the judge returned verdict {judgment.verdict!r}")
-    score = judgment.score
-    if score is not None and (
-        isinstance(score, bool) or not isinstance(score, (int, float)) or not (math.isfinite(score) and 0 <= score <= 1)
-    ):
-        return RubricJudgment(rubric_id, Verdict.INVALID, error=f"the judge returned score {score!r}")
-    if judgment.rubric_id != rubric_id:
-        return RubricJudgment(
-            rubric_id, judgment.verdict, score, judgment.confidence, judgment.evidence, judgment.error
-        )
-    return judgment
-
-
-class AdaptiveRubric:
+class AdaptiveRubric(TraceScoring, GroupEvidence):
     """An `AdaptiveMethod`'s process reward and verdicts for verifiers tasks (see the module docstring).
 
     method: the `rwcore.AdaptiveMethod` (its tasks: `AdaptiveTaskset.method_tasks(inner)`).
@@ -348,260 +249,8 @@ class AdaptiveRubric:
                 raise ValueError(f"advance({step}): the rubric is already at step {self.step}")
             return [self.end_step() for _ in range(step - self.step)]
 
-    def flush(self, force: bool = False) -> int:
-        """Observes the complete groups, in the order they completed, whose traces' scoring is over (all of
-        them with `force`); returns how many groups entered the evidence."""
-        done = 0
-        with self._lock:
-            while self._complete and (force or all(entry.ready() for entry in self._complete[0])):
-                group = self._complete.pop(0)
-                try:
-                    done += self._observe(group)
-                except Exception as error:  # noqa: BLE001 - evidence is best effort: scoring never stops here
-                    self.counters["traces_dropped"] += len(group)
-                    self._warn("observe", f"a group of {group[0].task_id!r} left out of the evidence ({error})")
-        return done
-
-    # ------------------------------------------------------------------ scoring one trace
-
-    async def process_reward(self, task, trace) -> float:
-        """The trace's process term (what the plugged reward returns)."""
-        return (await self.score_trace(task, trace)).process
-
-    async def verdict_metrics(self, task, trace) -> dict[str, float]:
-        """The trace's verdict metrics (what the plugged metric returns)."""
-        return (await self.score_trace(task, trace)).metrics(self.metric_prefix)
-
-    async def score_trace(self, task, trace) -> TraceScore:
-        """Judges `trace` of `task` (its TaskData; None reads trace.task.data) once, and records it in its group."""
-        key = getattr(trace, "id", None)
-        key = key if isinstance(key, str) and key else None
-        loop = asyncio.get_running_loop()
-        if key is not None:
-            cached = self._cache.get(key)
-            if isinstance(cached, TraceScore):
-                self._cache.move_to_end(key)
-                return cached
-            if isinstance(cached, asyncio.Future) and not cached.done() and cached.get_loop() is loop:
-                return await asyncio.shield(cached)
-        future = loop.create_future()
-        if key is not None:
-            self._cache[key] = future
-        try:
-            result = await self._score(task, trace, key)
-        except BaseException as error:
-            if key is not None and self._cache.get(key) is future:
-                del self._cache[key]
-            if isinstance(error, Exception):
-                future.set_exception(error)
-                future.exception()  # retrieved: no "never retrieved" warning when nobody else waits
-            else:
-                future.cancel()
-            raise
-        future.set_result(result)
-        if key is not None:
-            self._cache[key] = result
-            self._cache.move_to_end(key)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return result
-
-    async def _score(self, task, trace, key: str | None) -> TraceScore:
-        self.flush()
-        step = self.step
-        data = task if task is not None else getattr(getattr(trace, "task", None), "data", None)
-        problems: list[str] = []
-        task_id, tags = None, ()
-        try:
-            task_id = str(self.task_id_fn(data))
-            tags = tuple(str(tag) for tag in self.tags_fn(data))
-        except Exception as error:  # noqa: BLE001 - a task without a usable id is INVALID, never a crash
-            problems.append(f"no task id ({type(error).__name__}: {error})")
-        plan: list[RubricSpec] = []
-        if task_id is not None:
-            try:
-                plan = list(self.method.rubrics_to_judge(step, [task_id])[0])
-            except Exception as error:  # noqa: BLE001 - e.g. an instance-rubric task the method does not know
-                problems.append(f"no rubrics for task {task_id!r} ({type(error).__name__}: {error})")
-        trajectory_id = key or f"trace-{id(trace)}"
-        outcome = 0.0
-        if self.outcome_fn is not None:
-            try:
-                outcome = float(self.outcome_fn(trace))
-                if not math.isfinite(outcome):
-                    raise ValueError(f"outcome_fn returned {outcome!r}")
-            except Exception as error:  # noqa: BLE001 - the outcome function reads the policy's text too
-                problems.append(f"outcome_fn failed ({type(error).__name__}: {error})")
-                outcome = 0.0
-        trajectory = None
-        if task_id is not None:
-            try:
-                trajectory = trajectory_from_trace(
-                    trace,
-                    task_id=task_id,
-                    tags=tags,
-                    outcome=outcome,
-                    group_id=f"{task_id}@{step}",
-                    trajectory_id=trajectory_id,
-                    policy_version=step,
-                    exclude_rewards=self.exclude_rewards,
-                )
-            except Exception as error:  # noqa: BLE001 - an unreadable trace is INVALID, never a crash
-                problems.append(f"the trace could not be read ({type(error).__name__}: {error})")
-        error_text = "; ".join(problems)[:500]
-        if trajectory is None:
-            self.counters["unreadable_traces"] += 1
-            self._warn("unreadable", f"rwcore AdaptiveRubric: a trace is INVALID: {error_text}")
-            trajectory = Trajectory(task_id or "", [], outcome, tags, trajectory_id=trajectory_id)
-            report = JudgeReport(trajectory_id, {})
-        elif plan:
-            report = await self._judge(trajectory, plan)
-        else:
-            report = JudgeReport(trajectory_id, {})
-        message = error_text or "the judge returned no judgment"
-        judgments = {}
-        for spec in plan:
-            given = report.judgments.get(spec.rubric_id) if isinstance(report.judgments, Mapping) else None
-            judgments[spec.rubric_id] = (
-                _sound(given, spec.rubric_id)
-                if given is not None
-                else RubricJudgment(spec.rubric_id, Verdict.INVALID, error=message)
-            )
-        uncovered = tuple(t for t in getattr(report, "uncovered", ()) if isinstance(t, str))
-        report = JudgeReport(trajectory_id, judgments, uncovered)
-        process = self._process_term(trajectory, report)
-        plan_ids = tuple(spec.rubric_id for spec in plan)
-        result = TraceScore(
-            task_id,
-            step,
-            process,
-            plan_ids,
-            {rid: judgments[rid].verdict for rid in plan_ids},
-            report,
-            error_text,
-        )
-        self.counters["traces"] += 1
-        if key is not None and task_id is not None:
-            self._record(task_id, trajectory, report, plan_ids, step, trace)
-        return result
-
-    async def _judge(self, trajectory: Trajectory, plan: list[RubricSpec]) -> JudgeReport:
-        failures: list[str] = []
-        try:
-            if self.judge_in_thread:
-                reports = await asyncio.to_thread(safe_evaluate, self.judge, [trajectory], plan, failures)
-            else:
-                reports = safe_evaluate(self.judge, [trajectory], plan, failures)
-            report = reports[0]
-            if not isinstance(report, JudgeReport):
-                raise ValueError(f"the judge returned {type(report).__name__}, not a JudgeReport")
-        except MissingAPIKeyError:
-            raise  # configuration, not the policy: no judgment can cure it
-        except Exception as error:  # noqa: BLE001 - a judge that breaks its contract: INVALID, never a crash
-            failures.append(f"{type(error).__name__}: {error}"[:500])
-            report = JudgeReport(trajectory.trajectory_id, {})
-        if failures:
-            self.counters["judge_failures"] += 1
-            self._warn(
-                f"judge@{self.step}",
-                f"judge {type(self.judge).__name__} failed; the trace's judgments are INVALID ({failures[0]})",
-            )
-            report = JudgeReport(
-                trajectory.trajectory_id,
-                {
-                    spec.rubric_id: RubricJudgment(
-                        spec.rubric_id, Verdict.INVALID, error=f"the judge failed: {failures[0]}"
-                    )
-                    for spec in plan
-                },
-            )
-        return report
-
-    def _process_term(self, trajectory: Trajectory, report: JudgeReport) -> float:
-        try:
-            scored = self.method.score([trajectory], [report], group_ids=np.zeros(1, dtype=np.int64))
-            value = float(scored.process_terms[0])
-        except Exception as error:  # noqa: BLE001 - e.g. an instance-rubric task without rubrics: no process term
-            self._warn("process", f"rwcore AdaptiveRubric: no process term ({type(error).__name__}: {error})")
-            return 0.0
-        return value if math.isfinite(value) else 0.0
-
-    def _warn(self, key: str, message: str) -> None:
-        if key in self._warned:
-            logger.debug(message)
-            return
-        self._warned.add(key)
-        logger.warning(message)
-
-    # ------------------------------------------------------------------ groups and evidence
-
-    def _record(self, task_id: str, trajectory, report, plan: tuple[str, ...], step: int, trace) -> None:
-        if task_id not in self._known:
-            self.counters["unknown_tasks"] += 1
-            self._warn(
-                f"unknown:{task_id}",
-                f"rwcore AdaptiveRubric: task {task_id!r} is not one of the method's tasks; its traces are scored "
-                "but give no evidence",
-            )
-            return
-        entry = _Entry(task_id, trajectory, report, plan, step, trace if self.outcome_fn is None else None)
-        g = self.method.settings.group_size
-        with self._lock:
-            entries = self._pending.setdefault(task_id, [])
-            entries.append(entry)
-            if len(entries) >= g:
-                self._complete.append(entries[:g])
-                del entries[:g]
-
-    def _outcome(self, entry: _Entry) -> float:
-        """R_o of the entry: read from its trace while it holds one (the env's own rewards), else kept."""
-        if entry.trace is None:
-            return entry.trajectory.outcome
-        try:
-            outcome = env_outcome(entry.trace, self.exclude_rewards)
-        except Exception:  # noqa: BLE001 - rewards that cannot be read: no outcome
-            return 0.0
-        return outcome if math.isfinite(outcome) else 0.0
-
-    def _resolved(self, entry: _Entry) -> Trajectory:
-        """The entry's trajectory with its outcome read from the (now scored) trace, which is then let go."""
-        entry.trajectory.outcome = self._outcome(entry)
-        entry.trace = None
-        return entry.trajectory
-
-    def _current_plan(self, task_id: str) -> set[str]:
-        return {spec.rubric_id for spec in self.method.rubrics_to_judge(self.step, [task_id])[0]}
-
-    def _observe(self, group: list[_Entry]) -> int:
-        task_id = group[0].task_id
-        needed = self._current_plan(task_id)
-        if any(not needed <= set(entry.plan) for entry in group):
-            self.counters["traces_dropped"] += len(group)
-            logger.info("a group of %r judged before the method's rubrics changed is left out of the evidence", task_id)
-            return 0
-        trajectories = [self._resolved(entry) for entry in group]
-        reports = [entry.report for entry in group]
-        scored = self.method.score(trajectories, reports)
-        self.method.observe(
-            self.step, [task_id], trajectories, scored.judged, policy_versions=[min(e.step for e in group)]
-        )
-        self.counters["groups_observed"] += 1
-        return 1
-
-    def _prune_pending(self) -> None:
-        """Partial groups judged on rubrics the method no longer reads cannot complete: dropped."""
-        for task_id, entries in self._pending.items():
-            if not entries:
-                continue
-            needed = self._current_plan(task_id)
-            kept = [entry for entry in entries if needed <= set(entry.plan)]
-            self.counters["traces_dropped"] += len(entries) - len(kept)
-            entries[:] = kept
-
-    def pending_traces(self) -> int:
-        """Judged traces not yet in the evidence (partial groups and complete ones awaiting their outcome)."""
-        with self._lock:
-            return sum(len(e) for e in self._pending.values()) + sum(len(g) for g in self._complete)
+    # scoring one trace: TraceScoring (rwcore.integrations.verifiers.scoring); groups of judged traces and the
+    # evidence they give: GroupEvidence (rwcore.integrations.verifiers.groups)
 
     def metrics(self) -> dict:
         """The method's metrics plus the rubric's step and counters (`verifiers/*`)."""
@@ -612,27 +261,6 @@ class AdaptiveRubric:
         return row
 
     # ------------------------------------------------------------------ state
-
-    def _entry_state(self, entry: _Entry) -> dict:
-        trajectory = entry.trajectory.to_dict()
-        trajectory["outcome"] = self._outcome(entry)
-        return {
-            "task_id": entry.task_id,
-            "trajectory": trajectory,
-            "report": _report_state(entry.report),
-            "plan": list(entry.plan),
-            "step": entry.step,
-        }
-
-    @staticmethod
-    def _entry_from_state(state: Mapping) -> _Entry:
-        return _Entry(
-            str(state["task_id"]),
-            Trajectory.from_dict(state["trajectory"]),
-            _report_from_state(state["report"]),
-            tuple(str(rid) for rid in state["plan"]),
-            check_int(state["step"], "step", low=0),
-        )
 
     def state_dict(self) -> dict:
         """The method's state, the loop's, the step, the rounds drawn, the pending groups (outcomes read now)

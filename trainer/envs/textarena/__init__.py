@@ -52,8 +52,9 @@ format        ta_valid_moves (every move valid, Execution), ta_guess_format (gue
 negotiation   ta_offer_made (a well-formed offer, Execution), ta_profitable_trades (every executed trade
               raised the agent's own inventory value, Verification)
 deception     ta_deceiver_consistent (the deceiver only ever points to the wrong fact, Understanding)
-The environment also brings a rule reflector and attributor (providers.py) and labelled cases for
-RewardWeaver's source-disjoint acceptance test: per rule, games against the scripted opponent (12 game
+The environment also brings a rule reflector and attributor (rwcore.trainer.envs.rule_providers over the
+rules and skill texts of rubrics.py) and labelled cases (rubrics.py) for RewardWeaver's source-disjoint
+acceptance test: per rule, games against the scripted opponent (12 game
 instances of their own seed stream, never train or eval tasks) played once with agent moves that make the
 rule pass and once with moves that make it fail, by construction.
 """

@@ -5,7 +5,8 @@ naming the extra. Reference: docs/environments.md (section verifiers).
 """
 
 from rwcore.trainer.envs.base import register
-from rwcore.trainer.envs.verifiers.adapter import INSTALL_HINT, TESTED_VERSION, VerifiersEnv
+from rwcore.trainer.envs.verifiers.adapter import VerifiersEnv
+from rwcore.trainer.envs.verifiers.package import INSTALL_HINT, TESTED_VERSION
 
 register("verifiers", VerifiersEnv)
 

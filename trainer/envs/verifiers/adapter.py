@@ -7,25 +7,12 @@ import math
 from collections.abc import Mapping, Sequence
 
 from rwcore.trainer.envs.base import Episode, Outcome, Rule, Task, own_random, partner_failed
-from rwcore.trainer.envs.verifiers.agents import (
-    _TERMINATE,
-    MAX_NAME,
-    Bridge,
-    EnvironmentFault,
-    EpisodeRun,
-    SetupError,
-    cut,
-    message_text,
-    run_all,
-)
-from rwcore.types import RubricSpec, Trajectory
+from rwcore.trainer.envs.verifiers import rubrics
+from rwcore.trainer.envs.verifiers.bounds import MAX_NAME, cut, message_text
+from rwcore.trainer.envs.verifiers.bridge import Bridge, run_all
+from rwcore.trainer.envs.verifiers.episode import _TERMINATE, EnvironmentFault, EpisodeRun, SetupError
+from rwcore.trainer.envs.verifiers.package import _import_verifiers, _offline_nltk, _warn_version
 
-INSTALL_HINT = (
-    "env.name=verifiers needs the verifiers package (tested with 0.4.0): "
-    "RWCORE_EXTRAS=test,bench,vllm,verifiers bash scripts/setup.sh (installs scripts/verifiers-requirements.txt "
-    "with --no-deps), or pip install 'verifiers==0.4.0' in an environment that can take its openai<3 pin"
-)
-TESTED_VERSION = "0.4.0"  # rwcore.integrations.versions.TESTED["verifiers"] holds the range
 _SEAT_NAMES = ("agent", "assistant", "player", "solver", "policy")
 _SELECT_KEYS = ("include", "exclude", "shuffle", "seed", "skip", "limit")
 _MAX_SCORES = 256  # reward and metric names kept per episode (the weighted reward sums them all)
@@ -33,13 +20,13 @@ _MAX_REASON = 500  # characters of a partner failure's reason
 
 
 class _Starting(Episode):
-    """A reset episode whose environment is still starting in its thread: its observation, done and state
-    are read from the started episode when first asked for. rw train resets a batch's episodes one after
+    """A reset episode whose environment is still starting in its thread: its observation, done, state and
+    partner_failure are read from the started episode when first asked for. rw train resets a batch's episodes one after
     the other before it reads any observation; reading late lets their environments start together, so
     environments that hang at their start cost one env.options.timeout per batch, not one per episode."""
 
     def __init__(self, task: Task, settle) -> None:
-        # not Episode's own __init__: observation, done and state are properties, read from `settle()`
+        # not Episode's own __init__: observation, done, state and partner_failure are properties, read from `settle()`
         self.task = task
         self._settle = settle
         self._settled: Episode | None = None
@@ -61,52 +48,9 @@ class _Starting(Episode):
     def state(self) -> dict:
         return self._ready().state
 
-
-def _import_verifiers():
-    try:
-        import verifiers.v1 as vf
-    except ImportError as error:
-        raise ImportError(f"{INSTALL_HINT} ({error})") from None
-    return vf
-
-
-def _offline_nltk() -> None:
-    """rwcore downloads nothing at run time; TextArena's games and verifiers' TextArena taskset call
-    nltk.download when they load. Make that a local check: a resource that is there is used (True); a missing
-    one is not fetched: False, as nltk.download answers when it cannot download, with a warning naming
-    NLTK_DATA (the code that really needs it then raises nltk's LookupError naming the resource)."""
-    try:
-        import nltk
-    except ImportError:
-        return
-    if getattr(nltk.download, "_rwcore_offline", False):
-        return
-    import logging
-
-    warned: set[str] = set()
-
-    def download(info_or_id=None, *args, **kwargs) -> bool:
-        name = str(info_or_id or "")
-        for kind in ("corpora", "taggers", "tokenizers", "models", "misc", "chunkers", "stemmers", "grammars"):
-            try:
-                nltk.data.find(f"{kind}/{name}")
-                return True
-            except LookupError:
-                continue
-        if name not in warned:
-            warned.add(name)
-            logging.getLogger("rwcore.trainer.envs.verifiers").warning(
-                "nltk.download(%r) skipped: rw train downloads nothing at run time. If the environment needs it, "
-                "put it under a folder on NLTK_DATA (searched: %s)",
-                name,
-                list(nltk.data.path),
-            )
-        return False
-
-    download._rwcore_offline = True
-    nltk.download = download
-    if hasattr(nltk, "downloader"):
-        nltk.downloader.download = download
+    @property
+    def partner_failure(self) -> str:
+        return self._ready().partner_failure
 
 
 def _field(data: Mapping, path: str):
@@ -579,39 +523,13 @@ class VerifiersEnv:
         """One rubric per reward function: "the episode earned full marks on <name>" (its score >= the
         score that gives success alone), read from the scores verifiers recorded - for judge.kind=rule runs
         (RuleReflector / RuleAttributor over them); with judge.kind=openai the LLM judge writes its own."""
-        names = self._reward_names()
-        return [
-            Rule(
-                RubricSpec(
-                    f"vf_{name}",
-                    f"The agent earned full marks on the environment's reward '{name}'.",
-                    "Every episode of the environment.",
-                    capability="Execution",
-                    scored=False,
-                ),
-                "verifiers",
-                _reward_check(name),
-            )
-            for name in names
-        ] or None
+        return rubrics.reward_rules(self._reward_names())
 
     def reflector(self):
-        rules = self.rules()
-        if not rules:
-            return None
-        from rwcore.trainer.envs.rule_providers import RuleReflector
-
-        return RuleReflector(
-            rules, {r.spec.rubric_id: f"aim for full marks on the reward {r.spec.rubric_id[3:]}" for r in rules}
-        )
+        return rubrics.reflector(self.rules())
 
     def attributor(self):
-        rules = self.rules()
-        if not rules:
-            return None
-        from rwcore.trainer.envs.rule_providers import RuleAttributor
-
-        return RuleAttributor(rules)
+        return rubrics.attributor(self.rules())
 
     def _reward_names(self) -> list[str]:
         """The reward names the tasks declare (@reward methods, plugged rewards and judges); rewards an Env
@@ -624,27 +542,3 @@ class VerifiersEnv:
     def close(self) -> None:
         self._unstarted.clear()
         self._bridge.close()
-
-
-def _reward_check(name: str):
-    def check(trajectory: Trajectory):
-        details = trajectory.metadata.get("outcome_details") or {}
-        rewards = details.get("rewards") or {}
-        if name not in rewards:
-            return None
-        return float(rewards[name]) >= 1.0
-
-    check.__name__ = f"check_vf_{name}"
-    return check
-
-
-def _warn_version() -> None:
-    """One warning outside the tested release (the range rwcore.integrations.versions declares for verifiers)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from rwcore.integrations.versions import check_version
-
-    try:
-        check_version("verifiers", version("verifiers"))
-    except PackageNotFoundError:
-        pass
