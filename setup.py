@@ -73,7 +73,7 @@ setup(
     },
     package_data={
         "rwcore.judges": ["prompts/*.md"],
-        "rwcore.trainer": ["configs/*.yaml", "envs/social_scenarios/*.json", "envs/sotopia/profiles/*.jsonl"],
+        "rwcore.trainer": ["configs/*.yaml", "envs/social/*.json", "envs/sotopia/profiles/*.jsonl"],
     },
     ext_modules=[CMakeExtension("rwcore._evidence")],
     cmdclass={"build_ext": CMakeBuild},

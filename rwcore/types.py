@@ -84,8 +84,11 @@ class Trajectory:
         if isinstance(self.metadata, dict) and "partner_failure" in self.metadata:
             import warnings
 
+            from rwcore._deprecated import REMOVED_IN
+
             warnings.warn(
-                "Trajectory.metadata['partner_failure'] is deprecated: set Trajectory.partner_failure",
+                f"Trajectory.metadata['partner_failure'] is deprecated and will be ignored from rwcore {REMOVED_IN}: "
+                "set Trajectory.partner_failure",
                 DeprecationWarning,
                 stacklevel=3,
             )
@@ -120,7 +123,7 @@ class Trajectory:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "Trajectory":
+    def from_dict(cls, data: Mapping) -> Trajectory:
         values = dict(data)
         values["turns"] = [Turn(**turn) if isinstance(turn, Mapping) else turn for turn in values.get("turns", [])]
         values["tags"] = tuple(values.get("tags", ()))

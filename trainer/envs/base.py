@@ -56,10 +56,12 @@ Who fills in what (rwcore.trainer.method_setup):
 
 Partner failures
 ----------------
-An episode whose counterpart failed (an LLM partner timed out or answered garbage) ends with
-`Episode.state["partner_failure"] = reason` (`partner_failed(episode, reason)` sets it and `done=True`);
-an outcome evaluator that failed returns `Outcome(..., failure=reason)`. The rollout copies it to
-`Trajectory.partner_failure`; `rwcore.AdaptiveMethod.score` then gives the trajectory no
+A partner failure travels as one typed field, the reason (a non-empty string), from the environment to the
+trajectory. An episode whose counterpart failed (an LLM partner timed out or answered garbage) ends with
+`Episode.partner_failure = reason` (`partner_failed(episode, reason)` sets it and `done=True`); an outcome
+evaluator that failed returns `Outcome(..., failure=reason)`. `failure_of(episode, outcome)` reads the two and
+the rollout copies its answer to `Trajectory.partner_failure`; `rwcore.AdaptiveMethod.score` then gives the
+trajectory no
 advantage (0, left out of its group's normalization), no judged evidence (every verdict INVALID, so the
 sampler, the pool and reflection learn nothing from it; VADE's outcome evidence gives it its group's
 mean outcome), and the trainer masks its tokens out of the loss. Attribution sees the reason
@@ -75,6 +77,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -103,12 +106,15 @@ class Episode:
     observation: the counterpart's latest message (the first one is the task brief).
     done: no more agent turns.
     state: environment-private state (JSON-serializable), e.g. partner's budget, offers so far.
+    partner_failure: why the counterpart failed and ended the episode ("" when it did not): set by
+        `partner_failed`, never charged to the agent (see the module docstring).
     """
 
     task: Task
     observation: str
     done: bool = False
     state: dict = field(default_factory=dict)
+    partner_failure: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ class Outcome:
 
     failure: non-empty when the outcome could not be judged because a counterpart failed (the outcome
         evaluator timed out or answered garbage): the episode is then a partner failure, never charged
-        to the agent (like Episode.state["partner_failure"]). details: e.g. the rubric's dimension scores;
+        to the agent (like Episode.partner_failure). details: e.g. the rubric's dimension scores;
         details["metrics"] ({name: number}) is averaged into the metrics rows as env/<name> (eval/env/<name>).
     """
 
@@ -332,17 +338,27 @@ def outcome_all(env, episodes: Sequence[Episode]) -> list[Outcome]:
 
 
 def failure_of(episode: Episode, outcome: Outcome) -> str:
-    """Why the episode is a partner failure ("" when it is not)."""
-    state = episode.state if isinstance(episode.state, dict) else {}
-    return str(state.get("partner_failure") or outcome.failure or "")
+    """Why the episode is a partner failure ("" when it is not): the episode's partner_failure, else the
+    outcome's failure (what the rollout copies to Trajectory.partner_failure). A `state["partner_failure"]`
+    written by an environment of an older release is still read, with a DeprecationWarning."""
+    legacy = episode.state.get("partner_failure") if isinstance(episode.state, dict) else None
+    if legacy and not episode.partner_failure:
+        from rwcore._deprecated import REMOVED_IN
+
+        warnings.warn(
+            "Episode.state['partner_failure'] is deprecated and will be ignored from rwcore "
+            f"{REMOVED_IN}: end the episode with partner_failed(episode, reason)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return str(legacy)[:500]
+    return str(episode.partner_failure or outcome.failure or "")
 
 
 def partner_failed(episode: Episode, reason: str) -> Episode:
     """The episode ended by a counterpart failure (timeout, garbage reply...): done, with
-    state["partner_failure"] = reason (never charged to the agent; see the module docstring)."""
-    state = dict(episode.state)
-    state["partner_failure"] = str(reason)[:500] or "partner failure"
-    return Episode(episode.task, episode.observation, True, state)
+    partner_failure = reason (never charged to the agent; see the module docstring)."""
+    return Episode(episode.task, episode.observation, True, dict(episode.state), str(reason)[:500] or "partner failure")
 
 
 _REGISTRY: dict[str, Callable[..., Environment]] = {}

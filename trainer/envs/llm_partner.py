@@ -30,7 +30,7 @@ as one brief from the partner's point of view), sampled at the rollout temperatu
 partner's tokens are part of the agent's observations, never of its generated tokens, so no loss flows
 through them. Before attachment (e.g. `task_contexts`) a PolicyPartner refuses to reply.
 
-`ScriptedPartner` (fallback without any server) lives with each environment (see social.py).
+`ScriptedPartner` (fallback without any server) lives with each environment (see rwcore.trainer.envs.social).
 
 Every partner answers `reply_many(requests) -> list[PartnerReply | PartnerFailure]`, one per request;
 a request is (system prompt, messages from the partner's point of view: [{"role": "user"|"assistant",

@@ -209,7 +209,9 @@ def _locked(root_fd: int, path: Path, log: Callable[[str], None]):
         except OSError:
             kind = None
         if kind is not None and kind != "a regular file":
-            raise PriorCacheError(f"{path} (the prior cache's lock file) is {kind}, not a regular file: remove it")
+            raise PriorCacheError(
+                f"{path} (the prior cache's lock file) is {kind}, not a regular file: remove it"
+            ) from None
         raise PriorCacheError(
             f"cannot open the prior cache's lock file {path}: {error.strerror or error}; {_ELSEWHERE}"
         ) from None

@@ -33,6 +33,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import importlib
+import importlib.util
 import json
 import platform
 import random
@@ -72,9 +74,8 @@ def language_of(env):
     return language if language is not None and language.actions else None
 
 
-def _code_digest(source: str) -> str:
-    """sha256 of a module's code as its syntax tree, without docstrings: comments, formatting and docs do not
-    change a prior, so editing them does not retrain it."""
+def _code_tree(source: str) -> ast.Module:
+    """A module's syntax tree without docstrings."""
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -86,7 +87,13 @@ def _code_digest(source: str) -> str:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+    return tree
+
+
+def _code_digest(source: str) -> str:
+    """sha256 of a module's code as its syntax tree, without docstrings: comments, formatting and docs do not
+    change a prior, so editing them does not retrain it."""
+    return hashlib.sha256(ast.dump(_code_tree(source), include_attributes=False).encode()).hexdigest()
 
 
 def _sources() -> str:
@@ -99,6 +106,54 @@ def _sources() -> str:
     for path in [here / name for name in _CODE] + [Path(policy.__file__), Path(prompt.__file__)]:
         digest.update(path.name.encode() + b"\0" + _code_digest(path.read_text()).encode())
     return digest.hexdigest()
+
+
+def _env_sources(env) -> str:
+    """sha256 over the code of the environment's modules that shape the prior (`_env_modules`): their top-level
+    statements without imports, `__all__` and docstrings (`_code_tree`), sorted, so that moving a definition from
+    one of them to another (splitting a module) changes no key and changing its code does; neither does reordering
+    top-level statements (which matters only where a name is bound twice). "" for a class with no source file."""
+    statements = [
+        ast.dump(node, include_attributes=False)
+        for module in _env_modules(env)
+        for node in _code_tree(Path(module.__file__).read_text()).body
+        if not isinstance(node, (ast.Import, ast.ImportFrom))
+        and not (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets))
+    ]
+    return hashlib.sha256("\n".join(sorted(statements)).encode()).hexdigest() if statements else ""
+
+
+def _env_modules(env) -> list:
+    """The module that defines the environment's class and every module of the same package that it imports at
+    module level, directly or through another of them (an environment package's language, tasks and episodes;
+    not what it imports inside a function, such as the rubrics it hands out on request), sorted by name. A class
+    of a top-level module: that module alone; a class with no source file: none."""
+    root = sys.modules.get(type(env).__module__)
+    if root is None or not getattr(root, "__file__", None):
+        return []
+    inside = f"{root.__package__}." if root.__package__ else None
+    found: dict = {}
+    todo = [root.__name__]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        module = found[name] = importlib.import_module(name)
+        for node in _code_tree(Path(module.__file__).read_text()).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                todo += [m for m in _imported_modules(node, module) if inside and m.startswith(inside)]
+    return [found[name] for name in sorted(found)]
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom, module) -> list[str]:
+    """The modules an import statement of `module` names: `import a.b` a.b; `from a import b` a, and a.b where
+    that is a module; relative imports resolved against `module`'s package."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        base = importlib.util.resolve_name("." * node.level + base, module.__package__)
+    return [base] + [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in sys.modules]
 
 
 def corpus_spec(config) -> CorpusSpec:
@@ -120,7 +175,6 @@ def prior_spec(config, env) -> dict:
         raise ValueError(
             f"model.init=pretrained: env.name={env.name!r}'s vocabulary lacks the guidance lines' words {missing}"
         )
-    module = sys.modules.get(type(env).__module__)
     return {
         "format": PRIOR_FORMAT,
         "env": env.name,
@@ -143,12 +197,7 @@ def prior_spec(config, env) -> dict:
         },
         "prior": dataclasses.asdict(config.prior) | {"cache_dir": None},
         "corpus": corpus_spec(config).to_dict(),
-        "code": _sources()
-        + (
-            _code_digest(Path(module.__file__).read_text())
-            if module is not None and getattr(module, "__file__", None)
-            else ""
-        ),
+        "code": _sources() + _env_sources(env),
     }
 
 

@@ -5,7 +5,7 @@ Why a second tier
 Both papers claim that adapting the reward to what the policy fails at trains a better agent than outcome-only
 RL, and the literature places that gain where outcome-only barely learns: the starting policy's pass@k near 0 and
 most outcome-only groups failing entirely (PRIME, PAV, MT-GRPO, GiGPO). On the learnable tier
-(`difficulty=learnable`, `rwcore.trainer.envs.negotiation`) the reading prior explores well enough that outcome-only
+(`difficulty=learnable`, `NegotiationEnv`) the reading prior explores well enough that outcome-only
 finds sales by itself (a no-deal task is won by `ask, end`, 1 in 64 uniform episodes), so that tier tests the regime
 where the papers predict no gain. The hard tier is the papers' regime.
 
@@ -29,7 +29,7 @@ Arise's sampler and the per-type figures see the same seven task types as on the
 
 Rubrics
 -------
-The capability library is the learnable tier's (`negotiation_rubrics`): each rule is checked on every item of the
+The capability library is the learnable tier's (`rubrics`): each rule is checked on every item of the
 sale and passes when it passes on every item it applies to (fails when it fails on one; does not apply when it
 applies to none). The reference annotator reads each item's part of the transcript with that item's scenario sheet
 (`annotate`). Nothing names a winning sequence: each rule is one step of a sale, judged on the situation.
@@ -41,7 +41,8 @@ import random
 from collections.abc import Sequence
 
 from rwcore.trainer.envs.base import Episode, Outcome, Task
-from rwcore.trainer.envs.negotiation import KINDS, NegotiationEnv, _apportion, make_task_data
+from rwcore.trainer.envs.negotiation.environment import NegotiationEnv
+from rwcore.trainer.envs.negotiation.tasks import KINDS, _apportion, make_task_data
 
 __all__ = ["DIFFICULTIES", "HARD_KINDS", "HardNegotiationEnv", "make_negotiation"]
 
@@ -164,7 +165,7 @@ class HardNegotiationEnv:
             lasts += [None] * (size - len(lasts))
             tasks: list[Task] = []
             for last in lasts:
-                for attempt in range(200 * size):
+                for _attempt in range(200 * size):
                     kinds = [rng.choice(HARD_KINDS) for _ in range(self.items - (last is not None))]
                     kinds += [last] if last is not None else []
                     data = _task_data(rng, kinds)
@@ -253,34 +254,34 @@ class HardNegotiationEnv:
     # -- adaptive-method pieces: the learnable tier's library, checked item by item ------------------
 
     def rules(self):
-        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+        from rwcore.trainer.envs.negotiation.rubrics import make_rules
 
-        return rubrics.make_rules(self)
+        return make_rules(self)
 
     def reflector(self):
-        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+        from rwcore.trainer.envs.negotiation.reflector import NegotiationReflector
 
-        return rubrics.NegotiationReflector(self)
+        return NegotiationReflector(self)
 
     def initial_library(self) -> tuple[str, ...]:
-        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+        from rwcore.trainer.envs.negotiation.rubrics import INITIAL_LIBRARY
 
-        return rubrics.INITIAL_LIBRARY
+        return INITIAL_LIBRARY
 
     def attributor(self):
-        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+        from rwcore.trainer.envs.negotiation.attributor import NegotiationAttributor
 
-        return rubrics.NegotiationAttributor(self)
+        return NegotiationAttributor(self)
 
     def labelled_cases(self, rule_ids: Sequence[str]) -> list:
-        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+        from rwcore.trainer.envs.negotiation.cases import labelled_cases
 
-        return rubrics.labelled_cases(self, rule_ids)
+        return labelled_cases(self, rule_ids)
 
     def labelled_cases_by_rule(self, rule_ids: Sequence[str]) -> dict:
-        from rwcore.trainer.envs import negotiation_rubrics as rubrics
+        from rwcore.trainer.envs.negotiation.cases import labelled_cases_by_rule
 
-        return rubrics.labelled_cases_by_rule(self, rule_ids)
+        return labelled_cases_by_rule(self, rule_ids)
 
     def case_tasks(self, rng: random.Random, tasks_per_kind: int, source: int) -> list[Task]:
         """Tasks for the labelled cases of one source (not the train / eval tasks): for every kind, `tasks_per_kind`

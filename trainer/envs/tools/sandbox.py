@@ -109,6 +109,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+# The standard library only, and no import of rwcore: the tests load this file on its own, under an unprivileged
+# uid with the system Python, to check the unprivileged-namespace mode.
+
 __all__ = ["Limits", "Sandbox", "SandboxUnavailable", "ToolResult", "detect_isolation"]
 
 ISOLATIONS = ("auto", "namespace", "none")
@@ -482,7 +485,7 @@ class Sandbox:
                     f"{_PROBES.get('namespace_error', '').strip()!r}; it needs root or unprivileged user namespaces). "
                     "Tool calls would reach the network. To run "
                     "anyway with the weaker audit-hook guard (Python tool only, no shell; see "
-                    "rwcore.trainer.envs.sandbox), set isolation='none' (env.options.isolation=none)."
+                    "rwcore.trainer.envs.tools.sandbox), set isolation='none' (env.options.isolation=none)."
                 )
             isolation = "namespace"
         self.isolation = isolation

@@ -6,18 +6,18 @@ tautological, so this module is a second, independent annotator: it reads what a
 the dialogue reads - the transcript's turns and the task's scenario sheet (`metadata["task"]`:
 cost, budget, whether a profitable deal exists) - and applies each rubric's criterion text.
 It never looks at the environment's private episode state (`metadata["env_state"]`, the events
-the rules read), and shares no code with `negotiation_rubrics` beyond the language's word
+the rules read), and shares no code with `rubrics` beyond the language's word
 parser (`parse_action`, what the buyer understood a message to say).
 
 `annotate(rule_id, trajectory)` -> Verdict.PASS / FAIL / NA. Written from the criterion and
-applicability strings of `negotiation_rubrics.RULE_DEFS`.
+applicability strings of `rubrics.RULE_DEFS`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rwcore.trainer.envs.negotiation import parse_action
+from rwcore.trainer.envs.negotiation.language import parse_action
 from rwcore.types import Trajectory
 from rwcore.verdict import Verdict
 
