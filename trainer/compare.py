@@ -2,7 +2,7 @@
 
 Runs whose config.yaml differs only in train.seed are one group (the seeds of one variant); per group the mean
 final held-out success and normalized AUC, with enough seeds the IQM with its bootstrap interval, and against a
-baseline group the probability of improvement and the IQM difference (the statistics of trainer/ablate_stats.py,
+baseline group the probability of improvement and the IQM difference (the statistics of trainer/ablate/statistics.py,
 the same `rw ablate` reports).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rwcore.trainer.ablate_stats import (
+from rwcore.trainer.ablate.statistics import (
     BOOTSTRAP_REPS,
     REACH_STEP,
     bootstrap_note,

@@ -1,7 +1,7 @@
 """`rw ablate --executor ray`: each run of a table a Ray task, on the nodes of a Ray cluster.
 
 Only where a run's `rw train` runs changes. This process (the driver) does what it does with the local executor
-(trainer/ablate.py): it holds OUT's lock, picks the runs to start (finished ones are skipped, killed ones resumed
+(runner.py): it holds OUT's lock, picks the runs to start (finished ones are skipped, killed ones resumed
 from their checkpoint, failed ones run again), decides whether a run that ended is finished (`_unfinished`: each
 step 1..N once, a held-out evaluation, the step-N checkpoint), writes the status files and the table. Each run
 is a task `ray.remote(num_cpus=threads, num_gpus=gpus)` that starts the command the local executor starts (the
@@ -149,7 +149,7 @@ def _run_cell(command: list[str], cwd: str, log_path: str, threads: int, setting
     run with this worker's Python) in `cwd`, output appended to `log_path`, through the local executor's
     parent-death launcher. Returns (exit code, a line for the run's log or None). A cancel (KeyboardInterrupt)
     stops the run as Ctrl-C stops a local one."""
-    from rwcore.trainer.ablate import _dying_with_us, _poll, _stop_runs, _thread_env
+    from rwcore.trainer.ablate.local_executor import _dying_with_us, _poll, _stop_runs, _thread_env
 
     if not Path(settings).is_file():  # the driver wrote it before starting any run
         return 2, f"Ray node {socket.gethostname()} cannot see {Path(settings).parent} (no shared filesystem there)"
@@ -260,7 +260,7 @@ class RayExecutor:
             )
 
     def start(self, command: list[str], log, threads: int):
-        from rwcore.trainer.ablate import SETTINGS_FILE
+        from rwcore.trainer.ablate.runner import SETTINGS_FILE
 
         log_path = Path(os.path.abspath(log.name))  # OUT/runs/<run>/ablation.log
         ref = self._cell.options(num_cpus=threads, num_gpus=self.gpus, max_retries=0).remote(
@@ -292,7 +292,7 @@ class RayExecutor:
 
 class _RayRun:
     """What `RayExecutor.start` returns: a `subprocess.Popen` stand-in over one Ray task, for the scheduling loop
-    of trainer/ablate.py. No pid: there is no local process group to kill."""
+    of runner.py. No pid: there is no local process group to kill."""
 
     def __init__(self, ray, ref, log):
         self._ray, self._ref, self._log = ray, ref, log
