@@ -369,7 +369,10 @@ def compile_kernels(pairs, use_cache: bool = True, raise_errors: bool = True) ->
     if interpreting():
         outcomes = _in_child({"jobs": [_job(kernel, variant) for kernel, variant in pairs], "use_cache": use_cache})
     else:
-        outcomes = [_attempt(lambda: _compile_here(kernel, variant, use_cache)) for kernel, variant in pairs]
+        outcomes = [
+            _attempt(lambda: _compile_here(kernel, variant, use_cache))  # noqa: B023 - called in this iteration
+            for kernel, variant in pairs
+        ]
     if raise_errors:
         for outcome in outcomes:
             if isinstance(outcome, AotCompileError):
@@ -490,7 +493,8 @@ def _worker() -> int:
     request = json.loads(sys.stdin.read())
     results = []
     for job in request["jobs"]:
-        outcome = _attempt(lambda: _compile_here(_load_kernel(job), Variant(**job["variant"]), request["use_cache"]))
+        compile_job = lambda: _compile_here(_load_kernel(job), Variant(**job["variant"]), request["use_cache"])  # noqa: B023,E731 - called in this iteration
+        outcome = _attempt(compile_job)
         results.append({"error": str(outcome)} if isinstance(outcome, AotCompileError) else asdict(outcome))
     print(json.dumps({"results": results}))
     return 0

@@ -101,20 +101,6 @@ def check_positive(value, name: str) -> float:
     return number
 
 
-def check_loss_bounds(ratio_low, ratio_high, clip_c) -> tuple[float, float, float]:
-    low, high, c = _number(ratio_low, "ratio_low"), _number(ratio_high, "ratio_high"), _number(clip_c, "clip_c")
-    if not (0.0 <= low < high and math.isfinite(high)):
-        raise ValueError(
-            f"ratio_low and ratio_high must satisfy 0 <= ratio_low < ratio_high < inf, got {ratio_low!r}, "
-            f"{ratio_high!r}"
-        )
-    if not (c > 1.0 and math.isfinite(c)):
-        raise ValueError(
-            f"clip_c must be a finite number > 1 (dual clipping caps the loss at clip_c * |A|), got {clip_c!r}"
-        )
-    return low, high, c
-
-
 def check_temperature(value) -> float:
     """1 / temperature, once temperature is a positive finite number whose inverse float32 can hold."""
     temperature = check_positive(value, "temperature")

@@ -34,7 +34,7 @@ class FusedLinearLogProbsFunction(torch.autograd.Function):
             )
         # The logits never exist as a whole, so their range is judged by its effect: a row
         # logsumexp or log-prob that is not finite (also the ignored rows' lse, which backward uses).
-        if check_range and not bool((torch.isfinite(lse).all() & torch.isfinite(logp).all())):
+        if check_range and not bool(torch.isfinite(lse).all() & torch.isfinite(logp).all()):
             raise _checks.scaled_range_error(inv_temperature)
         ctx.save_for_backward(hidden, weight, bias, labels, lse)
         ctx.config = (inv_temperature, ignore_index, rows_per_chunk, backend)

@@ -24,6 +24,7 @@ from rwcore.kernels import _checks
 from rwcore.kernels import rollout_correction as correction_ops
 from rwcore.kernels._backend import resolve_backend
 from rwcore.kernels._fused_linear import GradAccumulator, LinearHead, check_linear_inputs, chunk_rows
+from rwcore.kernels.loss_settings import LOSS_DEFAULTS, resolve_loss_settings
 from rwcore.kernels.policy_loss import (
     STAT_NAMES,
     check_policy_inputs,
@@ -264,9 +265,9 @@ def fused_linear_policy_loss(
     model_mask: torch.Tensor,
     bias: torch.Tensor | None = None,
     temperature: float = 1.0,
-    ratio_low: float = 0.5,
-    ratio_high: float = 5.0,
-    clip_c: float = 3.0,
+    ratio_low: float = LOSS_DEFAULTS.ratio_low,
+    ratio_high: float = LOSS_DEFAULTS.ratio_high,
+    clip_c: float = LOSS_DEFAULTS.clip_c,
     num_model_tokens=None,
     chunk_size: int | None = None,
     backend: str = "auto",
@@ -277,6 +278,7 @@ def fused_linear_policy_loss(
     rollout_is_weights: torch.Tensor | None = None,
     cu_seqlens: torch.Tensor | None = None,
     mismatch_metrics: bool = True,
+    **settings,
 ):
     """`filtered_dual_clip_loss(token_logprobs(hidden @ weight.T + bias, labels), ...)` without the logits.
 
@@ -286,8 +288,9 @@ def fused_linear_policy_loss(
         labels: [N] int64 next tokens; rows outside `model_mask` may hold anything (e.g. -100).
         behavior_logprobs, advantages, model_mask: [N] each, aligned with the rows of `hidden`
             (advantages per token; broadcast per-trajectory ones before flattening).
-        temperature, ratio_low, ratio_high, clip_c, num_model_tokens: as in
-            `token_logprobs` and `filtered_dual_clip_loss`.
+        temperature, ratio_low, ratio_high, clip_c, num_model_tokens, settings: as in
+            `token_logprobs` and `filtered_dual_clip_loss` (the loss settings' defaults and ranges:
+            `rwcore.kernels.loss_settings.LossSettings`).
         chunk_size: rows per chunk of logits (default: about N * H logits per chunk).
         validate: as in `filtered_dual_clip_loss`; it also turns logits whose scale over the
             temperature leaves float32 into a ValueError naming temperature, hidden and weight.
@@ -304,7 +307,7 @@ def fused_linear_policy_loss(
         (loss, stats) as `filtered_dual_clip_loss`. Gradients flow to hidden, weight
         and bias (computed during the forward pass; weight and bias accumulated in fp32).
     """
-    low, high, clip = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
+    loss_settings = resolve_loss_settings(ratio_low=ratio_low, ratio_high=ratio_high, clip_c=clip_c, **settings)
     check_linear_inputs(hidden, weight, bias, labels, validate)
     extras = {
         name: tensor
@@ -335,7 +338,7 @@ def fused_linear_policy_loss(
         boundaries = correction_ops.check_cu_seqlens(cu_seqlens, num_rows)
     correction = correction_ops.resolve(rollout_correction)
     correction_ops.check_forms(correction, proximal_logprobs, has_sequences=cu_seqlens is not None)
-    low, high = correction_ops.ratio_bounds(correction, low, high)
+    low, high = correction_ops.ratio_bounds(correction, loss_settings.ratio_low, loss_settings.ratio_high)
     inv_temperature = _checks.check_temperature(temperature)
     denominator = denominator_tensor(num_model_tokens, model_mask, validate)
     rows = chunk_rows(num_rows, weight.shape[0], hidden.shape[1], _checks.check_chunk_size(chunk_size))
@@ -358,7 +361,7 @@ def fused_linear_policy_loss(
         inv_temperature,
         low,
         high,
-        clip,
+        loss_settings.clip_c,
         chunks,
         resolved,
         bool(validate),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rwcore.kernels import _checks
 from rwcore.kernels.fused_linear_policy_loss import fused_linear_policy_loss
+from rwcore.kernels.loss_settings import LOSS_DEFAULTS, loss_setting_names, resolve_loss_settings
 from rwcore.kernels.policy_loss import filtered_dual_clip_loss
 from rwcore.kernels.rollout_correction import resolve
 from rwcore.kernels.token_logprobs import token_logprobs
@@ -33,26 +33,39 @@ class TokenLogProbs(nn.Module):
         )
 
 
-class FilteredDualClipLoss(nn.Module):
-    """`filtered_dual_clip_loss` with fixed bounds and rollout correction; forward returns (loss, stats).
+class _LossSettingsModule(nn.Module):
+    """Holds every declared loss setting (`LossSettings`) as an attribute of its own name, resolved and checked at
+    construction; `_loss_settings()` passes them (as they are now) to the functional form."""
 
-    `rollout_correction` is resolved once here (a preset name, a `RolloutCorrection` or verl's fields), so a
-    bad one fails at construction; forward takes the per-batch tensors (proximal log-probs for a decoupled
-    correction, precomputed weights)."""
+    def _set_loss_settings(self, **values) -> None:
+        for name, value in resolve_loss_settings(**values).to_dict().items():
+            setattr(self, name, value)
+
+    def _loss_settings(self) -> dict:
+        return {name: getattr(self, name) for name in loss_setting_names()}
+
+
+class FilteredDualClipLoss(_LossSettingsModule):
+    """`filtered_dual_clip_loss` with fixed loss settings and rollout correction; forward returns (loss, stats).
+
+    The loss settings (ratio_low, ratio_high, clip_c and any other `LossSettings` field as a keyword) take their
+    defaults and ranges from `rwcore.kernels.loss_settings.LossSettings`. `rollout_correction` is resolved once
+    here (a preset name, a `RolloutCorrection` or verl's fields), so a bad one fails at construction; forward
+    takes the per-batch tensors (proximal log-probs for a decoupled correction, precomputed weights)."""
 
     def __init__(
         self,
-        ratio_low: float = 0.5,
-        ratio_high: float = 5.0,
-        clip_c: float = 3.0,
+        ratio_low: float = LOSS_DEFAULTS.ratio_low,
+        ratio_high: float = LOSS_DEFAULTS.ratio_high,
+        clip_c: float = LOSS_DEFAULTS.clip_c,
         backend: str = "auto",
         validate: bool = True,
         rollout_correction=None,
         mismatch_metrics: bool = True,
+        **settings,
     ) -> None:
         super().__init__()
-        _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
-        self.ratio_low, self.ratio_high, self.clip_c = ratio_low, ratio_high, clip_c
+        self._set_loss_settings(ratio_low=ratio_low, ratio_high=ratio_high, clip_c=clip_c, **settings)
         self.backend, self.validate = backend, validate
         self.rollout_correction = resolve(rollout_correction)
         self.mismatch_metrics = mismatch_metrics
@@ -72,38 +85,38 @@ class FilteredDualClipLoss(nn.Module):
             behavior_logprobs,
             advantages,
             model_mask,
-            self.ratio_low,
-            self.ratio_high,
-            self.clip_c,
-            num_model_tokens,
-            self.backend,
-            self.validate,
+            num_model_tokens=num_model_tokens,
+            backend=self.backend,
+            validate=self.validate,
             proximal_logprobs=proximal_logprobs,
             rollout_correction=self.rollout_correction,
             rollout_is_weights=rollout_is_weights,
             mismatch_metrics=self.mismatch_metrics,
+            **self._loss_settings(),
         )
 
 
-class FusedLinearPolicyLoss(nn.Module):
-    """`fused_linear_policy_loss` with fixed settings (rollout correction included, resolved once); pass the
-    LM head's weight (and bias) and the per-batch tensors to forward."""
+class FusedLinearPolicyLoss(_LossSettingsModule):
+    """`fused_linear_policy_loss` with fixed settings (the loss settings as in `FilteredDualClipLoss`, rollout
+    correction included, resolved once); pass the LM head's weight (and bias) and the per-batch tensors to
+    forward."""
 
     def __init__(
         self,
         temperature: float = 1.0,
-        ratio_low: float = 0.5,
-        ratio_high: float = 5.0,
-        clip_c: float = 3.0,
+        ratio_low: float = LOSS_DEFAULTS.ratio_low,
+        ratio_high: float = LOSS_DEFAULTS.ratio_high,
+        clip_c: float = LOSS_DEFAULTS.clip_c,
         chunk_size: int | None = None,
         backend: str = "auto",
         validate: bool = True,
         rollout_correction=None,
         mismatch_metrics: bool = True,
+        **settings,
     ) -> None:
         super().__init__()
-        _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
-        self.temperature, self.ratio_low, self.ratio_high, self.clip_c = temperature, ratio_low, ratio_high, clip_c
+        self._set_loss_settings(ratio_low=ratio_low, ratio_high=ratio_high, clip_c=clip_c, **settings)
+        self.temperature = temperature
         self.chunk_size, self.backend, self.validate = chunk_size, backend, validate
         self.rollout_correction = resolve(rollout_correction)
         self.mismatch_metrics = mismatch_metrics
@@ -131,9 +144,6 @@ class FusedLinearPolicyLoss(nn.Module):
             model_mask,
             bias=bias,
             temperature=self.temperature,
-            ratio_low=self.ratio_low,
-            ratio_high=self.ratio_high,
-            clip_c=self.clip_c,
             num_model_tokens=num_model_tokens,
             chunk_size=self.chunk_size,
             backend=self.backend,
@@ -143,4 +153,5 @@ class FusedLinearPolicyLoss(nn.Module):
             rollout_is_weights=rollout_is_weights,
             cu_seqlens=cu_seqlens,
             mismatch_metrics=self.mismatch_metrics,
+            **self._loss_settings(),
         )

@@ -28,6 +28,7 @@ from rwcore.kernels import _checks
 from rwcore.kernels import rollout_correction as correction_ops
 from rwcore.kernels._backend import resolve_backend, tl, triton
 from rwcore.kernels._launch import INTERPRETER_LOSS, loss_launch
+from rwcore.kernels.loss_settings import LOSS_DEFAULTS, resolve_loss_settings
 
 LOG_RATIO_BOUND = 20.0  # e^20 ~ 5e8: far beyond any ratio_high, still finite in fp32
 BLOCK_TOKENS = INTERPRETER_LOSS.block  # tokens per program; `_launch.loss_launch` picks it per device
@@ -278,9 +279,9 @@ def filtered_dual_clip_loss(
     behavior_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     model_mask: torch.Tensor,
-    ratio_low: float = 0.5,
-    ratio_high: float = 5.0,
-    clip_c: float = 3.0,
+    ratio_low: float = LOSS_DEFAULTS.ratio_low,
+    ratio_high: float = LOSS_DEFAULTS.ratio_high,
+    clip_c: float = LOSS_DEFAULTS.clip_c,
     num_model_tokens=None,
     backend: str = "auto",
     validate: bool = True,
@@ -289,6 +290,7 @@ def filtered_dual_clip_loss(
     rollout_correction=None,
     rollout_is_weights: torch.Tensor | None = None,
     mismatch_metrics: bool = True,
+    **settings,
 ):
     """Arise's token-level policy loss with importance-ratio filtering and dual clipping, with an
     optional rollout correction.
@@ -302,6 +304,8 @@ def filtered_dual_clip_loss(
         ratio_low, ratio_high: tokens whose ratio is outside (ratio_low, ratio_high)
             are dropped, not clipped.
         clip_c: dual-clip cap; a negative-advantage token contributes at most clip_c * |A|.
+            Their defaults and ranges, and any further loss setting (a keyword in `settings`), are
+            declared in `rwcore.kernels.loss_settings.LossSettings`; an undeclared keyword is a TypeError.
         num_model_tokens: the denominator D; default sum(model_mask). Pass the
             global pre-filter count (a number or a one-element tensor) under data
             parallelism. NaN, infinite, negative or beyond-float32 values are a
@@ -324,7 +328,7 @@ def filtered_dual_clip_loss(
         (fractions of this call's model tokens), mean_ratio (over them) and the
         `rollout_corr/*` mismatch metrics to detached 0-dim tensors.
     """
-    low, high, clip = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
+    loss_settings = resolve_loss_settings(ratio_low=ratio_low, ratio_high=ratio_high, clip_c=clip_c, **settings)
     _checks.check_float(logprobs, "logprobs")
     if logprobs.dim() != 2:
         raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
@@ -351,7 +355,7 @@ def filtered_dual_clip_loss(
         raise ValueError("rollout_is_weights must be non-negative")
     correction = correction_ops.resolve(rollout_correction)
     correction_ops.check_forms(correction, proximal_logprobs, has_sequences=True)
-    low, high = correction_ops.ratio_bounds(correction, low, high)
+    low, high = correction_ops.ratio_bounds(correction, loss_settings.ratio_low, loss_settings.ratio_high)
     resolved = resolve_backend(backend, logprobs)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1).expand(logprobs.shape)  # stride-0 view, no copy
@@ -368,7 +372,7 @@ def filtered_dual_clip_loss(
         denominator,
         low,
         high,
-        clip,
+        loss_settings.clip_c,
         resolved,
         weight,
     )

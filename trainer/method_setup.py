@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rwcore.method import MethodSettings, Providers
+from rwcore.trainer.config import declared_settings
 from rwcore.trainer.envs.base import provided
 from rwcore.types import CapabilityProposer, InstanceRubricWriter, RubricSkillProposal, RubricSpec, Trajectory, Turn
 
@@ -41,15 +42,7 @@ __all__ = [
 def method_settings(cfg) -> MethodSettings:
     """The config's method keys as `MethodSettings`: each field read from the key its `setting(...)` names
     (rwcore.method.setting; the config sections are generated from the same fields)."""
-    import dataclasses
-
-    values = {}
-    for f in dataclasses.fields(MethodSettings):
-        key = f.metadata.get("config")
-        if key:
-            section, _, name = key.partition(".")
-            values[f.name] = getattr(getattr(cfg, section), name)
-    return MethodSettings(**values)
+    return declared_settings(MethodSettings, cfg)
 
 
 def _env_name(env) -> str:

@@ -12,26 +12,23 @@
   `AdaptReport`: what `score` / `adapt` return.
 - `ReflectionWindow`: Arise's evidence between pool updates (appendix B.3).
 
-Modules: `variants` (the catalogue), `window` (B.3 evidence), `method` (the object), `loop` (the step).
+Modules: `variants` (the catalogue), `settings` (`MethodSettings`), `records` (`Providers`, `Scored`,
+`AdaptReport`), `window` (B.3 evidence), `method` (the object), with `state` (its checkpoint state) and
+`run_views` (what the run folder shows), `judging` (`judge_groups`, `safe_evaluate`), `loop` (the step).
 """
 
 from rwcore.judged import JudgedBatch
+from rwcore.method.judging import judge_groups, safe_evaluate
 from rwcore.method.loop import MethodLoop, StepPlan, StepResult
-from rwcore.method.method import (
-    AdaptiveMethod,
-    AdaptReport,
-    MethodSettings,
-    Providers,
-    Scored,
-    inapplicable_settings,
-    judge_groups,
-    setting,
-)
+from rwcore.method.method import AdaptiveMethod
+from rwcore.method.records import AdaptReport, Providers, Scored
+from rwcore.method.settings import CREDIT_SETTINGS, MethodSettings, inapplicable_settings, setting
 from rwcore.method.variants import COMPONENTS, VARIANTS, Variant, differing_components, get_variant
 from rwcore.method.window import ReflectionWindow
 
 __all__ = [
     "COMPONENTS",
+    "CREDIT_SETTINGS",
     "VARIANTS",
     "AdaptReport",
     "AdaptiveMethod",
@@ -48,5 +45,6 @@ __all__ = [
     "get_variant",
     "inapplicable_settings",
     "judge_groups",
+    "safe_evaluate",
     "setting",
 ]

@@ -29,7 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rwcore.method.method import AdaptiveMethod, AdaptReport, Scored, judge_groups
+from rwcore.method.judging import judge_groups
+from rwcore.method.method import AdaptiveMethod
+from rwcore.method.records import AdaptReport, Scored
 from rwcore.types import JudgeReport, Trajectory
 from rwcore.validation import check_int
 

@@ -50,364 +50,33 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import typing
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Literal
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from rwcore.arise.advantages import compute_advantages, length_regularize, process_credit_mask
 from rwcore.judged import JudgedBatch
-from rwcore.judges.client import MissingAPIKeyError
+from rwcore.method.records import AdaptReport, Providers, Scored
+from rwcore.method.run_views import RunViews
+from rwcore.method.settings import CREDIT_SETTINGS, MethodSettings, check_applicable
+from rwcore.method.state import MethodState
 from rwcore.method.variants import VARIANTS, Variant, get_variant
 from rwcore.method.window import ReflectionWindow
-from rwcore.tasks import DEFAULT_CAPABILITIES
 from rwcore.types import (
     Attributor,
     CapabilityProposer,
-    EvaluatorReviser,
     InstanceRubricWriter,
-    Judge,
     JudgeReport,
-    RubricJudgment,
     RubricReflector,
-    RubricSkillProposal,
     RubricSpec,
     Trajectory,
 )
-from rwcore.validation import check_int, check_trajectories, check_unit
+from rwcore.validation import check_int, check_trajectories
 from rwcore.verdict import Verdict
 
 logger = logging.getLogger("rwcore.method")
 
-__all__ = [
-    "CREDIT_SETTINGS",
-    "AdaptiveMethod",
-    "AdaptReport",
-    "MethodSettings",
-    "Providers",
-    "Scored",
-    "inapplicable_settings",
-    "judge_groups",
-    "safe_evaluate",
-    "setting",
-]
-
-_FORMAT = "rwcore.adaptive_method"
-_VERSION = 1
-
-
-def setting(default, help: str, config: str | None = None, **bounds) -> object:
-    """A `MethodSettings` field declared once: its default, its help, the `rw train` config key it appears
-    under (`section.key`; None = not a config key) and its range (ge / gt / le / lt). `rw train`'s config
-    sections, `rw config --describe` and the YAML files are generated from these fields."""
-    unknown = set(bounds) - {"ge", "gt", "le", "lt"}
-    if unknown:
-        raise TypeError(f"setting(): unknown bounds {sorted(unknown)}")
-    return field(default=default, metadata={"help": help, "config": config, **bounds})
-
-
-@dataclass(frozen=True)
-class MethodSettings:
-    """Every number the method uses; each field carries its default (from the papers; DESIGN.md), its help
-    and its `rw train` config key (`setting`). `MethodSettings.describe()` lists them.
-
-    In every reward and advantage an INVALID judgment scores as a FAIL (`JudgedBatch.reward_values`);
-    evidence keeps it INVALID.
-    """
-
-    # batch
-    batch_size: int = setting(16, "Tasks sampled per training step (batch size B).", "rollout.tasks_per_step", gt=0)
-    group_size: int = setting(8, "Rollouts per task (group size G).", "rollout.group_size", gt=0)
-    seed: int = setting(
-        0,
-        "Seed for every random generator (0 to 2**32 - 1, what numpy's legacy seeding takes).",
-        "train.seed",
-        ge=0,
-        le=2**32 - 1,
-    )
-    # Arise's sampler (§3.2.2, B.5)
-    rho_min: float = setting(0.1, "Minimum discovery share of a batch.", "sampler.rho_min", ge=0, le=1)
-    quota_fraction: float = setting(
-        0.25, "Per-pair quota as a fraction of the batch.", "sampler.quota_fraction", gt=0, le=1
-    )
-    gamma_obs: float = setting(0.2, "Evidence decay on a new observation.", "sampler.gamma_obs", ge=0, le=1)
-    gamma_unobs: float = setting(
-        0.999, "Evidence decay per unobserved policy version.", "sampler.gamma_unobs", ge=0, le=1
-    )
-    capabilities: tuple[str, ...] = setting(
-        DEFAULT_CAPABILITIES, "The capability categories rubrics belong to (Arise table 3)."
-    )
-    # advantages (eq. 15-17, B.4)
-    lam: float = setting(0.3, "Weight of the rubric advantages.", "advantage.lam", ge=0, le=1)
-    eps: float = setting(1e-9, "Epsilon in the normalizations.", "advantage.eps", gt=0)
-    ddof: int = setting(1, "Delta degrees of freedom of the group standard deviation.", "advantage.ddof", ge=0, le=1)
-    length_alpha: float = setting(0.5, "Length-regularization strength alpha.", "advantage.length_alpha", ge=0)
-    length_threshold: int = setting(
-        16384, "Length regularization applies above this length.", "advantage.length_threshold", ge=0
-    )
-    # credit settings beyond the papers (docs/method.md "Credit and exploration settings"); defaults = the papers'
-    scale_rewards: Literal["group", "batch", "none"] = setting(
-        "group",
-        "What advantages are divided by after centring on the group mean (TRL's scale_rewards): the group's "
-        "std (group, the papers'), the std over the whole batch (batch), or nothing (none); Arise's rubric "
-        "advantages alike, per rubric.",
-        "advantage.scale_rewards",
-    )
-    aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = setting(
-        "sum_then_normalize",
-        "RewardWeaver's composite reward (TRL's multi_objective_aggregation): normalize R_o + process term "
-        "(sum_then_normalize, the paper's), or normalize each within its group by scale_rewards, sum, and "
-        "normalize the sum over the batch (normalize_then_sum, GDPO). Needs a RewardWeaver process reward.",
-        "advantage.aggregation",
-    )
-    process_gate: Literal["off", "success_groups", "success_only"] = setting(
-        "off",
-        "Where process credit (RewardWeaver's process term and Arise's rubric advantages) applies: everywhere "
-        "(off, the papers'), in groups holding a success (success_groups), or on successful trajectories only "
-        "(success_only, Posterior-GRPO); success = outcome >= rewardweaver.low_outcome. Needs process credit.",
-        "advantage.process_gate",
-    )
-    # Arise's pool (eq. 4-8, B.3)
-    delta_pool: int = setting(10, "Steps between pool updates.", "pool.delta_pool", gt=0)
-    eta_high: float = setting(0.9, "Pass rate at or above which a pair retires.", "pool.eta_high", ge=0, le=1)
-    eta_low: float = setting(
-        0.3, "Pass rate at or below which a skill activates or refines.", "pool.eta_low", ge=0, le=1
-    )
-    retire_while_shown: bool = setting(
-        True,
-        "Retire a pair whose window pass rate reaches eta_high even while its skill is shown (eq. 5 as written, "
-        "the default); false: hide the skill instead and retire only on a window measured with the skill hidden "
-        "(appendix F's activate-hide-retire lifecycle; for a policy that follows a shown skill at once).",
-        "pool.retire_while_shown",
-    )
-    max_pool: int = setting(64, "Maximum pool size.", "pool.max_pool", gt=0)
-    max_new: int = setting(8, "Maximum new pairs per reflection.", "pool.max_new", ge=0)
-    max_records: int = setting(
-        256, "Records of the window one generation call reads at most (Arise B.3).", "pool.max_records", gt=0
-    )
-    # RewardWeaver
-    adaptation_interval: int = setting(
-        30, "Steps per stage (between active-set selections).", "rewardweaver.adaptation_interval", gt=0
-    )
-    budget: int = setting(6, "Active-set budget B (RewardWeaver §2.3: 6).", "rewardweaver.budget", gt=0)
-    low_outcome: float = setting(
-        0.5, "Outcome reward below which a trajectory is low-outcome.", "rewardweaver.low_outcome"
-    )
-    min_confidence: float = setting(0.5, "Minimum attribution confidence.", "rewardweaver.min_confidence", ge=0, le=1)
-    min_support: int = setting(3, "Minimum number of supporting trajectories (k).", "rewardweaver.min_support", ge=1)
-    rank_by: Literal["rate", "support"] = setting(
-        "rate",
-        "How attribution ranks recurrent failure modes for the active set: 'rate' (deficit rate among the "
-        "trajectories a capability was a candidate for, then support) or 'support' (trajectories blamed).",
-        "rewardweaver.rank_by",
-    )
-    max_candidates: int = setting(
-        8,
-        "Candidate capabilities retrieved per failed trajectory (from its judged applicable capabilities).",
-        "rewardweaver.max_candidates",
-        gt=0,
-    )
-    diagnosis_tasks: int = setting(
-        16,
-        "Tasks of the fresh on-policy diagnosis batch at each stage boundary (group_size rollouts each).",
-        "rewardweaver.diagnosis_tasks",
-        gt=0,
-    )
-    diagnostic_tasks: int = setting(
-        16,
-        "Fixed diagnostic tasks scored at every stage boundary (appendix G); 0 = none.",
-        "rewardweaver.diagnostic_tasks",
-        ge=0,
-    )
-    success_sample: int = setting(
-        32,
-        "Success trajectories attributed per stage for appendix E (F_succ); 0 = none.",
-        "rewardweaver.success_sample",
-        ge=0,
-    )
-    expansion: bool = setting(
-        True, "Controlled expansion of the library at stage boundaries.", "rewardweaver.expansion"
-    )
-    max_new_capabilities: int = setting(
-        2, "Candidate capabilities proposed per expansion.", "rewardweaver.max_new", ge=0
-    )
-    max_revisions: int = setting(
-        1, "Evaluator revisions of a rejected candidate (development partition).", "rewardweaver.max_revisions", ge=0
-    )
-    process_normalization: Literal["active_set", "applicable"] = setting(
-        "active_set",
-        "Process term: 1/|A| over the active set with NA / INVALID judgments counting 0 (the paper's "
-        "formula), or the mean over the judgments that apply (rewards not reaching a check).",
-        "rewardweaver.process_normalization",
-    )
-
-    def __post_init__(self) -> None:
-        for name in (
-            "batch_size",
-            "group_size",
-            "delta_pool",
-            "max_pool",
-            "max_records",
-            "adaptation_interval",
-            "budget",
-            "min_support",
-            "max_candidates",
-            "diagnosis_tasks",
-        ):
-            check_int(getattr(self, name), name, low=1)
-        for name in ("seed", "max_new", "diagnostic_tasks", "success_sample", "max_new_capabilities", "max_revisions"):
-            check_int(getattr(self, name), name, low=0)
-        check_int(self.ddof, "ddof", low=0, high=1)
-        for name in ("rho_min", "quota_fraction", "lam", "eta_high", "eta_low", "min_confidence"):
-            check_unit(getattr(self, name), name)
-        if not self.eta_low < self.eta_high:
-            raise ValueError(f"eta_low must be below eta_high, got {self.eta_low} and {self.eta_high}")
-        for name in ("expansion", "retire_while_shown"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        hints = _settings_hints(type(self))
-        for f in fields(self):  # every declared range and choice (what the config checks too)
-            value, meta = getattr(self, f.name), f.metadata
-            if typing.get_origin(hints[f.name]) is Literal and value not in typing.get_args(hints[f.name]):
-                raise ValueError(f"{f.name} must be one of {typing.get_args(hints[f.name])}, got {value!r}")
-            for bound, ok in (
-                ("ge", lambda v, b: v >= b),
-                ("gt", lambda v, b: v > b),
-                ("le", lambda v, b: v <= b),
-                ("lt", lambda v, b: v < b),
-            ):
-                if bound in meta and isinstance(value, (int, float)) and not ok(value, meta[bound]):
-                    raise ValueError(f"{f.name} must be {bound} {meta[bound]}, got {value!r}")
-
-    def to_dict(self) -> dict:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
-
-    @classmethod
-    def describe(cls) -> str:
-        """One line per setting: name, config key, default and help."""
-        lines = []
-        for f in fields(cls):
-            key = f.metadata.get("config") or "(not a config key)"
-            lines.append(f"{f.name} [{key}] = {f.default!r}: {f.metadata.get('help', '')}")
-        return "\n".join(lines)
-
-
-def _settings_hints(cls: type) -> dict:
-    return typing.get_type_hints(cls)
-
-
-CREDIT_SETTINGS = ("scale_rewards", "aggregation", "process_gate")
-"""The `MethodSettings` fields that change only how `AdaptiveMethod.score` turns rewards into advantages (what a
-trainer's own keys may set on a built method: `AdaptiveMethod.set_credit_settings`)."""
-
-
-def inapplicable_settings(variant: str | Variant, settings: MethodSettings) -> list[str]:
-    """The config keys of `settings` that `variant` cannot apply (empty when every setting applies):
-    `advantage.aggregation` other than the default without a RewardWeaver process reward,
-    `advantage.process_gate` other than "off" for a variant with no process credit at all (neither
-    RewardWeaver's process reward nor Arise's rubric advantages: outcome-only), and
-    `pool.retire_while_shown` other than the default for a variant that shows no skills."""
-    variant = variant if isinstance(variant, Variant) else get_variant(variant)
-    if not isinstance(settings, MethodSettings):
-        raise ValueError(f"settings must be a MethodSettings, got {type(settings).__name__}")
-    defaults, keys = MethodSettings(), {f.name: f.metadata.get("config") for f in fields(MethodSettings)}
-    found = []
-    if variant.process_reward is None and settings.aggregation != defaults.aggregation:
-        found.append(keys["aggregation"])
-    if variant.process_reward is None and variant.arise_rubrics is None and settings.process_gate != "off":
-        found.append(keys["process_gate"])
-    if not variant.skills and settings.retire_while_shown != defaults.retire_while_shown:
-        found.append(keys["retire_while_shown"])
-    return found
-
-
-def _check_applicable(variant: Variant, settings: MethodSettings) -> None:
-    """ValueError naming each config key `variant` cannot apply (`inapplicable_settings`)."""
-    reasons = {
-        "advantage.aggregation": "combines RewardWeaver's process reward with the outcome, which it has none of; "
-        "leave it at 'sum_then_normalize'",
-        "advantage.process_gate": "gates process credit, which it has none of (no RewardWeaver process reward, "
-        "no Arise rubric advantages); leave it at 'off'",
-        "pool.retire_while_shown": "concerns skills shown in the training prompt, which it never shows; leave it "
-        "at true",
-    }
-    bad = inapplicable_settings(variant, settings)
-    if bad:
-        values = {f.metadata.get("config"): getattr(settings, f.name) for f in fields(settings)}
-        raise ValueError(
-            "; ".join(
-                f"{key}={values[key]!r} does not apply to variant {variant.name!r}: {reasons[key]}" for key in bad
-            )
-        )
-
-
-@dataclass
-class Providers:
-    """What the method calls out to; a variant needs only its own (a missing one is a ValueError
-    naming it when the method is built).
-
-    library: RewardWeaver's validated capability library (`CapabilityLibrary`, already admitted
-        with `evaluator`) - library strategies.
-    attributor: RewardWeaver's failure attribution - strategies that attribute, and appendix E.
-    evaluator: the judge that scores training; controlled expansion admits new capabilities with
-        this same object, so the admitted evaluator is the one that scores.
-    proposer: capability proposals - controlled expansion and open-vocabulary dimensions.
-    acceptance_cases: candidate -> labelled cases for its admission test (expansion).
-    reviser: evaluator revision from a rejected candidate's development partition (optional).
-    reflector: Arise's reflection model - the evolving pool and skill refinement.
-    frozen_rubrics: the fixed rubric-skill pairs of `arise_frozen_rubrics`.
-    instance_writer: rubrics per task instance - `rw_instance_specific`.
-    """
-
-    library: object | None = None
-    attributor: Attributor | None = None
-    evaluator: Judge | None = None
-    proposer: CapabilityProposer | None = None
-    acceptance_cases: Callable | None = None
-    reviser: EvaluatorReviser | None = None
-    reflector: RubricReflector | None = None
-    frozen_rubrics: Sequence[RubricSkillProposal] = ()
-    instance_writer: InstanceRubricWriter | None = None
-
-
-@dataclass(frozen=True)
-class Scored:
-    """What `score` returns for one step (N trajectories).
-
-    rewards: float64 [N], R = length-regularized outcome + process term.
-    advantages: float64 [N], eq. 16 over `advantage_rubrics` (under the settings' scale_rewards, aggregation
-        and process_gate).
-    task_rewards: float64 [N], the length-regularized outcome alone.
-    process_terms: float64 [N], RewardWeaver's mean over `process_rubrics` (0 without, and 0 where
-        `MethodSettings.process_gate` gates process credit off).
-    judged: the step's JudgedBatch (every rubric judged).
-    process_rubrics / advantage_rubrics: where each rubric was counted (disjoint).
-    shared_rubrics: the pool's rubrics that are also in RewardWeaver's set (counted in the process reward only).
-    """
-
-    rewards: np.ndarray
-    advantages: np.ndarray
-    task_rewards: np.ndarray
-    process_terms: np.ndarray
-    judged: JudgedBatch
-    process_rubrics: tuple[str, ...]
-    advantage_rubrics: tuple[str, ...]
-    shared_rubrics: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class AdaptReport:
-    """What `adapt` changed: the pool update and / or the new stage (None when not due)."""
-
-    pool_update: object | None = None
-    stage: int | None = None
-    reflection_error: str | None = None
-
-    @property
-    def changed(self) -> bool:
-        return self.pool_update is not None or self.stage is not None
+__all__ = ["AdaptiveMethod"]
 
 
 class _SilentReflector:
@@ -420,13 +89,17 @@ class _SilentReflector:
         return skill
 
 
-class AdaptiveMethod:
+class AdaptiveMethod(RunViews, MethodState):
     """One variant of the method over a task set (see the module docstring).
 
     variant: a name from `AdaptiveMethod.variants()` (or a `Variant`).
     tasks: task id -> task-type tags (the training split).
     settings: `MethodSettings` (defaults when None).
     providers: `Providers` for what the variant calls out to.
+
+    Its checkpoint state (`state_dict`, `load_state_dict`) and what the run folder shows (`run_files`, `metrics`,
+    the pool's and RewardWeaver's records) come from its bases `MethodState` (`state`) and `RunViews`
+    (`run_views`); this module holds its construction, the per-step routing, the schedules and the adaptation.
     """
 
     def __init__(
@@ -445,7 +118,7 @@ class AdaptiveMethod:
             raise ValueError("tasks must be a non-empty mapping of task id -> task-type tags")
         self._tasks = {task_id: tuple(tags) for task_id, tags in tasks.items()}
         self._task_ids = list(self._tasks)
-        _check_applicable(self.variant, self.settings)
+        check_applicable(self.variant, self.settings)
         self._check_providers()
         s = self.settings
         self.sampler = self._build_sampler()
@@ -482,7 +155,7 @@ class AdaptiveMethod:
         if unknown:
             raise ValueError(f"set_credit_settings takes only {list(CREDIT_SETTINGS)}, got {unknown}")
         settings = dataclasses.replace(self.settings, **changes)
-        _check_applicable(self.variant, settings)
+        check_applicable(self.variant, settings)
         self.settings = settings
 
     def resolved(self) -> dict:
@@ -894,258 +567,3 @@ class AdaptiveMethod:
         rubrics = self.pool.rubric_capabilities() if self.pool is not None else {}
         if rubrics != self.sampler.rubrics:
             self.sampler.set_rubrics(rubrics)
-
-    # ------------------------------------------------------------------ what the run folder shows
-
-    def run_files(self) -> dict[str, object]:
-        """file name -> JSON payload: what this variant's run folder holds about the method (RewardWeaver's
-        stages, history and appendix-G diagnostics; Arise's pool counts, events and rubrics)."""
-        files: dict[str, object] = {}
-        if self.variant.has_stages:
-            files["reward_stages.json"] = self.reward_stages()
-            if self.reward_history() is not None:
-                files["reward_history.json"] = self.reward_history()
-                files["diagnostics.json"] = self.diagnostic_scores()
-        if self.pool is not None:
-            files["pool_counts.json"] = self.pool_counts()
-            files["pool_events.json"] = self.pool_events()
-            files["pool_rubrics.json"] = self.pool_rubrics()
-        return files
-
-    def sampling_probabilities(self, step: int, num_draws: int = 500) -> dict | None:
-        """(task-type tag, capability) -> probability that the sampler draws a task of that pair at `step`
-        (estimated from `num_draws` draws); None for samplers without pairs."""
-        if not hasattr(self.sampler, "pair_probabilities"):
-            return None
-        return self.sampler.pair_probabilities(step, num_draws=num_draws)
-
-    @property
-    def task_ids(self) -> list:
-        """The training tasks' ids, in the order the method was given them."""
-        return list(self._task_ids)
-
-    def active_rubric_count(self) -> int:
-        """Distinct rubrics that steer training now (pool rubrics plus RewardWeaver's set)."""
-        ids = {spec.rubric_id for spec in self.pool.active_rubrics()} if self.pool is not None else set()
-        ids |= {spec.rubric_id for spec in self.process_rubrics()}
-        if hasattr(self._process, "all_rubric_ids"):
-            ids |= self._process.all_rubric_ids()
-        return len(ids)
-
-    @property
-    def reflection_errors(self) -> int:
-        return self._reflection_errors
-
-    def pool_events(self) -> list[dict]:
-        """The pool's event history; `step` counts optimizer steps done when it happened (an update at
-        the end of 0-based iteration k is step k + 1, the row of metrics.jsonl it follows)."""
-        if self.pool is None:
-            return []
-        return [{**event, "step": event["step"] + 1} for event in self.pool.history()]
-
-    def pool_counts(self) -> list[dict]:
-        if self.pool is None:
-            return []
-        return [
-            {"step": row["step"] + 1, "active": row["active_rubrics"], "added": row["added"], "retired": row["retired"]}
-            for row in self.pool.counts()
-        ]
-
-    def pool_rubrics(self) -> list[dict]:
-        """Every rubric the pool ever held (current and retired) with its skill: what
-        `arise_frozen_rubrics` reads from a source run."""
-        if self.pool is None:
-            return []
-        pairs = self.pool.pairs() + self.pool.retired_pairs()
-        out = []
-        for pair in pairs:
-            r = pair.rubric
-            out.append(
-                {
-                    "rubric_id": r.rubric_id,
-                    "criterion": r.criterion,
-                    "applicability": r.applicability,
-                    "capability": r.capability,
-                    "evaluator_prompt": r.evaluator_prompt,
-                    "scored": r.scored,
-                    "skill": pair.skill.text,
-                    "created_step": pair.created_step + 1,
-                    "retired_step": None if pair.retired_step is None else pair.retired_step + 1,
-                }
-            )
-        return out
-
-    def reward_stages(self) -> list[dict]:
-        """One record per RewardWeaver stage: steps, active set (with families), strategy, reason."""
-        if self.weaver is not None:
-            library = self.weaver.library
-            return [
-                {
-                    "stage": r.stage,
-                    "start_step": r.start_step,
-                    "end_step": r.end_step,
-                    "active": list(r.active),
-                    "families": {c: library[c].capability.family for c in r.active},
-                    "strategy": r.strategy,
-                    "reason": r.reason,
-                    "admitted": list(r.admitted),
-                    "expansion": r.diagnosis.get("expansion"),
-                }
-                for r in self.weaver.history.stages
-            ]
-        return self._process.reward_stages() if hasattr(self._process, "reward_stages") else []
-
-    def reward_history(self) -> dict | None:
-        return self.weaver.history.state_dict() if self.weaver is not None else None
-
-    def diagnostic_scores(self) -> list[dict]:
-        return [dict(point) for point in self._diagnostic_scores]
-
-    def metrics(self) -> dict:
-        """A few numbers for a metrics row."""
-        row = {"active_rubrics": self.active_rubric_count()}
-        if self.pool is not None:
-            row["pool/rubrics"] = len(self.pool)
-            row["pool/active_skills"] = len(self.pool.active_skills())
-            row["pool/reflection_errors"] = self._reflection_errors
-        if self.weaver is not None and self.weaver.stage is not None:
-            row["rewardweaver/stage"] = self.weaver.stage
-            row["rewardweaver/stage_errors"] = self._stage_errors
-        if hasattr(self.sampler, "coverage"):
-            row["sampler/coverage"] = self.sampler.coverage()
-        return row
-
-    # ------------------------------------------------------------------ state
-
-    def state_dict(self) -> dict:
-        """Everything an exact resume needs (JSON-serializable apart from nothing: plain types only)."""
-        return {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "variant": self.variant.name,
-            "settings": self.settings.to_dict(),
-            "sampler": self.sampler.state_dict(),
-            "pool": self.pool.state_dict() if self.pool is not None else None,
-            "window": self.window.state_dict() if self.window is not None else None,
-            "weaver": self.weaver.state_dict() if self.weaver is not None else None,
-            "open_stages": self._process.state_dict() if hasattr(self._process, "new_stage") else [],
-            "instance_rubrics": self._process.state_dict() if hasattr(self._process, "set_contexts") else {},
-            "diagnostic_scores": self.diagnostic_scores(),
-            "reflection_errors": self._reflection_errors,
-            "stage_errors": self._stage_errors,
-        }
-
-    def load_state_dict(self, state: Mapping) -> None:
-        """Restores `state_dict()`; refuses another variant or other settings, naming them."""
-        if not isinstance(state, Mapping) or state.get("format") != _FORMAT or state.get("version") != _VERSION:
-            raise ValueError(f"state must be a {_FORMAT!r} version {_VERSION} mapping")
-        if state.get("variant") != self.variant.name:
-            raise ValueError(
-                f"train.method: the state was written by variant {state.get('variant')!r}, this method is "
-                f"{self.variant.name!r}; resume with the variant the run started with"
-            )
-        saved, mine = dict(state.get("settings") or {}), self.settings.to_dict()
-        for name in (*CREDIT_SETTINGS, "retire_while_shown"):  # written before these existed: the papers' rule
-            saved.setdefault(name, getattr(MethodSettings(), name))
-        if "rank_by" not in saved:  # written before rank_by existed, when attribution ranked by support
-            saved["rank_by"] = "support" if self.variant.uses_library else mine["rank_by"]
-        for key in mine:
-            if saved.get(key) != mine[key]:
-                hint = (
-                    (
-                        "; a state saved before rank_by existed ranked by support: resume it with rank_by='support' "
-                        "(rw train: `rank_by: support` under `rewardweaver:` in the run's config.yaml)"
-                    )
-                    if key == "rank_by"
-                    else ""
-                )
-                raise ValueError(
-                    f"method setting {key!r}: the state has {saved.get(key)!r}, this method {mine[key]!r}{hint}"
-                )
-        for name, part in (("pool", self.pool), ("window", self.window), ("weaver", self.weaver)):
-            if (state.get(name) is None) != (part is None):
-                raise ValueError(f"state[{name!r}] does not match variant {self.variant.name!r}")
-        self.sampler.load_state_dict(state["sampler"])
-        if self.pool is not None:
-            self.pool.load_state_dict(state["pool"])
-        if self.window is not None:
-            self.window.load_state_dict(state["window"])
-        if self.weaver is not None:
-            self.weaver.load_state_dict(state["weaver"])
-        if hasattr(self._process, "new_stage"):
-            self._process.load_state_dict(state["open_stages"])
-        if hasattr(self._process, "set_contexts"):
-            self._process.load_state_dict(state["instance_rubrics"])
-        self._diagnostic_scores = [dict(p) for p in state["diagnostic_scores"]]
-        self._reflection_errors = int(state["reflection_errors"])
-        self._stage_errors = int(state["stage_errors"])
-        self._sync_sampler()
-
-
-def judge_groups(
-    judge: Judge, trajectories: Sequence[Trajectory], plans: Sequence[Sequence[RubricSpec]], group_size: int
-) -> list[JudgeReport]:
-    """Judges trajectories group by group on `rubrics_to_judge`'s plans (one rubric list per group of
-    `group_size` contiguous trajectories); consecutive groups with the same rubrics go to the judge in
-    one call. One report per trajectory, in order; a group with no rubric gets empty reports.
-
-    A judge call that raises (an LLM judge's bug, a user-supplied judge tripping over the policy's
-    text) never ends the run: its trajectories get INVALID judgments of every planned rubric with the
-    error recorded (`safe_evaluate`), and one warning per call of this function says what failed."""
-    if len(trajectories) != len(plans) * group_size:
-        raise ValueError(f"{len(trajectories)} trajectories are not {len(plans)} groups of {group_size}")
-    reports: list[JudgeReport] = []
-    failures: list[str] = []
-    start = 0
-    while start < len(plans):
-        key = tuple(spec.rubric_id for spec in plans[start])
-        end = start + 1
-        while end < len(plans) and tuple(spec.rubric_id for spec in plans[end]) == key:
-            end += 1
-        block = list(trajectories[start * group_size : end * group_size])
-        if key:
-            reports.extend(safe_evaluate(judge, block, list(plans[start]), failures))
-        else:
-            reports.extend(JudgeReport(t.trajectory_id, {}) for t in block)
-        start = end
-    if failures:
-        logger.warning(
-            "judge %s raised in %d of its calls; those trajectories' judgments are INVALID (first: %s)",
-            type(judge).__name__,
-            len(failures),
-            failures[0],
-        )
-    return reports
-
-
-def safe_evaluate(
-    judge: Judge, trajectories: Sequence[Trajectory], rubrics: Sequence[RubricSpec], failures: list[str] | None = None
-) -> list[JudgeReport]:
-    """`judge.evaluate(trajectories, rubrics)`, with any exception turned into INVALID judgments.
-
-    The error ("<type>: <message>", cut to 500 characters) is in each INVALID judgment's `error` and
-    appended to `failures` when given (the caller logs it; nothing is logged here). A judge that
-    returns the wrong number of reports breaks its contract: ValueError naming the judge. A
-    configuration error that no judgment can cure (`MissingAPIKeyError`) is raised as it is.
-    """
-    try:
-        got = judge.evaluate(trajectories, rubrics)
-    except MissingAPIKeyError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - see the docstring: a judge failure is INVALID, never a crash
-        error = f"{type(exc).__name__}: {exc}"[:500]
-        if failures is not None:
-            failures.append(error)
-        message = f"the judge raised {error}"
-        return [
-            JudgeReport(
-                t.trajectory_id,
-                {r.rubric_id: RubricJudgment(r.rubric_id, Verdict.INVALID, error=message) for r in rubrics},
-            )
-            for t in trajectories
-        ]
-    if len(got) != len(trajectories):
-        raise ValueError(
-            f"judge.evaluate returned {len(got)} reports for {len(trajectories)} trajectories ({type(judge).__name__})"
-        )
-    return list(got)

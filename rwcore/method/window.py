@@ -51,7 +51,7 @@ class _Reservoir:
         return {"seen": self.seen, "items": [[t.to_dict(), list(notes)] for t, notes in self.items]}
 
     @classmethod
-    def from_state(cls, size: int, state: Mapping, argument: str) -> "_Reservoir":
+    def from_state(cls, size: int, state: Mapping, argument: str) -> _Reservoir:
         reservoir = cls(size)
         try:
             reservoir.seen = check_int(state["seen"], f"{argument}['seen']", low=0)

@@ -2,7 +2,7 @@
 
     from rwcore.integrations.openrlhf import RwcorePolicyLoss
 
-    loss_fn = RwcorePolicyLoss.arise(ratio_low=0.5, ratio_high=5.0, clip_c=3.0)
+    loss_fn = RwcorePolicyLoss.arise()    # Arise's loss: LossSettings' defaults (or ratio_low=..., clip_c=...)
     loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio = loss_fn(
         action_log_probs, old_action_log_probs, advantages, action_mask=action_mask, **loss_batch_info)
 
@@ -21,7 +21,9 @@ PPO mapping: ratio_low = max(0, 1 - clip_eps_low), ratio_high = 1 + clip_eps_hig
 OpenRLHF *clips* the ratio to [1 - clip_eps_low, 1 + clip_eps_high]; rwcore *drops* tokens whose
 ratio leaves (ratio_low, ratio_high) (no loss, no gradient; they still count in the denominator),
 and always dual-clips negative advantages at clip_c |A| (so `dual_clip=None` is refused). Inside
-the bounds both give -w A, capped at clip_c |A| for A < 0. The defaults are Arise's: (0.5, 5.0), 3.0.
+the bounds both give -w A, capped at clip_c |A| for A < 0. The defaults are Arise's, those declared in
+`rwcore.kernels.LossSettings`; a loss setting OpenRLHF has no key for is an attribute of the module at its declared
+default, and `RwcorePolicyLoss.arise(...)` takes every one by its rwcore name.
 
 vLLM-mismatch correction (`is_correction_level` "token" / "seq"): every combination OpenRLHF accepts,
 with OpenRLHF's arithmetic. With lr = old_log_probs - rollout_log_probs (the training model's log-prob
@@ -52,12 +54,13 @@ fused loss's `rollout_corr/*` train-inference mismatch metrics (old vs rollout l
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import nn
 
 from rwcore.kernels import filtered_dual_clip_loss
+from rwcore.kernels.loss_settings import LOSS_DEFAULTS, loss_setting_names, resolve_loss_settings
+from rwcore.settings import SettingError
 
 __all__ = ["RwcorePolicyLoss", "openrlhf_is_correction"]
 
@@ -68,6 +71,12 @@ IS_MODES = ("mask", "clip")
 IS_GATINGS = ("ratio", "binary_kl", "tv")
 _PROB_CLAMP = 1e-6  # OpenRLHF clamps both probabilities into [1e-6, 1 - 1e-6] for binary_kl / tv
 IS_LOG_RATIO_CAP = 80.0  # exp(80) ~ 5.5e34 is finite in fp32; OpenRLHF's exp(lr) overflows beyond lr ~ 88.7
+# rwcore's loss settings that OpenRLHF's PolicyLoss sets, and how (the PPO mapping of the module docstring)
+OPENRLHF_KEYS = {
+    "ratio_low": "ratio_low = max(0, 1 - clip_eps_low)",
+    "ratio_high": "ratio_high = 1 + clip_eps_high",
+    "clip_c": "clip_c = dual_clip",
+}
 
 
 def check_is_correction(level, mode, gating, threshold) -> tuple[float, float]:
@@ -159,7 +168,7 @@ def openrlhf_is_correction(
 class RwcorePolicyLoss(nn.Module):
     """`openrlhf.models.loss.PolicyLoss`-compatible module computing Arise's filtered dual-clip loss.
 
-    Args (PolicyLoss's, with Arise's defaults):
+    Args (PolicyLoss's, with Arise's defaults: `rwcore.kernels.LossSettings` mapped as in the module docstring):
         clip_eps_low, clip_eps_high: the filter is (max(0, 1 - clip_eps_low), 1 + clip_eps_high).
         dual_clip: clip_c, > 1 (required: rwcore's loss always dual-clips).
         token_level_loss: True: token mean (OpenRLHF's "token-mean"); False: mean over sequences of
@@ -172,22 +181,23 @@ class RwcorePolicyLoss(nn.Module):
         is_correction_threshold: (low, high) on the gated statistic.
         backend: rwcore kernel backend ("auto", "torch", "triton").
 
-    After each call `last_stats` holds rwcore's statistics (kept_fraction, filtered_low_fraction,
-    filtered_high_fraction, dual_clipped_fraction, mean_ratio, and the `rollout_corr/*` mismatch
-    metrics) as detached 0-dim tensors.
+    Every loss setting (`LossSettings`) is an attribute of its rwcore name (ratio_low, ratio_high, clip_c, ...),
+    which `forward` passes to the kernel. After each call `last_stats` holds rwcore's statistics (kept_fraction,
+    filtered_low_fraction, filtered_high_fraction, dual_clipped_fraction, mean_ratio, and the `rollout_corr/*`
+    mismatch metrics) as detached 0-dim tensors.
     """
 
     def __init__(
         self,
-        clip_eps_low: float = 0.5,
-        clip_eps_high: float = 4.0,
-        dual_clip: float = 3.0,
+        clip_eps_low: float = 1.0 - LOSS_DEFAULTS.ratio_low,
+        clip_eps_high: float = LOSS_DEFAULTS.ratio_high - 1.0,
+        dual_clip: float = LOSS_DEFAULTS.clip_c,
         token_level_loss: bool = True,
         policy_loss_type: str = "ppo",
         is_correction_level: str = "off",
         is_correction_mode: str = "mask",
         is_correction_gating: str = "ratio",
-        is_correction_threshold: list = (0.5, 5.0),
+        is_correction_threshold: list = (0.5, 5.0),  # OpenRLHF's own default: its correction's band, not the filter
         *,
         backend: str = "auto",
     ) -> None:
@@ -199,7 +209,8 @@ class RwcorePolicyLoss(nn.Module):
             )
         if dual_clip is None:
             raise ValueError(
-                "rwcore's loss always dual-clips: pass dual_clip > 1 (Arise uses 3.0; OpenRLHF: --actor.dual_clip 3)"
+                f"rwcore's loss always dual-clips: pass dual_clip > 1 (Arise uses {LOSS_DEFAULTS.clip_c}; OpenRLHF: "
+                f"--actor.dual_clip {LOSS_DEFAULTS.clip_c:g})"
             )
         self.is_low, self.is_high = check_is_correction(
             is_correction_level, is_correction_mode, is_correction_gating, is_correction_threshold
@@ -213,37 +224,47 @@ class RwcorePolicyLoss(nn.Module):
         self.is_correction_mode = is_correction_mode
         self.is_correction_gating = is_correction_gating
         self.is_correction_threshold = is_correction_threshold
-        self.ratio_low = max(0.0, 1.0 - self.clip_eps_low)
-        self.ratio_high = 1.0 + self.clip_eps_high
-        self.clip_c = self.dual_clip
         self.backend = backend
         self.last_stats: dict = {}
-        # Checks the bounds now (ValueError naming them) rather than at the first forward.
-        from rwcore.kernels._checks import check_loss_bounds
+        # The loss settings, checked now (ValueError naming OpenRLHF's keys) rather than at the first forward.
+        values = dict(
+            ratio_low=max(0.0, 1.0 - self.clip_eps_low), ratio_high=1.0 + self.clip_eps_high, clip_c=self.dual_clip
+        )
+        try:
+            self._set_loss_settings(resolve_loss_settings(**values))
+        except SettingError as error:
+            mapping = "; ".join(OPENRLHF_KEYS[name] for name in error.names if name in OPENRLHF_KEYS)
+            raise ValueError(f"{error} ({mapping})") from None
 
-        check_loss_bounds(self.ratio_low, self.ratio_high, self.clip_c)
+    def _set_loss_settings(self, settings) -> None:
+        for name, value in settings.to_dict().items():
+            setattr(self, name, value)
 
     @classmethod
     def arise(
         cls,
-        ratio_low: float = 0.5,
-        ratio_high: float = 5.0,
-        clip_c: float = 3.0,
+        ratio_low: float = LOSS_DEFAULTS.ratio_low,
+        ratio_high: float = LOSS_DEFAULTS.ratio_high,
+        clip_c: float = LOSS_DEFAULTS.clip_c,
         token_level_loss: bool = True,
         backend: str = "auto",
-        **is_correction,
-    ) -> "RwcorePolicyLoss":
-        """The module from rwcore's own parameters (the filter bounds and the dual-clip constant); the
-        is_correction_* keywords as in the constructor."""
+        **options,
+    ) -> RwcorePolicyLoss:
+        """The module from rwcore's own loss settings (the filter bounds, the dual-clip constant and any other
+        `LossSettings` field, by its name; defaults and ranges are LossSettings'); the is_correction_* keywords
+        as in the constructor."""
+        names = loss_setting_names()
+        declared = {k: v for k, v in options.items() if k in names}
+        settings = resolve_loss_settings(ratio_low=ratio_low, ratio_high=ratio_high, clip_c=clip_c, **declared)
         module = cls(
-            clip_eps_low=1.0 - ratio_low,
-            clip_eps_high=ratio_high - 1.0,
-            dual_clip=clip_c,
+            clip_eps_low=1.0 - settings.ratio_low,
+            clip_eps_high=settings.ratio_high - 1.0,
+            dual_clip=settings.clip_c,
             token_level_loss=token_level_loss,
             backend=backend,
-            **is_correction,
+            **{k: v for k, v in options.items() if k not in names},
         )
-        module.ratio_low, module.ratio_high = float(ratio_low), float(ratio_high)  # exact, no 1 - (1 - x) round-off
+        module._set_loss_settings(settings)  # exact, no 1 - (1 - x) round-off
         return module
 
     def forward(
@@ -251,11 +272,11 @@ class RwcorePolicyLoss(nn.Module):
         log_probs: torch.Tensor,
         old_log_probs: torch.Tensor,
         advantages: torch.Tensor,
-        action_mask: Optional[torch.Tensor] = None,
-        rollout_log_probs: Optional[torch.Tensor] = None,
+        action_mask: torch.Tensor | None = None,
+        rollout_log_probs: torch.Tensor | None = None,
         dp_size: int = 1,
-        batch_num_tokens: Optional[float] = None,
-        global_batch_size: Optional[float] = None,
+        batch_num_tokens: float | None = None,
+        global_batch_size: float | None = None,
     ) -> tuple:
         """(loss, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio), as OpenRLHF's PolicyLoss.forward.
 
@@ -315,12 +336,10 @@ class RwcorePolicyLoss(nn.Module):
             behavior,
             adv.detach(),
             mask,
-            self.ratio_low,
-            self.ratio_high,
-            self.clip_c,
             num_model_tokens=denominator,
             backend=self.backend,
             **correction,
+            **{name: getattr(self, name) for name in loss_setting_names()},
         )
         self.last_stats = stats
         with torch.no_grad():

@@ -10,7 +10,7 @@ the method.
     sampler = CapabilitySampler({row["task_id"]: row["tags"] for row in dataset},
                                 batch_size=generation_batch_size // num_generations, group_size=num_generations)
     trainer = RWGRPOTrainer(model, reward_funcs=reward_funcs, args=GRPOConfig(...), train_dataset=dataset,
-                            task_sampler=sampler, ratio_low=0.5, ratio_high=5.0, clip_c=3.0)
+                            task_sampler=sampler)  # the loss's settings: LossSettings' keywords (clip_c=...)
     trainer.train()
 
     # or the whole method (rewards, advantages, sampler, pool and skills, active set) -- see .method:

@@ -120,7 +120,7 @@ class AdaptiveGRPOMixin(RWGRPOMixin):
         them: "group" / "none") -> `MethodSettings.scale_rewards`, `GRPOConfig.multi_objective_aggregation` ->
         `MethodSettings.aggregation`. A method setting left at its default takes GRPOConfig's value; one set
         otherwise must equal it (ValueError naming both keys)."""
-        from rwcore.method.method import MethodSettings
+        from rwcore.method.settings import MethodSettings
 
         args, settings, defaults = self.args, self.rw_method.settings, MethodSettings()
         scale = getattr(args, "scale_rewards", defaults.scale_rewards)

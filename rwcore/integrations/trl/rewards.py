@@ -209,7 +209,7 @@ class _SharedJudgement:
             )
             for i in range(count)
         ]
-        from rwcore.method.method import safe_evaluate
+        from rwcore.method.judging import safe_evaluate
 
         failures: list[str] = []
         reports = safe_evaluate(self.judge, trajectories, self.rubrics, failures)  # raising -> INVALID

@@ -99,7 +99,8 @@ class RWGRPOMixin:
     """rwcore's loss and task sampler for a `trl.GRPOTrainer` subclass (`RWGRPOTrainer` is the ready one).
 
     Extra keyword arguments (everything else goes to `GRPOTrainer`):
-        ratio_low, ratio_high, clip_c: the filtered dual-clip loss (Arise eq. 18-19) [0.5, 5.0, 3.0].
+        ratio_low, ratio_high, clip_c, and every other field of `rwcore.kernels.LossSettings`: the filtered
+            dual-clip loss's settings (Arise eq. 18-19); defaults and ranges are LossSettings' (Arise's).
         rw_loss: False keeps TRL's own loss (e.g. to ablate the loss while keeping the sampler).
         loss_backend: "auto" | "torch" | "triton" for `filtered_dual_clip_loss`.
         task_sampler: a rwcore sampler; its batch_size must be generation_batch_size // num_generations
@@ -119,9 +120,6 @@ class RWGRPOMixin:
     def __init__(
         self,
         *args,
-        ratio_low: float = 0.5,
-        ratio_high: float = 5.0,
-        clip_c: float = 3.0,
         rw_loss: bool = True,
         loss_backend: str = "auto",
         task_sampler=None,
@@ -129,11 +127,10 @@ class RWGRPOMixin:
         rubric_recorder: RubricRecorder | None = None,
         **kwargs,
     ) -> None:
-        from rwcore.kernels import _checks
         from rwcore.kernels._backend import BACKENDS
+        from rwcore.kernels.loss_settings import pop_loss_settings
 
-        bounds = _checks.check_loss_bounds(ratio_low, ratio_high, clip_c)
-        self.rw_ratio_low, self.rw_ratio_high, self.rw_clip_c = bounds
+        self.rw_loss_settings = pop_loss_settings(kwargs)  # the loss's keywords; GRPOTrainer gets the rest
         if not isinstance(rw_loss, bool):
             raise ValueError(f"rw_loss must be True or False, got {rw_loss!r}")
         if loss_backend not in BACKENDS:
@@ -315,12 +312,10 @@ class RWGRPOMixin:
             per_token_logps,
             advantages=inputs["advantages"],
             model_mask=mask,
-            ratio_low=self.rw_ratio_low,
-            ratio_high=self.rw_ratio_high,
-            clip_c=self.rw_clip_c,
             num_model_tokens=denominator,
             backend=self.rw_loss_backend,
             **self._rw_correction_inputs(inputs, per_token_logps, anchor),
+            **self.rw_loss_settings.to_dict(),
         )
 
         per_token_kl = None

@@ -62,7 +62,7 @@ from .config import (  # noqa: F401
     UID_KEY,
     VERDICTS_KEY,
 )
-from .loss import LossParams, aggregation, bypass_correction, compute_policy_loss_rwcore, loss_params_from_config
+from .loss import aggregation, bypass_correction, compute_policy_loss_rwcore, loss_params_from_config
 from .registration import _forwarding, install_advantage_forwarding, install_bypass_mode_keeping, register  # noqa: F401
 from .verdicts import _group_ids, _verdict_matrix, verdict_table, verdicts_from_batch  # noqa: F401
 
@@ -71,7 +71,6 @@ __all__ = [
     "AdaptiveMethodDriver",
     "LOSS_AGG_MODES",
     "POLICY_LOSS_NAME",
-    "LossParams",
     "RwcoreCurriculumSampler",
     "aggregation",
     "apply_arise_advantage",

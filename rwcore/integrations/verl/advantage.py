@@ -6,20 +6,19 @@ import contextlib
 import contextvars
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
 
 from rwcore.arise.advantages import compute_advantages, length_regularize
-from rwcore.method.method import MethodSettings, inapplicable_settings
+from rwcore.method.settings import MethodSettings, inapplicable_settings
 
 from .config import UID_KEY, VERDICTS_KEY, _get, _plain
 from .verdicts import _group_ids, _verdict_matrix, verdicts_from_batch
 
 # The verdicts of the batch being estimated, for trainers whose compute_advantage passes the estimator
 # no non_tensor_batch (verl 0.9's V1 trainer passes only uid): set by `verdicts_in_scope`.
-_SCOPED_NON_TENSOR: contextvars.ContextVar[Optional[Mapping]] = contextvars.ContextVar(
+_SCOPED_NON_TENSOR: contextvars.ContextVar[Mapping | None] = contextvars.ContextVar(
     "rwcore_verl_non_tensor", default=None
 )
 
@@ -117,8 +116,8 @@ def compute_arise_advantage(
     epsilon: float = 1e-9,
     norm_adv_by_std_in_grpo: bool = True,
     config=None,
-    non_tensor_batch: Optional[dict] = None,
-    batch: Optional[dict] = None,
+    non_tensor_batch: dict | None = None,
+    batch: dict | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Arise's task + rubric advantages (eq. 15-17) as a verl advantage estimator ("rwcore_arise").
@@ -134,14 +133,14 @@ def compute_arise_advantage(
             as [N, R]: 1.0 pass, 0.0 fail, invalid or missing (INVALID never pays), NaN for n/a
 
     Settings come from `config.rwcore` (verl passes `config=algorithm`; add them with
-    `+algorithm.rwcore.lam=0.3` etc.): the `rwcore.method.MethodSettings` fields lam (0.3), ddof (1, sample
-    std like verl's torch.std), eps (default: `epsilon`, 1e-9), length_alpha (0.5), length_threshold
-    (16384), scale_rewards ("group"), process_gate ("off"; success = R >= low_outcome, 0.5, before length
-    regularization), built into a validated `MethodSettings` (aggregation has no process reward to combine
-    here: only its default is accepted); and the estimator's own verdicts_key ("rwcore_verdicts"; null for
-    task advantages only), rubric_order (column order for sequence-valued verdicts), length_regularize (true,
-    as the method). verl's own `norm_adv_by_std_in_grpo` (the argument, or the key of `config`) False is
-    scale_rewards="none", as in verl's GRPO (Dr. GRPO).
+    `+algorithm.rwcore.lam=...` etc.): the `rwcore.method.MethodSettings` fields of `METHOD_KEYS` -- lam, ddof
+    (the default is the sample std, like verl's torch.std), eps (default: verl's `epsilon` argument),
+    length_alpha, length_threshold, scale_rewards, process_gate (success = R >= low_outcome, before length
+    regularization) -- with MethodSettings' defaults and ranges, built into a validated `MethodSettings`
+    (aggregation has no process reward to combine here: only its default is accepted); and the estimator's own
+    verdicts_key ("rwcore_verdicts"; null for task advantages only), rubric_order (column order for
+    sequence-valued verdicts), length_regularize (true, as the method). verl's own `norm_adv_by_std_in_grpo`
+    (the argument, or the key of `config`) False is scale_rewards="none", as in verl's GRPO (Dr. GRPO).
 
     verl's `compute_advantage` passes `non_tensor_batch` only to "gdpo"; `register()` installs a
     forwarder for "rwcore_arise" (or call `apply_arise_advantage` yourself). Without it this raises

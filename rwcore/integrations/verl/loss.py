@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
 
 from rwcore.kernels import filtered_dual_clip_loss
+from rwcore.kernels.loss_settings import LOSS_DEFAULTS, LossSettings, loss_setting_names, resolve_loss_settings
 from rwcore.kernels.rollout_correction import PREFIX, RolloutCorrection, correction_weights
+from rwcore.settings import SettingError
 
 from .config import LOSS_AGG_MODES, _get, _plain
 
@@ -19,27 +21,31 @@ _SEQ_MEAN_EPS = 1e-8
 _LOG_RATIO_CLAMP = 20.0  # verl's clamp of log_prob - old_log_prob (ours is the same: LOG_RATIO_BOUND)
 
 
-class LossParams(NamedTuple):
-    """rwcore loss settings derived from a verl actor config."""
+# rwcore's loss settings that verl's actor config sets, and how; every other one is read under its own name from
+# the actor config's policy_loss section (+actor_rollout_ref.actor.policy_loss.<name>=...)
+VERL_KEYS = {
+    "ratio_low": "ratio_low = max(0, 1 - clip_ratio_low)",
+    "ratio_high": "ratio_high = 1 + clip_ratio_high",
+    "clip_c": "clip_c = clip_ratio_c",
+}
+VERL_CLIP_RATIO = 0.2  # verl's default clip_ratio, which clip_ratio_low / clip_ratio_high default to
 
-    ratio_low: float
-    ratio_high: float
-    clip_c: float
 
-
-def loss_params_from_config(config) -> LossParams:
-    """verl's actor clip settings -> (ratio_low, ratio_high, clip_c) of the filtered dual-clip loss.
+def loss_params_from_config(config) -> LossSettings:
+    """verl's actor config -> the `LossSettings` of the filtered dual-clip loss.
 
     ratio_low = max(0, 1 - clip_ratio_low), ratio_high = 1 + clip_ratio_high, clip_c = clip_ratio_c,
-    with verl's rules: clip_ratio_low / clip_ratio_high default to clip_ratio (0.2), clip_ratio_c to
-    3.0. verl *clips* the ratio to [1 - clip_ratio_low, 1 + clip_ratio_high]; rwcore *drops* tokens
-    whose ratio leaves (ratio_low, ratio_high). Arise's (0.5, 5.0) filter is clip_ratio_low=0.5,
-    clip_ratio_high=4.0.
+    with verl's rules: clip_ratio_low / clip_ratio_high default to clip_ratio (0.2), clip_ratio_c to the
+    declared clip_c (verl's default too). Any other declared loss setting comes from `policy_loss.<name>` (its
+    declared default when absent). verl *clips* the ratio to [1 - clip_ratio_low, 1 + clip_ratio_high]; rwcore
+    *drops* tokens whose ratio leaves (ratio_low, ratio_high): Arise's filter (`LossSettings()`) is
+    clip_ratio_low = 1 - ratio_low, clip_ratio_high = ratio_high - 1. ValueError naming verl's keys when the
+    settings leave their declared ranges (an empty filter, a dual clip <= 1).
     """
-    clip_ratio = _get(config, "clip_ratio", 0.2)
+    clip_ratio = _get(config, "clip_ratio", VERL_CLIP_RATIO)
     low = _get(config, "clip_ratio_low", clip_ratio)
     high = _get(config, "clip_ratio_high", clip_ratio)
-    clip_c = _get(config, "clip_ratio_c", 3.0)
+    clip_c = _get(config, "clip_ratio_c", LOSS_DEFAULTS.clip_c)
     try:
         low, high, clip_c = float(low), float(high), float(clip_c)
     except (TypeError, ValueError):
@@ -47,15 +53,20 @@ def loss_params_from_config(config) -> LossParams:
             f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r}, "
             f"clip_ratio_c={clip_c!r} must be numbers"
         ) from None
-    ratio_low, ratio_high = max(0.0, 1.0 - low), 1.0 + high
-    if not (math.isfinite(low) and math.isfinite(high) and ratio_low < ratio_high):
-        raise ValueError(
-            f"verl actor config: clip_ratio_low={low!r}, clip_ratio_high={high!r} give the empty "
-            f"ratio filter ({ratio_low}, {ratio_high})"
-        )
-    if not (clip_c > 1.0 and math.isfinite(clip_c)):
-        raise ValueError(f"verl actor config: clip_ratio_c must be a finite number > 1 (dual clip), got {clip_c!r}")
-    return LossParams(ratio_low, ratio_high, clip_c)
+    policy_loss = _plain(_get(config, "policy_loss", None))
+    others = {
+        name: _get(policy_loss, name)
+        for name in loss_setting_names()
+        if name not in VERL_KEYS and _get(policy_loss, name) is not None
+    }
+    # max(0, 1 - clip_ratio_low), a non-finite clip_ratio_low kept non-finite: refused below, naming it
+    ratio_low = max(0.0, 1.0 - low) if math.isfinite(low) else math.nan
+    try:
+        return resolve_loss_settings(ratio_low=ratio_low, ratio_high=1.0 + high, clip_c=clip_c, **others)
+    except SettingError as error:
+        given = f"clip_ratio_low={low!r}, clip_ratio_high={high!r}, clip_ratio_c={clip_c!r}"
+        mapping = "; ".join(VERL_KEYS.get(name, f"{name} = policy_loss.{name}") for name in error.names)
+        raise ValueError(f"verl actor config ({given}): {error} ({mapping})") from None
 
 
 def _global_batch_info(config) -> dict:
@@ -178,7 +189,8 @@ def compute_policy_loss_rwcore(
     is inactive there and both dual-clip negative advantages at clip_ratio_c |A|). Outside them verl clips
     the ratio -- the token keeps a constant, gradient-free contribution on one side and full gradient on the
     other -- while rwcore drops the token from the numerator (no loss, no gradient); it still counts in the
-    denominator. Use wide bounds (Arise: clip_ratio_low=0.5, clip_ratio_high=4.0, i.e. the filter (0.5, 5.0)).
+    denominator. Use wide bounds (Arise's filter, `LossSettings()`: clip_ratio_low = 1 - ratio_low,
+    clip_ratio_high = ratio_high - 1).
 
     Rollout correction (verl's `algorithm.rollout_correction`), both of verl's forms:
         decoupled (bypass_mode=false): verl's trainer computes the weights from the proximal log-probs
@@ -204,8 +216,9 @@ def compute_policy_loss_rwcore(
             with `config.global_batch_info` (dp_size, batch_num_tokens, global_batch_size,
             loss_scale_factor) as verl's `agg_loss` uses it -- see `aggregation`.
         config: verl's ActorConfig (or a DictConfig / dict / object with the same fields):
-            clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, global_batch_info and
-            policy_loss.rollout_correction. None uses verl's defaults (0.2, 0.2, 3.0: the filter (0.8, 1.2)).
+            clip_ratio, clip_ratio_low, clip_ratio_high, clip_ratio_c, global_batch_info,
+            policy_loss.rollout_correction and policy_loss.<name> for any other loss setting
+            (`loss_params_from_config`). None uses verl's defaults (clip_ratio 0.2: the filter (0.8, 1.2)).
         rollout_is_weights: optional [B, T] non-negative rollout-correction weights (verl's decoupled mode);
             like verl, they multiply the per-token losses.
 
@@ -253,13 +266,11 @@ def compute_policy_loss_rwcore(
         old_log_prob,
         adv.detach(),
         response_mask,
-        params.ratio_low,
-        params.ratio_high,
-        params.clip_c,
         num_model_tokens=denominator,
         rollout_correction=correction,
         rollout_is_weights=weights,
         mismatch_metrics=correction is not None,
+        **params.to_dict(),
     )
     mismatch = {k: v for k, v in stats.items() if k.startswith(PREFIX)}
     stats = {k: v for k, v in stats.items() if not k.startswith(PREFIX)}

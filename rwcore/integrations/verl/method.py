@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Optional
 
 import numpy as np
 import torch
@@ -104,7 +103,7 @@ class AdaptiveMethodDriver:
         """After verl's actor update (and weight sync): the pool update and RewardWeaver's stage, when due."""
         self.loop.end_step()
 
-    def sampler(self, dataset, task_id_key: Optional[str] = None):
+    def sampler(self, dataset, task_id_key: str | None = None):
         """A stateful torch Sampler over `dataset`'s rows: each batch is the rows of `method.sample(step)`."""
         return AdaptiveMethodSampler(self, dataset, task_id_key or self.task_id_key)
 
@@ -204,7 +203,7 @@ class MethodEstimator:
         response_mask: torch.Tensor,
         index=None,
         config=None,
-        non_tensor_batch: Optional[dict] = None,
+        non_tensor_batch: dict | None = None,
         **kwargs,
     ):
         return compute_method_advantage(
@@ -231,7 +230,7 @@ def compute_method_advantage(
     response_mask: torch.Tensor,
     index=None,
     config=None,
-    non_tensor_batch: Optional[dict] = None,
+    non_tensor_batch: dict | None = None,
     *,
     driver: AdaptiveMethodDriver | None = None,
     norm_adv_by_std_in_grpo: bool = True,
@@ -269,7 +268,7 @@ def compute_method_advantage(
 def _scale_rewards_of(algorithm, method) -> str:
     """The method's scale_rewards under verl's `algorithm` config: norm_adv_by_std_in_grpo=False is "none"
     (ValueError when the method's own setting says otherwise and is not the default); True keeps the method's."""
-    from rwcore.method.method import MethodSettings
+    from rwcore.method.settings import MethodSettings
 
     from .config import _get
 
