@@ -1,7 +1,7 @@
 """Running from a checkout: keep its root from shadowing installed packages.
 
 The checkout's `kernels/` and `trainer/` folders are installed as `rwcore.kernels` and `rwcore.trainer`
-(DESIGN.md's layout). When the checkout's root is on `sys.path` — `python -m ...`, `torchrun -m ...`,
+(docs/design.md#layout-and-layers). When the checkout's root is on `sys.path` — `python -m ...`, `torchrun -m ...`,
 `python -c` or a script run from it put the working directory first — the folders are also importable as
 top-level `kernels` and `trainer` and hide installed packages of those names. Hugging Face's `kernels`
 is one: transformers (5.2x and later depend on it) imports it at start and fails with "cannot import

@@ -9,10 +9,10 @@ written atomically, with matplotlib's object API (no pyplot, no global backend s
 Plots:
 - `active_rubric_emphasis.png`: which capabilities are in the active reward set in each
   RewardWeaver stage, as their reward weight `1/|A|` (heatmap capability x stage, capabilities
-  grouped by family; papers/rewardweaver.txt figure 4).
+  grouped by family; the RewardWeaver paper, figure 4).
 - `sampling_probabilities.png`: adaptive pick probability per (task type, capability), averaged
   over the early / middle / late third of training (three heatmaps, blank where a pair was never
-  eligible in that third; papers/arise.txt figure 5).
+  eligible in that third; the Arise paper, figure 5).
 - `pool_counts.png`: active rubrics, cumulative added and cumulative retired over steps (arise
   figure 4a).
 - `success_curves.png`: training `success_rate` (raw and smoothed) and held-out
@@ -53,8 +53,9 @@ import json
 import math
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -226,7 +227,7 @@ def _plot_active_rubric_emphasis(run_dir: Path, out: Path) -> Path:
     ax.set_yticks(np.arange(-0.5, n_caps, 1), minor=True)
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
-    groups: "OrderedDict[str, list[int]]" = OrderedDict()
+    groups: OrderedDict[str, list[int]] = OrderedDict()
     for i, cap in enumerate(capabilities):
         groups.setdefault(families.get(cap, "other"), []).append(i)
     for rows in list(groups.values())[1:]:
