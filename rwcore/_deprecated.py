@@ -1,4 +1,4 @@
-"""Old import paths of modules that moved, kept working for one release with a DeprecationWarning.
+"""Old import paths of modules that moved, kept working until `REMOVED_IN` with a DeprecationWarning.
 
 A shim module calls `alias_module(__name__, new_name)`: the old name then refers to the *same* module
 object as the new one (classes keep their identity, private helpers stay reachable), and importing it
@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 import sys
 import warnings
+
+REMOVED_IN = "0.2.0"
+"""The rwcore release that removes every deprecated import path and config spelling (this one is 0.1.0)."""
 
 MOVED = {
     "rwcore.advantages": "rwcore.arise.advantages",
@@ -29,7 +32,7 @@ MOVED = {
 
 def warn_moved(old: str, new: str, stacklevel: int = 3) -> None:
     warnings.warn(
-        f"{old} moved to {new}; the old import path is deprecated and will be removed in the next release",
+        f"{old} moved to {new}; the old import path is deprecated and will be removed in rwcore {REMOVED_IN}",
         DeprecationWarning,
         stacklevel=stacklevel,
     )

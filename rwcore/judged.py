@@ -134,7 +134,7 @@ class JudgedBatch:
     @classmethod
     def from_reports(
         cls, reports: Sequence[JudgeReport], rubric_ids: Sequence[str], trajectory_ids: Sequence[str] | None = None
-    ) -> "JudgedBatch":
+    ) -> JudgedBatch:
         """The batch of `reports` (one per trajectory, in order) over `rubric_ids`."""
         values, codes = report_matrix(reports, rubric_ids, trajectory_ids=trajectory_ids)
         uncovered = tuple(
@@ -144,7 +144,7 @@ class JudgedBatch:
         return cls(ids, tuple(rubric_ids), codes, values, uncovered)
 
     @classmethod
-    def empty(cls, trajectory_ids: Sequence[str]) -> "JudgedBatch":
+    def empty(cls, trajectory_ids: Sequence[str]) -> JudgedBatch:
         """No rubric judged (outcome-only steps, or an empty pool)."""
         n = len(trajectory_ids)
         return cls(tuple(trajectory_ids), (), np.zeros((n, 0), np.uint8), np.zeros((n, 0)), ((),) * n)
@@ -167,7 +167,7 @@ class JudgedBatch:
         return [position[rid] for rid in rubric_ids]
 
     # -- views --------------------------------------------------------------------------------
-    def columns(self, rubric_ids: Sequence[str]) -> "JudgedBatch":
+    def columns(self, rubric_ids: Sequence[str]) -> JudgedBatch:
         """The same trajectories over a subset of the rubrics, in the order given."""
         cols = self.index(list(rubric_ids))
         return JudgedBatch(
@@ -178,7 +178,7 @@ class JudgedBatch:
             self.uncovered,
         )
 
-    def rows(self, start: int, stop: int) -> "JudgedBatch":
+    def rows(self, start: int, stop: int) -> JudgedBatch:
         """Trajectories [start, stop) (e.g. one rollout group)."""
         return JudgedBatch(
             self.trajectory_ids[start:stop],
@@ -188,7 +188,7 @@ class JudgedBatch:
             self.uncovered[start:stop],
         )
 
-    def take(self, rows: Sequence[int]) -> "JudgedBatch":
+    def take(self, rows: Sequence[int]) -> JudgedBatch:
         """The trajectories at `rows`, in that order."""
         rows = list(rows)
         return JudgedBatch(

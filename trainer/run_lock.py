@@ -90,7 +90,7 @@ class RunLock:
     def _key(self) -> str:
         return os.path.realpath(self.folder)
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         return self
 
     def __exit__(self, *exc) -> None:

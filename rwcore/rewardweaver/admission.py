@@ -90,7 +90,7 @@ class AdmissionConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping, argument: str = "config") -> "AdmissionConfig":
+    def from_dict(cls, data: Mapping, argument: str = "config") -> AdmissionConfig:
         return cls(**_exact_fields(cls, data, argument))
 
 

@@ -249,7 +249,7 @@ def attribute(
     chosen: dict[str, tuple[str, ...]] = {}
     unattributed: list[str] = []
     external: list[str] = []
-    for i, trajectory in enumerate(trajectories):
+    for _i, trajectory in enumerate(trajectories):
         tid = trajectory.trajectory_id
         if retrieve is None:
             ids = tuple(by_id)

@@ -56,7 +56,7 @@ class Capability:
         )
 
     @classmethod
-    def from_rubric(cls, spec: RubricSpec, family: str | None = None) -> "Capability":
+    def from_rubric(cls, spec: RubricSpec, family: str | None = None) -> Capability:
         """A candidate from a RubricSpec (e.g. a CapabilityProposer's output); family defaults to spec.capability."""
         if not isinstance(spec, RubricSpec):
             raise ValueError(f"spec must be a RubricSpec, got {type(spec).__name__}")
@@ -73,7 +73,7 @@ class Capability:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping, argument: str = "capability") -> "Capability":
+    def from_dict(cls, data: Mapping, argument: str = "capability") -> Capability:
         return cls(**_exact_fields(cls, data, argument))
 
 
@@ -134,7 +134,7 @@ class AdmissionReport:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping, argument: str = "admission") -> "AdmissionReport":
+    def from_dict(cls, data: Mapping, argument: str = "admission") -> AdmissionReport:
         values = _exact_fields(cls, data, argument)
         for name in ("reasons", "dev_sources", "heldout_sources"):
             if name in values:
@@ -191,7 +191,7 @@ class AdmittedCapability:
         return digest({"capability": capability.to_dict(), "evaluator": evaluator, "admission": admission.to_dict()})
 
     @classmethod
-    def create(cls, capability: Capability, evaluator: str, admission: AdmissionReport) -> "AdmittedCapability":
+    def create(cls, capability: Capability, evaluator: str, admission: AdmissionReport) -> AdmittedCapability:
         return cls(capability, evaluator, admission, cls.compute_hash(capability, evaluator, admission))
 
     def to_dict(self) -> dict:
@@ -203,7 +203,7 @@ class AdmittedCapability:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping, argument: str = "entry") -> "AdmittedCapability":
+    def from_dict(cls, data: Mapping, argument: str = "entry") -> AdmittedCapability:
         if not isinstance(data, Mapping):
             raise ValueError(f"{argument} must be a mapping, got {type(data).__name__}")
         missing = {"capability", "evaluator", "admission", "content_hash"} - set(data)

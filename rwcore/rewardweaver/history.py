@@ -68,7 +68,7 @@ class StageRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping, argument: str = "stage") -> "StageRecord":
+    def from_dict(cls, data: Mapping, argument: str = "stage") -> StageRecord:
         if not isinstance(data, Mapping):
             raise ValueError(f"{argument} must be a mapping")
         required = {"stage", "active", "active_hashes", "strategy", "reason", "start_step"}
@@ -185,7 +185,7 @@ class RewardHistory:
         self._stages = _parse(state)
 
     @classmethod
-    def from_state_dict(cls, state: Mapping) -> "RewardHistory":
+    def from_state_dict(cls, state: Mapping) -> RewardHistory:
         history = cls()
         history.load_state_dict(state)
         return history
@@ -195,7 +195,7 @@ class RewardHistory:
         write_document(path, self.state_dict())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "RewardHistory":
+    def load(cls, path: str | os.PathLike) -> RewardHistory:
         return cls.from_state_dict(read_document(path))
 
 

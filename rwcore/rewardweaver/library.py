@@ -88,9 +88,6 @@ class CapabilityLibrary:
             out.setdefault(self._entries[cid].family, []).append(cid)
         return {family: tuple(ids) for family, ids in out.items()}
 
-    def content_hashes(self) -> dict[str, str]:
-        return {cid: entry.content_hash for cid, entry in self._entries.items()}
-
     def check_ids(self, capability_ids, argument: str, *, allow_withdrawn: bool = False) -> tuple[str, ...]:
         """`capability_ids` as a tuple of distinct known ids; ValueError naming `argument` otherwise."""
         ids = check_ids(capability_ids, argument)
@@ -190,7 +187,7 @@ class CapabilityLibrary:
         self._withdrawn = withdrawn
 
     @classmethod
-    def from_state_dict(cls, state: Mapping) -> "CapabilityLibrary":
+    def from_state_dict(cls, state: Mapping) -> CapabilityLibrary:
         library = cls()
         library.load_state_dict(state)
         return library
@@ -200,7 +197,7 @@ class CapabilityLibrary:
         write_document(path, self.state_dict())
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "CapabilityLibrary":
+    def load(cls, path: str | os.PathLike) -> CapabilityLibrary:
         """Reads a saved library; ValueError naming the capability whose frozen hash does not match."""
         return cls.from_state_dict(read_document(path))
 
