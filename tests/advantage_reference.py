@@ -1,8 +1,8 @@
 """Independent, deliberately plain reference for Arise eq. 15-17.
 
-Written from papers/arise.txt (section 3.3 "Advantage Estimation", eq. 15-16,
-and appendix B.4 "Length Regularization", eq. 17) and DESIGN.md "Advantages
-(Arise eq. 15-17)" -- not from rwcore/arise/advantages.py.
+Written from the Arise paper (section 3.3 "Advantage Estimation", eq. 15-16,
+and appendix B.4 "Length Regularization", eq. 17) and docs/math.md (its eq. 15-17
+rows) -- not from rwcore/arise/advantages.py.
 
 Everything is computed in float64 with Python loops, one group at a time, so
 that it is easy to check by eye:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,7 +143,7 @@ class ChatServer:
         with self._lock:
             return len(self.requests)
 
-    def start(self) -> "ChatServer":
+    def start(self) -> ChatServer:
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -181,7 +180,7 @@ class ChatServer:
                     self.send_header("content-length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError, socket.timeout):
+                except (TimeoutError, BrokenPipeError, ConnectionResetError):
                     pass
                 finally:
                     with owner._lock:
@@ -200,7 +199,7 @@ class ChatServer:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -1,7 +1,7 @@
 """Independent float64 references for the fused loss kernels (rwcore.kernels).
 
-Written from the math in DESIGN.md ("Token log-probs (kernels)", "Filtered
-dual-clip policy loss") and Arise eq. 18-19 / appendix B.4 -- not from the
+Written from the math in docs/kernels.md ("What the kernels compute": token
+log-probs, the filtered dual-clip policy loss) and Arise eq. 18-19 / appendix B.4 -- not from the
 implementation.  Everything here is computed in float64 with explicit
 formulas (max-shifted softmax, closed-form gradients); the sanity tests in
 test_kernels_reference.py check these formulas against hand-worked values,

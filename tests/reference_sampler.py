@@ -1,7 +1,7 @@
 """Pure-Python reference model of rwcore's evidence store and capability sampler.
 
 Written independently from the paper (Arise §3.2.2, eq. 9-14; appendix B.5,
-eq. 20) and from ``DESIGN.md`` ("Evidence store", "Coverage and sampling").
+eq. 20) and from ``docs/math.md`` (its eq. 9-14, eq. 20 and appendix B.5 rows).
 It is used
 
 * by the test-suite as the oracle for the compiled ``rwcore`` classes
@@ -35,8 +35,8 @@ import bisect
 import copy
 import math
 import random
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from enum import Enum
-from typing import Dict, Hashable, Iterable, List, Mapping, Sequence, Set, Tuple
 
 __all__ = [
     "DEFAULT_CAPABILITIES",
@@ -106,9 +106,9 @@ class RefEvidenceStore:
         self.gamma_obs = _check_gamma(gamma_obs, "gamma_obs")
         self.gamma_unobs = _check_gamma(gamma_unobs, "gamma_unobs")
         # (tag, rubric) -> [S, F, v_last]
-        self._cells: Dict[Tuple[Hashable, Hashable], list] = {}
+        self._cells: dict[tuple[Hashable, Hashable], list] = {}
         # rubric -> set of tags that have a cell for it (makes remove_rubric cheap)
-        self._tags_of_rubric: Dict[Hashable, Set[Hashable]] = {}
+        self._tags_of_rubric: dict[Hashable, set[Hashable]] = {}
 
     def __len__(self) -> int:
         return len(self._cells)
@@ -137,7 +137,7 @@ class RefEvidenceStore:
             cell[0] += f * success
             cell[1] += f * failure
 
-    def query(self, tag, rubric, version: int) -> Tuple[float, float]:
+    def query(self, tag, rubric, version: int) -> tuple[float, float]:
         cell = self._cells.get((tag, rubric))
         if cell is None:
             return (0.0, 0.0)
@@ -147,7 +147,7 @@ class RefEvidenceStore:
         f = self.gamma_unobs**dv
         return (f * cell[0], f * cell[1])
 
-    def query_sum(self, tag, rubrics: Iterable, version: int) -> Tuple[float, float]:
+    def query_sum(self, tag, rubrics: Iterable, version: int) -> tuple[float, float]:
         s = f = 0.0
         for r in rubrics:
             a, b = self.query(tag, r, version)
@@ -170,7 +170,7 @@ class RefEvidenceStore:
         for t, r, a, b, v in zip(*cols):
             self.observe(t, r, a, b, int(v))
 
-    def query_many(self, tags, rubrics, version: int) -> Tuple[List[float], List[float]]:
+    def query_many(self, tags, rubrics, version: int) -> tuple[list[float], list[float]]:
         tags, rubrics = list(tags), list(rubrics)
         if len(tags) != len(rubrics):
             raise ValueError(f"length mismatch: tags {len(tags)} vs rubrics {len(rubrics)}")
@@ -187,7 +187,7 @@ class RefEvidenceStore:
             del self._cells[(t, rubric)]
         return len(tags)
 
-    def cells(self) -> Dict[Tuple[Hashable, Hashable], Tuple[float, float, int]]:
+    def cells(self) -> dict[tuple[Hashable, Hashable], tuple[float, float, int]]:
         """Raw cells (tag, rubric) -> (S, F, v_last), for tests."""
         return {k: tuple(v) for k, v in self._cells.items()}
 
@@ -231,7 +231,7 @@ class RefCapabilitySampler:
         seed: int = 0,
         capabilities: Sequence[str] = DEFAULT_CAPABILITIES,
     ):
-        self.tasks: Dict[Hashable, Tuple[Hashable, ...]] = {t: tuple(tags) for t, tags in tasks.items()}
+        self.tasks: dict[Hashable, tuple[Hashable, ...]] = {t: tuple(tags) for t, tags in tasks.items()}
         if batch_size < 1 or batch_size > len(self.tasks):
             raise ValueError(f"batch_size must be in [1, number of tasks={len(self.tasks)}], got {batch_size}")
         if group_size < 1:
@@ -246,15 +246,15 @@ class RefCapabilitySampler:
         self.quota_fraction = float(quota_fraction)
         self.capabilities = tuple(capabilities)
         self.store = RefEvidenceStore(gamma_obs, gamma_unobs)
-        self._rubrics: Dict[Hashable, str] = {}
-        self._attempts: Dict[Hashable, int] = {t: 0 for t in self.tasks}
-        self._evaluated: Dict[Hashable, Set[Hashable]] = {t: set() for t in self.tasks}
-        self._applicable: Dict[Hashable, Set[Hashable]] = {t: set() for t in self.tasks}
+        self._rubrics: dict[Hashable, str] = {}
+        self._attempts: dict[Hashable, int] = {t: 0 for t in self.tasks}
+        self._evaluated: dict[Hashable, set[Hashable]] = {t: set() for t in self.tasks}
+        self._applicable: dict[Hashable, set[Hashable]] = {t: set() for t in self.tasks}
         self.rng = random.Random(seed)
 
     # ------------------------------------------------------------------ pool
     @property
-    def rubrics(self) -> Dict[Hashable, str]:
+    def rubrics(self) -> dict[Hashable, str]:
         return dict(self._rubrics)
 
     @property
@@ -282,7 +282,7 @@ class RefCapabilitySampler:
             raise ValueError(f"task_id {task_id!r} is not a known task")
         _check_version(policy_version, "policy_version")
         G = self.group_size
-        norm: Dict[Hashable, List[Verdict]] = {}
+        norm: dict[Hashable, list[Verdict]] = {}
         for rid, seq in verdicts.items():
             if rid not in self._rubrics:
                 raise ValueError(f"verdicts: rubric {rid!r} is not an active rubric")
@@ -293,11 +293,11 @@ class RefCapabilitySampler:
 
         # ---- everything validated: apply
         self._attempts[task_id] += 1
-        by_cap: Dict[str, List[Hashable]] = {}
+        by_cap: dict[str, list[Hashable]] = {}
         for rid in norm:
             by_cap.setdefault(self._rubrics[rid], []).append(rid)
-        dS: Dict[Hashable, float] = {}
-        dF: Dict[Hashable, float] = {}
+        dS: dict[Hashable, float] = {}
+        dF: dict[Hashable, float] = {}
         for j in range(G):
             for rids in by_cap.values():
                 applicable = [r for r in rids if norm[r][j] in _APPLICABLE]
@@ -330,8 +330,8 @@ class RefCapabilitySampler:
             "applicable": set(self._applicable[task_id]),
         }
 
-    def _rubrics_by_capability(self) -> Dict[str, List[Hashable]]:
-        by_cap: Dict[str, List[Hashable]] = {}
+    def _rubrics_by_capability(self) -> dict[str, list[Hashable]]:
+        by_cap: dict[str, list[Hashable]] = {}
         for rid, cap in self._rubrics.items():
             by_cap.setdefault(cap, []).append(rid)
         return by_cap
@@ -343,7 +343,7 @@ class RefCapabilitySampler:
         size = {c: len(rs) for c, rs in by_cap.items()}
         total = 0.0
         for t in self.tasks:
-            counts: Dict[str, int] = {}
+            counts: dict[str, int] = {}
             for r in self._evaluated[t]:
                 c = self._rubrics[r]
                 counts[c] = counts.get(c, 0) + 1
@@ -351,25 +351,25 @@ class RefCapabilitySampler:
                 total += k / size[c]
         return total / (len(self.tasks) * len(by_cap))
 
-    def evidence(self, tag, capability: str, policy_version: int) -> Tuple[float, float]:
+    def evidence(self, tag, capability: str, policy_version: int) -> tuple[float, float]:
         rids = [r for r, c in self._rubrics.items() if c == capability]
         return self.store.query_sum(tag, rids, policy_version)
 
-    def rubric_evidence(self, tag, rubric_id, policy_version: int) -> Tuple[float, float]:
+    def rubric_evidence(self, tag, rubric_id, policy_version: int) -> tuple[float, float]:
         return self.store.query(tag, rubric_id, policy_version)
 
     # ---------------------------------------------------------- batch parts
     def rho(self) -> float:
         return max(self.rho_min, 1.0 - self.coverage())
 
-    def discovery_candidates(self) -> List[Hashable]:
+    def discovery_candidates(self) -> list[Hashable]:
         """Tasks whose E(x) misses at least one active rubric (task order)."""
         n = len(self._rubrics)
         return [t for t in self.tasks if len(self._evaluated[t]) < n]
 
-    def pair_members(self) -> Dict[Tuple[Hashable, str], List[Hashable]]:
+    def pair_members(self) -> dict[tuple[Hashable, str], list[Hashable]]:
         """(tag, capability) -> tasks tagged d with prior applicable evidence for c."""
-        members: Dict[Tuple[Hashable, str], List[Hashable]] = {}
+        members: dict[tuple[Hashable, str], list[Hashable]] = {}
         for t, tags in self.tasks.items():
             app = self._applicable[t]
             if not app:
@@ -380,13 +380,13 @@ class RefCapabilitySampler:
                     members.setdefault((d, c), []).append(t)
         return members
 
-    def pair_evidence(self, policy_version: int) -> Dict[Tuple[Hashable, str], Tuple[float, float]]:
+    def pair_evidence(self, policy_version: int) -> dict[tuple[Hashable, str], tuple[float, float]]:
         """(S_dc, F_dc) for every pair that has members."""
         by_cap = self._rubrics_by_capability()
         return {(d, c): self.store.query_sum(d, by_cap.get(c, ()), policy_version) for (d, c) in self.pair_members()}
 
     # --------------------------------------------------------------- sample
-    def sample(self, policy_version: int) -> List[Hashable]:
+    def sample(self, policy_version: int) -> list[Hashable]:
         _check_version(policy_version, "policy_version")
         rng = self.rng
         rho = self.rho()
@@ -397,13 +397,13 @@ class RefCapabilitySampler:
         pair_keys = sorted(members, key=repr)
         evid = self.pair_evidence(policy_version)
         free_count = {p: len(members[p]) for p in pair_keys}
-        pairs_of_task: Dict[Hashable, List[Tuple[Hashable, str]]] = {}
+        pairs_of_task: dict[Hashable, list[tuple[Hashable, str]]] = {}
         for p in pair_keys:
             for t in members[p]:
                 pairs_of_task.setdefault(t, []).append(p)
         targeted = {p: 0 for p in pair_keys}
-        in_batch: Set[Hashable] = set()
-        batch: List[Hashable] = []
+        in_batch: set[Hashable] = set()
+        batch: list[Hashable] = []
 
         def take(t):
             in_batch.add(t)
@@ -433,7 +433,7 @@ class RefCapabilitySampler:
 
     def pair_probabilities(
         self, policy_version: int, num_draws: int = 2000, seed: int = 0
-    ) -> Dict[Tuple[Hashable, str], float]:
+    ) -> dict[tuple[Hashable, str], float]:
         """Monte-Carlo E[w_dc / sum w] over the pairs eligible at batch start."""
         evid = self.pair_evidence(policy_version)
         keys = sorted(evid, key=repr)

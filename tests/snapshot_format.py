@@ -44,7 +44,7 @@ class StoreSnapshot:
     cells: list = field(default_factory=list)  # [tag, rubric, S, F, version]
 
     @classmethod
-    def parse(cls, data: bytes) -> "StoreSnapshot":
+    def parse(cls, data: bytes) -> StoreSnapshot:
         assert data[:8] == STORE_MAGIC
         fmt, g_obs, g_unobs, count = struct.unpack_from("<IddQ", data, 8)
         offset = 8 + struct.calcsize("<IddQ")
@@ -77,7 +77,7 @@ class SamplerSnapshot:
     store: bytes
 
     @classmethod
-    def parse(cls, data: bytes) -> "SamplerSnapshot":
+    def parse(cls, data: bytes) -> SamplerSnapshot:
         assert data[:8] == SAMPLER_MAGIC
         offset = 8
         (fmt, fingerprint), offset = struct.unpack_from("<IQ", data, offset), offset + 12

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Hashable, Mapping, Tuple
+from collections.abc import Hashable, Mapping
 
 import numpy as np
 
@@ -61,7 +61,7 @@ def chi2_sf(stat: float, dof: int) -> float:
 
 def gof_pvalue(
     counts: Mapping[Hashable, int], probs: Mapping[Hashable, float], min_expected: float = 5.0
-) -> Tuple[float, float, int]:
+) -> tuple[float, float, int]:
     """Pearson goodness-of-fit of observed ``counts`` against ``probs``.
 
     Cells whose expected count is below ``min_expected`` are pooled.  An
@@ -93,7 +93,7 @@ def gof_pvalue(
 
 def homogeneity_pvalue(
     counts_a: Mapping[Hashable, int], counts_b: Mapping[Hashable, int], min_expected: float = 5.0
-) -> Tuple[float, float, int]:
+) -> tuple[float, float, int]:
     """Two-sample chi-square test that two count vectors share a distribution."""
     na, nb = sum(counts_a.values()), sum(counts_b.values())
     n = na + nb
@@ -121,12 +121,12 @@ def homogeneity_pvalue(
 
 
 def pair_q_monte_carlo(
-    evidence: Mapping[Hashable, Tuple[float, float]],
+    evidence: Mapping[Hashable, tuple[float, float]],
     draws: int = 1_000_000,
     seed: int = 12345,
     weight=lambda p: p * (1.0 - p) ** 2,
     prior: float = 1.0,
-) -> Dict[Hashable, Tuple[float, float]]:
+) -> dict[Hashable, tuple[float, float]]:
     """E[w_k / sum_j w_j] with p_k ~ Beta(prior + S_k, prior + F_k) independently.
 
     Returns key -> (estimate, standard error).
@@ -158,7 +158,7 @@ def pair_q_monte_carlo(
 
 def single_selection_probabilities(
     ref, q_pair: Mapping[Hashable, float], *, rho: float = None, discovery_weight=lambda a: 1.0 / (1.0 + a)
-) -> Dict[Hashable, float]:
+) -> dict[Hashable, float]:
     """Exact probability that a batch of size 1 is task x, given the pair
     selection probabilities ``q_pair`` (pairs eligible at batch start).
 

@@ -8,7 +8,7 @@ Usage (the fixture is registered in tests/conftest.py, nothing to import):
         vllm_server.log          # the server's log file (Path)
 
 `vllm_server` is also a `str` equal to base_url, so `OpenAIJudge("judge-tiny", base_url=vllm_server, ...)`
-works as before. The server runs a tiny random model (tests/vllm_judge_model.py: one layer, head_dim 64,
+works as before. The server runs a tiny random model (tests/scripts/vllm_judge_model.py: one layer, head_dim 64,
 a byte-level tokenizer built locally; nothing is downloaded) on the CPU with vLLM's OpenAI API server
 entry point (--max-model-len 8192, float32, --enforce-eager, --seed 0); it starts on first use (about 45 s
 on an idle 2-core machine) and is killed at the end of the session. Its free text is random bytes: use
@@ -25,7 +25,6 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from _util import free_port
 
 HERE = Path(__file__).parent
 START_TIMEOUT = 420  # seconds; about a minute on an idle 2-core machine
@@ -53,12 +53,6 @@ def vllm_python() -> str:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class VLLMServer(str):
     """The running server: a str (its base_url) with .base_url, .model and .log."""
 
@@ -66,7 +60,7 @@ class VLLMServer(str):
     model: str
     log: Path
 
-    def __new__(cls, base_url: str, model: str, log: Path) -> "VLLMServer":
+    def __new__(cls, base_url: str, model: str, log: Path) -> VLLMServer:
         self = super().__new__(cls, base_url)
         self.base_url, self.model, self.log = base_url, model, log
         return self
@@ -77,7 +71,7 @@ def start_server(folder: Path):
     model = folder / "model"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     subprocess.run(
-        [sys.executable, str(HERE / "vllm_judge_model.py"), str(model)],
+        [sys.executable, str(HERE / "scripts" / "vllm_judge_model.py"), str(model)],
         check=True,
         env=env,
         capture_output=True,

@@ -7,7 +7,7 @@ import json
 
 from _util import ROOT
 
-from rwcore.trainer import cli
+from rwcore.trainer.cli import bench as bench_cli
 from rwcore.trainer.cli import main
 
 
@@ -28,7 +28,9 @@ def test_rw_bench_quick_advantages_writes_json_and_markdown(tmp_path, capsys):
 
 
 def test_rw_bench_without_a_source_checkout_says_so(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_bench_candidates", lambda: [tmp_path / "site-packages" / "bench", tmp_path / "bench"])
+    monkeypatch.setattr(
+        bench_cli, "_bench_candidates", lambda: [tmp_path / "site-packages" / "bench", tmp_path / "bench"]
+    )
     assert main(["bench", "--quick"]) == 2
     err = capsys.readouterr().err
     assert "source checkout" in err and str(tmp_path / "bench") in err

@@ -180,3 +180,13 @@ def test_the_config_reference_page_is_the_configs_own_fields():
     assert page.split("## Every section and key", 1)[1].strip() == config_markdown().strip(), (
         "docs/configs.md is out of date: regenerate its last section with rwcore.trainer.config.config_markdown()"
     )
+
+
+def test_the_metrics_glossary_is_the_declared_keys():
+    from rwcore.trainer.metrics import metrics_markdown
+
+    page = (ROOT / "docs" / "metrics.md").read_text()
+    assert "## Every key" in page
+    assert page.split("## Every key", 1)[1].strip() == metrics_markdown().strip(), (
+        "docs/metrics.md is out of date: regenerate its last section with rwcore.trainer.metrics.metrics_markdown()"
+    )

@@ -1,5 +1,5 @@
 """rwcore.kernels.filtered_dual_clip_loss vs the float64 reference
-(DESIGN.md "Filtered dual-clip policy loss"; Arise eq. 18-19, appendix B.4)."""
+(docs/kernels.md "What the kernels compute"; Arise eq. 18-19, appendix B.4)."""
 
 import os
 

@@ -1,6 +1,6 @@
 """rwcore.kernels.fused_linear_logprobs / fused_linear_policy_loss vs float64 references
-computed on materialized logits (DESIGN.md "Token log-probs (kernels)" fused-linear form,
-"Filtered dual-clip policy loss")."""
+computed on materialized logits (docs/kernels.md "What the kernels compute": the fused-linear form
+and the filtered dual-clip policy loss)."""
 
 import os
 
@@ -361,7 +361,7 @@ def test_non_contiguous_hidden_and_weight(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_repeated_calls_are_bitwise_identical(dtype, backend):
-    """DESIGN.md: every run is reproducible from its seed -> same inputs, same bits."""
+    """docs/design.md "Every run is reproducible from its seed": same inputs, same bits."""
     N, H, V, T = 13, 24, 131, 0.7
     h0, W0, b0, labels, lr, adv, mask = make_policy(N, H, V, dtype, True, seed=131)
     beh = behaviour_for(h0, W0, b0, labels, lr, T)

@@ -1,4 +1,4 @@
-"""rwcore.kernels.token_logprobs vs the float64 reference (DESIGN.md "Token log-probs (kernels)").
+"""rwcore.kernels.token_logprobs vs the float64 reference (docs/kernels.md "What the kernels compute").
 
 Both backends are exercised: "torch" and "triton" (on a CPU through the Triton
 interpreter, on CUDA natively)."""
@@ -104,7 +104,7 @@ def test_values_and_gradients(lead, V, T, return_entropy, dtype, backend):
             assert_close64(ent, ref_ent, "entropy", rtol=1e-5, atol_rel=1e-5, scale=row_scale(z, T))
         assert_close64(grad, ref_grad, "d logits", rtol=1e-4, atol_rel=1e-5)
     else:
-        # DESIGN.md: log-probs are computed in fp32 from bf16/fp16 logits -> the fp32
+        # docs/kernels.md: log-probs are computed in fp32 from bf16/fp16 logits -> the fp32
         # outputs must match the float64 reference (on the same low-precision values)
         # to fp32 accuracy.
         assert_close64(

@@ -1,5 +1,5 @@
 """Bad input to rwcore.kernels with validate=True: a ValueError naming the argument
-(DESIGN.md "Rules every part keeps")."""
+(docs/design.md "Bad input is an error that names the argument")."""
 
 import os
 

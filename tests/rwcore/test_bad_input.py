@@ -1,5 +1,5 @@
 """Bad input: a clear error naming the argument, and nothing half-applied
-(DESIGN.md "Rules every part keeps")."""
+(docs/design.md "Bad input is an error that names the argument")."""
 
 import os
 

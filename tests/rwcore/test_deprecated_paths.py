@@ -31,6 +31,7 @@ with warnings.catch_warnings(record=True) as caught:
 new = importlib.import_module({new!r})
 messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
 assert any({new!r} in m for m in messages), messages
+assert any('will be removed in rwcore 0.2.0' in m for m in messages), messages
 if {old!r} == "rwcore.pool":   # the package re-exports the new package's names
     assert old.RubricSkillPool is new.RubricSkillPool
 else:
@@ -87,3 +88,15 @@ from rwcore import CapabilitySampler, UniformSampler, RubricSkillPool, AdaptiveM
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_removal_release_is_a_later_one_than_this():
+    from importlib.metadata import version
+
+    from rwcore._deprecated import REMOVED_IN
+
+    def parse(text):
+        return tuple(int(part) for part in text.split(".")[:3])
+
+    assert REMOVED_IN == "0.2.0"  # the release named in the warnings and in docs/method.md
+    assert parse(REMOVED_IN) > parse(version("rwcore")), (REMOVED_IN, version("rwcore"))

@@ -1,8 +1,8 @@
 """Run by tests/trainer/test_vllm_real.py in a subprocess (vLLM's CPU backend binds threads and patches torch in
 the process that builds it, so it stays out of the pytest process).
 
-    python tests/vllm_check.py train RUN_DIR STEPS OVERRIDE...   # train with real vLLM, check every push
-    python tests/vllm_check.py resume RUN_DIR                    # resume; check the engine's weights
+    python tests/scripts/vllm_check.py train RUN_DIR STEPS OVERRIDE...   # train with real vLLM, check every push
+    python tests/scripts/vllm_check.py resume RUN_DIR                    # resume; check the engine's weights
 
 Prints one JSON object on its last line.
 """

@@ -1,6 +1,6 @@
 """A tiny random judge model for a real vLLM OpenAI-compatible server (tests/rwcore/judges/test_judges_vllm_real.py).
 
-    python tests/vllm_judge_model.py DIR     # writes the model and its tokenizer to DIR
+    python tests/scripts/vllm_judge_model.py DIR     # writes the model and its tokenizer to DIR
 
 A randomly initialized Llama-architecture causal LM (one layer, head_dim 64: vLLM's CPU attention
 refuses head dims below 32) with a byte-level tokenizer built here (the 256 byte symbols, no merges,

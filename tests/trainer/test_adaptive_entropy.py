@@ -11,31 +11,22 @@ and a resumed run that continues the controller exactly.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
+from _util import SMALL_RUN, metrics_rows, overrides_with, without_timing
 
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer.config import load_config
 from rwcore.trainer.entropy_control import AdaptiveEntropyControl
 from rwcore.trainer.trainer import Trainer
 
-SMALL = [
-    "model.init=random",
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
-    "rollout.tasks_per_step=4",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
+SMALL = overrides_with(
+    SMALL_RUN,
     "train.method=rewardweaver",  # a process reward from the first step: the advantages are not all 0
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=4",
-    "rewardweaver.diagnostic_tasks=4",
-]
+    drop=["pool.delta_pool"],
+)
 ADAPTIVE = ["loss.adaptive_entropy=true", "loss.entropy_coef=0.01", "loss.entropy_coef_delta=0.005"]
 
 
@@ -92,8 +83,7 @@ def _run(folder: Path, *overrides: str, steps: int) -> list[dict]:
 
 
 def _train_rows(folder: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows if row["kind"] == "train"]
+    return without_timing(metrics_rows(folder, "train"))
 
 
 def test_the_rows_report_the_coefficient_applied_and_an_unapplied_bonus_changes_nothing(tmp_path):

@@ -8,13 +8,13 @@ dies ends the run with an error naming the resume command instead of hanging it.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
 
 import pytest
 import torch
+from _util import SMALL_RUN, metrics_rows, overrides_with, train_in_process, train_steps, without_timing
 
 from rwcore.trainer import cli
 from rwcore.trainer.async_rollout import RolloutProcessDied
@@ -22,43 +22,18 @@ from rwcore.trainer.config import load_config
 from rwcore.trainer.rollout import run_episodes, score_behavior
 from rwcore.trainer.trainer import Trainer
 
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
+SMALL = overrides_with(
+    SMALL_RUN,
     "rollout.tasks_per_step=3",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
     "rewardweaver.diagnosis_tasks=3",
     "rewardweaver.diagnostic_tasks=3",
     "optim.lr=3e-3",  # large steps, so a one-version lag moves the ratios visibly
-]
-
-
-def rows(folder: Path, kind: str = "train") -> list[dict]:
-    return [
-        row
-        for row in (json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line)
-        if row["kind"] == kind
-    ]
-
-
-def without_timing(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
+)
 
 
 def run(folder: Path, *overrides: str) -> list[dict]:
-    trainer = Trainer(load_config(None, [*SMALL, *overrides]), folder, quiet=True)
-    trainer.setup()
-    try:
-        trainer.train()
-    finally:
-        trainer.cleanup()
-    return rows(folder)
+    train_in_process(folder, [*SMALL, *overrides])
+    return metrics_rows(folder, "train")
 
 
 @pytest.mark.parametrize("lag", [1, 2])
@@ -164,8 +139,10 @@ def test_an_interrupted_lagged_run_resumes_to_the_uninterrupted_metrics(tmp_path
     assert resumed.step == 4 and resumed.rollouts_ahead.pending() == [4]
     resumed.train()
     resumed.cleanup()
-    assert without_timing(rows(tmp_path / "cut")) == without_timing(straight)
-    assert without_timing(rows(tmp_path / "cut", "eval")) == without_timing(rows(tmp_path / "straight", "eval"))
+    assert without_timing(metrics_rows(tmp_path / "cut", "train")) == without_timing(straight)
+    assert without_timing(metrics_rows(tmp_path / "cut", "eval")) == without_timing(
+        metrics_rows(tmp_path / "straight", "eval")
+    )
 
 
 def test_a_dead_rollout_process_ends_the_run_with_the_resume_command(tmp_path, capsys, monkeypatch):
@@ -185,7 +162,7 @@ def test_a_dead_rollout_process_ends_the_run_with_the_resume_command(tmp_path, c
     assert (out / "checkpoints" / "latest").read_text() == "step_000002"  # the run resumes from there
     monkeypatch.setattr(Trainer, "train_step", original)
     assert cli.main(["train", "--resume", str(out), "--quiet"]) == 0
-    assert [row["step"] for row in rows(out)] == [1, 2, 3, 4, 5, 6]
+    assert train_steps(out) == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_failing_rollout_process_reports_its_traceback(tmp_path):

@@ -24,50 +24,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from _util import ROOT
+from _util import ROOT, SMALL_RUN, checkpoint_folder, metrics_rows, overrides_with, train_in_process, without_timing
 
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
 from rwcore.trainer.trainer import Trainer
 
 REPO = ROOT
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=4",
-    "rollout.tasks_per_step=4",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=1",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=4",
-    "rewardweaver.diagnostic_tasks=4",
-    "train.method=combined",
-    "train.steps=2",
-]
+SMALL = overrides_with(
+    SMALL_RUN, "env.options.num_eval=4", "train.checkpoint_every=1", "train.method=combined", "train.steps=2"
+)
 FILES = ("model.pt", "optimizer.pt", "state.pt", "manifest.json")
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
-def without_timing(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
 
 
 @pytest.fixture(scope="module")
 def source_run(tmp_path_factory) -> Path:
     """A finished two-step run with checkpoints at steps 1 and 2 (never modified: tests copy it)."""
     folder = tmp_path_factory.mktemp("source") / "run"
-    trainer = Trainer(load_config(None, SMALL), folder, quiet=True)
-    trainer.setup()
-    try:
-        trainer.train()
-    finally:
-        trainer.cleanup()
+    train_in_process(folder, SMALL)
     return folder
 
 
@@ -76,10 +50,6 @@ def run(source_run, tmp_path) -> Path:
     copy = tmp_path / "run"
     shutil.copytree(source_run, copy)
     return copy
-
-
-def step(run: Path, n: int) -> Path:
-    return run / "checkpoints" / f"step_{n:06d}"
 
 
 def flip(path: Path, offset: int, bit: int) -> None:
@@ -117,16 +87,16 @@ def hand_written_manifest(folder: Path, step_number: int) -> None:
 
 @pytest.mark.parametrize("name", FILES)
 def test_rw_eval_refuses_a_flipped_byte_naming_the_file(run, capsys, name):
-    path = step(run, 2) / name
+    path = checkpoint_folder(run, 2) / name
     flip(path, path.stat().st_size // 2, 3)  # the middle of the file: tensor data for model.pt
-    code = cli.main(["eval", str(step(run, 2)), "--tasks", "1"])
+    code = cli.main(["eval", str(checkpoint_folder(run, 2)), "--tasks", "1"])
     line = one_error_line(capsys.readouterr().err)
     assert code != 0
     assert str(path) in line
 
 
 def test_rw_eval_refuses_a_checkpoint_without_manifest(run, capsys):
-    (step(run, 2) / "manifest.json").unlink(missing_ok=True)
+    (checkpoint_folder(run, 2) / "manifest.json").unlink(missing_ok=True)
     code = cli.main(["eval", str(run), "--tasks", "1"])  # the run folder: its latest checkpoint
     line = one_error_line(capsys.readouterr().err)
     assert code != 0
@@ -136,7 +106,7 @@ def test_rw_eval_refuses_a_checkpoint_without_manifest(run, capsys):
 def test_bit_flips_at_many_offsets_are_all_detected(run):
     from rwcore.trainer.checkpoint import CheckpointError, verify
 
-    folder = step(run, 2)
+    folder = checkpoint_folder(run, 2)
     verify(folder)  # the untouched checkpoint passes
     rng = random.Random(13)
     cases = 0
@@ -162,7 +132,7 @@ def test_bit_flips_at_many_offsets_are_all_detected(run):
 def test_truncation_and_extra_or_missing_files_are_detected(run):
     from rwcore.trainer.checkpoint import CheckpointError, verify
 
-    folder = step(run, 2)
+    folder = checkpoint_folder(run, 2)
     state = folder / "state.pt"
     original = state.read_bytes()
     state.write_bytes(original[: len(original) // 2])
@@ -182,7 +152,7 @@ def test_truncation_and_extra_or_missing_files_are_detected(run):
 
 
 def test_resume_falls_back_to_the_newest_intact_checkpoint_and_says_so(run, source_run, capsys):
-    state = step(run, 2) / "state.pt"
+    state = checkpoint_folder(run, 2) / "state.pt"
     state.write_bytes(state.read_bytes()[:1000])  # truncated, as by a crash of an unsafe copy
     code = cli.main(["train", "--resume", str(run), "--quiet"])
     captured = capsys.readouterr()
@@ -191,12 +161,12 @@ def test_resume_falls_back_to_the_newest_intact_checkpoint_and_says_so(run, sour
     assert len(lines) == 1, captured.err
     assert "step_000002" in lines[0] and "state.pt" in lines[0] and "step_000001" in lines[0]
     # resumed at step 1, step 2 trained again: the same metrics as the uninterrupted run
-    assert without_timing(rows(run)) == without_timing(rows(source_run))
+    assert without_timing(metrics_rows(run)) == without_timing(metrics_rows(source_run))
 
 
 def test_resume_with_no_intact_checkpoint_names_the_run_folder(run, capsys):
-    flip(step(run, 2) / "model.pt", 5000, 0)
-    state = step(run, 1) / "state.pt"
+    flip(checkpoint_folder(run, 2) / "model.pt", 5000, 0)
+    state = checkpoint_folder(run, 1) / "state.pt"
     state.write_bytes(state.read_bytes()[:-10])
     metrics = (run / "metrics.jsonl").read_bytes()
     code = cli.main(["train", "--resume", str(run), "--quiet"])
@@ -222,7 +192,7 @@ class _Marker:
 @pytest.mark.parametrize("command", ["eval", "resume"])
 def test_a_crafted_state_pt_is_refused_and_runs_no_code(run, tmp_path, capsys, command):
     marker = tmp_path / "marker"
-    folder = step(run, 2)
+    folder = checkpoint_folder(run, 2)
     torch.save({"step": 2, "payload": _Marker(marker)}, folder / "state.pt")
     hand_written_manifest(folder, 2)  # a forger can always write a matching manifest
     argv = ["eval", str(folder), "--tasks", "1"] if command == "eval" else ["train", "--resume", str(run), "--quiet"]
@@ -237,7 +207,7 @@ def test_a_crafted_state_pt_is_refused_and_runs_no_code(run, tmp_path, capsys, c
 
 
 def test_every_checkpoint_file_loads_with_weights_only(source_run):
-    files = sorted(step(source_run, 2).glob("*.pt"))
+    files = sorted(checkpoint_folder(source_run, 2).glob("*.pt"))
     assert [p.name for p in files] == ["model.pt", "optimizer.pt", "state.pt"]
     for path in files:
         torch.load(path, weights_only=True)
@@ -357,7 +327,7 @@ def test_disk_full_while_checkpointing_gives_one_line_and_leaves_no_temporaries(
     assert "No space left on device" in line and str(out / "checkpoints") in line
     assert no_temporaries(out)
     assert (out / "checkpoints" / "latest").read_text() == "step_000001"
-    assert not step(out, 2).exists()
+    assert not checkpoint_folder(out, 2).exists()
 
 
 @pytest.mark.parametrize("case", ["under_a_file", "checkpoints_is_a_file", "metrics_is_a_folder"])

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 from _util import ROOT
 
-from rwcore.trainer import cli
-from rwcore.trainer.cli import main
+from rwcore.trainer.cli import main, training
 from rwcore.trainer.config import Config, load_config
 
 
@@ -52,7 +51,7 @@ class FakeTrainer:
 def fake(monkeypatch):
     FakeTrainer.calls = []
     FakeTrainer.fail_in_train = None
-    monkeypatch.setattr(cli, "_trainer_class", lambda: FakeTrainer)
+    monkeypatch.setattr(training, "_trainer_class", lambda: FakeTrainer)
     return FakeTrainer
 
 

@@ -10,25 +10,14 @@ import sys
 import time
 
 import pytest
-from _util import TESTS
+from _util import TESTS, populated_sampler
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rwcore.trainer import cli
 from rwcore.trainer.cli import main
 from rwcore.trainer.config import MAX_YAML_VALUES, load_config
 
 sys.path.insert(0, str(TESTS))
-
-
-class _NoTrainer:
-    def __init__(self, *args, **kwargs):
-        raise AssertionError("a trainer was built although the config should have been refused")
-
-
-@pytest.fixture
-def no_trainer(monkeypatch):
-    monkeypatch.setattr(cli, "_trainer_class", lambda: _NoTrainer)
 
 
 # ---- duplicate keys --------------------------------------------------------------------------------
@@ -193,8 +182,6 @@ def test_an_unknown_environment_option_is_refused_naming_it_and_the_choices(tmp_
 
 
 def _sampler_state():
-    from test_capability_sampler import populated_sampler
-
     _, sampler = populated_sampler()
     return sampler.state_dict()
 
@@ -216,8 +203,6 @@ def test_a_malformed_sampler_snapshot_is_always_a_value_error_and_changes_nothin
     """Every field of a real snapshot (two levels into lists), replaced by each bad value or deleted:
     load_state_dict raises ValueError (KeyError, TypeError and OverflowError escaped before) and the
     sampler's own state is what it was."""
-    from test_capability_sampler import populated_sampler
-
     state = _sampler_state()
     _, intact = populated_sampler(seed=0)
     intact.load_state_dict(copy.deepcopy(state))  # the unbroken snapshot still loads, exactly

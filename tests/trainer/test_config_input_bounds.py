@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from rwcore.trainer import cli
 from rwcore.trainer.cli import main
 from rwcore.trainer.config import config_from_dict, load_config, rollout_correction
 
@@ -25,16 +24,6 @@ SIZE_BOUND = 4 * MIB  # docs/configs.md: a config file holds at most 4 MiB
 DEPTH_BOUND = 64  # docs/configs.md: lists and mappings nest at most 64 levels
 KEY_BOUND = 32  # docs/configs.md: a dotted key has at most 32 parts
 KINDS = ("standard", "bundle", "haggler", "quote", "no_deal", "hostile", "sold_out")  # the negotiation task kinds
-
-
-class _NoTrainer:
-    def __init__(self, *args, **kwargs):
-        raise AssertionError("a trainer was built although the config should have been refused")
-
-
-@pytest.fixture
-def no_trainer(monkeypatch):
-    monkeypatch.setattr(cli, "_trainer_class", lambda: _NoTrainer)
 
 
 def _one_line(capsys) -> str:

@@ -14,8 +14,8 @@ import torch
 from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from rwcore.trainer.envs.negotiation import NegotiationEnv
+from rwcore.trainer.generation import HFGenerator, own_decoding, reserve_room
 from rwcore.trainer.policy import Policy, WordCodec, build_model
-from rwcore.trainer.rollout import HFGenerator, own_decoding, reserve_room
 
 VOCAB = 40
 BUDGET = 12

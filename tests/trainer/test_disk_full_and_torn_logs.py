@@ -7,7 +7,6 @@ same for one file with EFBIG. A torn log line is what a kill -9 or a power cut l
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,47 +14,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from _util import SMALL_LOOP, checkpoint_folder, metrics_rows, overrides_with, train_in_process, without_timing
 
 from rwcore.trainer import cli
-from rwcore.trainer.config import load_config
-from rwcore.trainer.trainer import Trainer
 
-SMALL = [
-    "model.init=random",
-    "env.options.num_train=40",
-    "env.options.num_eval=4",
-    "rollout.tasks_per_step=4",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=1",
-    "train.method=rw_outcome_grpo",
-    "train.steps=2",
-]
+SMALL = overrides_with(
+    SMALL_LOOP, "env.options.num_eval=4", "train.checkpoint_every=1", "train.method=rw_outcome_grpo", "train.steps=2"
+)
 PAGE = 4096
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
-def without_timing(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
-
-
-def step(run: Path, n: int) -> Path:
-    return run / "checkpoints" / f"step_{n:06d}"
 
 
 @pytest.fixture(scope="module")
 def source_run(tmp_path_factory) -> Path:
     """A finished two-step run with checkpoints at steps 1 and 2 (tests copy it)."""
     folder = tmp_path_factory.mktemp("source") / "run"
-    trainer = Trainer(load_config(None, SMALL), folder, quiet=True)
-    trainer.setup()
-    try:
-        trainer.train()
-    finally:
-        trainer.cleanup()
+    train_in_process(folder, SMALL)
     return folder
 
 
@@ -64,7 +37,7 @@ def killed_after_step_1(source_run, tmp_path) -> Path:
     """The run as a kill during step 2 leaves it: step 1's checkpoint, step 2's rows already logged."""
     copy = tmp_path / "run"
     shutil.copytree(source_run, copy)
-    shutil.rmtree(step(copy, 2))
+    shutil.rmtree(checkpoint_folder(copy, 2))
     (copy / "checkpoints" / "latest").write_text("step_000001")
     return copy
 
@@ -104,7 +77,7 @@ def test_a_torn_last_line_is_dropped_with_one_line_and_the_run_resumes_exactly(
     assert len(lines) == 1, lines
     assert str(path) in lines[0] and "last line" in lines[0] and "step 1" in lines[0]
     # resumed at step 1, step 2 trained again: the same rows as the uninterrupted run, no torn one
-    assert without_timing(rows(killed_after_step_1)) == without_timing(rows(source_run))
+    assert without_timing(metrics_rows(killed_after_step_1)) == without_timing(metrics_rows(source_run))
     assert (killed_after_step_1 / log).read_text().count("\n") == (source_run / log).read_text().count("\n")
 
 
@@ -155,9 +128,9 @@ def _train_in_namespace(out: Path, mount: Path, size: int, steps: int, limit: in
 def test_a_real_full_disk_while_checkpointing_gives_one_line_naming_what_was_kept(source_run, tmp_path):
     """The tmpfs holds the run up to step 1 and half of step 2's checkpoint: step 2's write fails with a
     real ENOSPC, the run stops with one line naming the file, step 1 stays intact and resumes."""
-    one_checkpoint = _on_disk(step(source_run, 1))
+    one_checkpoint = _on_disk(checkpoint_folder(source_run, 1))
     # what the run holds once step 1 is checkpointed, plus room for logs, then half a checkpoint more
-    size = _on_disk(source_run) - _on_disk(step(source_run, 2)) + 16 * PAGE + one_checkpoint // 2
+    size = _on_disk(source_run) - _on_disk(checkpoint_folder(source_run, 2)) + 16 * PAGE + one_checkpoint // 2
     mount = tmp_path / "disk"
     mount.mkdir()
     out = mount / "run"

@@ -15,47 +15,24 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _util import TESTS, normalize
+from _util import SMALL_RUN, TESTS, free_port, metrics_rows, normalize, overrides_with, rw_command, without_timing
 
 from rwcore.trainer.config import load_config
 from rwcore.trainer.engines import deepspeed_config
 from rwcore.trainer.trainer import Trainer
 
-HERE = TESTS
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
-    "rollout.tasks_per_step=5",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "train.steps=4",
-    "optim.minibatches=2",
-    "rewardweaver.diagnosis_tasks=4",
-    "rewardweaver.diagnostic_tasks=4",
-]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+SMALL = overrides_with(SMALL_RUN, "rollout.tasks_per_step=5", "train.steps=4", "optim.minibatches=2")
 
 
 def _environment() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS / "scripts"), env.get("PYTHONPATH", "")]))
     env.setdefault("OMP_NUM_THREADS", "1")
     return env
 
@@ -67,7 +44,7 @@ def torchrun(*args: str, processes: int = 2, timeout: int = 600) -> subprocess.C
         "torch.distributed.run",
         f"--nproc_per_node={processes}",
         "--master_addr=127.0.0.1",
-        f"--master_port={_free_port()}",
+        f"--master_port={free_port()}",
         *args,
     ]
     done = subprocess.run(command, env=_environment(), capture_output=True, text=True, timeout=timeout)
@@ -75,17 +52,9 @@ def torchrun(*args: str, processes: int = 2, timeout: int = 600) -> subprocess.C
     return done
 
 
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
-def without_timing(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
-
-
 def test_two_process_zero_update_equals_one_process_update_on_the_whole_batch(tmp_path):
     out = tmp_path / "result"
-    torchrun(str(HERE / "engine_worker.py"), str(out), "0,1,2", "2")
+    torchrun(str(TESTS / "scripts" / "engine_worker.py"), str(out), "0,1,2", "2")
     results = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
     for result in results:
         assert result["world"] == 2
@@ -101,24 +70,14 @@ def test_two_process_zero_update_equals_one_process_update_on_the_whole_batch(tm
 def test_one_process_deepspeed_run_logs_what_the_torch_engine_logs(tmp_path):
     for engine in ("torch", "deepspeed"):
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rwcore.trainer",
-                "train",
-                "--quiet",
-                "--out",
-                str(tmp_path / engine),
-                *SMALL,
-                f"train.engine={engine}",
-            ],
+            rw_command("train", "--quiet", "--out", str(tmp_path / engine), *SMALL, f"train.engine={engine}"),
             env=_environment(),
             capture_output=True,
             text=True,
             timeout=600,
         )
         assert done.returncode == 0, done.stderr[-3000:]
-    torch_rows, deepspeed_rows = rows(tmp_path / "torch"), rows(tmp_path / "deepspeed")
+    torch_rows, deepspeed_rows = metrics_rows(tmp_path / "torch"), metrics_rows(tmp_path / "deepspeed")
     assert len(torch_rows) == len(deepspeed_rows) == 4 + 3 + 1  # + the starting policy's exploration row
     for ours, theirs in zip(torch_rows, deepspeed_rows):
         assert ours.keys() == theirs.keys()
@@ -138,16 +97,16 @@ def test_one_process_deepspeed_run_logs_what_the_torch_engine_logs(tmp_path):
 
 def test_two_processes_share_one_state_write_once_and_resume_exactly(tmp_path):
     overrides = [*SMALL, "train.engine=deepspeed", "train.method=combined"]
-    worker = str(HERE / "dp_worker.py")
+    worker = str(TESTS / "scripts" / "dp_worker.py")
     torchrun(worker, "straight", str(tmp_path / "straight"), *overrides)
     torchrun(worker, "cut", str(tmp_path / "cut"), *overrides)
     torchrun(worker, "resume", str(tmp_path / "cut"))
 
-    straight = rows(tmp_path / "straight")
+    straight = metrics_rows(tmp_path / "straight")
     assert [r["step"] for r in straight if r["kind"] == "train"] == [1, 2, 3, 4]  # written once, by rank 0
     assert [r["step"] for r in straight if r["kind"] == "eval"] == [0, 2, 4]
     assert all(r["eval/episodes"] == 8 for r in straight if r["kind"] == "eval")  # both ranks' halves
-    assert without_timing(rows(tmp_path / "cut")) == without_timing(straight)
+    assert without_timing(metrics_rows(tmp_path / "cut")) == without_timing(straight)
 
     states = {
         (name, rank): pickle.loads((tmp_path / name / f"state.{rank}.pkl").read_bytes())
@@ -165,7 +124,12 @@ def test_two_processes_share_one_state_write_once_and_resume_exactly(tmp_path):
 
 def test_resume_with_another_number_of_processes_is_refused(tmp_path):
     torchrun(
-        str(HERE / "dp_worker.py"), "straight", str(tmp_path / "run"), *SMALL, "train.engine=deepspeed", "train.steps=2"
+        str(TESTS / "scripts" / "dp_worker.py"),
+        "straight",
+        str(tmp_path / "run"),
+        *SMALL,
+        "train.engine=deepspeed",
+        "train.steps=2",
     )
     done = subprocess.run(
         [sys.executable, "-m", "rwcore.trainer", "train", "--resume", str(tmp_path / "run")],

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from _util import metrics_rows
 
 from rwcore.trainer import envs
 from rwcore.trainer.cli import main
@@ -27,10 +28,6 @@ SMALL = [
     "train.start_pass_k=3",
     "train.probe_at_eval=off",
 ]
-
-
-def _rows(run):
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
 
 
 def test_blocks_of_tasks_sample_what_the_whole_list_does():
@@ -55,7 +52,7 @@ def test_the_run_logs_the_starting_policy_and_every_steps_group_shares(tmp_path)
     trainer = Trainer(load_config(None, [*SMALL, "train.method=outcome_only"]), tmp_path / "run", quiet=True)
     trainer.setup()
     trainer.train()
-    rows = _rows(tmp_path / "run")
+    rows = metrics_rows(tmp_path / "run")
     assert [(r["step"], r["kind"]) for r in rows[:2]] == [(0, "eval"), (0, "exploration")]
     explored = rows[1]
     assert {"exploration/pass@1", "exploration/pass@3", "exploration/zero_variance_groups"} <= set(explored)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _util import save_tiny_chat_model
+from _util import child_env, save_tiny_chat_model
 
 HERE = Path(__file__).resolve()
 
@@ -86,7 +86,7 @@ def train(folder: Path, overrides: list[str]) -> dict:
 
 def rw(*args: str) -> tuple[int, str, str]:
     """`rw ...` in a subprocess: exit code, stdout, stderr."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = child_env()
     result = subprocess.run(
         [sys.executable, "-m", "rwcore.trainer", *args], capture_output=True, text=True, timeout=300, env=env
     )
@@ -306,11 +306,18 @@ def vllm_results(named, builtin, lora, tmp_path_factory):
         entries.append({"folder": str(case["out"]), "sequence": case["sequence"], "text": tokenizer_text})
     spec = tmp_path_factory.mktemp("vllm") / "spec.json"
     spec.write_text(json.dumps(entries))
-    # run as a script, its folder (not tests/) leads sys.path: tests/ is added for the helper modules
-    python_path = os.pathsep.join(filter(None, [str(HERE.parents[1]), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": python_path}
+    # this file as a script, with tests/ on sys.path for its helper modules; rwcore is imported first, because
+    # tests/rwcore/ (a test folder) would otherwise be found as a namespace package in its place
+    launch = (
+        "import runpy, sys; import rwcore; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
     result = subprocess.run(
-        [sys.executable, str(HERE), "vllm", str(spec)], capture_output=True, text=True, timeout=600, env=env
+        [sys.executable, "-c", launch, str(HERE.parents[1]), str(HERE), "vllm", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_env(),
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

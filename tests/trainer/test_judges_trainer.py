@@ -4,24 +4,21 @@ row carries the per-rubric invalid rates `judge/invalid_rate/<rubric id>`."""
 
 from __future__ import annotations
 
-import json
 import logging
+
+from _util import SMALL_LOOP, metrics_rows, overrides_with
 
 from rwcore.trainer.config import load_config
 from rwcore.trainer.trainer import Trainer
 
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
-    "rollout.tasks_per_step=4",
-    "rollout.group_size=4",
+SMALL = overrides_with(
+    SMALL_LOOP,
     "train.eval_every=0",
     "train.checkpoint_every=0",
     "pool.delta_pool=2",
     "train.steps=4",
     "train.method=arise",
-]
+)
 
 
 class RaisingJudge:
@@ -41,7 +38,7 @@ def test_a_judge_that_raises_gives_invalid_rows_and_the_run_goes_on(tmp_path, ca
     judge = trainer.judge = RaisingJudge()
     with caplog.at_level(logging.WARNING, logger="rwcore"):
         trainer.train()
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if line]
+    rows = metrics_rows(tmp_path / "run")
     train = [row for row in rows if row["kind"] == "train"]
     assert len(train) == 4
     judged = [row for row in train if row["judgments"]]  # the pool is empty until its first update

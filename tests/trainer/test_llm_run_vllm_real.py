@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 
+from _util import metrics_rows
 from judge_server import loopback_without_proxy  # noqa: F401 - autouse fixture
 
-import rwcore.trainer.trainer as trainer_module
 from rwcore.arise.pool import SKILLS_BEGIN
+from rwcore.trainer import rank_rollouts
 from rwcore.trainer.config import load_config
 from rwcore.trainer.trainer import Trainer
 
@@ -27,13 +28,13 @@ NO_KEY = "RWCORE_TEST_LLM_RUN_UNSET_KEY"  # never set: the loopback server takes
 
 def test_a_combined_run_with_a_real_vllm_judge_reflector_and_attributor(vllm_server, tmp_path, monkeypatch):
     prompts: list[tuple[str, str]] = []
-    real = trainer_module.run_episodes
+    real = rank_rollouts.run_episodes
 
     def recording(env, policy, jobs, system_prompt, *args, **kwargs):
         prompts.append((jobs[0][2].split("/")[0] if jobs else "", system_prompt))
         return real(env, policy, jobs, system_prompt, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "run_episodes", recording)
+    monkeypatch.setattr(rank_rollouts, "run_episodes", recording)
     overrides = [
         "model.init=random",  # the LLM path is under test, not the reading prior
         "env.options.num_train=12",
@@ -72,7 +73,7 @@ def test_a_combined_run_with_a_real_vllm_judge_reflector_and_attributor(vllm_ser
     trainer.setup()
     trainer.train()
     run = tmp_path / "run"
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    rows = metrics_rows(run)
     train = [row for row in rows if row["kind"] == "train"]
 
     # Arise: pairs created, refined and retired from the server's answers

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _util import TESTS, save_tiny_chat_model
+from _util import TESTS, metrics_rows, save_tiny_chat_model, without_timing
 
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config, save_config
@@ -26,7 +26,6 @@ from rwcore.trainer.envs.negotiation import NegotiationEnv
 from rwcore.trainer.lora import policy_with_adapters
 from rwcore.trainer.trainer import Trainer
 
-HERE = TESTS
 RANK, ALPHA = 4, 8.0
 NAMED = [  # a short run of the tiny named model with rank-4 adapters
     "train.method=outcome_only",
@@ -76,14 +75,6 @@ def one_thread():
 
 def named(model_folder: Path, *extra: str) -> list[str]:
     return [f"model.name={model_folder}", *NAMED, *extra]
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
-def without_timing(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
 
 
 def is_adapter(name: str) -> bool:
@@ -336,10 +327,10 @@ def test_kill_minus_nine_then_resume_reproduces_the_uninterrupted_metrics(model_
         if process.poll() is None:
             process.kill()
             process.wait(timeout=30)
-    steps = [r["step"] for r in rows(cut) if r["kind"] == "train"]
+    steps = [r["step"] for r in metrics_rows(cut) if r["kind"] == "train"]
     assert steps and steps[-1] < 6  # it was stopped before the end
     assert cli.main(["train", "--resume", str(cut), "--quiet"]) == 0
-    assert without_timing(rows(cut)) == without_timing(rows(tmp_path / "straight"))
+    assert without_timing(metrics_rows(cut)) == without_timing(metrics_rows(tmp_path / "straight"))
 
 
 # ---- the built-in model, the asynchronous rollout process, DeepSpeed, vLLM ------------------------
@@ -375,7 +366,7 @@ def test_the_rollout_process_samples_from_the_merged_weights(tmp_path):
     try:
         with torch.no_grad():  # adapters far from zero, so that merged and base weights differ a lot
             generator = torch.Generator().manual_seed(0)
-            for name, parameter in trainer.policy.model.named_parameters():
+            for _name, parameter in trainer.policy.model.named_parameters():
                 if parameter.requires_grad:
                     parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
         trainer._sync_generator()
@@ -449,7 +440,7 @@ def test_vllm_gets_the_merged_weights_after_every_lora_update(tmp_path):
     from test_vllm_real import SMALL, run
 
     result = run(
-        str(HERE / "vllm_check.py"),
+        str(TESTS / "scripts" / "vllm_check.py"),
         "train",
         str(tmp_path / "run"),
         "2",

@@ -210,7 +210,7 @@ def test_gof_and_homogeneity_behave():
 # The reference sample() agrees with the closed-form single-selection model
 # ----------------------------------------------------------------------------
 def test_reference_sample_matches_selection_probabilities():
-    tasks = {"t%d" % i: tags for i, tags in enumerate([["A"], ["A", "B"], ["B"], ["C"], ["C"], ["A"]])}
+    tasks = {f"t{i}": tags for i, tags in enumerate([["A"], ["A", "B"], ["B"], ["C"], ["C"], ["A"]])}
     cs = RefCapabilitySampler(tasks, batch_size=1, group_size=4, seed=3)
     cs.set_rubrics({"e": "Execution", "v": "Verification"})
     cs.record_group("t0", {"e": [True] * 4, "v": [False] * 4}, 0)
@@ -234,7 +234,7 @@ def test_reference_quota_and_distinct():
     tasks = {f"{tag}{i}": [tag] for tag in "PQRS" for i in range(5)}
     cs = RefCapabilitySampler(tasks, batch_size=8, group_size=2, rho_min=0.0, quota_fraction=0.25, seed=0)
     cs.set_rubrics({"e": "Execution"})
-    for i, t in enumerate(tasks):
+    for _i, t in enumerate(tasks):
         # tag P: near certain failure is favoured by p(1-p)^2
         cs.record_group(t, {"e": [t.startswith("S"), False]}, 0)
     assert cs.coverage() == 1.0

@@ -1,6 +1,7 @@
 """Exact resume: state_dict -> pickle -> load into a fresh object continues
-with identical batches and identical accounting (DESIGN.md: "checkpoints hold
-every RNG state ... so a resumed run continues exactly")."""
+with identical batches and identical accounting (docs/design.md "Every run is
+reproducible from its seed": checkpoints hold every RNG state ... so a resumed
+run continues exactly)."""
 
 import math
 import pickle

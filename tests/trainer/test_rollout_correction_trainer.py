@@ -3,32 +3,29 @@ staleness under rollout.max_lag, and config errors that name the keys."""
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
+from _util import SMALL_LOOP, metrics_rows, overrides_with
 
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
 
-SMALL = [
-    "model.init=random",
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
+SMALL = overrides_with(
+    SMALL_LOOP,
     "rollout.tasks_per_step=3",
-    "rollout.group_size=4",
     "train.eval_every=100",
     "train.checkpoint_every=100",
     "train.method=outcome_only",
     "optim.lr=3e-3",
-]
+)
 
 
 def train_rows(out: Path, *overrides: str) -> list[dict]:
     code = cli.main(["train", "--out", str(out), "--quiet", *SMALL, *overrides])
     assert code == 0
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
+    rows = metrics_rows(out)
     return [row for row in rows if "loss" in row]
 
 

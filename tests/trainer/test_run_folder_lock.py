@@ -19,22 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+from _util import TINY_RUN, ablate_command, child_env, metrics_rows, overrides_with, train_steps
 
 from rwcore.trainer.cli import main
 
-TINY = [
-    "model.init=random",
-    "env.options.num_train=16",
-    "env.options.num_eval=4",
-    "rollout.tasks_per_step=2",
-    "rollout.group_size=2",
-    "train.steps=2",
-    "train.eval_every=0",
-    "train.checkpoint_every=1",
-    "train.method=rw_outcome_grpo",
-]
 LONG = "train.steps=3000"  # a run that is still training when the second writer comes
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+ENV = child_env(MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 # run_lock.py needs only the standard library: loaded from its file, the holder starts without importing torch
 HOLD = (
     "import importlib.util, sys\n"
@@ -99,19 +89,11 @@ def _wait_for(path: Path, process: subprocess.Popen | None = None, timeout: floa
         time.sleep(0.1)
 
 
-def _rows(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-
-
-def _train_steps(run: Path) -> list[int]:
-    return [row["step"] for row in _rows(run) if row.get("kind") == "train"]
-
-
 def _one_run_of(run: Path, last: int | None = None) -> list[int]:
     """metrics.jsonl holds one run: train steps 1..n, each once, and one evaluation at step 0."""
-    steps = _train_steps(run)
+    steps = train_steps(run)
     assert steps == list(range(1, len(steps) + 1)), steps
-    assert [row["step"] for row in _rows(run) if row.get("kind") == "eval"].count(0) == 1
+    assert [row["step"] for row in metrics_rows(run) if row.get("kind") == "eval"].count(0) == 1
     if last is not None:
         assert steps[-1] == last
     return steps
@@ -155,7 +137,7 @@ def _stop(process: subprocess.Popen) -> None:
 def finished_run(tmp_path_factory) -> Path:
     """A finished two-step run to copy."""
     run = tmp_path_factory.mktemp("finished") / "run"
-    assert main(["train", "--out", str(run), "--quiet", *TINY]) == 0
+    assert main(["train", "--out", str(run), "--quiet", *TINY_RUN]) == 0
     return run
 
 
@@ -167,9 +149,9 @@ def _refuses_every_second_writer(run: Path, holder: subprocess.Popen, capsys) ->
     pid, removing and changing nothing of the run."""
     config = (run / "config.yaml").read_bytes()
     for argv in (
-        ["--out", str(run), *TINY],
+        ["--out", str(run), *TINY_RUN],
         ["--resume", str(run)],
-        ["--out", str(run), "--overwrite", *TINY],
+        ["--out", str(run), "--overwrite", *TINY_RUN],
     ):
         assert main(["train", "--quiet", *argv]) == 2, argv
         assert capsys.readouterr().err == _busy(run, holder.pid), argv
@@ -190,7 +172,7 @@ def test_a_live_run_refuses_every_second_writer_and_keeps_one_history(tmp_path, 
     run.mkdir()
     holders = []
     try:
-        racers = [_start(tmp_path, "--out", run, *TINY, LONG) for _ in range(2)]
+        racers = [_start(tmp_path, "--out", run, *TINY_RUN, LONG) for _ in range(2)]
         holders += racers
         _wait_for(run / "checkpoints" / "step_000001")
         deadline = time.monotonic() + 30
@@ -217,7 +199,7 @@ def test_a_live_run_refuses_every_second_writer_and_keeps_one_history(tmp_path, 
         assert last >= at + 2  # continued from the checkpoint, no step twice
         assert lock_holder(run) is None  # the kernel let go of it with the process
 
-        replaced = _start(tmp_path, "--out", run, "--overwrite", *TINY, LONG)
+        replaced = _start(tmp_path, "--out", run, "--overwrite", *TINY_RUN, LONG)
         holders.append(replaced)
         _wait_for(run / "checkpoints" / f"step_{last + 1:06d}", replaced)  # past the old run's last step
         _refuses_every_second_writer(run, replaced, capsys)
@@ -239,17 +221,17 @@ def test_a_process_holding_the_lock_refuses_every_writer_and_nothing_changes(tmp
         before = {folder: _tree(folder) for folder in (run, empty)}
         assert set(before[empty]) == {".rw.lock"}
         for folder, argv in (
-            (empty, ["--out", str(empty), *TINY]),
-            (run, ["--out", str(run), *TINY]),
+            (empty, ["--out", str(empty), *TINY_RUN]),
+            (run, ["--out", str(run), *TINY_RUN]),
             (run, ["--resume", str(run)]),
-            (run, ["--out", str(run), "--overwrite", *TINY]),
+            (run, ["--out", str(run), "--overwrite", *TINY_RUN]),
         ):
             assert main(["train", "--quiet", *argv]) == 2, argv
             assert capsys.readouterr().err == _busy(folder, holder.pid), argv
             assert {f: _tree(f) for f in (run, empty)} == before, argv
     finally:
         _let_go(holder)
-    assert main(["train", "--out", str(empty), "--quiet", *TINY]) == 0  # free again once the holder let go
+    assert main(["train", "--out", str(empty), "--quiet", *TINY_RUN]) == 0  # free again once the holder let go
     _one_run_of(empty, last=2)
 
 
@@ -287,7 +269,7 @@ class _Recorder:
 def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys, monkeypatch, finished_run, command):
     """A killed writer leaves `.rw.lock` with its pid; the kernel let go of the lock when it died, so the
     next writer takes it over without a word (and the lock file does not make the folder someone's files)."""
-    from rwcore.trainer import cli
+    from rwcore.trainer.cli import training
 
     run = tmp_path / "run"
     if command == "new":
@@ -295,12 +277,12 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys, monkeypat
     else:
         shutil.copytree(finished_run, run)
     (run / ".rw.lock").write_text(f"{_dead_pid()}\n")
-    monkeypatch.setattr(cli, "_trainer_class", lambda: _Recorder)
+    monkeypatch.setattr(training, "_trainer_class", lambda: _Recorder)
     _Recorder.seen = []
     argv = {
-        "new": ["--out", str(run), *TINY],
+        "new": ["--out", str(run), *TINY_RUN],
         "resume": ["--resume", str(run)],
-        "overwrite": ["--out", str(run), "--overwrite", *TINY],
+        "overwrite": ["--out", str(run), "--overwrite", *TINY_RUN],
     }[command]
     assert main(["train", "--quiet", *argv]) == 0
     assert "error" not in capsys.readouterr().err
@@ -311,7 +293,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys, monkeypat
 
 
 def test_a_lock_held_by_a_killed_holder_is_free(tmp_path, capsys, monkeypatch):
-    from rwcore.trainer import cli
+    from rwcore.trainer.cli import training
     from rwcore.trainer.run_lock import holder as lock_holder
 
     run = tmp_path / "run"
@@ -321,9 +303,9 @@ def test_a_lock_held_by_a_killed_holder_is_free(tmp_path, capsys, monkeypatch):
     holder.communicate(timeout=30)
     assert (run / ".rw.lock").read_text().split() == [str(holder.pid)]  # left behind, naming a dead process
     assert lock_holder(run) is None
-    monkeypatch.setattr(cli, "_trainer_class", lambda: _Recorder)
+    monkeypatch.setattr(training, "_trainer_class", lambda: _Recorder)
     _Recorder.seen = []
-    assert main(["train", "--out", str(run), "--quiet", *TINY]) == 0
+    assert main(["train", "--out", str(run), "--quiet", *TINY_RUN]) == 0
     assert _Recorder.seen == [f"{os.getpid()}\n"]
 
 
@@ -353,7 +335,7 @@ def test_a_lock_file_that_is_not_a_plain_file_is_refused(tmp_path, capsys, finis
     outside.write_text("precious\n")
     _bad_lock(run, kind, outside)
     before = _tree(run)
-    argv = ["--out", str(run), *TINY] if command == "new" else ["--resume", str(run)]
+    argv = ["--out", str(run), *TINY_RUN] if command == "new" else ["--resume", str(run)]
     started = time.monotonic()
     assert main(["train", "--quiet", *argv]) == 2
     err = capsys.readouterr().err
@@ -365,30 +347,11 @@ def test_a_lock_file_that_is_not_a_plain_file_is_refused(tmp_path, capsys, finis
 
 # ---- rw ablate --------------------------------------------------------------------------------------
 
-ABLATE_TINY = [o for o in TINY if not o.startswith(("train.steps", "train.method"))]
+ABLATE_TINY = overrides_with(TINY_RUN, drop=["train.steps", "train.method"])
 
 
 def _ablate_command(out: Path, steps: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rwcore.trainer",
-        "ablate",
-        "--paper",
-        "rewardweaver",
-        "--variants",
-        "rw_outcome_grpo",
-        "--seeds",
-        "0",
-        "--steps",
-        str(steps),
-        "--jobs",
-        "1",
-        "--quiet",
-        "--out",
-        str(out),
-        *ABLATE_TINY,
-    ]
+    return ablate_command(out, *ABLATE_TINY, variants="rw_outcome_grpo", seeds="0", steps=steps, jobs=1)
 
 
 def test_rw_ablate_refuses_an_out_another_process_writes(tmp_path, capsys):
@@ -417,7 +380,7 @@ def test_rw_ablate_waits_for_a_run_another_process_writes_then_refuses_it(tmp_pa
         started.append(command)
         raise AssertionError("nothing may start while another process writes the run")
 
-    monkeypatch.setattr(ablate, "CELL_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr(ablate.runner, "CELL_WAIT_SECONDS", 1.0)
     holder = _hold(cell)
     try:
         clock = time.monotonic()
@@ -468,7 +431,7 @@ def test_rw_ablate_counts_a_run_finished_only_when_it_ran_once_to_its_last_step(
     each training step of 1..N once in metrics.jsonl and the last step's checkpoint too."""
     from rwcore.trainer import ablate
 
-    monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ablate.runner.time, "sleep", lambda s: None)
     variants = ["rw_outcome_grpo", "rw_static_topk", "rw_random_active_set", "rewardweaver"]
     plan = ablate.plan_ablation("rewardweaver", variants, [0], 2, 4, tmp_path / "abl", ABLATE_TINY)
     shapes = {
@@ -515,7 +478,7 @@ def test_rw_ablate_killed_with_sigkill_leaves_no_rw_train_and_a_rerun_finishes_e
             time.sleep(0.05)
         died_after = time.monotonic() - killed
         assert _dead(children[0]), "rw train outlived the rw ablate that started it"
-        stopped_at = _train_steps(run)[-1]
+        stopped_at = train_steps(run)[-1]
         assert stopped_at < steps  # it was stopped, not left to train to the end
         _, err = again.communicate(timeout=300)
         assert again.returncode == 0, err

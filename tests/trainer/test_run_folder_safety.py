@@ -8,34 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
+from _util import TINY_RUN
 
 from rwcore.trainer import checkpoint as ckpt
-from rwcore.trainer import cli
-from rwcore.trainer.cli import main
-
-TINY = [
-    "model.init=random",
-    "env.options.num_train=16",
-    "env.options.num_eval=4",
-    "rollout.tasks_per_step=2",
-    "rollout.group_size=2",
-    "train.steps=2",
-    "train.eval_every=0",
-    "train.checkpoint_every=1",
-    "train.method=rw_outcome_grpo",
-]
-
-
-class _NoTrainer:
-    """Fails the test if the CLI gets as far as building a trainer."""
-
-    def __init__(self, *args, **kwargs):
-        raise AssertionError("a trainer was built although --out should have been refused")
-
-
-@pytest.fixture
-def no_trainer(monkeypatch):
-    monkeypatch.setattr(cli, "_trainer_class", lambda: _NoTrainer)
+from rwcore.trainer.cli import main, training
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -98,7 +74,7 @@ def test_out_on_an_empty_or_missing_folder_is_fine(monkeypatch, tmp_path):
         def cleanup(self):
             pass
 
-    monkeypatch.setattr(cli, "_trainer_class", lambda: Recorder)
+    monkeypatch.setattr(training, "_trainer_class", lambda: Recorder)
     (tmp_path / "empty").mkdir()
     assert main(["train", "--out", str(tmp_path / "empty"), "--quiet"]) == 0
     assert main(["train", "--out", str(tmp_path / "new" / "deeper"), "--quiet"]) == 0
@@ -152,16 +128,16 @@ def test_overwrite_replaces_a_run_for_real_and_resume_then_works(tmp_path, capsy
     """Two real runs into one folder: the second needs --overwrite, leaves no trace of the first, keeps
     rw ablate's bookkeeping, and --resume of the new run works."""
     run = tmp_path / "run"
-    assert main(["train", "--out", str(run), "--quiet", *TINY, "train.steps=3"]) == 0
+    assert main(["train", "--out", str(run), "--quiet", *TINY_RUN, "train.steps=3"]) == 0
     assert sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_")) == [
         "step_000001",
         "step_000002",
         "step_000003",
     ]
     (run / "ablation.log").write_text("bookkeeping\n")
-    assert main(["train", "--out", str(run), "--quiet", *TINY, "train.steps=3"]) == 2  # refused without the flag
+    assert main(["train", "--out", str(run), "--quiet", *TINY_RUN, "train.steps=3"]) == 2  # refused without the flag
     capsys.readouterr()
-    assert main(["train", "--out", str(run), "--quiet", "--overwrite", *TINY, "train.steps=1"]) == 0
+    assert main(["train", "--out", str(run), "--quiet", "--overwrite", *TINY_RUN, "train.steps=1"]) == 0
     steps = sorted(p.name for p in (run / "checkpoints").iterdir() if p.name.startswith("step_"))
     assert steps == ["step_000001"]  # the old steps 2 and 3 are gone: latest never sits beside them
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -224,8 +200,8 @@ def test_rw_eval_refuses_a_run_whose_pointer_leads_into_another_run(tmp_path, ca
     """A real run and a second real run; the first's pointer edited to lead into the second: rw eval fails
     with one line naming the pointer instead of reporting the other run's policy as this run's."""
     first, second = tmp_path / "first", tmp_path / "second"
-    assert main(["train", "--out", str(first), "--quiet", *TINY]) == 0
-    assert main(["train", "--out", str(second), "--quiet", *TINY, "train.seed=5"]) == 0
+    assert main(["train", "--out", str(first), "--quiet", *TINY_RUN]) == 0
+    assert main(["train", "--out", str(second), "--quiet", *TINY_RUN, "train.seed=5"]) == 0
     capsys.readouterr()
     (first / "checkpoints" / "latest").write_text(
         os.path.relpath(second / "checkpoints" / "step_000002", first / "checkpoints")

@@ -14,8 +14,9 @@ from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2Fo
 
 from rwcore.trainer.config import load_config
 from rwcore.trainer.envs.negotiation import NegotiationEnv
+from rwcore.trainer.generation import HFGenerator
 from rwcore.trainer.policy import MIN_SHARED_PREFIX, Policy, WordCodec, build_model, common_prefix_length
-from rwcore.trainer.rollout import HFGenerator, batch_tensors, run_episodes
+from rwcore.trainer.rollout import batch_tensors, run_episodes
 from rwcore.trainer.trainer import Trainer
 
 VOCAB = 40

@@ -27,27 +27,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _util import ROOT
+from _util import ROOT, SMALL_RUN, metrics_rows, overrides_with
 
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
 from rwcore.trainer.trainer import Trainer
 
-SMALL = [
-    "model.init=random",
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
-    "rollout.tasks_per_step=4",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
+SMALL = overrides_with(
+    SMALL_RUN,
     "train.start_pass_k=2",  # an exploration row: its `pass@2` names hold a character MLflow refuses
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=4",
-    "rewardweaver.diagnostic_tasks=4",
-]
+)
 
 # The child process that runs `rw train`: sockets reach loopback and Unix sockets only, and a name lookup of
 # anything but the local host fails; what tried is printed at the end, with the child processes and the threads
@@ -91,10 +80,6 @@ CHILD_ENV_DROPPED = re.compile(r"^(WANDB_|MLFLOW_|TRACKIO_|TENSORBOARD_|PYTEST_C
 
 
 # ------------------------------------------------------------------------------------------ expectations
-
-
-def metrics_rows(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
 
 
 def expected_values(rows: list[dict]) -> dict[tuple[str, int], float]:

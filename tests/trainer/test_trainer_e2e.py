@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _util import SMALL_RUN, metrics_rows, without_timing
 
 from rwcore import AdaptiveMethod
 from rwcore.judges import RuleJudge
@@ -14,20 +15,7 @@ from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
 from rwcore.trainer.trainer import Trainer
 
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
-    "rollout.tasks_per_step=4",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=4",
-    "rewardweaver.diagnostic_tasks=4",
-]
+SMALL = list(SMALL_RUN)
 
 
 def run(tmp_path: Path, *overrides: str, steps: int = 4, name: str = "run") -> tuple[Trainer, list[dict]]:
@@ -35,15 +23,7 @@ def run(tmp_path: Path, *overrides: str, steps: int = 4, name: str = "run") -> t
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    return trainer, rows(tmp_path / name)
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
-def without_timing(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
+    return trainer, metrics_rows(tmp_path / name)
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +93,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     resumed.setup()
     assert resumed.step == 4
     resumed.train()
-    assert without_timing(rows(tmp_path / "cut")) == without_timing(straight)
+    assert without_timing(metrics_rows(tmp_path / "cut")) == without_timing(straight)
 
 
 def test_a_failing_judge_yields_invalid_verdicts_and_the_run_goes_on(tmp_path):
@@ -125,7 +105,7 @@ def test_a_failing_judge_yields_invalid_verdicts_and_the_run_goes_on(tmp_path):
 
     trainer.judge = RuleJudge({rule.spec.rubric_id: broken for rule in trainer.env.rules()})
     trainer.train()
-    train_rows = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
+    train_rows = [r for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"]
     assert len(train_rows) == 5
     judged = [r for r in train_rows if r["judgments"]]  # the pool is empty for the first delta_pool steps
     assert judged and all(r["invalid_rate"] == 1.0 for r in judged)
@@ -182,7 +162,7 @@ def test_action_words_restrict_sampling_and_the_loss_to_the_same_softmax(tmp_pat
     expected = torch.log_softmax(logits.double(), -1)[sorted(allowed).index(first.token_ids[position])]
     assert abs(float(first.behavior_logprobs[position]) - float(expected)) < 1e-5
     trainer.train()
-    assert [r["step"] for r in rows(tmp_path / "run") if r["kind"] == "train"] == [1]
+    assert [r["step"] for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"] == [1]
 
 
 def _mean_entropy(trainer, rollouts) -> float:
@@ -268,7 +248,7 @@ def test_several_minibatches_and_epochs_with_action_words(tmp_path):
     before = [p.detach().clone() for p in trainer.policy.model.parameters()]
     trainer.train()
     assert any(not torch_equal(a, b) for a, b in zip(before, trainer.policy.model.parameters()))
-    assert [r["step"] for r in rows(tmp_path / "run") if r["kind"] == "train"] == [1, 2]
+    assert [r["step"] for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"] == [1, 2]
 
 
 def torch_equal(a, b) -> bool:

@@ -13,6 +13,7 @@ import warnings
 import torch
 import transformers
 
+from rwcore.trainer.generation import HFGenerator, own_decoding
 from rwcore.trainer.policy import (
     Policy,
     WordCodec,
@@ -22,7 +23,6 @@ from rwcore.trainer.policy import (
     output_cache,
     supports_shared_prefix,
 )
-from rwcore.trainer.rollout import HFGenerator, own_decoding
 
 WORDS = [f"w{i}" for i in range(40)]
 

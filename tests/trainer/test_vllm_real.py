@@ -6,7 +6,7 @@ sequence match the training model's within 1e-3 (float32); a resumed run's engin
 weights; request seeds make rollouts reproducible and action words reach vLLM as allowed_token_ids; with
 rollout.max_lag=1 the engine runs in the rollout process and the ratios see the lag.
 
-Each check runs in a subprocess (tests/vllm_check.py or the `rw` CLI): vLLM's CPU backend binds threads
+Each check runs in a subprocess (tests/scripts/vllm_check.py or the `rw` CLI): vLLM's CPU backend binds threads
 and patches torch in the process that builds it.
 """
 
@@ -19,25 +19,19 @@ import subprocess
 import sys
 
 import pytest
-from _util import TESTS
+from _util import SMALL_RUN, TESTS, child_env, metrics_rows, overrides_with, rw_command
 
-HERE = TESTS
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
+VLLM_CHECK = TESTS / "scripts" / "vllm_check.py"
+SMALL = overrides_with(
+    SMALL_RUN,
     "rollout.tasks_per_step=3",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
     "rewardweaver.diagnosis_tasks=3",
     "rewardweaver.diagnostic_tasks=3",
     "rollout.engine=vllm",
     "model.head_dim=64",
     "optim.lr=3e-3",
-]
+    drop=["pool.delta_pool"],
+)
 
 
 def test_vllm_is_installed_by_the_test_setup():
@@ -57,7 +51,7 @@ def run(*args: str, timeout: int = 600) -> dict:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("vllm") / "run"
-    return folder, run(str(HERE / "vllm_check.py"), "train", str(folder), "3", *SMALL, "train.method=outcome_only")
+    return folder, run(str(VLLM_CHECK), "train", str(folder), "3", *SMALL, "train.method=outcome_only")
 
 
 def test_every_weight_push_makes_vllm_agree_with_the_training_model(trained):
@@ -75,34 +69,22 @@ def test_vllm_rollouts_are_seeded_restricted_and_carry_the_engines_logprobs(trai
 
 def test_a_resumed_vllm_run_continues_with_the_checkpoint_weights(trained):
     folder, _ = trained
-    result = run(str(HERE / "vllm_check.py"), "resume", str(folder))
+    result = run(str(VLLM_CHECK), "resume", str(folder))
     assert result["step"] == 3 and result["gap"] < 1e-3
 
 
 def test_rw_train_with_vllm_in_the_lagged_rollout_process(tmp_path):
     out = tmp_path / "lagged"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    lagged = ["train.steps=3", "rollout.max_lag=1", "train.method=outcome_only"]
+    env = child_env()
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rwcore.trainer",
-            "train",
-            "--quiet",
-            "--out",
-            str(out),
-            *SMALL,
-            "train.steps=3",
-            "rollout.max_lag=1",
-            "train.method=outcome_only",
-        ],
+        rw_command("train", "--quiet", "--out", str(out), *SMALL, *lagged),
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
     )
     assert result.returncode == 0, result.stderr[-6000:]
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line]
-    train = [row for row in rows if row["kind"] == "train"]
+    train = metrics_rows(out, "train")
     assert [row["rollout/version_lag"] for row in train] == [0, 1, 1]
     assert any(abs(row["mean_ratio"] - 1.0) > 1e-3 for row in train[1:])

@@ -10,26 +10,19 @@ import sys
 
 import pytest
 import torch
-from _util import TESTS
+from _util import SMALL_RUN, TESTS, overrides_with
 
 from rwcore.trainer.config import load_config
 from rwcore.trainer.trainer import Trainer
 
 FAKE = TESTS / "fake_vllm"
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
+SMALL = overrides_with(
+    SMALL_RUN,
     "rollout.tasks_per_step=3",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
     "rollout.engine=vllm",
     "model.head_dim=64",
-]
+    drop=["rewardweaver.diagnosis_tasks", "rewardweaver.diagnostic_tasks"],
+)
 
 
 @pytest.fixture
@@ -77,7 +70,7 @@ def test_engine_weights_follow_every_update(vllm, tmp_path, monkeypatch, cuda):
     # colocated on the training GPU under a launcher; in-process on the CPU backend
     assert init[0][2]["distributed_executor_backend"] == ("external_launcher" if cuda else "uni")
     before = {name: tensor.clone() for name, tensor in trainer.policy.model.state_dict().items()}
-    for step in range(3):
+    for _step in range(3):
         generated = sum(1 for call in vllm.CALLS if call[0] == "generate")
         trainer._log(trainer.train_step())
         assert sum(1 for call in vllm.CALLS if call[0] == "generate") > generated  # rollouts came from vLLM
@@ -146,7 +139,7 @@ def test_a_stop_token_vllm_leaves_out_is_put_back_as_generated(vllm, tmp_path):
     assert any(flag for _, flag in ends)  # messages that stopped by choice end with a generated <end>
     # and every agent message still ends with <end>
     for rollout in rollouts:
-        for start, stop in rollout.trajectory.token_spans:
+        for _start, stop in rollout.trajectory.token_spans:
             assert rollout.token_ids[stop - 1] == end or rollout.token_ids[stop] == end
     trainer.cleanup()
 

@@ -1,4 +1,4 @@
-"""rwcore.compute_advantages -- Arise eq. 15-16, DESIGN.md "Advantages".
+"""rwcore.compute_advantages -- Arise eq. 15-16 (docs/math.md, the eq. 15-16 rows).
 
 A_task = (R - mean_G R) / (std_G R + eps);  per rubric i over the group's
 trajectories where i applies: A_rub[i, j] = (y_ij - mean_i) / (std_i + eps);

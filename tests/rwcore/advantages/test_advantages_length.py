@@ -1,4 +1,4 @@
-"""rwcore.length_regularize -- Arise eq. 17 (appendix B.4), DESIGN.md "Advantages".
+"""rwcore.length_regularize -- Arise eq. 17 (appendix B.4; docs/math.md, the eq. 17 row).
 
 R = R_raw * (1 + alpha * (1 - 2 * (l - l_min) / (l_max - l_min + eps))) for
 R_raw > 0, only in groups that (a) have both positive and non-positive raw

@@ -1,6 +1,6 @@
 """rwcore.EvidenceStore against the reference model and hand-worked values.
 
-Semantics (Arise eq. 20, DESIGN.md "Evidence store"): per (tag, rubric) cell
+Semantics (Arise eq. 20; docs/math.md, the eq. 20 row): per (tag, rubric) cell
 (S, F, v_last); an observation dv > 0 versions after v_last decays the stored
 evidence by g_obs * g_unobs**(dv-1) before adding; dv == 0 adds; dv < 0 (late
 group) adds the contribution discounted by g_obs * g_unobs**(|dv|-1) and keeps

@@ -35,6 +35,8 @@ import time
 from collections import Counter
 
 HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/: its helper modules
+import rwcore  # noqa: E402,F401 - before tests/ is on sys.path: its rwcore/ test folder would hide the package
+
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
@@ -378,7 +380,7 @@ def test_fuzz_snapshot_loaders():
             except queue.Empty:
                 proc.kill()
                 proc.wait()
-                raise AssertionError(f"fuzz case hung for more than {STALL_S} s: {started}")
+                raise AssertionError(f"fuzz case hung for more than {STALL_S} s: {started}") from None
             if line is None:
                 break
             log.append(line.rstrip())

@@ -205,6 +205,6 @@ def test_cpp_facing_tests_pass_under_asan_and_ubsan(tmp_path):
     assert not reports, "sanitizer report:\n" + output[-6000:]
     assert run.returncode == 0, f"sanitized run failed (exit {run.returncode}):\n{output[-6000:]}"
     print(
-        f"sanitized build {'built in %.0f s' % build_seconds if build_seconds else 'cached'}; "
+        f"sanitized build {f'built in {build_seconds:.0f} s' if build_seconds else 'cached'}; "
         f"whole check {time.monotonic() - start:.0f} s; {run.stdout.strip().splitlines()[-1]}"
     )

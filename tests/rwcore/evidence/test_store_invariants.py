@@ -15,9 +15,11 @@ import math
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
+from _util import TESTS
 from snapshot_format import SamplerSnapshot, StoreSnapshot
 
 from rwcore import CapabilitySampler, EvidenceStore
@@ -166,7 +168,8 @@ def test_zero_generator_state_is_refused_not_a_hang():
     Run in a subprocess with a timeout so a regression fails instead of hanging the suite."""
     script = textwrap.dedent(f"""
         import sys
-        sys.path.insert(0, {repr(str(__import__("pathlib").TESTS))})
+        import rwcore  # before tests/ is on sys.path: its rwcore/ test folder would hide the installed package
+        sys.path[:0] = [{str(Path(__file__).resolve().parent)!r}, {str(TESTS)!r}]
         from test_store_invariants import trained_sampler, edited, SAMPLER_EDITS, TASKS, SAMPLER_KW
         from rwcore import CapabilitySampler
         bad = edited(trained_sampler().state_dict(), SAMPLER_EDITS["generator_state_all_zero"])

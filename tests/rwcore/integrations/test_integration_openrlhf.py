@@ -11,31 +11,15 @@ import importlib
 import importlib.util
 import inspect
 import math
-import os
-import sys
-import types
 
 import pytest
 import torch
+from _util import openrlhf_loss_module
 
 from rwcore.integrations.openrlhf import RwcorePolicyLoss
 from rwcore.kernels import filtered_dual_clip_loss
 
-
-def _load_openrlhf_loss():
-    spec = importlib.util.find_spec("openrlhf")
-    if spec is None:  # a clear message, never a skip: CI installs it
-        raise ImportError(
-            "these tests need openrlhf 0.11.2: RWCORE_EXTRAS=test,bench,vllm,upstream bash scripts/setup.sh"
-        )
-    if "openrlhf.models" not in sys.modules:
-        package = types.ModuleType("openrlhf.models")
-        package.__path__ = [os.path.join(spec.submodule_search_locations[0], "models")]
-        sys.modules["openrlhf.models"] = package
-    return importlib.import_module("openrlhf.models.loss")
-
-
-openrlhf_loss = _load_openrlhf_loss()
+openrlhf_loss = openrlhf_loss_module()
 PolicyLoss = openrlhf_loss.PolicyLoss
 assert importlib.metadata.version("openrlhf") == "0.11.2"
 

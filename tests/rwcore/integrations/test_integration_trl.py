@@ -178,9 +178,9 @@ class LossProbe(RWGRPOTrainer):
             behavior,
             inputs["advantages"],
             mask,
-            ratio_low=self.rw_ratio_low,
-            ratio_high=self.rw_ratio_high,
-            clip_c=self.rw_clip_c,
+            ratio_low=self.rw_loss_settings.ratio_low,
+            ratio_high=self.rw_loss_settings.ratio_high,
+            clip_c=self.rw_loss_settings.clip_c,
             num_model_tokens=denominator,
         )
         if self.beta != 0.0:  # TRL's k3 KL to the reference model, same denominator
@@ -197,9 +197,9 @@ class LossProbe(RWGRPOTrainer):
             plain if old is None else old.double(),
             inputs["advantages"].double(),
             mask,
-            ratio_low=self.rw_ratio_low,
-            ratio_high=self.rw_ratio_high,
-            clip_c=self.rw_clip_c,
+            ratio_low=self.rw_loss_settings.ratio_low,
+            ratio_high=self.rw_loss_settings.ratio_high,
+            clip_c=self.rw_loss_settings.clip_c,
             num_model_tokens=denominator,
         )["loss"]
         if self.beta != 0.0:

@@ -17,7 +17,7 @@ import torch
 from _util import ROOT
 
 from rwcore.integrations.trl import AdaptiveGRPOTrainer
-from rwcore.method.method import judge_groups
+from rwcore.method import judge_groups
 
 EXAMPLE = ROOT / "examples" / "trl_adaptive_method.py"
 _spec = importlib.util.spec_from_file_location("trl_adaptive_method", EXAMPLE)

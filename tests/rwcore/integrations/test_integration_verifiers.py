@@ -43,8 +43,7 @@ from rwcore.integrations.verifiers import (  # noqa: E402
     trajectory_from_trace,
 )
 from rwcore.judges import RuleJudge  # noqa: E402
-from rwcore.method import AdaptiveMethod, MethodSettings, Providers  # noqa: E402
-from rwcore.method.method import judge_groups  # noqa: E402
+from rwcore.method import AdaptiveMethod, MethodSettings, Providers, judge_groups  # noqa: E402
 from rwcore.types import JudgeReport, RubricJudgment, RubricSkillProposal, RubricSpec, Trajectory, Turn  # noqa: E402
 from rwcore.verdict import Verdict  # noqa: E402
 
@@ -323,7 +322,8 @@ def test_verifiers_own_episode_loop_scores_with_the_rubric_as_the_method_does():
     from verifiers.v1.configs.select import SelectConfig
     from verifiers.v1.utils.loaders import load_environment, resolve_env_config
 
-    from rwcore.trainer.envs.verifiers.agents import Bridge, EpisodeRun, run_all
+    from rwcore.trainer.envs.verifiers.bridge import Bridge, run_all
+    from rwcore.trainer.envs.verifiers.episode import EpisodeRun
 
     _, direct_rubric, direct = make_pair("rewardweaver", name="direct")
     method, rubric, _ = make_pair("rewardweaver", name="episodes")

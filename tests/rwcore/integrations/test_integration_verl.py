@@ -60,6 +60,7 @@ import rwcore.integrations.verl as rv
 from rwcore import Verdict
 from rwcore.integrations.verl.advantage import verdicts_in_scope
 from rwcore.integrations.verl.trainer_v1 import check_v1_config
+from rwcore.kernels import LossSettings
 
 # The environment's verl is 0.9.1; tests/rwcore/integrations/test_integration_versions.py runs the tests that exist on
 # the low end of the range (verl 0.8.0: no V1 trainer, no plugin discovery) again with RWCORE_EXPECT_VERL=0.8.0.
@@ -240,7 +241,7 @@ def test_loss_reads_verls_actor_config_and_refuses_a_disabled_dual_clip():
         clip_ratio_high=4.0,
         clip_ratio_c=2.5,
     )
-    assert rv.loss_params_from_config(config) == (0.5, 5.0, 2.5)
+    assert rv.loss_params_from_config(config) == LossSettings(0.5, 5.0, 2.5)
     old, log_prob, advantages, mask = _inside_case(seed=3, low=0.3, high=8.0)
     ours, _ = rv.compute_policy_loss_rwcore(old, log_prob, advantages, mask, "token-mean", config)
     direct, _ = rwcore.kernels.filtered_dual_clip_loss(log_prob, old, advantages, mask, 0.5, 5.0, 2.5)
@@ -789,7 +790,7 @@ def test_documented_configuration_composes_with_verls_config_and_passes_the_star
         assert cfg.trainer.use_v1 is True  # verl 0.9.1's default trainer is V1
         settings = check_v1_config(cfg)
         assert settings["group_size"] == 4 and settings["rubrics"]["cites-order-id"] == "Verification"
-        assert rv.loss_params_from_config(cfg.actor_rollout_ref.actor) == (0.5, 5.0, 3.0)
+        assert rv.loss_params_from_config(cfg.actor_rollout_ref.actor) == LossSettings(0.5, 5.0, 3.0)
         # the 0.7-era sampler override no longer exists in verl 0.9.1's config
         with pytest.raises(Exception, match="sampler"):
             compose("ppo_trainer", overrides=["data.sampler.class_path=pkg://rwcore.integrations.verl"])
@@ -1014,7 +1015,7 @@ def test_documented_legacy_configuration_composes_with_verls_config_and_passes_t
     assert core_algos.get_policy_loss_fn(rv.POLICY_LOSS_NAME) is rv.compute_policy_loss_rwcore
     settings = check_v1_config(cfg)
     assert settings["group_size"] == 4 and settings["rubrics"]["no-duplicate-calls"] == "Efficiency"
-    assert rv.loss_params_from_config(cfg.actor_rollout_ref.actor) == (0.5, 5.0, 3.0)
+    assert rv.loss_params_from_config(cfg.actor_rollout_ref.actor) == LossSettings(0.5, 5.0, 3.0)
     assert legacy.legacy_module().__name__ == ("verl.trainer.main_ppo_v0" if HAS_V1 else "verl.trainer.main_ppo")
 
 

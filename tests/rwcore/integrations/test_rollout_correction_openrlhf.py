@@ -24,32 +24,16 @@ import importlib
 import importlib.metadata
 import importlib.util
 import math
-import os
-import sys
-import types
 
 import pytest
 import torch
+from _util import openrlhf_loss_module
 
 from rwcore.integrations.openrlhf import RwcorePolicyLoss
 from rwcore.kernels._backend import interpreter_enabled
 from rwcore.kernels.rollout_correction import RolloutCorrection, correction_weights
 
-
-def _load_openrlhf_loss():
-    spec = importlib.util.find_spec("openrlhf")
-    if spec is None:  # a clear message, never a skip: CI installs it
-        raise ImportError(
-            "these tests need openrlhf 0.11.2: RWCORE_EXTRAS=test,bench,vllm,upstream bash scripts/setup.sh"
-        )
-    if "openrlhf.models" not in sys.modules:
-        package = types.ModuleType("openrlhf.models")
-        package.__path__ = [os.path.join(spec.submodule_search_locations[0], "models")]
-        sys.modules["openrlhf.models"] = package
-    return importlib.import_module("openrlhf.models.loss")
-
-
-PolicyLoss = _load_openrlhf_loss().PolicyLoss
+PolicyLoss = openrlhf_loss_module().PolicyLoss
 assert importlib.metadata.version("openrlhf") == "0.11.2"
 
 # The "triton" backend runs the real kernel: compiled on a GPU (the tensors are on DEVICE), else in Triton's

@@ -226,9 +226,9 @@ class CorrectionProbe(AdaptiveGRPOTrainer):
         old = inputs["old_per_token_logps"]
         ratio = inputs["importance_sampling_ratio"]
         common = dict(
-            ratio_low=self.rw_ratio_low,
-            ratio_high=self.rw_ratio_high,
-            clip_c=self.rw_clip_c,
+            ratio_low=self.rw_loss_settings.ratio_low,
+            ratio_high=self.rw_loss_settings.ratio_high,
+            clip_c=self.rw_loss_settings.clip_c,
             num_model_tokens=int(inputs["num_items_in_batch"]),  # one process, one micro-batch per generation
         )
         weighted, _ = filtered_dual_clip_loss(

@@ -17,6 +17,7 @@ import time
 import zlib
 
 import pytest
+from _util import SMALL_LOOP, chat_trajectory, child_env, overrides_with, rw_command
 from judge_server import (
     ChatServer,
     Reply,
@@ -29,41 +30,12 @@ from judge_server import (
 from rwcore.judges import OpenAIJudge
 from rwcore.judges.cache import MAX_ENTRY_BYTES, JudgmentCache, cache_key
 from rwcore.judges.client import ChatClient, ChatError, ClientOptions, run_sync
-from rwcore.types import RubricJudgment, RubricSpec, Trajectory, Turn
+from rwcore.types import RubricJudgment, RubricSpec
 from rwcore.verdict import Verdict
 
 KEY_ENV = "RWCORE_TEST_CLIENT_KEY"
 SECRET = "sk-hardening-7Qx2-never-in-a-file"
 RUBRIC = RubricSpec("cites-order-id", "The agent cites the order id before issuing a refund.")
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, SECRET)
-    return SECRET
-
-
-@pytest.fixture
-def serve():
-    servers: list[ChatServer] = []
-
-    def start(script) -> ChatServer:
-        server = ChatServer(script).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-def trajectory() -> Trajectory:
-    return Trajectory(
-        "t1",
-        [Turn("user", "Refund order 1234."), Turn("assistant", "Refunded 1234.", generated=True)],
-        1.0,
-        trajectory_id="t1/g/0",
-    )
 
 
 def _compressed(payload_head: bytes, padding: int, coding: str) -> bytes:
@@ -401,7 +373,7 @@ def test_an_echoed_key_never_reaches_the_judgment_or_the_cache(serve, key, tmp_p
         max_retries=0,
         cache_dir=tmp_path / "cache",
     )
-    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    [report] = judge.evaluate([chat_trajectory()], [RUBRIC])
     judgment = report.judgments[RUBRIC.rubric_id]
     assert judgment.verdict == Verdict.PASS
     assert "the header said ***" in judgment.evidence and key not in judgment.evidence
@@ -448,7 +420,7 @@ def test_a_password_in_base_url_is_redacted_like_the_key(serve, key, tmp_path):
         diagnostics=False,
         cache_dir=tmp_path / "cache",
     )
-    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    [report] = judge.evaluate([chat_trajectory()], [RUBRIC])
     judgment = report.judgments[RUBRIC.rubric_id]
     assert judgment.verdict == Verdict.PASS and "auth was judge:***" in judgment.evidence
     files = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
@@ -544,7 +516,7 @@ def test_an_entry_written_with_the_key_in_it_is_judged_again_and_replaced(serve,
         max_retries=0,
         cache_dir=tmp_path / "cache",
     )
-    judge.evaluate([trajectory()], [RUBRIC])
+    judge.evaluate([chat_trajectory()], [RUBRIC])
     assert server.count == 1
     values = _raw_values(judge.cache)
     assert len(values) == 2
@@ -556,7 +528,7 @@ def test_an_entry_written_with_the_key_in_it_is_judged_again_and_replaced(serve,
             entry["uncovered"] = [f"turn 0: key {key} seen"]
         _rewrite(judge.cache, blob.hex(), json.dumps(entry).encode())
     with caplog.at_level(logging.WARNING, logger="rwcore.judges"):
-        [report] = judge.evaluate([trajectory()], [RUBRIC])
+        [report] = judge.evaluate([chat_trajectory()], [RUBRIC])
     assert server.count == 2
     assert key not in report.judgments[RUBRIC.rubric_id].evidence and all(key not in u for u in report.uncovered)
     assert all(key not in r.getMessage() for r in caplog.records)
@@ -613,15 +585,15 @@ def test_a_judge_with_damaged_entries_asks_the_server_again_and_the_run_goes_on(
         max_retries=0,
         cache_dir=tmp_path / "cache",
     )
-    judge.evaluate([trajectory()], [RUBRIC])
+    judge.evaluate([chat_trajectory()], [RUBRIC])
     assert server.count == 1
     [(blob, value)] = [(b, v) for b, v in _raw_values(judge.cache).items() if b'"judgment"' in v]
     _rewrite(judge.cache, blob.hex(), json.dumps({**json.loads(value), "score": 3.5}).encode())
-    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    [report] = judge.evaluate([chat_trajectory()], [RUBRIC])
     assert report.judgments[RUBRIC.rubric_id].verdict == Verdict.PASS and server.count == 2
     assert json.loads(_raw_values(judge.cache)[blob])["score"] is None  # overwritten by the new answer
     _rewrite(judge.cache, blob.hex(), b"{truncated")
-    [report] = judge.evaluate([trajectory()], [RUBRIC])
+    [report] = judge.evaluate([chat_trajectory()], [RUBRIC])
     assert report.judgments[RUBRIC.rubric_id].verdict == Verdict.PASS and server.count == 3
     # The database itself replaced by a FIFO (it hung the run when entries were files): a new judge over
     # the folder refuses it and asks the server.
@@ -638,7 +610,7 @@ def test_a_judge_with_damaged_entries_asks_the_server_again_and_the_run_goes_on(
         cache_dir=tmp_path / "cache",
     )
     result: list = []
-    worker = threading.Thread(target=lambda: result.append(again.evaluate([trajectory()], [RUBRIC])), daemon=True)
+    worker = threading.Thread(target=lambda: result.append(again.evaluate([chat_trajectory()], [RUBRIC])), daemon=True)
     worker.start()
     worker.join(timeout=20)
     assert not worker.is_alive(), "a FIFO at the cache's path hung the judge"
@@ -660,12 +632,8 @@ def test_rw_train_against_a_server_of_compressed_bombs_stays_under_one_gib(serve
     bomb = _compressed(head, 512 << 20, "gzip")
     server = serve(lambda request: Reply(body=bomb, headers={"content-encoding": "gzip"}))
     run = tmp_path / "run"
-    overrides = [
-        "model.init=random",
-        "env.options.num_train=40",
-        "env.options.num_eval=8",
-        "rollout.tasks_per_step=4",
-        "rollout.group_size=4",
+    overrides = overrides_with(
+        SMALL_LOOP,
         "train.eval_every=0",
         "train.checkpoint_every=0",
         "pool.delta_pool=2",
@@ -675,27 +643,15 @@ def test_rw_train_against_a_server_of_compressed_bombs_stays_under_one_gib(serve
         "judge.model=judge-test",
         f"judge.base_url={server.base_url}",
         f"judge.api_key_env={KEY_ENV}",
-    ]
+    )
     # The child's peak RSS, read by a parent that has no other children.
     measure = (
         "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
         "print('MAXRSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+    env = child_env(NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            measure,
-            sys.executable,
-            "-m",
-            "rwcore.trainer",
-            "train",
-            "--quiet",
-            "--out",
-            str(run),
-            *overrides,
-        ],
+        [sys.executable, "-c", measure, *rw_command("train", "--quiet", "--out", str(run), *overrides)],
         capture_output=True,
         text=True,
         env=env,

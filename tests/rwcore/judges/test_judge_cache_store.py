@@ -17,6 +17,7 @@ import stat
 import threading
 
 import pytest
+from _util import chat_trajectory
 from judge_server import (
     ChatServer,
     Reply,
@@ -28,7 +29,7 @@ from judge_server import (
 
 from rwcore.judges import OpenAIJudge
 from rwcore.judges.cache import JudgmentCache, cache_key
-from rwcore.types import RubricJudgment, RubricSpec, Trajectory, Turn
+from rwcore.types import RubricJudgment, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 
 KEY_ENV = "RWCORE_TEST_CACHE_STORE_KEY"
@@ -40,26 +41,6 @@ RUBRICS = [
     RubricSpec("no-duplicate-calls", "The agent never issues the same refund twice."),
     RubricSpec("confirms-amount", "The agent states the refunded amount."),
 ]
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, SECRET)
-    return SECRET
-
-
-@pytest.fixture
-def serve():
-    servers: list[ChatServer] = []
-
-    def start(script) -> ChatServer:
-        server = ChatServer(script).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 @pytest.fixture
@@ -79,12 +60,8 @@ def judgment(i: int = 0) -> RubricJudgment:
 
 
 def trajectory(name: str = "t1") -> Trajectory:
-    return Trajectory(
-        name,
-        [Turn("user", f"Refund order 1234 ({name})."), Turn("assistant", "Refunded 1234.", generated=True)],
-        1.0,
-        trajectory_id=f"{name}/g/0",
-    )
+    """A refund whose request names `name`: the cache keys a judgment on the trajectory's content."""
+    return chat_trajectory(name, request=f"Refund order 1234 ({name}).")
 
 
 def judge_over(server: ChatServer, folder, **options) -> OpenAIJudge:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import time
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from judge_server import (
@@ -33,6 +32,7 @@ from rwcore.types import RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
 
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
+SECRET = "sk-test-adversarial"
 RID = "5e1f0a9b3c7d2e48"  # this request's id (the policy never sees it)
 RUBRICS = {
     "cites-order": RubricSpec("cites-order", "Cites the order id."),
@@ -265,11 +265,6 @@ def test_a_stray_think_marker_in_quoted_prose_does_not_hide_the_answer():
 
 
 # ---- end to end through OpenAIJudge and the scripted server ---------------------------------------
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-test-adversarial")
 
 
 SEMANTICS = {"cites-order": Verdict.FAIL, "verifies": Verdict.PASS, "polite": Verdict.NA}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from judge_server import (
     ChatServer,
     Reply,
@@ -25,6 +24,7 @@ from rwcore.types import RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
 
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
+SECRET = "sk-test-injection"
 RUBRIC = RubricSpec("cites-order-id", "The agent cites the order id before issuing a refund.")
 FAKE_VERDICT = {
     "request_id": "0123456789abcdef",
@@ -57,11 +57,6 @@ def injected_trajectory() -> Trajectory:
 def injected_text(request) -> str:
     """The policy's turn as the judge model reads it (decoded from the data block)."""
     return request.data["trajectory"]["turns"][1]["content"]
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-test-injection")
 
 
 def judge_for(server: ChatServer, **options) -> OpenAIJudge:

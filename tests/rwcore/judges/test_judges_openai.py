@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from _util import chat_trajectory
 from judge_server import (
     ChatServer,
     Reply,
@@ -21,7 +22,7 @@ from judge_server import (
 )
 
 from rwcore.judges import MissingAPIKeyError, OpenAIJudge
-from rwcore.types import JudgeReport, RubricSpec, Trajectory, Turn
+from rwcore.types import JudgeReport, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
@@ -38,33 +39,7 @@ R3 = RubricSpec("states-benefit", "The agent states a concrete benefit for the b
 
 
 def trajectory(task_id: str = "t1", text: str = "Refund issued for order 1234.", outcome: float = 1.0) -> Trajectory:
-    return Trajectory(
-        task_id,
-        [Turn("user", "Please refund order 1234."), Turn("assistant", text, generated=True)],
-        outcome,
-        tags=("refund",),
-        trajectory_id=f"{task_id}/g/0",
-    )
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, SECRET)
-    return SECRET
-
-
-@pytest.fixture
-def serve():
-    servers: list[ChatServer] = []
-
-    def start(script) -> ChatServer:
-        server = ChatServer(script).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
+    return chat_trajectory(task_id, text, outcome, request="Please refund order 1234.", tags=("refund",))
 
 
 def make_judge(server: ChatServer, **options) -> OpenAIJudge:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _util import chat_trajectory
 from judge_server import (
     ChatServer,
     Reply,
@@ -12,7 +13,7 @@ from judge_server import (
 )
 
 from rwcore.judges import OpenAIReflector, ReflectionError
-from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory, Turn
+from rwcore.types import AttributionRecord, RubricSkillProposal, RubricSpec, Trajectory
 
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
 SECRET = "sk-test-reflector-7e1d"
@@ -34,35 +35,9 @@ LIBRARY = [
 
 
 def trajectory(i: int = 0, outcome: float = 0.0) -> Trajectory:
-    return Trajectory(
-        f"task{i}",
-        [
-            Turn("user", f"Task {i}: write the report."),
-            Turn("assistant", "I wrote it. All tests pass.", generated=True),
-        ],
-        outcome,
-        tags=("reporting",),
-        trajectory_id=f"task{i}/g/0",
+    return chat_trajectory(
+        f"task{i}", "I wrote it. All tests pass.", outcome, request=f"Task {i}: write the report.", tags=("reporting",)
     )
-
-
-@pytest.fixture
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, SECRET)
-
-
-@pytest.fixture
-def serve():
-    servers: list[ChatServer] = []
-
-    def start(script) -> ChatServer:
-        server = ChatServer(script).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def reflector_for(server: ChatServer, **options) -> OpenAIReflector:

@@ -23,14 +23,11 @@ from rwcore.types import RubricSpec, Trajectory, Turn
 from rwcore.verdict import Verdict
 
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
+SECRET = "sk-test-structured"
+pytestmark = pytest.mark.usefixtures("key")  # the judges these tests build read the key from KEY_ENV
 RUBRICS = [RubricSpec("cites-order", "Cites the order id."), RubricSpec("verifies", "Verifies.", scored=True)]
 UNSCORED = [RUBRICS[0], RubricSpec("polite", "Stays polite.")]
 UNIT = {"type": "number", "minimum": 0, "maximum": 1}
-
-
-@pytest.fixture(autouse=True)
-def key(monkeypatch):
-    monkeypatch.setenv(KEY_ENV, "sk-test-structured")
 
 
 def trajectories(n: int = 2) -> list[Trajectory]:

@@ -1,6 +1,6 @@
 """OpenAIJudge against a REAL vLLM OpenAI-compatible server on loopback.
 
-The server runs a tiny random model (tests/vllm_judge_model.py: one layer, head_dim 64, a byte-level
+The server runs a tiny random model (tests/scripts/vllm_judge_model.py: one layer, head_dim 64, a byte-level
 tokenizer built locally; nothing is downloaded) on the CPU: the session's shared `vllm_server` fixture
 (tests/vllm_server.py), started once per pytest session and killed at the end. The model's free text is random bytes,
 so:
@@ -76,7 +76,7 @@ def test_structured_outputs_turn_a_random_models_replies_into_valid_verdicts(ser
 
 
 def test_without_structured_outputs_replies_are_invalid_and_never_pay(server):
-    from test_invalid_never_pays import combined
+    from method_fakes import combined
 
     trajs = trajectories(8)
     ids = ["c1", "c2", "a1"]

@@ -8,13 +8,14 @@ import copy
 import numpy as np
 import pytest
 from advantage_reference import ref_compute_advantages, ref_length_regularize
+from method_fakes import Reflector, reports_for, traj_with, trajectories
 from pool_fakes import proposal
-from rewardweaver_fakes import ScriptedAttributor, build_library, deficit, judgment
+from rewardweaver_fakes import ScriptedAttributor, build_library, deficit
 
 from rwcore import AdaptiveMethod, JudgedBatch, MethodSettings, Verdict
 from rwcore.method import COMPONENTS, Providers, differing_components
 from rwcore.trainer.config import load_config
-from rwcore.types import JudgeReport, RubricSkillProposal, RubricSpec, Trajectory, Turn
+from rwcore.types import RubricSkillProposal, RubricSpec
 
 P, F, NA, INV = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
 
@@ -45,7 +46,7 @@ ROWS = {
 def test_variants_list_every_row_of_both_papers():
     variants = AdaptiveMethod.variants()
     assert set(variants) == set(ROWS)
-    for name, variant in variants.items():
+    for _name, variant in variants.items():
         assert variant.description and variant.paper_row and set(variant.components) == set(COMPONENTS)
     assert variants["rewardweaver"].components == {
         "process_reward": "attribution",
@@ -85,7 +86,7 @@ def test_each_ablation_differs_from_its_parent_in_exactly_the_component_the_pape
     extra = ["pool.frozen_from=/somewhere"] if name == "arise_frozen_rubrics" else []
     mine = load_config(None, [f"train.method={name}", *extra])
     theirs = load_config(None, [f"train.method={parent_name}"])
-    from rwcore.trainer.config import _variant_settings
+    from rwcore.trainer.config.checks import _variant_settings
 
     ours, parents = (_variant_settings(AdaptiveMethod.variants()[c.train.method]) for c in (mine, theirs))
     changed = [key for key in ours if ours[key] != parents[key]]
@@ -121,63 +122,6 @@ def test_settings_refuse_unknown_choices_naming_them(field, value):
 
 
 # ---------------------------------------------------------------- fakes
-
-
-class Reflector:
-    """Records what reflection and refinement see; proposes the given pairs once."""
-
-    def __init__(self, proposals=()) -> None:
-        self.proposals = list(proposals)
-        self.propose_calls: list[dict] = []
-        self.refine_calls: list[tuple[str, list[str]]] = []
-
-    def propose_rubric_skills(self, trajectories, existing, max_new, *, diagnostics=None):
-        self.propose_calls.append(
-            {
-                "ids": [t.trajectory_id for t in trajectories],
-                "diagnostics": diagnostics,
-                "existing": [r.rubric_id for r in existing],
-                "max_new": max_new,
-            }
-        )
-        out, self.proposals = self.proposals[:max_new], self.proposals[max_new:]
-        return out
-
-    def refine_skill(self, rubric, skill, failures):
-        assert failures, "refine_skill must never be asked without failures"
-        self.refine_calls.append((rubric.rubric_id, [t.trajectory_id for t in failures]))
-        return skill + " (refined)"
-
-
-def trajectories(step: int, task_ids, group: int, outcomes=None, lengths=None) -> list[Trajectory]:
-    out = []
-    for i, task_id in enumerate(task_ids):
-        for j in range(group):
-            k = i * group + j
-            out.append(
-                Trajectory(
-                    task_id,
-                    [Turn("assistant", f"{task_id} {k}", True)],
-                    0.0 if outcomes is None else float(outcomes[k]),
-                    tags=("tag",),
-                    trajectory_id=f"s{step}/{task_id}/{j}",
-                    generated_length=0 if lengths is None else int(lengths[k]),
-                )
-            )
-    return out
-
-
-def reports_for(trajs, verdicts: dict[str, list], uncovered=None) -> list[JudgeReport]:
-    """verdicts: rubric id -> one Verdict (or (Verdict, score)) per trajectory."""
-    out = []
-    for n, t in enumerate(trajs):
-        judgments = {}
-        for rid, column in verdicts.items():
-            v = column[n]
-            verdict, score = v if isinstance(v, tuple) else (v, None)
-            judgments[rid] = judgment(rid, verdict, score)
-        out.append(JudgeReport(t.trajectory_id, judgments, tuple(uncovered[n]) if uncovered else ()))
-    return out
 
 
 def arise_method(tasks=8, batch=2, group=4, reflector=None, **settings) -> AdaptiveMethod:
@@ -341,12 +285,6 @@ def combined_method(group=4) -> AdaptiveMethod:
     run_step(method, 0)  # the pool's first update: it holds c1 (also in A) and a1
     assert method.pool.rubric_ids() == ["c1", "a1"]
     return method
-
-
-def traj_with(tid, outcome, **metadata):
-    return Trajectory(
-        "t0", [Turn("assistant", tid, True)], outcome, tags=("tag",), trajectory_id=tid, metadata=metadata
-    )
 
 
 def test_combined_counts_each_rubric_once_and_matches_an_independent_reference():

@@ -10,6 +10,7 @@ import re
 import threading
 
 import pytest
+from _util import metrics_rows
 from judge_server import (
     ChatServer,
     Reply,
@@ -20,7 +21,7 @@ from judge_server import (
 )
 
 from rwcore.trainer.config import load_config
-from rwcore.trainer.envs.negotiation_annotator import ANNOTATORS, annotate
+from rwcore.trainer.envs.negotiation.annotator import ANNOTATORS, annotate
 from rwcore.trainer.trainer import Trainer
 from rwcore.types import Trajectory, Turn
 
@@ -229,7 +230,7 @@ def test_every_metrics_row_says_what_the_llm_roles_cost_and_it_matches_the_serve
         trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
         trainer.setup()
         trainer.train()
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if line]
+    rows = metrics_rows(tmp_path / "run")
     names = ("requests", "prompt_tokens", "completion_tokens", "cache_hits", "retries", "rate_limited", "failed")
     for row in rows:
         assert all(f"{role}/{name}" in row for role in ("judge", "reflector") for name in names), row["kind"]

@@ -21,9 +21,8 @@ import torch
 from _util import ROOT
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from rwcore.method import AdaptiveMethod, MethodSettings, Providers
+from rwcore.method import AdaptiveMethod, MethodSettings, Providers, judge_groups
 from rwcore.method.loop import MethodLoop
-from rwcore.method.method import judge_groups
 from rwcore.types import JudgeReport, Trajectory, Turn
 from rwcore.verdict import Verdict
 

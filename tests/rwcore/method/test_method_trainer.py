@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
+from _util import SMALL_RUN, metrics_rows, overrides_with
 from rewardweaver_fakes import traj
 
 from rwcore import AdaptiveMethod, MethodSettings
@@ -17,30 +17,20 @@ from rwcore.arise.pool import SKILLS_BEGIN
 from rwcore.method import Providers
 from rwcore.rewardweaver import Capability, LabelledCase, acceptance_test
 from rwcore.rewardweaver.admission import evaluator_name
-from rwcore.trainer import cli
-from rwcore.trainer import trainer as trainer_module
+from rwcore.trainer import cli, rank_rollouts
+from rwcore.trainer.cli.command import _config_file
 from rwcore.trainer.config import load_config
 from rwcore.trainer.envs import NegotiationEnv
-from rwcore.trainer.envs import negotiation_rubrics as rubrics
-from rwcore.trainer.envs.negotiation_annotator import annotate
+from rwcore.trainer.envs.base import RuleDef, rule_spec
+from rwcore.trainer.envs.negotiation import rubrics, run_episode
+from rwcore.trainer.envs.negotiation.annotator import annotate
+from rwcore.trainer.envs.negotiation.cases import labelled_cases_by_rule
+from rwcore.trainer.envs.negotiation.reflector import NegotiationReflector
 from rwcore.trainer.trainer import Trainer, learning_rate
 from rwcore.types import JudgeReport, RubricJudgment
 from rwcore.verdict import Verdict
 
-SMALL = [
-    "model.init=random",  # these tests are about the loop, not the reading prior
-    "env.options.num_train=40",
-    "env.options.num_eval=8",
-    "rollout.tasks_per_step=4",
-    "rollout.group_size=4",
-    "train.eval_every=2",
-    "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=3",
-    "rewardweaver.diagnostic_tasks=4",
-]
+SMALL = overrides_with(SMALL_RUN, "rewardweaver.diagnosis_tasks=3")
 
 
 def build(tmp_path, *overrides, steps=4, name="run") -> Trainer:
@@ -49,19 +39,15 @@ def build(tmp_path, *overrides, steps=4, name="run") -> Trainer:
     return trainer
 
 
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
 def test_held_out_evaluation_never_shows_skills_and_the_analysis_flag_is_labelled(tmp_path, monkeypatch):
     prompts: list[tuple[str, str]] = []
-    real = trainer_module.run_episodes
+    real = rank_rollouts.run_episodes
 
     def recording(env, policy, jobs, system_prompt, *args, **kwargs):
         prompts.append((jobs[0][2].split("/")[0] if jobs else "", system_prompt))
         return real(env, policy, jobs, system_prompt, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "run_episodes", recording)
+    monkeypatch.setattr(rank_rollouts, "run_episodes", recording)
     trainer = build(
         tmp_path, "train.method=arise", "pool.eta_low=0.99", "pool.eta_high=1.0", "train.eval_with_skills=on", steps=6
     )
@@ -73,7 +59,7 @@ def test_held_out_evaluation_never_shows_skills_and_the_analysis_flag_is_labelle
     with_skills = [p for p in evaluation if SKILLS_BEGIN in p]
     plain = [p for p in evaluation if SKILLS_BEGIN not in p]
     assert plain and all(p == trainer.env.system_prompt for p in plain)
-    metrics = rows(tmp_path / "run")
+    metrics = metrics_rows(tmp_path / "run")
     assert [r["step"] for r in metrics if r["kind"] == "eval"] == [0, 2, 4, 6]
     labelled = [r for r in metrics if r["kind"] == "eval_with_skills"]
     assert [r["step"] for r in labelled] == [0, 2, 4, 6] and len(with_skills) >= 1
@@ -108,11 +94,11 @@ def test_the_admitted_evaluator_is_the_judge_that_scores_training(tmp_path):
 
 def test_reference_labels_do_not_come_from_the_rule_being_admitted(monkeypatch):
     env = NegotiationEnv(seed=0, num_train=4, num_eval=2)
-    honest = rubrics.labelled_cases_by_rule(env, ["asks_budget_first"])["asks_budget_first"]
+    honest = labelled_cases_by_rule(env, ["asks_budget_first"])["asks_budget_first"]
     # a broken rule: passes everything. Labels made from it would agree with it by construction.
-    broken = rubrics.RuleDef(**{**rubrics.RULES_BY_ID["asks_budget_first"].__dict__, "check": lambda s: (True, "")})
+    broken = RuleDef(**{**rubrics.RULES_BY_ID["asks_budget_first"].__dict__, "check": lambda s: (True, "")})
     monkeypatch.setitem(rubrics.RULES_BY_ID, "asks_budget_first", broken)
-    again = rubrics.labelled_cases_by_rule(env, ["asks_budget_first"])["asks_budget_first"]
+    again = labelled_cases_by_rule(env, ["asks_budget_first"])["asks_budget_first"]
     assert [(c.trajectory.trajectory_id, c.label) for c in again] == [
         (c.trajectory.trajectory_id, c.label) for c in honest
     ]
@@ -136,7 +122,7 @@ def test_the_annotator_agrees_with_every_rule_on_varied_episodes():
     """Two independent readings of each criterion - the rules (episode state) and the annotator
     (transcript) - agree on scripted, random and deliberately bad policies."""
     env = NegotiationEnv(seed=5)
-    cases = rubrics.labelled_cases_by_rule(env, list(rubrics.RULES_BY_ID), num_sources=4)
+    cases = labelled_cases_by_rule(env, list(rubrics.RULES_BY_ID), num_sources=4)
     for rule_id, items in cases.items():
         assert items
         for case in items:
@@ -234,10 +220,10 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
         "offers_bundle_when_wanted": wrong,
     }
 
-    class Proposer(rubrics.NegotiationReflector):
+    class Proposer(NegotiationReflector):
         def propose_capabilities(self, failures, library_, max_new):
             found = super().propose_capabilities(failures, library_, max_new)
-            return found + [rubrics.rule_spec(rubrics.RULES_BY_ID["offers_bundle_when_wanted"])]
+            return found + [rule_spec(rubrics.RULES_BY_ID["offers_bundle_when_wanted"])]
 
     tasks = {t.task_id: list(t.tags) for t in env.tasks("train")}
     method = AdaptiveMethod(
@@ -253,7 +239,7 @@ def test_controlled_expansion_runs_at_stage_boundaries_and_the_history_keeps_adm
         ),
     )
     no_deal = [t for t in env.tasks("train") if "no_deal" in t.tags and "bundle" not in t.tags][:4]
-    asker = [rubrics.run_episode(env, t, lambda obs: "ask", seed=1, trajectory_id=f"{t.task_id}/ask") for t in no_deal]
+    asker = [run_episode(env, t, lambda obs: "ask", seed=1, trajectory_id=f"{t.task_id}/ask") for t in no_deal]
     method.adapt(-1, diagnosis=(asker, judge.evaluate(asker, library.rubrics())))
     record = method.weaver.history.stages[0]
     admitted = ("ends_hopeless_negotiation", "clear_actions")  # both fail 4 of 4: library order breaks the tie
@@ -342,7 +328,7 @@ def test_learning_rate_warm_up_then_schedule_and_the_optimizer_follows(tmp_path)
     assert abs(learning_rate(7, 1.0, 4, "cosine", 10) - 0.5) < 1e-12 and learning_rate(9, 2.0, 0, "cosine", 10) > 0
     trainer = build(tmp_path, "train.method=outcome_only", "optim.warmup_steps=2", "optim.lr=0.01", steps=3)
     trainer.train()
-    assert [r["lr"] for r in rows(tmp_path / "run") if r["kind"] == "train"] == [0.005, 0.01, 0.01]
+    assert [r["lr"] for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"] == [0.005, 0.01, 0.01]
     assert trainer.engine.optimizer.param_groups[0]["lr"] == 0.01
 
 
@@ -380,17 +366,28 @@ def test_a_resumed_run_refuses_another_variant(tmp_path, capsys):
 
 
 def test_import_of_the_kernels_loads_neither_the_extension_nor_the_algorithms():
-    # rwcore._checkout (sys.path order when run from the checkout, standard library only) is the one other module
+    # rwcore._checkout (sys.path order when run from the checkout) and rwcore.settings (how a setting is declared) are
+    # the other modules: both import the standard library only (and NumPy)
     code = (
         "import sys, rwcore.kernels; bad = [m for m in sys.modules if m.startswith('rwcore.') and not "
-        "m.startswith('rwcore.kernels') and m != 'rwcore._checkout']; print(bad)"
+        "m.startswith('rwcore.kernels') and m not in ('rwcore._checkout', 'rwcore.settings')]; print(bad)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_import_of_the_method_loads_neither_torch_nor_the_kernels():
+    # the method and its settings are plain Python and NumPy: a sampler or a trainer driver that uses them alone
+    # does not pay for torch and Triton
+    code = (
+        "import sys, rwcore.method; print(sorted(m for m in ('torch', 'triton', 'rwcore.kernels') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
 
 def test_shipped_configs_load_by_name_and_hold_the_papers_settings(capsys):
-    arise = load_config(cli._config_file("arise-qwen"))
+    arise = load_config(_config_file("arise-qwen"))
     # Arise appendix B.2, table 2
     assert (
         arise.rollout.tasks_per_step,
@@ -411,10 +408,10 @@ def test_shipped_configs_load_by_name_and_hold_the_papers_settings(capsys):
         arise.rollout.temperature,
     ) == (0.3, 10, 0.3, 0.9, 64, 8, 1.0)
     assert arise.train.method == "arise" and not hasattr(arise.sampler, "kind")  # the variant says which sampler
-    weaver = load_config(cli._config_file("rewardweaver-qwen"))
+    weaver = load_config(_config_file("rewardweaver-qwen"))
     assert (weaver.rewardweaver.budget, weaver.rewardweaver.adaptation_interval) == (6, 30)
     assert weaver.train.method == "rewardweaver"
-    assert load_config(cli._config_file("default")) == load_config()  # the embedded default, spelled out
+    assert load_config(_config_file("default")) == load_config()  # the embedded default, spelled out
     assert cli.main(["config", "--list"]) == 0
     assert {"default", "arise-qwen", "rewardweaver-qwen"} <= {
         line.split()[0] for line in capsys.readouterr().out.splitlines()

@@ -15,7 +15,7 @@ def test_a_setting_added_to_method_settings_reaches_describe_yaml_overrides_and_
     # A new field on MethodSettings -- nothing else is edited -- then the trainer's config is imported afresh.
     script = textwrap.dedent(f"""
         import dataclasses, sys
-        import rwcore.method, rwcore.method.method as m
+        import rwcore.method, rwcore.method.settings as m
 
         extra = ("novelty_bonus", float, m.setting(0.25, "A new knob, only declared on MethodSettings.",
                                                    "pool.novelty_bonus", ge=0, le=1))
@@ -112,3 +112,27 @@ def test_a_method_setting_out_of_range_is_refused_by_both():
         MethodSettings(eta_high=1.5)
     with pytest.raises(ValueError, match="rank_by must be one of"):
         MethodSettings(rank_by="votes")
+
+
+def _outside(metadata: dict):
+    """A number just outside each declared bound."""
+    for bound, step in (("ge", -1), ("gt", 0), ("le", 1), ("lt", 0)):
+        if bound in metadata:
+            yield metadata[bound] + step
+
+
+def test_every_declared_bound_is_checked_by_the_settings_and_by_the_config():
+    # The bounds live only in the declarations: each one is refused by MethodSettings (naming the field) and by
+    # the config (naming the key), with no list of bounds anywhere else.
+    import pytest
+
+    checked = 0
+    for f in dataclasses.fields(MethodSettings):
+        for value in _outside(f.metadata):
+            with pytest.raises(ValueError, match=rf"^{f.name} must be"):
+                MethodSettings(**{f.name: value})
+            if f.metadata.get("config"):
+                with pytest.raises(ValueError, match=rf"'{f.metadata['config']}'"):
+                    load_config(None, [f"{f.metadata['config']}={value}"])
+            checked += 1
+    assert checked >= 30

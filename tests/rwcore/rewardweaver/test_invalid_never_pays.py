@@ -20,51 +20,16 @@ from judge_server import (
     all_pass,
     loopback_without_proxy,  # noqa: F401 - autouse fixture
 )
+from method_fakes import combined, reports_for, traj_with, trajectories
 from rewardweaver_fakes import ScriptedAttributor, build_library, deficit
-from test_method import Reflector, reports_for, traj_with, trajectories
 
 from rwcore import AdaptiveMethod, JudgedBatch, MethodSettings, Verdict
 from rwcore.judges import OpenAIJudge, OpenAIReflector, ReflectionError
-from rwcore.method import Providers
-from rwcore.method.method import judge_groups
-from rwcore.types import JudgeReport, RubricJudgment, RubricSkillProposal, RubricSpec, Trajectory, Turn
+from rwcore.method import Providers, judge_groups
+from rwcore.types import JudgeReport, RubricJudgment, RubricSpec, Trajectory, Turn
 
 P, F, NA, INV = Verdict.PASS, Verdict.FAIL, Verdict.NA, Verdict.INVALID
 KEY_ENV = "RWCORE_TEST_JUDGE_KEY"
-
-
-def combined(normalization: str) -> AdaptiveMethod:
-    """Process rubrics c1, c2 (RewardWeaver's active set) and pool rubric a1 (Arise's advantages)."""
-    library = build_library(ids=("c1", "c2", "c3"))
-    method = AdaptiveMethod(
-        "combined",
-        {"t0": ["tag"], "t1": ["tag"]},
-        MethodSettings(
-            batch_size=2,
-            group_size=4,
-            delta_pool=1,
-            budget=2,
-            length_threshold=0,
-            success_sample=0,
-            min_support=1,
-            process_normalization=normalization,
-        ),
-        Providers(library=library, attributor=ScriptedAttributor(), reflector=Reflector([proposal_pair("a1")])),
-    )
-    diag = [traj_with(f"d{i}", 0.0, attribution=[deficit("c1"), deficit("c2")]) for i in range(3)]
-    method.adapt(-1, diagnosis=(diag, reports_for(diag, {"c1": [F] * 3, "c2": [F] * 3, "c3": [P] * 3})))
-    task_ids = method.sample(0)
-    trajs = trajectories(0, task_ids, 4)
-    ids = [spec.rubric_id for spec in method.rubrics_to_judge(0, task_ids)[0]]
-    scored = method.score(trajs, reports_for(trajs, {rid: [P] * 8 for rid in ids}))
-    method.observe(0, task_ids, trajs, scored.judged)
-    method.adapt(0)  # the pool's first update adds a1
-    assert method.pool.rubric_ids() == ["a1"] and set(method.weaver.active) == {"c1", "c2"}
-    return method
-
-
-def proposal_pair(rubric_id: str) -> RubricSkillProposal:
-    return RubricSkillProposal(RubricSpec(rubric_id, f"criterion {rubric_id}", capability="Execution"), "a skill")
 
 
 # All outcomes 0. Group 0 varies the process rubrics, group 1 the pool rubric.
@@ -238,15 +203,16 @@ def test_openai_judge_turns_an_unexpected_error_into_invalid(monkeypatch, caplog
 
 
 def test_reflector_errors_become_reflection_errors(monkeypatch):
-    import rwcore.judges.reflector as module
+    import rwcore.judges.reflection as reflection
+    import rwcore.judges.rewardweaver_reflection as rewardweaver_reflection
 
     monkeypatch.setenv(KEY_ENV, "sk-test")
 
     def broken(*args, **kwargs):
         raise TypeError("unhashable type: 'dict'")
 
-    monkeypatch.setattr(module, "answer_objects", broken)
-    monkeypatch.setattr(module, "answer_parts", broken, raising=False)
+    monkeypatch.setattr(rewardweaver_reflection, "answer_objects", broken)
+    monkeypatch.setattr(reflection, "answer_parts", broken)
     trajectory = Trajectory("t", [Turn("assistant", "x", generated=True)], 0.0, trajectory_id="t/0")
     with ChatServer(lambda request: Reply("{}")) as server:
         reflector = OpenAIReflector(

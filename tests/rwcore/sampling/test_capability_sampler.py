@@ -1,6 +1,6 @@
 """rwcore.CapabilitySampler accounting against hand-worked values and the
-reference model (Arise eq. 9-11, appendix B.5; DESIGN.md "Coverage and
-sampling").
+reference model (Arise eq. 9-11, appendix B.5; docs/math.md, the rows of
+those equations).
 
 The RNG stream of the compiled sampler cannot be reproduced in Python, so the
 batch construction is checked statistically in test_sampler_statistics.py;
@@ -11,6 +11,7 @@ state, pool changes, and the structural properties of batches.
 import math
 
 import pytest
+from _util import populated_sampler
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_sampler import DEFAULT_CAPABILITIES, RefCapabilitySampler
@@ -202,20 +203,6 @@ def test_accepts_tuples_and_generators_for_verdicts():
 # ----------------------------------------------------------------------------
 # Batches: structure
 # ----------------------------------------------------------------------------
-def populated_sampler(seed=0, batch_size=4):
-    tasks = {
-        f"t{i}": tags
-        for i, tags in enumerate([["A"], ["A", "B"], ["B"], ["C"], ["C", "A"], ["D"], ["B"], ["A"], ["C"], ["D", "B"]])
-    }
-    cs = CapabilitySampler(tasks, batch_size=batch_size, group_size=2, seed=seed)
-    cs.set_rubrics({"e": "Execution", "v": "Verification"})
-    cs.record_group("t0", {"e": [True, False], "v": [NA, NA]}, 0)
-    cs.record_group("t1", {"e": [False, False]}, 0)
-    cs.record_group("t3", {"v": [True, True], "e": [INVALID, True]}, 1)
-    cs.record_group("t5", {}, 1)
-    return tasks, cs
-
-
 def test_batches_are_distinct_known_tasks():
     tasks, cs = populated_sampler(batch_size=10)
     for v in range(30):
@@ -224,7 +211,7 @@ def test_batches_are_distinct_known_tasks():
         assert len(batch) == 10
         assert set(batch) == set(tasks)  # batch_size == |X|: a permutation
     tasks, cs = populated_sampler(batch_size=4)
-    for v in range(200):
+    for _ in range(200):
         batch = cs.sample(2)
         assert len(batch) == 4 and len(set(batch)) == 4 and set(batch) <= set(tasks)
 

@@ -5,17 +5,16 @@ table, overrides a variant cannot apply, `rw compare`'s groups, and one real end
 processes. The statistics themselves are checked in tests/trainer/ablate/test_ablate_statistics.py."""
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _util import ABLATE_RUN, ablate_command, child_env, overrides_with, train_steps
 
 from rwcore.trainer import ablate
 from rwcore.trainer.ablate import BASELINES, PAPERS, parse_seeds, plan_ablation, run_ablation, steps_to_reach
 from rwcore.trainer.cli import main
-from rwcore.trainer.compare import compare_groups, group_runs
+from rwcore.trainer.compare import compare_groups, group_runs, plot_compare
 
 # ---------------------------------------------------------------------------- bad input
 
@@ -135,8 +134,8 @@ def fake_launcher(calls, curves=None, failing=()):
 
 
 def test_runs_in_parallel_with_a_thread_share_in_dependency_order_and_resumes(tmp_path, monkeypatch):
-    monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
-    monkeypatch.setattr(ablate.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(ablate.runner.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ablate.local_executor.os, "cpu_count", lambda: 4)
     FakeProcess.running = FakeProcess.peak = 0
     plan = plan_ablation("arise", ["arise", "arise_frozen_rubrics", "outcome_only"], [0, 1], 2, 2, tmp_path / "out")
     calls = []
@@ -175,7 +174,7 @@ def test_runs_in_parallel_with_a_thread_share_in_dependency_order_and_resumes(tm
 
 
 def test_a_failed_run_is_reported_with_its_error_and_not_averaged_in(tmp_path, monkeypatch):
-    monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ablate.runner.time, "sleep", lambda s: None)
     plan = plan_ablation("arise", ["arise", "arise_frozen_rubrics", "outcome_only"], [0, 1], 4, 2, tmp_path / "o")
     curves = {
         "arise-s0": (0.1, 0.6),
@@ -233,7 +232,7 @@ def test_steps_to_reach():
 
 
 def test_five_seeds_give_the_iqm_and_the_comparison_with_intervals(tmp_path, monkeypatch):
-    monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ablate.runner.time, "sleep", lambda s: None)
     seeds = [0, 1, 2, 3, 4]
     plan = plan_ablation("arise", ["arise", "outcome_only"], seeds, 4, 2, tmp_path / "o", bootstrap_reps=500)
     curves = {f"arise-s{k}": (0.0, 0.5 + 0.05 * k) for k in seeds}
@@ -346,7 +345,7 @@ def test_the_claim_table_plans_its_seven_variants(tmp_path, monkeypatch, capsys)
 
 
 def test_an_override_a_variant_cannot_apply_is_dropped_for_that_variant_only(tmp_path, monkeypatch):
-    monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ablate.runner.time, "sleep", lambda s: None)
     overrides = ["advantage.process_gate=success_groups", "optim.lr=0.001"]
     plan = plan_ablation("claim", ["arise", "outcome_only"], [0], 2, 1, tmp_path / "o", overrides)
     jobs = {job.variant: job.overrides for job in plan.run_jobs()}
@@ -387,7 +386,7 @@ def test_an_override_a_variant_cannot_apply_is_dropped_for_that_variant_only(tmp
 
 
 def test_without_inapplicable_settings_every_override_applies(tmp_path, monkeypatch):
-    monkeypatch.setattr(ablate, "_inapplicable_settings", lambda: None)
+    monkeypatch.setattr(ablate.plan, "_inapplicable_settings", lambda: None)
     plan = plan_ablation("claim", ["arise", "outcome_only"], [0], 2, 1, tmp_path / "o", ["advantage.process_gate=off"])
     assert plan.inapplicable == {}
     plan = plan_ablation(
@@ -429,7 +428,7 @@ def test_compare_draws_many_runs_each_in_a_style_of_its_own(tmp_path, monkeypatc
     drawn = {}
     monkeypatch.setattr(report, "_save", lambda fig, path: drawn.setdefault("fig", fig) and path)
     runs = [write_run(tmp_path / f"r{i}", [(0, 0.0), (10, i / 20)]) for i in range(12)]
-    ablate.plot_compare(runs, tmp_path / "many.png")
+    plot_compare(runs, tmp_path / "many.png")
     lines = drawn["fig"].axes[0].get_lines()
     assert len(lines) == 12
     styles = {(line.get_color(), line.get_linestyle()) for line in lines}
@@ -552,36 +551,8 @@ def test_a_real_table_with_real_rw_train_processes(tmp_path):
     """Two variants x one seed, two real `rw train` processes at a time (tiny settings), then a resume that
     starts nothing; the table's numbers are the runs' own final held-out evaluations."""
     out = tmp_path / "abl"
-    small = [
-        "model.init=random",
-        "env.options.num_train=24",
-        "env.options.num_eval=6",
-        "rollout.tasks_per_step=2",
-        "rollout.group_size=2",
-        "train.eval_every=1",
-        "train.checkpoint_every=1",
-    ]
-    command = [
-        sys.executable,
-        "-m",
-        "rwcore.trainer",
-        "ablate",
-        "--paper",
-        "rewardweaver",
-        "--variants",
-        "rewardweaver,rw_outcome_grpo",
-        "--seeds",
-        "0",
-        "--steps",
-        "2",
-        "--jobs",
-        "2",
-        "--quiet",
-        "--out",
-        str(out),
-        *small,
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = ablate_command(out, *ABLATE_RUN, variants="rewardweaver,rw_outcome_grpo", seeds="0", steps=2, jobs=2)
+    env = child_env()
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "ablation.json").read_text())
@@ -634,36 +605,9 @@ def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
     import time
 
     out = tmp_path / "abl"
-    small = [
-        "model.init=random",
-        "env.options.num_train=24",
-        "env.options.num_eval=6",
-        "rollout.tasks_per_step=2",
-        "rollout.group_size=2",
-        "train.eval_every=2",
-        "train.checkpoint_every=1",
-    ]
-    command = [
-        sys.executable,
-        "-m",
-        "rwcore.trainer",
-        "ablate",
-        "--paper",
-        "rewardweaver",
-        "--variants",
-        "rw_outcome_grpo",
-        "--seeds",
-        "0",
-        "--steps",
-        "40",
-        "--jobs",
-        "1",
-        "--quiet",
-        "--out",
-        str(out),
-        *small,
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    small = overrides_with(ABLATE_RUN, "train.eval_every=2")
+    command = ablate_command(out, *small, variants="rw_outcome_grpo", seeds="0", steps=40, jobs=1)
+    env = child_env()
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     run = out / "runs" / "rw_outcome_grpo-s0"
     deadline = time.time() + 300
@@ -679,19 +623,17 @@ def test_a_killed_table_stops_its_runs_and_resumes_where_it_stopped(tmp_path):
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert f"--resume {run}" in (run / "ablation.log").read_text()
-    steps = [
-        json.loads(line)["step"] for line in (run / "metrics.jsonl").open() if json.loads(line).get("kind") == "train"
-    ]
+    steps = train_steps(run)
     assert steps[-1] == 40 and steps.count(1) == 1  # continued, not started over
     assert json.loads((run / "ablation_status.json").read_text())["status"] == "finished"
 
 
 def test_resuming_with_other_settings_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(ablate.time, "sleep", lambda s: None)
+    monkeypatch.setattr(ablate.runner.time, "sleep", lambda s: None)
     plan = plan_ablation("arise", ["arise", "outcome_only"], [0], 2, 2, tmp_path / "out", ["optim.lr=1e-3"])
     run_ablation(plan, progress=False, launch=fake_launcher([]))
     started = []
-    monkeypatch.setattr(ablate.subprocess, "Popen", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(ablate.runner.subprocess, "Popen", lambda *a, **k: started.append(a))
     argv = [
         "ablate",
         "--paper",

@@ -17,23 +17,16 @@ import time
 from pathlib import Path
 
 import pytest
+from _util import ABLATE_RUN, ablate_command, child_env, free_port, train_steps
 
-from rwcore.trainer import ablate, ablate_ray
+from rwcore.trainer import ablate
+from rwcore.trainer.ablate import ray_executor as ablate_ray
 from rwcore.trainer.cli import main
 
 # Ray resolves this machine's address to loopback (127.0.0.1) instead of the address it would use to reach other
 # machines: the cluster, the driver and every connection between them stay on loopback.
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **LOOPBACK}
-SMALL = [
-    "model.init=random",
-    "env.options.num_train=24",
-    "env.options.num_eval=6",
-    "rollout.tasks_per_step=2",
-    "rollout.group_size=2",
-    "train.eval_every=1",
-    "train.checkpoint_every=1",
-]
+ENV = child_env(MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **LOOPBACK)
 STEPS = 3
 VARIANTS = ("rewardweaver", "rw_outcome_grpo")
 SEEDS = (0, 1)
@@ -83,26 +76,10 @@ def cluster():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _ablate(out: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rwcore.trainer",
-        "ablate",
-        "--paper",
-        "rewardweaver",
-        "--variants",
-        ",".join(VARIANTS),
-        "--seeds",
-        ",".join(map(str, SEEDS)),
-        "--steps",
-        str(STEPS),
-        "--quiet",
-        "--out",
-        str(out),
-        *extra,
-        *SMALL,
-    ]
+def _ablate(out: Path, *options: str) -> list[str]:
+    return ablate_command(
+        out, *ABLATE_RUN, variants=",".join(VARIANTS), seeds=",".join(map(str, SEEDS)), steps=STEPS, options=options
+    )
 
 
 def _rows(out: Path) -> list[dict]:
@@ -112,11 +89,6 @@ def _rows(out: Path) -> list[dict]:
         for entry in row["seeds"].values():
             entry.pop("run_dir")
     return rows
-
-
-def _train_steps(run: Path) -> list[int]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [row["step"] for row in rows if row.get("kind") == "train"]
 
 
 def _rw_train_in(out: Path) -> list[int]:
@@ -135,12 +107,6 @@ def _rw_train_in(out: Path) -> list[int]:
         if any(str(out).encode() in a for a in argv):
             found.append(int(entry.name))
     return found
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 # ---------------------------------------------------------------------------- the table and a kill -9
@@ -171,7 +137,7 @@ def test_a_ray_grid_killed_and_rerun_runs_each_run_once_and_gives_the_local_tabl
             time.sleep(0.05)
         driver.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
-        _, err = driver.communicate(timeout=ablate.STOP_SECONDS + 30)
+        _, err = driver.communicate(timeout=ablate.local_executor.STOP_SECONDS + 30)
         print(f"rw ablate stopped {time.monotonic() - signalled:.2f} s after SIGTERM")
     finally:
         if driver.poll() is None:
@@ -207,7 +173,7 @@ def test_a_ray_grid_killed_and_rerun_runs_each_run_once_and_gives_the_local_tabl
             driver.wait()
     assert left == [], f"rw train {left} outlived the killed rw ablate"
     print(f"{len(running)} rw train process(es) gone {gone_after:.2f} s after the driver was killed")
-    stopped = {run.name: _train_steps(run) for run in (out / "runs").iterdir() if (run / "metrics.jsonl").exists()}
+    stopped = {run.name: train_steps(run) for run in (out / "runs").iterdir() if (run / "metrics.jsonl").exists()}
     # killed mid-grid (no run counted finished) and mid-run (a run with a checkpoint had steps left to train)
     assert not list((out / "runs").glob("*/ablation_status.json"))
     mid = [name for name, steps in stopped.items() if steps and steps[-1] < STEPS]
@@ -220,7 +186,7 @@ def test_a_ray_grid_killed_and_rerun_runs_each_run_once_and_gives_the_local_tabl
     for variant in VARIANTS:
         for seed in SEEDS:
             run = out / "runs" / f"{variant}-s{seed}"
-            assert _train_steps(run) == list(range(1, STEPS + 1)), run.name  # each step once, to the last
+            assert train_steps(run) == list(range(1, STEPS + 1)), run.name  # each step once, to the last
             assert json.loads((run / "ablation_status.json").read_text())["status"] == "finished"
     for name in mid:  # a run killed after a checkpoint continued from it
         assert f"--resume {out / 'runs' / name}" in (out / "runs" / name / "ablation.log").read_text()
@@ -243,7 +209,7 @@ def test_an_address_where_no_ray_cluster_listens_is_one_line_and_nothing_is_writ
 
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # 127.0.0.1 stays loopback
     monkeypatch.setattr(ablate, "run_ablation", lambda *a, **k: pytest.fail("nothing may start"))
-    port = _free_port()
+    port = free_port()
     out = tmp_path / "out"
     started = time.monotonic()
     argv = ["ablate", "--paper", "rewardweaver", "--seeds", "0", "--executor", "ray", "--out", str(out), "--quiet"]

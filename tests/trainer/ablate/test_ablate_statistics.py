@@ -1,16 +1,16 @@
-"""The statistics of `rw ablate` / `rw compare` (trainer/ablate_stats.py): the normalized area under a held-out curve
-and the steps to reach the baseline's step-150 success worked out by hand on tiny curves; the interquartile mean on
-hand-worked sets of 5 and 8 values; the bootstrap intervals against an independent percentile bootstrap written
-here in numpy; the probability of improvement against its definition, P(X > Y) + 0.5 P(X = Y) over every pair; no
-interval from fewer than five seeds."""
+"""The statistics of `rw ablate` / `rw compare` (trainer/ablate/statistics.py): the normalized area under a held-out
+curve and the steps to reach the baseline's step-150 success worked out by hand on tiny curves; the interquartile
+mean on hand-worked sets of 5 and 8 values; the bootstrap intervals against an independent percentile bootstrap
+written here in numpy; the probability of improvement against its definition, P(X > Y) + 0.5 P(X = Y) over every
+pair; no interval from fewer than five seeds."""
 
 import json
 
 import numpy as np
 import pytest
 
-from rwcore.trainer import ablate_stats
-from rwcore.trainer.ablate_stats import (
+from rwcore.trainer.ablate import statistics as ablate_stats
+from rwcore.trainer.ablate.statistics import (
     MIN_SEEDS,
     NEEDS_SEEDS,
     eval_ceiling,

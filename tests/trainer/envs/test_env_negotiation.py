@@ -11,14 +11,14 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
+from _util import negotiation_task
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rwcore.trainer.envs import Environment, NegotiationEnv, Task, make
+from rwcore.trainer.envs import Environment, NegotiationEnv, make
 from rwcore.trainer.envs.negotiation import (
     ACTION_PHRASES,
     KIND_WEIGHTS,
-    KINDS,
     PRICES,
     VERB_PHRASES,
     build_trajectory,
@@ -37,31 +37,14 @@ HAND_VERBS = ["ask", "match", "list", "bundle", "accept", "confirm", "close", "e
 KNOWN_VOCABULARY_GAPS: set[str] = set()  # every word an observation can say is in the vocabulary
 
 
-def _task(kind="standard", **over):
-    """A hand-made task (the shape make_task_data produces): a lamp costing 60, budget 100, list 120."""
-    data = {
-        "kind": kind,
-        "item": "lamp",
-        "cost": 60,
-        "bundle_cost": None,
-        "bundle_budget": None,
-        "budget": 100,
-        "list": 120,
-        "feasible": True,
-        "winnable": kind not in ("hostile", "sold_out"),
-    }
-    data.update(over)
-    return Task("t-" + kind, KINDS[kind], data)
-
-
-STANDARD = _task()
-BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)  # list 120 = bundle budget
-BUNDLE_DEAR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120, list=140)  # list above it
-HAGGLER = _task("haggler")  # list 120 = budget 100 + 20
-QUOTE = _task("quote", list=100)  # list 100 = budget
-NO_DEAL = _task("no_deal", cost=80, budget=60, list=140, feasible=False)
-HOSTILE = _task("hostile")
-SOLD_OUT = _task("sold_out")
+STANDARD = negotiation_task()
+BUNDLE = negotiation_task("bundle", budget=40, bundle_cost=80, bundle_budget=120)  # list 120 = bundle budget
+BUNDLE_DEAR = negotiation_task("bundle", budget=40, bundle_cost=80, bundle_budget=120, list=140)  # list above it
+HAGGLER = negotiation_task("haggler")  # list 120 = budget 100 + 20
+QUOTE = negotiation_task("quote", list=100)  # list 100 = budget
+NO_DEAL = negotiation_task("no_deal", cost=80, budget=60, list=140, feasible=False)
+HOSTILE = negotiation_task("hostile")
+SOLD_OUT = negotiation_task("sold_out")
 HAND_TASKS = [STANDARD, BUNDLE, BUNDLE_DEAR, HAGGLER, QUOTE, NO_DEAL, HOSTILE, SOLD_OUT]
 
 HEAD = "item lamp cost 60 list 120 "
@@ -816,7 +799,7 @@ def test_vocabulary_covers_everything():
     assert set(PRICES) == set(HAND_PRICES)
     assert action_words <= vocab and set(env.system_prompt.split()) <= vocab
     assert set(NegotiationEnv(price_words=False).vocabulary()) == vocab  # observations still say prices
-    from rwcore.trainer.envs.negotiation_rubrics import _bad_policies
+    from rwcore.trainer.envs.negotiation.reference_policies import _bad_policies
 
     seen = set()
     envs = (NegotiationEnv(num_train=1, num_eval=1, max_turns=2), NegotiationEnv(num_train=1, num_eval=1, max_turns=6))

@@ -12,37 +12,24 @@ import random
 
 import numpy as np
 import pytest
+from _util import negotiation_item
 
 from rwcore.judges import RuleJudge
 from rwcore.rewardweaver import CapabilityLibrary, attribute
 from rwcore.trainer import envs
 from rwcore.trainer.envs import HardNegotiationEnv, NegotiationEnv, Task
 from rwcore.trainer.envs.negotiation import VERB_PHRASES, run_episode, scripted_policy
-from rwcore.trainer.envs.negotiation_annotator import annotate, item_dialogues
-from rwcore.trainer.envs.negotiation_rubrics import RULE_DEFS, _bad_policies, cases_for, episode_state, failure_cause
+from rwcore.trainer.envs.negotiation.annotator import annotate, item_dialogues
+from rwcore.trainer.envs.negotiation.attributor import failure_cause
+from rwcore.trainer.envs.negotiation.cases import cases_for
+from rwcore.trainer.envs.negotiation.reference_policies import _bad_policies
+from rwcore.trainer.envs.negotiation.rubrics import RULE_DEFS, episode_state
 from rwcore.trainer.exploration import exploration_figures, group_figures
 from rwcore.types import Trajectory
 from rwcore.verdict import Verdict
 
 ENV = HardNegotiationEnv(seed=0, num_train=120, num_eval=100)
 RULES = {rule.spec.rubric_id: rule for rule in ENV.rules()}
-
-
-def _item(kind="standard", item="lamp", **over):
-    """One item's sheet, as make_task_data draws it: a lamp costing 60, budget 100, list 120."""
-    data = {
-        "kind": kind,
-        "item": item,
-        "cost": 60,
-        "bundle_cost": None,
-        "bundle_budget": None,
-        "budget": 100,
-        "list": 120,
-        "feasible": True,
-        "winnable": kind not in ("hostile", "sold_out"),
-    }
-    data.update(over)
-    return data
 
 
 def _task(*items):
@@ -58,11 +45,11 @@ def _task(*items):
     )
 
 
-STANDARD_THEN_QUOTE = _task(_item(), _item("quote", item="chair", cost=80, budget=120, list=120))
+STANDARD_THEN_QUOTE = _task(negotiation_item(), negotiation_item("quote", item="chair", cost=80, budget=120, list=120))
 NO_DEAL_THEN_HAGGLER = _task(
-    _item("no_deal", cost=80, budget=60, list=140, feasible=False), _item("haggler", item="desk")
+    negotiation_item("no_deal", cost=80, budget=60, list=140, feasible=False), negotiation_item("haggler", item="desk")
 )
-STANDARD_THEN_HOSTILE = _task(_item(), _item("hostile", item="bike"))
+STANDARD_THEN_HOSTILE = _task(negotiation_item(), negotiation_item("hostile", item="bike"))
 
 
 def _play(task, messages, env=ENV):

@@ -6,7 +6,7 @@
    held-out split, with and without the price words.
 2. No constant message (the same message every turn) passes any rubric on more than 5% of held-out tasks
    (in fact on none), measured here with the rule judge and compared with `constant_action_rates`.
-3. The independent annotator (`negotiation_annotator`) agrees with the rules' verdicts on trajectories of the
+3. The independent annotator (`negotiation.annotator`) agrees with the rules' verdicts on trajectories of the
    scripted policy, of the deliberately bad policies, and of perturbed scripted play.
 """
 
@@ -18,9 +18,11 @@ import pytest
 
 from rwcore.judges import RuleJudge
 from rwcore.trainer.envs import NegotiationEnv, Task
-from rwcore.trainer.envs.negotiation import KINDS, _winning_moves, best_fixed_sequence, run_episode, scripted_policy
-from rwcore.trainer.envs.negotiation_annotator import ANNOTATORS, annotate
-from rwcore.trainer.envs.negotiation_rubrics import _bad_policies, constant_action_rates
+from rwcore.trainer.envs.negotiation import KINDS, best_fixed_sequence, run_episode, scripted_policy
+from rwcore.trainer.envs.negotiation.annotator import ANNOTATORS, annotate
+from rwcore.trainer.envs.negotiation.reference_policies import _bad_policies
+from rwcore.trainer.envs.negotiation.rubrics import constant_action_rates
+from rwcore.trainer.envs.negotiation.search import _winning_moves
 from rwcore.types import Trajectory
 from rwcore.verdict import Verdict
 

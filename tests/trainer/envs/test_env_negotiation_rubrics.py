@@ -8,22 +8,18 @@ import itertools
 import random
 
 import pytest
+from _util import negotiation_task
 
 from rwcore.judges import RuleJudge
 from rwcore.rewardweaver import AdmissionConfig, Capability, CapabilityLibrary, acceptance_test, attribute
-from rwcore.trainer.envs import NegotiationEnv, Task
-from rwcore.trainer.envs.negotiation import KINDS, build_trajectory, random_policy, run_episode, scripted_policy
-from rwcore.trainer.envs.negotiation_annotator import annotate
-from rwcore.trainer.envs.negotiation_rubrics import (
-    INITIAL_LIBRARY,
-    RULE_DEFS,
-    SKILLS,
-    NegotiationReflector,
-    _bad_policies,
-    cases_for,
-    explain,
-    failure_cause,
-)
+from rwcore.trainer.envs import NegotiationEnv
+from rwcore.trainer.envs.negotiation import build_trajectory, random_policy, run_episode, scripted_policy
+from rwcore.trainer.envs.negotiation.annotator import annotate
+from rwcore.trainer.envs.negotiation.attributor import failure_cause
+from rwcore.trainer.envs.negotiation.cases import cases_for
+from rwcore.trainer.envs.negotiation.reference_policies import _bad_policies
+from rwcore.trainer.envs.negotiation.reflector import NegotiationReflector
+from rwcore.trainer.envs.negotiation.rubrics import INITIAL_LIBRARY, RULE_DEFS, SKILLS, explain
 from rwcore.types import Attributor, CapabilityProposer, InstanceRubricWriter, RubricReflector, RubricSpec, Trajectory
 from rwcore.verdict import Verdict
 
@@ -46,32 +42,15 @@ RULE_IDS = [
 ]
 
 
-def _task(kind="standard", **over):
-    """A hand-made task: a lamp costing 60, budget 100, list 120 (the shape make_task_data produces)."""
-    data = {
-        "kind": kind,
-        "item": "lamp",
-        "cost": 60,
-        "bundle_cost": None,
-        "bundle_budget": None,
-        "budget": 100,
-        "list": 120,
-        "feasible": True,
-        "winnable": kind not in ("hostile", "sold_out"),
-    }
-    data.update(over)
-    return Task("t-" + kind, KINDS[kind], data)
-
-
-STANDARD = _task()
-BUNDLE = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120)  # list 120 = bundle budget
-BUNDLE_DEAR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=120, list=140)  # list above it
-BUNDLE_POOR = _task("bundle", budget=40, bundle_cost=80, bundle_budget=60, feasible=False)  # cannot afford it
-HAGGLER = _task("haggler")  # list 120 = budget + 20
-QUOTE = _task("quote", list=100)  # list 100 = budget
-NO_DEAL = _task("no_deal", cost=80, budget=60, list=140, feasible=False)
-HOSTILE = _task("hostile")
-SOLD_OUT = _task("sold_out")
+STANDARD = negotiation_task()
+BUNDLE = negotiation_task("bundle", budget=40, bundle_cost=80, bundle_budget=120)  # list 120 = bundle budget
+BUNDLE_DEAR = negotiation_task("bundle", budget=40, bundle_cost=80, bundle_budget=120, list=140)  # list above it
+BUNDLE_POOR = negotiation_task("bundle", budget=40, bundle_cost=80, bundle_budget=60, feasible=False)  # unaffordable
+HAGGLER = negotiation_task("haggler")  # list 120 = budget + 20
+QUOTE = negotiation_task("quote", list=100)  # list 100 = budget
+NO_DEAL = negotiation_task("no_deal", cost=80, budget=60, list=140, feasible=False)
+HOSTILE = negotiation_task("hostile")
+SOLD_OUT = negotiation_task("sold_out")
 HAND_TASKS = [STANDARD, BUNDLE, BUNDLE_DEAR, BUNDLE_POOR, HAGGLER, QUOTE, NO_DEAL, HOSTILE, SOLD_OUT]
 ONE_TURN = NegotiationEnv(seed=0, num_train=1, num_eval=1, max_turns=1)
 

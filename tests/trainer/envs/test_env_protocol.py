@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -22,7 +23,7 @@ from rwcore.method import Providers
 from rwcore.rewardweaver import attribute
 from rwcore.trainer import envs
 from rwcore.trainer.config import load_config
-from rwcore.trainer.envs.base import Episode, Outcome, Task, partner_failed
+from rwcore.trainer.envs.base import Episode, Outcome, Task, failure_of, partner_failed
 from rwcore.trainer.trainer import Trainer
 from rwcore.types import RubricSpec, Trajectory, Turn
 
@@ -264,6 +265,29 @@ def test_step_many_is_called_once_per_turn_with_every_live_episode_and_partner_f
     assert math.isfinite(row["loss"])
 
 
+def test_a_partner_failure_is_the_episodes_typed_field_and_failure_of_reads_it_before_the_outcomes():
+    live = Episode(Task("t", ("kind_a",)), "hello", False, {"said": ["yes"]})
+    failed = partner_failed(live, "partner timed out")
+    assert failed.done and failed.partner_failure == "partner timed out" and failed.observation == "hello"
+    assert failed.state == {"said": ["yes"]} and failed.state is not live.state  # no key added, a copy
+    assert not live.done and live.partner_failure == ""
+    assert partner_failed(live, "").partner_failure == "partner failure"
+    assert partner_failed(live, "x" * 600).partner_failure == "x" * 500
+    assert failure_of(failed, Outcome(0.0, False, failure="evaluator down")) == "partner timed out"
+    assert failure_of(live, Outcome(0.0, False, failure="evaluator down")) == "evaluator down"
+    assert failure_of(live, Outcome(1.0, True)) == ""
+
+
+def test_an_older_environments_state_key_is_still_read_with_a_warning_naming_the_removal_release():
+    legacy = Episode(Task("t", ("kind_a",)), "hello", True, {"partner_failure": "opponent crashed"})
+    with pytest.warns(DeprecationWarning, match=r"ignored from rwcore 0\.2\.0.*partner_failed"):
+        assert failure_of(legacy, Outcome(0.0, False, failure="evaluator down")) == "opponent crashed"
+    typed = partner_failed(legacy, "partner timed out")  # the typed field wins, without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert failure_of(typed, Outcome(0.0, False)) == "partner timed out"
+
+
 def test_score_gives_a_partner_failure_no_advantage_and_no_verdict():
     method = AdaptiveMethod(
         "outcome_only", {"t0": ["tag"]}, MethodSettings(batch_size=1, group_size=4, length_threshold=0), Providers()
@@ -309,7 +333,7 @@ def test_attribution_blames_the_partner_for_a_partner_failure_without_asking_the
 
 
 def test_a_partner_failure_is_no_outcome_evidence_for_vade_sampling():
-    from test_method import Reflector
+    from method_fakes import Reflector
 
     method = AdaptiveMethod(
         "arise_vade_sampling",

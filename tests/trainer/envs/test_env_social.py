@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from _util import metrics_rows
 from judge_server import (
     ChatServer,
     Reply,
@@ -30,10 +31,6 @@ SMALL = [
     "train.checkpoint_every=0",
     "env.options.max_turns=3",
 ]
-
-
-def metrics(run) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
 
 
 def few_scenarios(tmp_path, *ids: str) -> str:
@@ -100,9 +97,9 @@ def test_rw_train_on_social_with_the_scripted_fallbacks(tmp_path):
     out = tmp_path / "run"
     code = cli.main(["train", "--out", str(out), "--quiet", *SMALL, "train.steps=2", "train.method=combined"])
     assert code == 0
-    train = [row for row in metrics(out) if row["kind"] == "train"]
+    train = [row for row in metrics_rows(out) if row["kind"] == "train"]
     assert len(train) == 2 and all(row["judgments"] > 0 and row["partner_failures"] == 0 for row in train)
-    assert "eval/success/negotiation" in next(row for row in metrics(out) if row["kind"] == "eval")
+    assert "eval/success/negotiation" in next(row for row in metrics_rows(out) if row["kind"] == "eval")
 
 
 class FlakyPartner:
@@ -133,9 +130,9 @@ def test_a_partner_that_times_out_or_answers_garbage_ends_that_episode_uncharged
         started = time.monotonic()
         episodes = env.step_many([env.reset(t, 0) for t in jobs], ["hello", "hello", "hello"])
         assert time.monotonic() - started < 10  # concurrent: one slow partner does not serialize the rest
-        assert "garbage reply" in episodes[0].state["partner_failure"] and episodes[0].done
-        assert "partner request failed" in episodes[1].state["partner_failure"] and episodes[1].done
-        assert "partner_failure" not in episodes[2].state and episodes[2].observation == "Ada says tell me more please"
+        assert "garbage reply" in episodes[0].partner_failure and episodes[0].done
+        assert "partner request failed" in episodes[1].partner_failure and episodes[1].done
+        assert not episodes[2].partner_failure and episodes[2].observation == "Ada says tell me more please"
         outcomes = env.outcome_many(episodes)
         assert outcomes[0].failure and outcomes[1].failure and not outcomes[2].failure
 
@@ -166,7 +163,7 @@ def test_a_partner_that_times_out_or_answers_garbage_ends_that_episode_uncharged
 
         trainer.method.score = spy
         trainer.train()
-    train = [row for row in metrics(tmp_path / "run") if row["kind"] == "train"]
+    train = [row for row in metrics_rows(tmp_path / "run") if row["kind"] == "train"]
     assert len(train) == 1
     failures = 0
     for (trajectories, scored), row in zip(seen, train):
@@ -233,7 +230,7 @@ def test_rw_train_on_social_with_a_real_vllm_partner_evaluator_judge_and_reflect
     env.outcome_many = lambda episodes: seen.extend(outcome_many(episodes)) or seen[-len(episodes) :]
     trainer.train()
     first = time.monotonic() - started
-    train = [row for row in metrics(tmp_path / "fixed") if row["kind"] == "train"]
+    train = [row for row in metrics_rows(tmp_path / "fixed") if row["kind"] == "train"]
     assert len(train) == 1 and train[0]["judgments"] > 0
     assert train[0]["invalid_rate"] < 1.0  # structured outputs: the random model's verdicts parse
     judged = [o for o in seen if not o.failure]  # episodes the partner and the evaluator both answered
@@ -256,7 +253,7 @@ def test_rw_train_on_social_with_a_real_vllm_partner_evaluator_judge_and_reflect
     trainer.setup()
     trainer.train()
     second = time.monotonic() - started
-    train = [row for row in metrics(tmp_path / "self") if row["kind"] == "train"]
+    train = [row for row in metrics_rows(tmp_path / "self") if row["kind"] == "train"]
     assert len(train) == 1 and train[0]["pool/reflection_errors"] == 1 and train[0]["partner_failures"] == 0
     print(f"real-vLLM social runs: fixed partner {first:.0f} s, self-play {second:.0f} s")
 

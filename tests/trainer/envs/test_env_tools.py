@@ -9,17 +9,18 @@ import os
 import socket
 import tempfile
 from collections import Counter
-from pathlib import Path
 
 import pytest
+from _util import SMALL_METHOD, metrics_rows, overrides_with
 
 from rwcore.judges import RuleJudge
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
 from rwcore.trainer.envs import make
-from rwcore.trainer.envs import tools_rubrics as R
-from rwcore.trainer.envs.base import step_all
+from rwcore.trainer.envs.base import rule_spec, step_all
 from rwcore.trainer.envs.tools import KINDS, TOOL_SCHEMAS, OraclePolicy, ToolsEnv, parse_call, run_episode
+from rwcore.trainer.envs.tools.providers import ToolsAttributor
+from rwcore.trainer.envs.tools.rubrics import INITIAL_LIBRARY, RULES_BY_ID
 from rwcore.trainer.method_setup import admit_library
 from rwcore.trainer.policy import WordCodec
 from rwcore.trainer.trainer import Trainer
@@ -172,7 +173,7 @@ def test_bad_and_hostile_calls_are_tool_errors_in_the_transcript(env, monkeypatc
 
 
 def test_a_sandbox_fault_is_a_partner_failure_not_the_agents(env, monkeypatch):
-    from rwcore.trainer.envs.sandbox import Sandbox, ToolResult
+    from rwcore.trainer.envs.tools.sandbox import Sandbox, ToolResult
 
     task = _task(env, "compute")
     episode = env.reset(task, 0)
@@ -182,15 +183,13 @@ def test_a_sandbox_fault_is_a_partner_failure_not_the_agents(env, monkeypatch):
         lambda self, cmd: ToolResult(False, 111, "", "sandbox setup failed: x", error="sandbox_setup"),
     )
     after = env.step(episode, json.dumps({"tool": "shell", "cmd": "ls"}))
-    assert after.done and "tool sandbox failed" in after.state["partner_failure"]
+    assert after.done and "tool sandbox failed" in after.partner_failure
     outcome = env.outcome(after)
     assert outcome.failure and outcome.reward == 0.0
     from rwcore.types import Trajectory
 
-    trajectory = Trajectory(
-        "t", [], 0.0, metadata={"env_state": after.state}, partner_failure=after.state["partner_failure"]
-    )
-    records = R.ToolsAttributor().attribute(trajectory, [R.rule_spec(R.RULES_BY_ID["inspects_input"])])
+    trajectory = Trajectory("t", [], 0.0, metadata={"env_state": after.state}, partner_failure=after.partner_failure)
+    records = ToolsAttributor().attribute(trajectory, [rule_spec(RULES_BY_ID["inspects_input"])])
     assert records[0].cause == "partner"
 
 
@@ -268,14 +267,14 @@ def test_rules_read_observable_behaviour(env):
 
 
 def test_labelled_cases_admit_the_initial_library(env):
-    cases = env.labelled_cases_by_rule(list(R.RULES_BY_ID))
+    cases = env.labelled_cases_by_rule(list(RULES_BY_ID))
     for rule_id, rule_cases in cases.items():
         labels = Counter(c.label for c in rule_cases)
         assert labels[Verdict.PASS] >= 10 and labels[Verdict.FAIL] >= 10, (rule_id, labels)
         assert len({c.source for c in rule_cases}) == 10
     judge = RuleJudge({r.spec.rubric_id: r.check for r in env.rules()})
     library = admit_library(env, judge, list(env.initial_library()))
-    assert set(library.ids()) == set(R.INITIAL_LIBRARY)
+    assert set(library.ids()) == set(INITIAL_LIBRARY)
 
 
 def test_the_word_level_policy_can_spell_a_tool_call(env):
@@ -298,17 +297,9 @@ SMALL = [
     "rollout.max_new_tokens=12",
     "train.eval_every=2",
     "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=2",
-    "rewardweaver.diagnostic_tasks=2",
+    *overrides_with(SMALL_METHOD, "rewardweaver.diagnosis_tasks=2", "rewardweaver.diagnostic_tasks=2"),
     "train.steps=2",
 ]
-
-
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
 
 
 @pytest.mark.parametrize("method", ["arise", "rewardweaver"])
@@ -320,7 +311,7 @@ def test_rw_train_with_the_built_in_policy_and_the_rule_judge(tmp_path, method, 
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     assert cli.main(["train", "--out", str(out), "--quiet", *SMALL, f"train.method={method}"]) == 0
-    metrics = rows(out)
+    metrics = metrics_rows(out)
     train = [r for r in metrics if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2]
     assert [r["step"] for r in metrics if r["kind"] == "eval"] == [0, 2]
@@ -328,7 +319,7 @@ def test_rw_train_with_the_built_in_policy_and_the_rule_judge(tmp_path, method, 
     assert not [p for p in os.listdir(scratch) if p.startswith("rw-sandbox-")]  # none outlives its episode
     if method == "rewardweaver":
         stages = json.loads((out / "reward_stages.json").read_text())
-        assert stages and set(stages[0]["active"]) <= set(R.INITIAL_LIBRARY)
+        assert stages and set(stages[0]["active"]) <= set(INITIAL_LIBRARY)
     else:
         assert (out / "pool_events.json").exists()
 
@@ -360,7 +351,7 @@ def test_rw_train_with_a_real_vllm_judge_and_reflector(tmp_path, vllm_server, mo
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    train = [r for r in rows(tmp_path / "run") if r["kind"] == "train"]
+    train = [r for r in metrics_rows(tmp_path / "run") if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1]
     assert all(0.0 <= r["success_rate"] <= 1.0 and r.get("partner_failures", 0) == 0 for r in train)
     assert (tmp_path / "run" / "pool_events.json").exists()  # the pool update at step 1 asked the LLM reflector

@@ -5,19 +5,15 @@ downloaded). Expected values are worked out by hand from the tasksets' reward de
 
 from __future__ import annotations
 
-import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import verifiers.v1  # noqa: F401 - part of the test set-up (RWCORE_EXTRAS=...,verifiers): a missing one fails
-from _util import ROOT, TESTS
+from _util import ROOT, SMALL_METHOD, TESTS, metrics_rows, overrides_with, train_in_process
 
-from rwcore.trainer.config import load_config
 from rwcore.trainer.envs import make
 from rwcore.trainer.envs.base import failure_of
-from rwcore.trainer.trainer import Trainer
 
 EXAMPLES = ROOT / "examples" / "verifiers"
 FAULTS = TESTS / "verifiers_tasksets"
@@ -157,7 +153,7 @@ def test_multi_turn_conversation_hand_worked(guess):
 
     episodes, outcomes = play(guess, tasks, script)
     assert guess.max_turns == 4  # the environment's AgentConfig(max_turns=4)
-    for task, episode, outcome, secret in zip(tasks, episodes, outcomes, secrets):
+    for task, _episode, outcome, secret in zip(tasks, episodes, outcomes, secrets):
         found_at = order.index(secret)  # found on guess found_at + 1
         assert outcome.reward == pytest.approx(max(0.25, 1.0 - 0.25 * found_at))
         assert outcome.details["metrics"]["guesses"] == found_at + 1
@@ -255,10 +251,6 @@ def test_verifiers_textarena_taskset_hand_worked(nltk_words):
         env.close()
 
 
-def rows(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
 SMALL = [
     "env.name=verifiers",
     "env.options.num_train=8",
@@ -268,22 +260,13 @@ SMALL = [
     "train.steps=2",
     "train.eval_every=2",
     "train.checkpoint_every=2",
-    "pool.delta_pool=2",
-    "rewardweaver.adaptation_interval=2",
-    "rewardweaver.min_support=1",
-    "rewardweaver.diagnosis_tasks=2",
-    "rewardweaver.diagnostic_tasks=2",
+    *overrides_with(SMALL_METHOD, "rewardweaver.diagnosis_tasks=2", "rewardweaver.diagnostic_tasks=2"),
 ]
 
 
 def train(tmp_path, overrides):
-    trainer = Trainer(load_config(None, [*SMALL, *overrides]), tmp_path / "run", quiet=True)
-    trainer.setup()
-    try:
-        trainer.train()
-    finally:
-        trainer.cleanup()
-    return rows(tmp_path / "run")
+    train_in_process(tmp_path / "run", [*SMALL, *overrides])
+    return metrics_rows(tmp_path / "run")
 
 
 @pytest.mark.parametrize(
@@ -370,14 +353,14 @@ def test_rw_train_with_the_vllm_rollout_engine(tmp_path):
     command += ["train.method=outcome_only", "train.eval_every=0"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    steps = [r for r in rows(folder) if r["kind"] == "train"]
+    steps = [r for r in metrics_rows(folder) if r["kind"] == "train"]
     assert [r["step"] for r in steps] == [1, 2] and all(r["partner_failures"] == 0 for r in steps)
     assert all(1.0 <= r["env/guesses"] <= 4.0 for r in steps)
 
 
 def test_environment_metrics_average_finite_numbers_by_hand():
     """The trainer's env/<name> columns: each name's mean over the episodes that report a finite number."""
-    from rwcore.trainer.trainer import environment_metrics
+    from rwcore.trainer.metrics import environment_metrics
 
     details = [
         {"metrics": {"guesses": 2.0, "solved": 1.0}},

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rwcore.trainer.envs.sandbox import Limits, Sandbox, SandboxUnavailable, ToolResult, detect_isolation
+from rwcore.trainer.envs.tools.sandbox import Limits, Sandbox, SandboxUnavailable, ToolResult, detect_isolation
 
 LIMITS = Limits(
     wall_seconds=10.0,
@@ -267,7 +267,7 @@ def test_closed_sandbox_removes_its_folder_and_refuses_calls():
 
 
 def test_unisolated_mode_is_opt_in_and_weaker_but_still_guards_python(monkeypatch):
-    from rwcore.trainer.envs import sandbox as module
+    from rwcore.trainer.envs.tools import sandbox as module
 
     # on a machine without namespaces "auto" refuses, naming the option to opt in
     monkeypatch.setitem(module._PROBES, "namespace", None)
@@ -315,7 +315,7 @@ def test_the_unprivileged_user_namespace_mode_keeps_the_same_file_and_network_gu
     import subprocess
     import sys
 
-    from rwcore.trainer.envs import sandbox as module
+    from rwcore.trainer.envs.tools import sandbox as module
 
     port, accepted = loopback_server
     name = f"rw-nonroot-escape-{os.getpid()}"

@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 
-from rwcore.trainer.envs import sandbox as sb
 from rwcore.trainer.envs.tools import ToolsEnv
+from rwcore.trainer.envs.tools import sandbox as sb
 
 
 def _box(**limits) -> sb.Sandbox:
@@ -209,7 +209,7 @@ def test_a_trainer_killed_with_minus_nine_leaves_no_process_and_its_folder_is_re
     os.chmod(root, 0o711)  # the tool's own uid must reach its folder inside
     script = textwrap.dedent(f"""
         import sys
-        from rwcore.trainer.envs import sandbox as sb
+        from rwcore.trainer.envs.tools import sandbox as sb
         box = sb.Sandbox(sb.Limits(wall_seconds=60.0))
         print(box.workdir, flush=True)
         box.run_shell("cp /bin/sleep ./{marker} && exec ./{marker} 50")

@@ -18,9 +18,8 @@ import time
 
 import pytest
 import verifiers.v1  # noqa: F401 - part of the test set-up (RWCORE_EXTRAS=...,verifiers): a missing one fails
-from _util import TESTS
+from _util import TESTS, child_env, metrics_rows, train_in_process
 
-from rwcore.trainer.config import load_config
 from rwcore.trainer.envs import make
 from rwcore.trainer.envs.base import failure_of
 
@@ -193,7 +192,7 @@ def test_huge_reward_strings_are_not_copied_or_kept():
     that the peak is this batch's)."""
     size = 50_000_000
     script = MEMORY.format(tasksets=str(TASKSETS), size=size)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = child_env()
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -208,19 +207,18 @@ def test_rw_train_with_a_hostile_taskset_charges_only_the_hostile_episodes(tmp_p
     the tasks (blocking and busy-looping rewards, SystemExit, KeyboardInterrupt, a huge string), all ten
     tasks in every step: each step ends within 2 x env.options.timeout; the hostile episodes are partner
     failures naming their fault; every healthy one is scored by the rewards' own definitions."""
-    from rwcore.trainer import trainer as trainer_module
-    from rwcore.trainer.trainer import Trainer
+    from rwcore.trainer import rank_rollouts
 
     timeout = 3.0
     seen = []
-    real = trainer_module.run_episodes
+    real = rank_rollouts.run_episodes
 
     def spy(*args, **kwargs):
         rollouts = real(*args, **kwargs)
         seen.extend(rollouts)
         return rollouts
 
-    monkeypatch.setattr(trainer_module, "run_episodes", spy)
+    monkeypatch.setattr(rank_rollouts, "run_episodes", spy)
     overrides = [
         "env.name=verifiers",
         "env.options.taskset=rw_hostile",
@@ -235,13 +233,8 @@ def test_rw_train_with_a_hostile_taskset_charges_only_the_hostile_episodes(tmp_p
         "train.eval_every=2",
         "train.checkpoint_every=2",
     ]
-    trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
-    trainer.setup()
-    try:
-        trainer.train()
-    finally:
-        trainer.cleanup()
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if line]
+    train_in_process(tmp_path / "run", overrides)
+    rows = metrics_rows(tmp_path / "run")
     steps = [r for r in rows if r["kind"] == "train"]
     assert [r["step"] for r in steps] == [1, 2]
     assert all(r["time/step"] <= 2 * timeout for r in steps), [r["time/step"] for r in steps]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _util import PRIOR_RUN, TINY_PRIOR, prior_config
 
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import cli, envs
@@ -32,18 +33,12 @@ from rwcore.trainer.config import load_config
 from rwcore.trainer.prior import ensure_prior, prior_record, prior_spec
 from rwcore.trainer.prior import pretrain as pretrain_module
 
-TINY_MODEL = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32"]
-TINY = [*TINY_MODEL, "prior.steps=12", "prior.batch_size=8", "prior.warmup_steps=2"]
 ENV = envs.make("negotiation")
 WEIGHTS = {"w": torch.arange(6, dtype=torch.float32)}
 
 
-def config(cache, *extra):
-    return load_config(None, [*TINY, f"prior.cache_dir={cache}", *extra])
-
-
 def entry_of(cache, *extra) -> Path:
-    return Path(cache) / f"negotiation-{pretrain_module._key(prior_spec(config(cache, *extra), ENV))}"
+    return Path(cache) / f"negotiation-{pretrain_module._key(prior_spec(prior_config(cache, *extra), ENV))}"
 
 
 def stand_in(config, env, *, progress=True, log=None):
@@ -59,7 +54,7 @@ def no_pretraining(*args, **kwargs):
 def build(monkeypatch, cache, *extra) -> Path:
     """A cached prior (of the stand-in's weights) in `cache`; returns its entry folder."""
     monkeypatch.setattr(pretrain_module, "pretrain", stand_in)
-    prior = ensure_prior(config(cache, *extra), ENV, progress=False, log=lambda line: None)
+    prior = ensure_prior(prior_config(cache, *extra), ENV, progress=False, log=lambda line: None)
     assert prior.folder == entry_of(cache, *extra)
     return prior.folder
 
@@ -181,9 +176,9 @@ def test_a_group_or_other_writable_cache_is_refused_and_left_alone(tmp_path, mon
     os.chmod(target, bits)
     before = snapshot(cache)
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
-    message = one_line_error(lambda: ensure_prior(config(cache), ENV, progress=False, log=print))
+    message = one_line_error(lambda: ensure_prior(prior_config(cache), ENV, progress=False, log=print))
     assert f"chmod go-w {target}" in message and f"{bits:04o}" in message, message
-    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY, f"prior.cache_dir={cache}")
+    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
     assert code == 2 and len(lines) == 1 and lines[0] == f"rw: error: {message}", lines
     assert snapshot(cache) == before
 
@@ -198,7 +193,7 @@ def test_a_cache_only_its_user_can_write_is_used(tmp_path, monkeypatch, folders,
     os.chmod(entry, folders)
     os.chmod(cache, folders | 0o200)  # the lock file is created in the root: its user writes it
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
-    prior = ensure_prior(config(cache), ENV, progress=False, log=print)
+    prior = ensure_prior(prior_config(cache), ENV, progress=False, log=print)
     assert prior.folder == entry and torch.equal(prior.state_dict["w"], WEIGHTS["w"])
     os.chmod(entry, 0o700)
 
@@ -216,10 +211,12 @@ def test_a_cache_owned_by_another_user_is_refused_and_left_alone(tmp_path, monke
     disguise_owner(monkeypatch, target, other)
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
     for rebuild in (False, True):
-        message = one_line_error(lambda: ensure_prior(config(cache), ENV, rebuild=rebuild, progress=False, log=print))
+        message = one_line_error(
+            lambda: ensure_prior(prior_config(cache), ENV, rebuild=rebuild, progress=False, log=print)
+        )
         assert str(target) in message and f"uid {other}" in message, message
         assert "RWCORE_CACHE" in message and "prior.cache_dir" in message, message
-    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY, f"prior.cache_dir={cache}")
+    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
     assert code == 2 and len(lines) == 1 and lines[0] == f"rw: error: {message}", lines
     monkeypatch.undo()
     assert snapshot(cache) == before
@@ -242,9 +239,11 @@ def test_a_symlinked_entry_is_refused_and_not_followed(tmp_path, monkeypatch, ca
     before, outside = snapshot(cache), snapshot(elsewhere)
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
     for rebuild in (False, True):
-        message = one_line_error(lambda: ensure_prior(config(cache), ENV, rebuild=rebuild, progress=False, log=print))
+        message = one_line_error(
+            lambda: ensure_prior(prior_config(cache), ENV, rebuild=rebuild, progress=False, log=print)
+        )
         assert str(entry) in message and "symbolic link" in message, message
-    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY, f"prior.cache_dir={cache}")
+    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
     assert code == 2 and len(lines) == 1 and lines[0] == f"rw: error: {message}", lines
     assert snapshot(cache) == before and snapshot(elsewhere) == outside
 
@@ -256,12 +255,12 @@ def test_a_symlinked_root_is_refused_but_a_linked_folder_above_it_is_not(tmp_pat
     link.symlink_to(real, target_is_directory=True)
     before = snapshot(real)
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
-    message = one_line_error(lambda: ensure_prior(config(link), ENV, progress=False, log=print))
+    message = one_line_error(lambda: ensure_prior(prior_config(link), ENV, progress=False, log=print))
     assert str(link) in message and "symbolic link" in message, message
     assert snapshot(real) == before
     # a link above the root (macOS's /tmp is one) is followed: the root itself is checked
     (tmp_path / "alias").symlink_to(tmp_path / "real", target_is_directory=True)
-    prior = ensure_prior(config(tmp_path / "alias" / "cache"), ENV, progress=False, log=print)
+    prior = ensure_prior(prior_config(tmp_path / "alias" / "cache"), ENV, progress=False, log=print)
     assert torch.equal(prior.state_dict["w"], WEIGHTS["w"]) and prior.folder.name == entry.name
 
 
@@ -284,8 +283,8 @@ def test_a_lock_file_that_is_not_a_regular_file_is_refused(tmp_path, monkeypatch
     before = snapshot(cache)
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
     with deadline(60):
-        message = one_line_error(lambda: ensure_prior(config(cache), ENV, progress=False, log=print))
-        code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY, f"prior.cache_dir={cache}")
+        message = one_line_error(lambda: ensure_prior(prior_config(cache), ENV, progress=False, log=print))
+        code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
     assert str(lock) in message, message
     assert code == 2 and len(lines) == 1 and lines[0] == f"rw: error: {message}", lines
     assert snapshot(cache) == before and not through.exists()
@@ -300,7 +299,7 @@ def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys, w
     blocker.write_bytes(b"mine")
     cache = blocker if where == "cache_dir" else blocker / "priors"
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
-    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY, f"prior.cache_dir={cache}")
+    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
     assert code == 2 and len(lines) == 1 and lines[0].startswith("rw: error: ") and str(cache) in lines[0], lines
     assert blocker.read_bytes() == b"mine"
 
@@ -343,14 +342,14 @@ def needed_bytes(message: str, root: Path, free: int) -> int:
 
 def test_too_little_free_space_stops_before_pretraining(tmp_path, monkeypatch, capsys):
     measured = tmp_path / "measured"  # a real tiny prior, to see what an entry of this config weighs on disk
-    ensure_prior(config(measured), ENV, progress=False, log=lambda line: None)
+    ensure_prior(prior_config(measured), ENV, progress=False, log=lambda line: None)
     size = sum(f.stat().st_size for f in next(measured.glob("negotiation-*")).iterdir())
     cache = tmp_path / "cache"
     free_space(monkeypatch, 4096)
     monkeypatch.setattr(pretrain_module, "pretrain", no_pretraining)
-    message = one_line_error(lambda: ensure_prior(config(cache), ENV, progress=False, log=print))
+    message = one_line_error(lambda: ensure_prior(prior_config(cache), ENV, progress=False, log=print))
     assert needed_bytes(message, cache, 4096) >= 2 * size
-    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY, f"prior.cache_dir={cache}")
+    code, lines = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
     assert code == 2 and len(lines) == 1 and lines[0] == f"rw: error: {message}", lines
     assert not list(cache.glob("negotiation-*")) and not list(cache.glob("*.tmp"))
     free_space(monkeypatch, 10**11)  # with room, the same call builds
@@ -409,7 +408,7 @@ def test_a_write_that_fails_keeps_the_prior_in_memory_and_leaves_no_temporary(tm
     torch.save(WEIGHTS, expected)
     fail_writing_into(monkeypatch, cache, error)
     lines = []
-    prior = ensure_prior(config(cache), ENV, progress=False, log=lines.append)
+    prior = ensure_prior(prior_config(cache), ENV, progress=False, log=lines.append)
     assert prior.folder is None and torch.equal(prior.state_dict["w"], WEIGHTS["w"])
     assert len(lines) == 1 and "could not cache" in lines[0] and str(cache) in lines[0], lines
     assert "\n" not in lines[0] and "RWCORE_CACHE" in lines[0], lines
@@ -419,7 +418,7 @@ def test_a_write_that_fails_keeps_the_prior_in_memory_and_leaves_no_temporary(tm
     assert names == sorted([sibling.name, f".{sibling.name}.lock", f".{entry_of(cache).name}.lock"]), names
     assert snapshot(sibling) == before
     # rw pretrain exists to cache the prior: there the failed write is the error, one line
-    code, err = run_cli(capsys, "pretrain", "--quiet", *TINY, f"prior.cache_dir={cache}")
+    code, err = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
     assert code == 2 and len(err) == 1 and err[0].startswith("rw: error: ") and str(cache) in err[0], err
     assert sorted(p.name for p in cache.iterdir()) == names
 
@@ -434,7 +433,7 @@ def test_a_failed_manifest_write_leaves_no_temporary(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrain_module, "pretrain", stand_in)
     monkeypatch.setattr(ckpt, "write_manifest", full)
     lines = []
-    prior = ensure_prior(config(cache), ENV, progress=False, log=lines.append)
+    prior = ensure_prior(prior_config(cache), ENV, progress=False, log=lines.append)
     assert prior.folder is None and torch.equal(prior.state_dict["w"], WEIGHTS["w"])
     assert len(lines) == 1 and "No space left on device" in lines[0] and str(cache) in lines[0], lines
     assert [p.name for p in cache.iterdir()] == [f".{entry_of(cache).name}.lock"]
@@ -444,21 +443,8 @@ def test_rw_train_continues_with_the_prior_in_memory_when_the_cache_is_full(tmp_
     cache = tmp_path / "cache"
     fail_writing_into(monkeypatch, cache, DISK_FULL[0])
     run = tmp_path / "run"
-    small_run = [
-        "env.options.num_train=24",
-        "env.options.num_eval=4",
-        "rollout.tasks_per_step=2",
-        "rollout.group_size=2",
-        "train.eval_every=0",
-        "train.checkpoint_every=1",
-        "pool.delta_pool=1",
-        "rewardweaver.diagnosis_tasks=2",
-        "rewardweaver.diagnostic_tasks=0",
-        "rewardweaver.min_support=1",
-        "train.steps=1",
-        "train.method=outcome_only",
-    ]
-    code = cli.main(["train", "--out", str(run), "--quiet", *TINY, f"prior.cache_dir={cache}", *small_run])
+    small_run = [*PRIOR_RUN, "train.method=outcome_only"]
+    code = cli.main(["train", "--out", str(run), "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}", *small_run])
     err = capsys.readouterr().err
     assert code == 0 and "Traceback" not in err, err
     warned = [line for line in err.splitlines() if "could not cache" in line]

@@ -19,7 +19,7 @@ from rwcore.trainer.envs.negotiation import (
     scripted_policy,
     situation_of,
 )
-from rwcore.trainer.envs.negotiation_rubrics import RULES_BY_ID, SKILLS
+from rwcore.trainer.envs.negotiation.rubrics import RULES_BY_ID, SKILLS
 from rwcore.trainer.policy import WordCodec
 from rwcore.trainer.prior.corpus import (
     CorpusSpec,

@@ -5,7 +5,6 @@ the cache and its key, damage and kill handling, the refusals, and that runs sta
 """
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,20 +12,13 @@ import time
 
 import pytest
 import torch
+from _util import PRIOR_RUN, TINY_MODEL, TINY_PRIOR, ablate_command, child_env, prior_config
 
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import cli, envs
 from rwcore.trainer.config import load_config
 from rwcore.trainer.prior import ensure_prior, prior_spec, resolve_init
 from rwcore.trainer.prior import pretrain as pretrain_module
-
-TINY_MODEL = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32"]
-TINY = [*TINY_MODEL, "prior.steps=12", "prior.batch_size=8", "prior.warmup_steps=2"]
-
-
-def config(tmp_path, *extra):
-    return load_config(None, [*TINY, f"prior.cache_dir={tmp_path / 'cache'}", *extra])
-
 
 ENV = envs.make("negotiation")
 
@@ -36,16 +28,18 @@ def same_weights(a: dict, b: dict) -> bool:
 
 
 def test_pretraining_is_deterministic_from_its_seed(tmp_path):
-    first = pretrain_module.pretrain(config(tmp_path), ENV, progress=False, log=lambda line: None)[0]
-    again = pretrain_module.pretrain(config(tmp_path), ENV, progress=False, log=lambda line: None)[0]
-    other = pretrain_module.pretrain(config(tmp_path, "prior.seed=1"), ENV, progress=False, log=lambda line: None)[0]
+    first = pretrain_module.pretrain(prior_config(tmp_path / "cache"), ENV, progress=False, log=lambda line: None)[0]
+    again = pretrain_module.pretrain(prior_config(tmp_path / "cache"), ENV, progress=False, log=lambda line: None)[0]
+    other = pretrain_module.pretrain(
+        prior_config(tmp_path / "cache", "prior.seed=1"), ENV, progress=False, log=lambda line: None
+    )[0]
     assert same_weights(first, again)
     assert not same_weights(first, other)
 
 
 def test_cached_prior_is_reused_and_keyed_by_what_it_depends_on(tmp_path, monkeypatch):
     lines = []
-    built = ensure_prior(config(tmp_path), ENV, progress=False, log=lines.append)
+    built = ensure_prior(prior_config(tmp_path / "cache"), ENV, progress=False, log=lines.append)
     assert (built.folder / "model.pt").is_file() and (built.folder / "prior.json").is_file()
     ckpt.verify(built.folder)
     report = json.loads((built.folder / "prior.json").read_text())
@@ -57,7 +51,7 @@ def test_cached_prior_is_reused_and_keyed_by_what_it_depends_on(tmp_path, monkey
         raise AssertionError("pretrained again although the cache holds the prior")
 
     monkeypatch.setattr(pretrain_module, "pretrain", no_training)
-    again = ensure_prior(config(tmp_path), ENV, progress=False, log=lines.append)
+    again = ensure_prior(prior_config(tmp_path / "cache"), ENV, progress=False, log=lines.append)
     assert again.folder == built.folder and same_weights(again.state_dict, built.state_dict)
     # every setting of the spec changes the key (and so the folder)
     keys = {built.key}
@@ -68,16 +62,16 @@ def test_cached_prior_is_reused_and_keyed_by_what_it_depends_on(tmp_path, monkey
         ["model.max_length=200"],
         ["env.options.max_turns=5"],
     ):
-        cfg = config(tmp_path, *extra)
+        cfg = prior_config(tmp_path / "cache", *extra)
         keys.add(pretrain_module._key(prior_spec(cfg, envs.make("negotiation", **cfg.env.options))))
     assert len(keys) == 6
     # ... but not where the cache lives
-    assert pretrain_module._key(prior_spec(load_config(None, [*TINY, "prior.cache_dir=/elsewhere"]), ENV)) == built.key
+    assert pretrain_module._key(prior_spec(prior_config("/elsewhere"), ENV)) == built.key
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "key", "manifest"])
 def test_damaged_or_mismatched_cache_is_rebuilt_naming_it(tmp_path, damage):
-    built = ensure_prior(config(tmp_path), ENV, progress=False, log=lambda line: None)
+    built = ensure_prior(prior_config(tmp_path / "cache"), ENV, progress=False, log=lambda line: None)
     model = built.folder / "model.pt"
     if damage == "flip":
         data = bytearray(model.read_bytes())
@@ -94,7 +88,7 @@ def test_damaged_or_mismatched_cache_is_rebuilt_naming_it(tmp_path, damage):
     else:
         (built.folder / ckpt.MANIFEST).write_text("{not json")
     lines = []
-    rebuilt = ensure_prior(config(tmp_path), ENV, progress=False, log=lines.append)
+    rebuilt = ensure_prior(prior_config(tmp_path / "cache"), ENV, progress=False, log=lines.append)
     damaged = [line for line in lines if "damaged" in line]
     assert len(damaged) == 1 and str(built.folder) in damaged[0] and "rebuilding" in damaged[0]
     assert same_weights(rebuilt.state_dict, built.state_dict)
@@ -107,7 +101,7 @@ def test_a_failed_write_leaves_nothing_a_later_run_would_load(tmp_path, monkeypa
 
     monkeypatch.setattr(ckpt, "write_manifest", fail)
     lines = []
-    prior = ensure_prior(config(tmp_path), ENV, progress=False, log=lines.append)
+    prior = ensure_prior(prior_config(tmp_path / "cache"), ENV, progress=False, log=lines.append)
     warned = [line for line in lines if "could not cache" in line]
     assert prior.folder is None and len(warned) == 1  # the run goes on with the prior in memory, uncached
     assert list((tmp_path / "cache").iterdir()) == [next((tmp_path / "cache").glob(".*.lock"))]
@@ -135,7 +129,7 @@ def test_a_killed_rw_pretrain_leaves_no_prior_and_the_next_build_cleans_up(tmp_p
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not [p for p in cache.iterdir() if not p.name.startswith(".")]
-    cfg = config(tmp_path)
+    cfg = prior_config(tmp_path / "cache")
     name = f"negotiation-{pretrain_module._key(prior_spec(cfg, ENV))}"
     (cache / f".{name}.99999.tmp").mkdir()
     (cache / f".{name}.99999.tmp" / "model.pt").write_bytes(b"half")
@@ -161,7 +155,7 @@ def test_concurrent_builds_train_once(tmp_path):
         "prior.batch_size=8",
         f"prior.cache_dir={tmp_path / 'cache'}",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = child_env()
     first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     time.sleep(0.5)
     second = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -189,13 +183,13 @@ def test_model_init_resolution_and_refusals():
 
 def test_rw_pretrain_and_rw_probe_commands(tmp_path, capsys):
     cache = f"prior.cache_dir={tmp_path / 'cache'}"
-    assert cli.main(["pretrain", "--quiet", *TINY, cache]) == 0
+    assert cli.main(["pretrain", "--quiet", *TINY_PRIOR, cache]) == 0
     out = capsys.readouterr().out
     assert "prior:" in out and "held-out pairings" in out and "when the buyer agrees say confirm" in out
-    assert cli.main(["pretrain", "--json", *TINY, cache]) == 0
+    assert cli.main(["pretrain", "--json", *TINY_PRIOR, cache]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {"folder", "key", "curve", "probe", "machine", "spec"} <= set(report)
-    assert cli.main(["probe", *TINY, cache]) == 0
+    assert cli.main(["probe", *TINY_PRIOR, cache]) == 0
     assert "held-out pairings" in capsys.readouterr().out
     assert cli.main(["pretrain", "model.name=Qwen/Qwen3-0.6B"]) == 2
     assert "'model.name'" in capsys.readouterr().err
@@ -205,21 +199,6 @@ def test_rw_pretrain_and_rw_probe_commands(tmp_path, capsys):
     assert "guidance language" in capsys.readouterr().err
 
 
-SMALL_RUN = [
-    "env.options.num_train=24",
-    "env.options.num_eval=4",
-    "rollout.tasks_per_step=2",
-    "rollout.group_size=2",
-    "train.eval_every=0",
-    "train.checkpoint_every=1",
-    "pool.delta_pool=1",
-    "rewardweaver.diagnosis_tasks=2",
-    "rewardweaver.diagnostic_tasks=0",
-    "rewardweaver.min_support=1",
-    "train.steps=1",
-]
-
-
 def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
     """A fresh run with model.init=pretrained starts from the cached prior's weights whatever its seed and
     variant, records it (config.yaml, prior.json), and resumes without it; model.init=random starts from
@@ -227,11 +206,11 @@ def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
     from rwcore.trainer.trainer import Trainer
 
     cache = f"prior.cache_dir={tmp_path / 'cache'}"
-    prior = ensure_prior(config(tmp_path), ENV, progress=False, log=lambda line: None)
+    prior = ensure_prior(prior_config(tmp_path / "cache"), ENV, progress=False, log=lambda line: None)
     starts = {}
     for method, seed in (("outcome_only", 0), ("arise", 1), ("rewardweaver", 2)):
         trainer = Trainer(
-            load_config(None, [*TINY, cache, *SMALL_RUN, f"train.method={method}", f"train.seed={seed}"]),
+            load_config(None, [*TINY_PRIOR, cache, *PRIOR_RUN, f"train.method={method}", f"train.seed={seed}"]),
             tmp_path / method,
             quiet=True,
         )
@@ -245,7 +224,7 @@ def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
     random_runs = []
     for seed in (0, 1):
         trainer = Trainer(
-            load_config(None, [*TINY, cache, *SMALL_RUN, "model.init=random", f"train.seed={seed}"]),
+            load_config(None, [*TINY_PRIOR, cache, *PRIOR_RUN, "model.init=random", f"train.seed={seed}"]),
             tmp_path / f"random{seed}",
             quiet=True,
         )
@@ -256,7 +235,8 @@ def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
     assert not same_weights(random_runs[0], prior.state_dict) and not same_weights(*random_runs)
     # a run resumes from its checkpoint, never from the prior: the cache may be gone
     run = tmp_path / "resumed"
-    assert cli.main(["train", "--out", str(run), "--quiet", *TINY, cache, *SMALL_RUN, "train.method=outcome_only"]) == 0
+    argv = ["train", "--out", str(run), "--quiet", *TINY_PRIOR, cache, *PRIOR_RUN, "train.method=outcome_only"]
+    assert cli.main(argv) == 0
     for path in (tmp_path / "cache").iterdir():
         if path.is_dir():
             for file in path.iterdir():
@@ -271,31 +251,19 @@ def test_every_variant_starts_rl_from_the_same_prior(tmp_path):
 
 def test_rw_ablate_builds_the_prior_once_and_every_run_starts_from_it(tmp_path):
     out = tmp_path / "abl"
-    command = [
-        sys.executable,
-        "-m",
-        "rwcore.trainer",
-        "ablate",
-        "--paper",
-        "arise",
-        "--variants",
-        "arise,outcome_only",
-        "--seeds",
-        "0,1",
-        "--steps",
-        "1",
-        "--jobs",
-        "2",
-        "--quiet",
-        "--out",
-        str(out),
-        *TINY,
-        f"prior.cache_dir={tmp_path / 'cache'}",
-        *SMALL_RUN[:-1],
-    ]
-    done = subprocess.run(
-        command, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=900
+    cache = f"prior.cache_dir={tmp_path / 'cache'}"
+    command = ablate_command(
+        out,
+        *TINY_PRIOR,
+        cache,
+        *PRIOR_RUN[:-1],
+        paper="arise",
+        variants="arise,outcome_only",
+        seeds="0,1",
+        steps=1,
+        jobs=2,
     )
+    done = subprocess.run(command, capture_output=True, text=True, env=child_env(), timeout=900)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("pretraining the reading prior") == 1
     assert "every run starts from the reading prior" in done.stderr

@@ -12,19 +12,19 @@
 
 from __future__ import annotations
 
-import json
 import math
 import random
 
 import numpy as np
 import pytest
 import torch
+from _util import TINY_MODEL, TINY_PRIOR, metrics_rows
 
 from rwcore.arise.pool.prompt import render_system_prompt
 from rwcore.trainer import envs
 from rwcore.trainer.config import load_config
 from rwcore.trainer.policy import WordCodec, build_model
-from rwcore.trainer.prior import ensure_prior, parse_guidance, resolve_probe_at_eval
+from rwcore.trainer.prior import parse_guidance, resolve_probe_at_eval
 from rwcore.trainer.prior.corpus import CorpusSpec
 from rwcore.trainer.prior.probe import (
     CONTEXTS_PER_PAIR,
@@ -43,8 +43,6 @@ SPEC = CorpusSpec()
 ACTIONS = list(LANGUAGE.actions)
 LIGHT = 6
 
-TINY_MODEL = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32"]
-TINY_PRIOR = [*TINY_MODEL, "prior.steps=12", "prior.batch_size=8", "prior.warmup_steps=2"]
 TINY_RUN = [
     "env.options.num_train=24",
     "env.options.num_eval=6",
@@ -197,24 +195,13 @@ def test_train_refuses_probe_on_for_a_named_model_before_writing_anything(tmp_pa
     assert not (tmp_path / "run").exists()
 
 
-def rows(folder) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
 def run(folder, *overrides) -> tuple[list[dict], dict]:
     trainer = Trainer(load_config(None, [*TINY_PRIOR, *TINY_RUN, *overrides]), folder, quiet=True)
     trainer.setup()
     trainer.train()
     weights = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
     trainer.cleanup()
-    return rows(folder), weights
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("priors")
-    ensure_prior(load_config(None, [*TINY_PRIOR, f"prior.cache_dir={folder}"]), ENV, progress=False, log=print)
-    return f"prior.cache_dir={folder}"
+    return metrics_rows(folder), weights
 
 
 def test_probe_on_and_off_give_the_same_run(tmp_path, cache):
@@ -265,5 +252,5 @@ def test_no_probe_keys_on_an_environment_without_a_guidance_language(tmp_path):
     trainer.setup()
     trainer.train()
     trainer.cleanup()
-    evals = [r for r in rows(tmp_path / "tools") if r["kind"] == "eval"]
+    evals = [r for r in metrics_rows(tmp_path / "tools") if r["kind"] == "eval"]
     assert evals and all(not set(r) & (PROBE_KEYS | {"time/probe"}) for r in evals)

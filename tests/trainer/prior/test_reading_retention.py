@@ -12,10 +12,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
+from _util import TINY_MODEL, TINY_PRIOR, metrics_rows, without_timing
 
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer import envs
@@ -31,8 +30,6 @@ LANGUAGE = ENV.guidance_language()
 CODEC = WordCodec(ENV.vocabulary())
 ACTIONS = list(LANGUAGE.actions)
 
-TINY_MODEL = ["model.hidden_size=16", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=32"]
-TINY_PRIOR = [*TINY_MODEL, "prior.steps=12", "prior.batch_size=8", "prior.warmup_steps=2"]
 TINY_RUN = [
     "env.options.num_train=24",
     "env.options.num_eval=4",
@@ -134,21 +131,6 @@ def test_refused_for_a_named_model_and_without_a_guidance_language(tmp_path):
     assert load_config(None, []).loss.reading_retention == 0.0  # off by default
 
 
-def rows(folder) -> list[dict]:
-    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line]
-
-
-def without_timing(metrics: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in metrics]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("priors")
-    ensure_prior(load_config(None, [*TINY_PRIOR, f"prior.cache_dir={folder}"]), ENV, progress=False, log=print)
-    return f"prior.cache_dir={folder}"
-
-
 def test_a_run_logs_the_term_and_its_value_is_the_hand_computation(tmp_path, cache):
     config = load_config(None, [*TINY_PRIOR, cache, *TINY_RUN, "train.steps=3"])
     trainer = Trainer(config, tmp_path / "on", quiet=True)
@@ -156,7 +138,7 @@ def test_a_run_logs_the_term_and_its_value_is_the_hand_computation(tmp_path, cac
     trainer.train()
     trained = {k: v.clone() for k, v in trainer.policy.model.state_dict().items()}
     trainer.cleanup()
-    train_rows = [r for r in rows(tmp_path / "on") if r["kind"] == "train"]
+    train_rows = [r for r in metrics_rows(tmp_path / "on") if r["kind"] == "train"]
     assert [r["step"] for r in train_rows] == [1, 2, 3]
     model = build_model(len(CODEC), 16, 1, 2, 32, 256, 0, True, None)
     for row in train_rows:
@@ -176,7 +158,7 @@ def test_a_run_logs_the_term_and_its_value_is_the_hand_computation(tmp_path, cac
     off.train()
     untouched = off.policy.model.state_dict()
     off.cleanup()
-    assert all("reading_retention_loss" not in r for r in rows(tmp_path / "off"))
+    assert all("reading_retention_loss" not in r for r in metrics_rows(tmp_path / "off"))
     assert any(not torch.equal(trained[k], untouched[k]) for k in trained)  # the term moved the weights
 
 
@@ -201,6 +183,6 @@ def test_resume_with_retention_reproduces_the_uninterrupted_run(tmp_path, cache)
     resumed.train()
     assert all(torch.equal(final[k], v) for k, v in resumed.policy.model.state_dict().items())
     resumed.cleanup()
-    cut, whole = without_timing(rows(tmp_path / "cut")), without_timing(rows(tmp_path / "straight"))
+    cut, whole = without_timing(metrics_rows(tmp_path / "cut")), without_timing(metrics_rows(tmp_path / "straight"))
     assert cut == whole
     assert sum("reading_retention_loss" in r for r in whole) == 6
