@@ -54,7 +54,7 @@ def link_targets(text: str) -> list[str]:
 
 def forbidden_target(target: str) -> str | None:
     """Why a link target may not appear in the repository's markdown, or None."""
-    if target.startswith(("../shared", "./../shared")) or "/shared/DESIGN.md" in target:
+    if target.startswith(("../shared", "./../shared")) or "../shared/" in target:
         return "points into the project's shared folder, outside the repository"
     if target.startswith(("file:", "/", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", target):
         return "is an absolute local path"
@@ -100,13 +100,13 @@ def ci_test_command() -> str:
 
 def test_link_checkers_catch_bad_links(tmp_path):
     text = (
-        "A `span` and then\nSee [the design](../shared/DESIGN.md), [a file](/work/main/x.md), [ok](docs/index.md),\n"
+        "A `span` and then\nSee [the design](../shared/notes.md), [a file](/work/main/x.md), [ok](docs/index.md),\n"
         "[web](https://example.org/a), `[not a link](../shared/x)` and\n\n```\n[neither](/abs)\n```\n"
         "[ref]: ~/notes.md\n"
     )
     targets = link_targets(text)
-    assert targets == ["../shared/DESIGN.md", "/work/main/x.md", "docs/index.md", "https://example.org/a", "~/notes.md"]
-    assert [t for t in targets if forbidden_target(t)] == ["../shared/DESIGN.md", "/work/main/x.md", "~/notes.md"]
+    assert targets == ["../shared/notes.md", "/work/main/x.md", "docs/index.md", "https://example.org/a", "~/notes.md"]
+    assert [t for t in targets if forbidden_target(t)] == ["../shared/notes.md", "/work/main/x.md", "~/notes.md"]
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "index.md").write_text("# x\n")
     assert unresolved_readme_target("docs/index.md#top", tmp_path) is None
