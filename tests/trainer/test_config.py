@@ -78,7 +78,7 @@ env:
   options: {difficulty: 2}
 """,
     )
-    with pytest.warns(DeprecationWarning, match="'pool.skills' is set by train.method"):
+    with pytest.warns(DeprecationWarning, match=r"'pool.skills' is set by train.method.*rwcore 0\.2\.0 refuses it"):
         cfg = load_config(path, ["train.method=arise_no_skills"])  # what the variant says: accepted, not stored
     assert cfg.train.steps == 50 and cfg.train.method == "arise_no_skills"
     assert cfg.optim.lr == 1e-4 and not hasattr(cfg.pool, "skills")

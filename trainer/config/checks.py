@@ -39,13 +39,16 @@ def resolve_variant(cfg: Config) -> Config:
     variant that has that value; one set to the same value is ignored with a DeprecationWarning."""
     import warnings
 
+    from rwcore._deprecated import REMOVED_IN
+
     variant = get_variant(cfg.train.method, "config key 'train.method':")
     for key, wanted in _variant_settings(variant).items():
         section, name = key.split(".")
         given = getattr(cfg, section).__dict__.get("_variant_keys", {}).get(name)
         if given is not None and given == wanted:
             warnings.warn(
-                f"config key {key!r} is set by train.method and is no longer a config key; leave it out",
+                f"config key {key!r} is set by train.method and is no longer a config key; leave it out "
+                f"(rwcore {REMOVED_IN} refuses it)",
                 DeprecationWarning,
                 stacklevel=3,
             )
