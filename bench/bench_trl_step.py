@@ -92,6 +92,7 @@ def rwcore_stepper(folder: Path, args, entropy_coef: float = 0.0):
     from rwcore.trainer.policy import Policy
     from rwcore.trainer.rollout import run_episodes
     from rwcore.trainer.trainer import Trainer
+    from rwcore.trainer.update import PolicyUpdate
 
     class OneTurn:
         """A one-turn environment: the prompt, one completion, the reward."""
@@ -129,6 +130,7 @@ def rwcore_stepper(folder: Path, args, entropy_coef: float = 0.0):
     special = [codec.vocab[t] for t in SPECIAL_TOKENS]
     trainer.policy.suppressed = lambda: special  # words only, exactly T of them, as on TRL's side
     trainer.engine = trainer._build_engine()
+    trainer.policy_update = PolicyUpdate(config, trainer.policy, trainer.engine, trainer.device)  # what setup() builds
     trainer.rank, trainer.world_size = 0, 1
     env = OneTurn()
     texts = prompts(args.prompts)

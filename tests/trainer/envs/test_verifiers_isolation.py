@@ -151,6 +151,9 @@ def test_a_huge_message_reaches_the_agent_cut_to_64_kib_and_the_episode_goes_on(
 def test_ctrl_c_of_the_trainer_still_stops_a_step_waiting_on_a_blocked_environment():
     env = hostile("reward_sleep")
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    # Ctrl-C as `rw train` gets it: Python's own handler. A library loaded by an earlier test in this worker
+    # process (a pytest-xdist worker runs many files) may have installed another one.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         tasks = env.tasks("train")[:2]  # idx 3 blocks in its reward, idx 4 is healthy
         episodes = [env.reset(task, i) for i, task in enumerate(tasks)]
@@ -162,6 +165,7 @@ def test_ctrl_c_of_the_trainer_still_stops_a_step_waiting_on_a_blocked_environme
         assert time.monotonic() - clock < TIMEOUT  # at once, not when the environment's timeout is up
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
         env.close()
 
 
