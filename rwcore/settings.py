@@ -43,6 +43,8 @@ __all__ = [
     "check_settings",
     "config_keys",
     "describe_settings",
+    "is_int",
+    "is_real",
     "setting",
     "setting_types",
     "settings_dict",
@@ -93,11 +95,13 @@ def _int_range(metadata: typing.Mapping) -> tuple[int | None, int | None]:
     return low, high
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """A Python or NumPy integer that is not a bool."""
     return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def _is_real(value: Any) -> bool:
+def is_real(value: Any) -> bool:
+    """A Python or NumPy real number that is not a bool (finite or not)."""
     return isinstance(value, (numbers.Real, np.floating, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -126,7 +130,7 @@ def _problem(value: Any, kind: Any, metadata: typing.Mapping) -> str | None:
     if kind is bool:
         return None if isinstance(value, (bool, np.bool_)) else f"must be True or False, got {value!r}"
     if kind is int:
-        if not _is_int(value):
+        if not is_int(value):
             return f"must be an integer, got {value!r}"
         if _in_range(int(value), metadata):
             return None
@@ -135,7 +139,7 @@ def _problem(value: Any, kind: Any, metadata: typing.Mapping) -> str | None:
     if kind is float:
         bounded = any(bound in metadata for bound in BOUNDS)
         what = f"a finite number in {_range_text(metadata)}" if bounded else "a finite number"
-        if not (_is_real(value) and math.isfinite(float(value)) and _in_range(float(value), metadata)):
+        if not (is_real(value) and math.isfinite(float(value)) and _in_range(float(value), metadata)):
             return f"must be {what}, got {value!r}"
     return None
 

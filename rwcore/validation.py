@@ -16,11 +16,11 @@ Nothing here imports above `rwcore.types`, so every layer can use it.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
 
 import numpy as np
 
+from rwcore.settings import is_int, is_real
 from rwcore.types import RubricSpec, Trajectory
 
 __all__ = [
@@ -38,11 +38,6 @@ __all__ = [
     "check_unit",
     "is_int",
 ]
-
-
-def is_int(value) -> bool:
-    """A Python or NumPy integer that is not a bool."""
-    return isinstance(value, (numbers.Integral, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def check_int(value, argument: str, *, low: int | None = None, high: int | None = None) -> int:
@@ -68,7 +63,7 @@ def check_optional_count(value, argument: str, *, low: int = 1) -> int | None:
 
 
 def _real(value, argument: str, what: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+    if not is_real(value):
         raise ValueError(f"{argument} must be {what}, got {value!r}")
     number = float(value)
     if not math.isfinite(number):
