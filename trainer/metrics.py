@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rwcore.rewardweaver.judgments import within_group_variation
 from rwcore.trainer.exploration import group_figures
 from rwcore.trainer.metric_schema import KIND, STEP, Group, Metric, RowKind, build, declare, find, flat, glossary
 
@@ -96,6 +97,52 @@ ZERO_VARIANCE, ALL_FAILED = declare(
     ),
     ("groups/all_failed", "fraction", "Share of the step's task groups without a success."),
 )
+
+
+PROCESS_VARIES, REWARD_VARIES = declare(
+    (
+        "groups/process_varies",
+        "fraction",
+        "Share of the step's task groups whose process term (RewardWeaver's) differs between episodes: the groups "
+        "where process credit can tell trajectories apart. 0 when every active rubric is failed (or passed) by "
+        "every episode of every group.",
+    ),
+    (
+        "groups/reward_varies",
+        "fraction",
+        "Share of the step's task groups whose method reward (outcome plus process term) differs between "
+        "episodes: the groups that give the update a gradient from the reward (Arise's rubric advantages aside).",
+    ),
+)
+RUBRIC_VARIES = Metric(
+    "rubric/<rubric>/varies",
+    "fraction",
+    "Share of the step's task groups (with two or more episodes the rubric applied to) whose verdicts on it "
+    "differ: its within-group variation, what group-normalized credit reads (null when it applied to no two "
+    "episodes of a group).",
+    "one per rubric judged in the step",
+)
+
+
+def _varies(values: np.ndarray) -> float:
+    """Share of the rows of [T, k] whose entries are not all equal."""
+    return float((values.max(axis=1) > values.min(axis=1)).mean()) if values.size else 0.0
+
+
+def _credit_figures(step: TrainStep) -> dict:
+    """Where the step's credit can tell episodes apart: groups whose process term / reward vary, and each judged
+    rubric's within-group variation (groups contiguous, equal size)."""
+    groups = step.groups
+    process = np.asarray(step.scored.process_terms, dtype=np.float64).reshape(groups, -1)
+    rewards = np.asarray(step.scored.rewards, dtype=np.float64).reshape(groups, -1)
+    figures = {PROCESS_VARIES.key: _varies(process), REWARD_VARIES.key: _varies(rewards)}
+    judged = step.scored.judged
+    if judged.rubric_ids:
+        keys = np.repeat(np.arange(groups), len(step.trajectories) // groups)
+        shares = within_group_variation(judged.reward_values(), keys)
+        for rubric_id, share in zip(judged.rubric_ids, shares):
+            figures[RUBRIC_VARIES.format(rubric=rubric_id)] = float(share) if np.isfinite(share) else None
+    return figures
 
 
 def environment_metrics(details: Sequence) -> dict:
@@ -353,6 +400,7 @@ TRAIN_ENTRIES: tuple[Metric | Group, ...] = (
         value=lambda s: int(sum(bool(t.partner_failure) for t in s.trajectories)),
     ),
     Group((ZERO_VARIANCE, ALL_FAILED), _group_shares),
+    Group((PROCESS_VARIES, REWARD_VARIES, RUBRIC_VARIES), _credit_figures),
     Group((ENV_METRIC,), lambda s: environment_metrics([t.metadata.get("outcome_details") for t in s.trajectories])),
     Metric(
         "time/adaptive_fraction",

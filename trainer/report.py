@@ -19,6 +19,8 @@ Plots:
   `eval/success_rate` vs step.
 - `llm_cost.png`: cumulative requests, tokens and (with judge.price_in / price_out) money of the LLM judge
   and the reflection model over steps (`judge/*`, `reflector/*`; skipped for a run without them).
+- `credit_diagnosis.png`: groups whose outcome / reward / process term vary, entropy, and each judged
+  rubric's within-group variation over steps (`rwcore.trainer.report_credit`).
 
 Run-folder contract (what the trainer writes; everything optional, each plot needs its files):
 
@@ -54,6 +56,7 @@ import math
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +64,6 @@ import numpy as np
 
 __all__ = ["render_report", "PLOTS", "load_jsonl"]
 
-PLOTS = ("active_rubric_emphasis", "sampling_probabilities", "pool_counts", "success_curves", "llm_cost")
 
 # Arise table 3 order; other capabilities follow alphabetically.
 _CAPABILITY_ORDER = ("Understanding", "Execution", "Verification", "Debugging", "Efficiency")
@@ -552,7 +554,10 @@ _RENDERERS: dict[str, Callable[[Path, Path], Any]] = {
     "pool_counts": _plot_pool_counts,
     "success_curves": _plot_success_curves,
     "llm_cost": _plot_llm_cost,
+    # imported when drawn: report_credit reads this module's helpers
+    "credit_diagnosis": lambda run, out: import_module("rwcore.trainer.report_credit").plot_credit_diagnosis(run, out),
 }
+PLOTS = tuple(_RENDERERS)
 
 
 def render_report(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from rwcore.method.variants import Variant, get_variant
+from rwcore.rewardweaver.selection import RELEASING_STRATEGIES
 from rwcore.settings import check_settings, describe_settings, setting, settings_dict
 from rwcore.tasks import DEFAULT_CAPABILITIES
 
@@ -108,6 +109,13 @@ class MethodSettings:
     )
     min_confidence: float = setting(0.5, "Minimum attribution confidence.", "rewardweaver.min_confidence", ge=0, le=1)
     min_support: int = setting(3, "Minimum number of supporting trajectories (k).", "rewardweaver.min_support", ge=1)
+    release_uninformative: bool = setting(
+        False,
+        "Select passes over a failure mode whose judgment varied within no rollout group of the stage's diagnosis "
+        "batch (failed, or passed, in every trajectory: it carries no credit) and gives its slot to the next "
+        "informative mode (true); false: the paper's Select as written. Attribution strategies only.",
+        "rewardweaver.release_uninformative",
+    )
     rank_by: Literal["rate", "support"] = setting(
         "rate",
         "How attribution ranks recurrent failure modes for the active set: 'rate' (deficit rate among the "
@@ -176,7 +184,9 @@ def inapplicable_settings(variant: str | Variant, settings: MethodSettings) -> l
     `advantage.aggregation` other than the default without a RewardWeaver process reward,
     `advantage.process_gate` other than "off" for a variant with no process credit at all (neither
     RewardWeaver's process reward nor Arise's rubric advantages: outcome-only), and
-    `pool.retire_while_shown` other than the default for a variant that shows no skills."""
+    `pool.retire_while_shown` other than the default for a variant that shows no skills, and
+    `rewardweaver.release_uninformative` other than the default for a variant whose active set is not chosen by
+    attribution."""
     variant = variant if isinstance(variant, Variant) else get_variant(variant)
     if not isinstance(settings, MethodSettings):
         raise ValueError(f"settings must be a MethodSettings, got {type(settings).__name__}")
@@ -188,6 +198,11 @@ def inapplicable_settings(variant: str | Variant, settings: MethodSettings) -> l
         found.append(keys["process_gate"])
     if not variant.skills and settings.retire_while_shown != defaults.retire_while_shown:
         found.append(keys["retire_while_shown"])
+    if (
+        variant.process_reward not in RELEASING_STRATEGIES
+        and settings.release_uninformative != defaults.release_uninformative
+    ):
+        found.append(keys["release_uninformative"])
     return found
 
 
@@ -199,7 +214,9 @@ def check_applicable(variant: Variant, settings: MethodSettings) -> None:
         "advantage.process_gate": "gates process credit, which it has none of (no RewardWeaver process reward, "
         "no Arise rubric advantages); leave it at 'off'",
         "pool.retire_while_shown": "concerns skills shown in the training prompt, which it never shows; leave it "
-        "at true",
+        f"at {str(MethodSettings().retire_while_shown).lower()}",
+        "rewardweaver.release_uninformative": "changes how attribution chooses the active set, which it does not "
+        f"choose by attribution; leave it at {str(MethodSettings().release_uninformative).lower()}",
     }
     bad = inapplicable_settings(variant, settings)
     if bad:

@@ -45,8 +45,11 @@ class MethodState:
                 f"{self.variant.name!r}; resume with the variant the run started with"
             )
         saved, mine = dict(state.get("settings") or {}), self.settings.to_dict()
-        for name in (*CREDIT_SETTINGS, "retire_while_shown"):  # written before these existed: the papers' rule
+        for name in CREDIT_SETTINGS:  # written before these existed: the papers' rule, then the default
             saved.setdefault(name, getattr(MethodSettings(), name))
+        # written before these existed, when the pool retired while shown and Select had only the paper's rule
+        saved.setdefault("retire_while_shown", True)
+        saved.setdefault("release_uninformative", False)
         if "rank_by" not in saved:  # written before rank_by existed, when attribution ranked by support
             saved["rank_by"] = "support" if self.variant.uses_library else mine["rank_by"]
         for key in mine:

@@ -69,3 +69,34 @@ def mean_scores(values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarra
     total = np.where(valid, values, 0.0).sum(axis=0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def within_group_variation(values: np.ndarray, groups: Sequence) -> np.ndarray:
+    """Per column: the share of groups in which the column's judgment varies, over the groups where it has at
+    least two defined values (NaN when there is no such group).
+
+    values: float64 [N, A], the reward view of the judgments (`rwcore.judged.reward_view`: INVALID already 0.0,
+        NA NaN). groups: [N] group keys (a rollout group's trajectories share one).
+    A capability whose judgment is the same in every trajectory of every group gives group-normalized credit
+    nothing to tell apart: it carries no credit in that batch, however often it fails.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"values must be 2-D [N, A], got shape {values.shape}")
+    keys = list(groups)
+    if len(keys) != values.shape[0]:
+        raise ValueError(f"groups holds {len(keys)} keys for {values.shape[0]} rows")
+    index: dict = {}
+    rows = np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+    varied = np.zeros(values.shape[1], dtype=np.int64)
+    counted = np.zeros(values.shape[1], dtype=np.int64)
+    for g in range(len(index)):
+        block = values[rows == g]
+        defined = ~np.isnan(block)
+        enough = defined.sum(axis=0) >= 2
+        high = np.where(defined, block, -np.inf).max(axis=0)
+        low = np.where(defined, block, np.inf).min(axis=0)
+        counted += enough
+        varied += enough & (high > low)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counted > 0, varied / np.maximum(counted, 1), np.nan)

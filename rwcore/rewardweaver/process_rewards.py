@@ -124,6 +124,7 @@ def _library_needs(strategy: str) -> Callable:
 
 def _library_builder(strategy: str) -> Callable:
     def build(settings, providers):
+        from rwcore.rewardweaver.selection import RELEASING_STRATEGIES
         from rwcore.rewardweaver.weaver import RewardWeaver
 
         s, p = settings, providers
@@ -134,6 +135,7 @@ def _library_builder(strategy: str) -> Callable:
             p.library,
             p.attributor,
             strategy=strategy,
+            release_uninformative=s.release_uninformative and strategy in RELEASING_STRATEGIES,
             budget=s.budget,
             low_outcome=s.low_outcome,
             min_confidence=s.min_confidence,

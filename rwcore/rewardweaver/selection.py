@@ -14,7 +14,13 @@ Strategies (the paper's method, baselines and ablations):
 
 - "attribution" (default): recurrent attributed failure modes in the order
   `aggregate` ranked them (deficit rate, then support, by default; see
-  `rwcore.rewardweaver.attribution`); the top `budget`.
+  `rwcore.rewardweaver.attribution`); the top `budget`. With
+  `release_uninformative=True` a mode whose judgment did not vary within any
+  rollout group of the stage's batch (the policy fails - or passes - it in every
+  trajectory of every group) holds no slot: it carries no group-normalized credit,
+  so its capacity is released to the next informative failure mode (section 2.4,
+  "capacity is released for newly dominant failures"). When no recurrent mode
+  varies, the paper's choice is kept.
 - "static_topk": a fixed top-K from an initial ranking (given, or frozen from
   the first call's attribution ranking); the same set at every stage.
 - "random": `budget` capabilities drawn uniformly without replacement from the
@@ -56,6 +62,8 @@ STRATEGIES: tuple[str, ...] = (
     "success_failure_contrast",
 )
 DEFAULT_BUDGET = 6
+RELEASING_STRATEGIES: tuple[str, ...] = ("attribution", "random_trajectory")
+"""The strategies that rank attributed failure modes, and so can release the uninformative ones."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,9 @@ class SelectionInput:
     successes: aggregated attribution on the success trajectories ("success_failure_contrast").
     judge_fail_rates: capability -> judge FAIL rate among low-outcome trajectories
         (NaN when it never applied) ("dynamic_topk").
+    within_group_variation: capability -> share of the batch's rollout groups in which its
+        judgment varies (NaN when it never had two defined judgments in a group)
+        ("attribution" with release_uninformative).
     rng: the driver's generator ("random").
     """
 
@@ -79,6 +90,7 @@ class SelectionInput:
     failures: AggregatedFailures | None = None
     successes: AggregatedFailures | None = None
     judge_fail_rates: Mapping[str, float] | None = None
+    within_group_variation: Mapping[str, float] | None = None
     rng: np.random.Generator | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -96,15 +108,18 @@ class SelectionInput:
             for mode in value.modes + value.below_support:
                 if mode.capability_id not in known:
                     raise ValueError(f"{name} names capability {mode.capability_id!r}, which is not in library_ids")
-        if self.judge_fail_rates is not None:
-            if not isinstance(self.judge_fail_rates, Mapping):
-                raise ValueError("judge_fail_rates must be a mapping of capability id -> rate")
-            for cid, rate in self.judge_fail_rates.items():
+        for name in ("judge_fail_rates", "within_group_variation"):
+            rates = getattr(self, name)
+            if rates is None:
+                continue
+            if not isinstance(rates, Mapping):
+                raise ValueError(f"{name} must be a mapping of capability id -> rate")
+            for cid, rate in rates.items():
                 if cid not in known:
-                    raise ValueError(f"judge_fail_rates names capability {cid!r}, which is not in library_ids")
+                    raise ValueError(f"{name} names capability {cid!r}, which is not in library_ids")
                 rate = float(rate)
                 if not (math.isnan(rate) or 0.0 <= rate <= 1.0):
-                    raise ValueError(f"judge_fail_rates[{cid!r}] = {rate!r} is outside [0, 1]")
+                    raise ValueError(f"{name}[{cid!r}] = {rate!r} is outside [0, 1]")
         if self.rng is not None and not isinstance(self.rng, np.random.Generator):
             raise ValueError("rng must be a numpy.random.Generator")
 
@@ -162,29 +177,46 @@ class _Stateless:
 
 
 class AttributionSelect(_Stateless):
-    """RewardWeaver: the top `budget` recurrent attributed failure modes."""
+    """RewardWeaver: the top `budget` recurrent attributed failure modes.
+
+    release_uninformative: False (the paper's Select as written): the top `budget` modes whatever their
+        judgments. True: modes whose judgment varied within no rollout group of the batch
+        (`SelectionInput.within_group_variation` = 0, or NaN: never two defined judgments in a group) are
+        passed over, so their slots go to the next informative modes; when none varies the paper's choice
+        stands. A deterministic policy that fails a rubric in every trajectory gets no credit from it: such a
+        set leaves every group without variance and training without a gradient.
+    """
 
     name = "attribution"
 
-    def __init__(self, keep_previous_when_empty: bool = True) -> None:
+    def __init__(self, keep_previous_when_empty: bool = True, release_uninformative: bool = False) -> None:
+        if not isinstance(release_uninformative, bool):
+            raise ValueError(f"release_uninformative must be True or False, got {release_uninformative!r}")
         self.keep_previous_when_empty = bool(keep_previous_when_empty)
+        self.release_uninformative = release_uninformative
 
     def requires(self) -> frozenset[str]:
-        return frozenset({"attribution"})
+        return frozenset({"attribution", "judgments"}) if self.release_uninformative else frozenset({"attribution"})
 
     def select(self, inputs: SelectionInput) -> Selection:
         failures: AggregatedFailures = _need(inputs, "failures", self.name)
         by_rate = failures.rank_by == "rate"
         scores = {m.capability_id: float(m.rate if by_rate else m.support) for m in failures.modes}
-        return _finish(
-            self.name,
-            failures.ranking(),
-            scores,
-            inputs,
+        ranked = failures.ranking()
+        what = (
             f"recurrent attributed failure modes (support >= {failures.min_support} "
-            f"of {failures.cohort_size}, ranked by {'deficit rate' if by_rate else 'support'})",
-            self.keep_previous_when_empty,
+            f"of {failures.cohort_size}, ranked by {'deficit rate' if by_rate else 'support'})"
         )
+        if self.release_uninformative:
+            variation = _need(inputs, "within_group_variation", self.name)
+            informative = [cid for cid in ranked if float(variation.get(cid, math.nan)) > 0.0]
+            released = [cid for cid in ranked[: inputs.budget] if cid not in informative]
+            if informative and released:
+                ranked = informative
+                what += f" (released, judged alike within every group: {', '.join(released)})"
+            elif released:
+                what += " (none is judged differently within a group: none released)"
+        return _finish(self.name, ranked, scores, inputs, what, self.keep_previous_when_empty)
 
 
 class RandomTrajectoryAttribution(AttributionSelect):
@@ -196,8 +228,10 @@ class RandomTrajectoryAttribution(AttributionSelect):
 
     name = "random_trajectory"
 
-    def __init__(self, sample_size: int | None = None, keep_previous_when_empty: bool = True) -> None:
-        super().__init__(keep_previous_when_empty)
+    def __init__(
+        self, sample_size: int | None = None, keep_previous_when_empty: bool = True, release_uninformative: bool = False
+    ) -> None:
+        super().__init__(keep_previous_when_empty, release_uninformative)
         self.sample_size = None if sample_size is None else check_int(sample_size, "sample_size", low=0)
 
     def diagnosis_mask(self, low_mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -38,12 +38,13 @@ from rwcore.rewardweaver.attribution import (
 from rwcore.rewardweaver.expansion import CaseProvider, ExpansionResult, expand_library, find_expansion_triggers
 from rwcore.rewardweaver.history import RewardHistory, StageRecord
 from rwcore.rewardweaver.history import _parse as _parse_history
-from rwcore.rewardweaver.judgments import judge_failure_rates, judgment_matrix
+from rwcore.rewardweaver.judgments import judge_failure_rates, judgment_matrix, within_group_variation
 from rwcore.rewardweaver.library import CapabilityLibrary
 from rwcore.rewardweaver.library import _parse_state as _parse_library
 from rwcore.rewardweaver.reward import NORMALIZATIONS, process_reward, process_terms
 from rwcore.rewardweaver.selection import (
     DEFAULT_BUDGET,
+    RELEASING_STRATEGIES,
     Selection,
     SelectionInput,
     SelectionStrategy,
@@ -91,6 +92,10 @@ class RewardWeaver:
         library: the validated capability space D (grows only through admission).
         attributor: an `rwcore.types.Attributor`; required by strategies that attribute.
         strategy: a name from `selection.STRATEGIES` or a strategy object ["attribution"].
+        release_uninformative: for a strategy given by name that attributes ("attribution",
+            "random_trajectory"): pass over failure modes whose judgment varies within no rollout group of
+            the update's batch, releasing their slots (`selection.AttributionSelect`) [False, the paper's
+            Select as written]. Needs reports at every update.
         budget: B, the most capabilities active at once [6].
         low_outcome: q_o, a threshold (low when R_o < threshold) or a callable
             (outcome, trajectory) -> bool [0.5].
@@ -131,6 +136,7 @@ class RewardWeaver:
         attributor: Attributor | None = None,
         *,
         strategy: str | SelectionStrategy = "attribution",
+        release_uninformative: bool = False,
         budget: int = DEFAULT_BUDGET,
         low_outcome: LowOutcomeRule = 0.5,
         min_confidence: float = 0.5,
@@ -156,7 +162,15 @@ class RewardWeaver:
             raise ValueError(f"library must be a CapabilityLibrary, got {type(library).__name__}")
         if attributor is not None and not isinstance(attributor, Attributor):
             raise ValueError("attributor must implement rwcore.types.Attributor (an attribute method)")
-        self._strategy = make_strategy(strategy) if isinstance(strategy, str) else strategy
+        if not isinstance(release_uninformative, bool):
+            raise ValueError(f"release_uninformative must be True or False, got {release_uninformative!r}")
+        if release_uninformative and not (isinstance(strategy, str) and strategy in RELEASING_STRATEGIES):
+            raise ValueError(
+                f"release_uninformative=True applies to the strategies {RELEASING_STRATEGIES} given by name, "
+                f"got {strategy if isinstance(strategy, str) else type(strategy).__name__!r}"
+            )
+        options = {"release_uninformative": True} if release_uninformative else {}
+        self._strategy = make_strategy(strategy, **options) if isinstance(strategy, str) else strategy
         if not all(hasattr(self._strategy, name) for name in ("select", "requires", "diagnosis_mask", "state_dict")):
             raise ValueError("strategy must be a strategy name or an object with the selection interface")
         if callable(low_outcome):
@@ -189,6 +203,7 @@ class RewardWeaver:
         min_support = check_int(min_support, "min_support", low=1)
         self._config = {
             "strategy": self._strategy.name,
+            "release_uninformative": release_uninformative,
             "budget": check_int(budget, "budget", low=1),
             "low_outcome": q_o_config,
             "min_confidence": check_unit(min_confidence, "min_confidence"),
@@ -342,10 +357,12 @@ class RewardWeaver:
             if cap is not None and success.size > cap:
                 success = np.sort(rng.choice(success, size=cap, replace=False))
             success_attribution, successes = self._attribute([trajectories[i] for i in success], retrieve)
-        fail_rates = None
+        fail_rates = variation = None
         if codes is not None:
             rates, _ = judge_failure_rates(codes, low)
             fail_rates = {cid: float(rate) for cid, rate in zip(library_ids, rates)}
+            shares = within_group_variation(reward_view(values, codes), [t.group_id or t.task_id for t in trajectories])
+            variation = {cid: float(share) for cid, share in zip(library_ids, shares)}
 
         previous = self.active
         strategy_state = self._strategy.state_dict()
@@ -358,6 +375,7 @@ class RewardWeaver:
                     failures=failures if "attribution" in needs else None,
                     successes=successes if "success_attribution" in needs else None,
                     judge_fail_rates=fail_rates,
+                    within_group_variation=variation,
                     rng=rng,
                 )
             )
@@ -390,7 +408,7 @@ class RewardWeaver:
                 )
             summary = self._performance(trajectories, low, reports, extra)
             diagnosis = self._diagnosis(
-                len(trajectories), low, attribution, failures, success_attribution, successes, fail_rates
+                len(trajectories), low, attribution, failures, success_attribution, successes, fail_rates, variation
             )
             if expansion is not None:
                 diagnosis["expansion"] = expansion.summary()
@@ -467,7 +485,7 @@ class RewardWeaver:
         summary.update(extra)
         return summary
 
-    def _diagnosis(self, n, low, attribution, failures, success_attribution, successes, fail_rates) -> dict:
+    def _diagnosis(self, n, low, attribution, failures, success_attribution, successes, fail_rates, variation) -> dict:
         library_ids = self._library.ids()
         diagnosis: dict = {"trajectories": n, "low_outcome": int(low.sum())}
         if attribution is not None:
@@ -491,6 +509,8 @@ class RewardWeaver:
             )
         if fail_rates is not None:
             diagnosis["judge_fail_rates"] = {cid: r for cid, r in fail_rates.items() if np.isfinite(r)}
+        if variation is not None:
+            diagnosis["within_group_variation"] = {cid: r for cid, r in variation.items() if np.isfinite(r)}
         return diagnosis
 
     # -- checkpoints --------------------------------------------------------------------
@@ -521,6 +541,8 @@ class RewardWeaver:
             raise ValueError("state config must be a mapping")
         # a state saved before rank_by existed ranked by support
         config = {"rank_by": "support", **config}
+        # a state saved before release_uninformative existed selected by the paper's rule
+        config = {"release_uninformative": False, **config}
         for key in sorted(set(config) | set(self._config)):
             if config.get(key) != self._config.get(key):
                 raise ValueError(

@@ -110,3 +110,26 @@ def test_judgment_matrix_from_reports():
         judgment_matrix(bad, ["a"])
     with pytest.raises(ValueError, match="twice"):
         judgment_matrix(reports, ["a", "a"])
+
+
+def test_within_group_variation_counts_groups_whose_judgments_differ():
+    from rwcore.rewardweaver.judgments import within_group_variation
+
+    nan = float("nan")
+    # columns: a varies in group x only; b is constant in both groups; c has one defined value per group (NaN);
+    # d varies in x, and in y its two defined values (0.5, 0.5) are equal.
+    values = np.array(
+        [
+            [1.0, 0.0, 1.0, 0.5],  # x
+            [0.0, 0.0, nan, 1.0],  # x
+            [1.0, 0.0, nan, nan],  # x
+            [1.0, 1.0, 0.0, 0.5],  # y
+            [1.0, 1.0, nan, 0.5],  # y
+        ]
+    )
+    shares = within_group_variation(values, ["x", "x", "x", "y", "y"])
+    assert shares[0] == 0.5 and shares[1] == 0.0 and np.isnan(shares[2]) and shares[3] == 0.5
+    # group keys need not be contiguous
+    assert within_group_variation(values[[0, 3, 1, 4, 2]], ["x", "y", "x", "y", "x"])[0] == 0.5
+    with pytest.raises(ValueError, match="groups holds 2 keys for 5 rows"):
+        within_group_variation(values, ["x", "y"])

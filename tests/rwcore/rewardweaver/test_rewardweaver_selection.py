@@ -157,3 +157,48 @@ def test_inputs_validation():
     }
     with pytest.raises(ValueError, match="static ranking names capability 'zz'"):
         StaticTopK(["zz"]).select(SelectionInput(IDS))
+
+
+def test_release_uninformative_gives_constant_modes_slots_to_varying_ones():
+    # ranked c2 (9), c7 (8), c5 (7), c6 (6); budget 2. c2 never varied within a group (0.0), c7 has no group with
+    # two defined judgments (NaN): both are passed over and c5, c6 take the two slots, in rank order.
+    g = failures(("c2", 9), ("c7", 8), ("c5", 7), ("c6", 6))
+    variation = {"c2": 0.0, "c7": float("nan"), "c5": 0.25, "c6": 0.5}
+    paper = select("attribution", SelectionInput(IDS, budget=2, failures=g, within_group_variation=variation))
+    assert paper.active == ("c2", "c7")
+    release = make_strategy("attribution", release_uninformative=True)
+    assert release.requires() == frozenset({"attribution", "judgments"})
+    sel = release.select(SelectionInput(IDS, budget=2, failures=g, within_group_variation=variation))
+    assert sel.active == ("c5", "c6")
+    assert "(released, judged alike within every group: c2, c7)" in sel.reason
+    # a released slot is not refilled with an uninformative mode: one informative mode, one slot used
+    only = {"c2": 0.0, "c7": 0.0, "c5": 0.0, "c6": 0.125}
+    assert release.select(SelectionInput(IDS, budget=3, failures=g, within_group_variation=only)).active == ("c6",)
+    # all top modes informative: the paper's choice, no release named
+    every = {cid: 1.0 for cid in ("c2", "c7", "c5", "c6")}
+    sel = release.select(SelectionInput(IDS, budget=2, failures=g, within_group_variation=every))
+    assert sel.active == ("c2", "c7") and "released" not in sel.reason
+    # none varies: the paper's choice stands, and the reason says so
+    none = {cid: 0.0 for cid in ("c2", "c7", "c5", "c6")}
+    sel = release.select(SelectionInput(IDS, budget=2, failures=g, within_group_variation=none))
+    assert sel.active == ("c2", "c7") and "none released" in sel.reason
+    # the random-trajectory ablation ranks the same way and releases alike
+    rt = make_strategy("random_trajectory", release_uninformative=True)
+    assert rt.select(SelectionInput(IDS, budget=2, failures=g, within_group_variation=variation)).active == (
+        "c5",
+        "c6",
+    )
+
+
+def test_release_uninformative_needs_the_variation_and_checks_it():
+    release = make_strategy("attribution", release_uninformative=True)
+    with pytest.raises(ValueError, match="within_group_variation"):
+        release.select(SelectionInput(IDS, failures=failures(("c1", 5))))
+    with pytest.raises(ValueError, match=r"within_group_variation\['c1'\] = 1.5 is outside \[0, 1\]"):
+        SelectionInput(IDS, within_group_variation={"c1": 1.5})
+    with pytest.raises(ValueError, match="within_group_variation names capability 'zz'"):
+        SelectionInput(IDS, within_group_variation={"zz": 0.5})
+    with pytest.raises(ValueError, match="release_uninformative must be True or False"):
+        make_strategy("attribution", release_uninformative="yes")
+    with pytest.raises(ValueError, match="does not take these options"):
+        make_strategy("random", release_uninformative=True)

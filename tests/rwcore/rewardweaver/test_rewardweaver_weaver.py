@@ -277,3 +277,45 @@ def test_history_file_round_trip_and_retention(tmp_path):
     # c1 and c2 leave after stage 0 and return at stage 2: one post-deactivation stage each.
     assert [(e.capability_id, e.last_active_stage) for e in result.events] == [("c1", 0), ("c2", 0)]
     assert result.n == 2 and result.mean == pytest.approx(0.2) and result.min == pytest.approx(0.1)
+
+
+def test_release_uninformative_reads_the_batch_groups():
+    """Two groups of four low-outcome trajectories. Every one is blamed for c1 and c2 (recurrent, 8 of 8); the judge
+    fails c1 everywhere (constant) and passes c2 in one trajectory of group g0 (it varies there). With budget 2 the
+    paper's rule keeps both; release keeps c2 alone and records the shares (c1 0.0, c2 0.5) in the diagnosis."""
+    from rwcore.types import Trajectory, Turn
+
+    def batch():
+        out = []
+        for g in range(2):
+            for j in range(4):
+                verdicts = {"c1": Verdict.FAIL, "c2": Verdict.PASS if (g, j) == (0, 0) else Verdict.FAIL}
+                out.append(
+                    Trajectory(
+                        task_id=f"task{g}",
+                        turns=[Turn("assistant", "x", generated=True)],
+                        outcome=0.0,
+                        group_id=f"g{g}",
+                        trajectory_id=f"t{g}{j}",
+                        metadata={"verdicts": verdicts, "attribution": [deficit("c1"), deficit("c2")]},
+                    )
+                )
+        return out
+
+    library = build_library(ids=("c1", "c2", "c3"))
+    trajectories = batch()
+    reports = LabelJudge(default=Verdict.NA).evaluate(trajectories, library.rubrics())
+    paper = RewardWeaver(library, ScriptedAttributor(), budget=2, min_support=3)
+    assert paper.update(trajectories, reports, step=0).active == ("c1", "c2")
+    weaver = RewardWeaver(library, ScriptedAttributor(), budget=2, min_support=3, release_uninformative=True)
+    update = weaver.update(trajectories, reports, step=0)
+    assert update.active == ("c2",) and "released" in update.selection.reason
+    assert update.opened.diagnosis["within_group_variation"] == {"c1": 0.0, "c2": 0.5}
+    assert weaver.config["release_uninformative"] is True
+    # a state of the paper's rule does not load into a releasing weaver (and the other way round)
+    with pytest.raises(ValueError, match="release_uninformative"):
+        weaver.load_state_dict(paper.state_dict())
+    with pytest.raises(ValueError, match="release_uninformative=True applies to the strategies"):
+        RewardWeaver(library, ScriptedAttributor(), strategy="random", release_uninformative=True)
+    with pytest.raises(ValueError, match="reports are required"):
+        RewardWeaver(library, ScriptedAttributor(), release_uninformative=True).update(trajectories, step=0)
