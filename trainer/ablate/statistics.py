@@ -7,7 +7,9 @@ from metrics.jsonl by `eval_curve`):
     from the first to the last evaluated step (1.0 = at the ceiling throughout); the ceiling is the run's
     logged `eval/ceiling` or 1.0 (`eval_ceiling`).
   - `steps_to_reach`: the first evaluated step at or above a level; `reach_target`: the level Arise fig. 3(b)
-    uses, the baseline's mean held-out success at step `REACH_STEP`.
+    uses, the baseline's mean held-out success at step `REACH_STEP`; `meaningful_level`: where the baseline
+    never rose above its start (outcome-only RL at 0 throughout, the hard tier), that level is reached at step 0
+    by every run and says nothing, so half the ceiling is measured against instead.
 
 Over the seeds of a variant (rliable, Agarwal et al. 2021, arXiv 2108.13264; one "task" = the held-out set,
 so scores are (seeds x 1) arrays and each variant's seeds are resampled independently of the baseline's):
@@ -52,6 +54,7 @@ __all__ = [
     "normalized_auc",
     "steps_to_reach",
     "reach_target",
+    "meaningful_level",
     "mean_sd",
     "iqm",
     "probability_of_improvement",
@@ -175,6 +178,16 @@ def reach_target(curves: Sequence[Sequence[Sequence[float]]], at_step: int = REA
         "seeds": len(read),
         "exact": all(step == at_step for step, _ in read),
     }
+
+
+def meaningful_level(level: float, start: float, ceiling: float) -> tuple[float, str]:
+    """(the level 'steps to' measures against, why): the baseline's `level` when it is above the baseline's
+    `start` (its mean held-out success at the first evaluation), else half the `ceiling` - a baseline that never
+    moved gives a level every run holds from step 0, so 'steps to' it would read 0 for every row.
+    Returns (value, "baseline") or (ceiling / 2, "half the ceiling")."""
+    if level > start + 1e-12:
+        return float(level), "baseline"
+    return 0.5 * float(ceiling), "half the ceiling"
 
 
 # --------------------------------------------------------------------------------------------
@@ -397,9 +410,11 @@ def metric_notes(baseline: str | None, reach_step: int = REACH_STEP, reps: int =
         "ceiling": "Ceiling: the best held-out success any policy can reach on the environment, read from the "
         f"evaluation rows' eval/ceiling, or {DEFAULT_CEILING} where a run does not log it.",
         "steps_to_baseline": f"Steps to baseline: the first evaluated step at which a seed reaches {versus}'s mean "
-        "final success, averaged over the seeds that reach it (with how many do).",
+        "final success, averaged over the seeds that reach it (with how many do); half the ceiling instead where "
+        f"{versus} ended no higher than it started (a level every run holds at step 0).",
         "steps_to_reach": f"Steps to reach: the first evaluated step at which a seed reaches {versus}'s mean "
-        f"held-out success at step {reach_step} (Arise fig. 3(b)), averaged over the seeds that reach it.",
+        f"held-out success at step {reach_step} (Arise fig. 3(b)), averaged over the seeds that reach it; half "
+        f"the ceiling instead where {versus} was no higher there than at its start.",
         "iqm": "IQM: the interquartile mean over seeds (the mean of the middle half; rliable's 25% trimmed mean), "
         "less swayed by one lucky or broken seed than the mean.",
         "interval": f"[low, high]: a {CONFIDENCE:.0%} stratified-bootstrap percentile interval over seeds "

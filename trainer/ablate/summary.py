@@ -20,6 +20,7 @@ from rwcore.trainer.ablate.statistics import (
     eval_ceiling,
     eval_curve,
     mean_sd,
+    meaningful_level,
     metric_notes,
     normalized_auc,
     reach_target,
@@ -72,8 +73,15 @@ def summarize(plan: AblationPlan) -> dict:
     baseline = BASELINES[plan.paper]
     base_runs = [e for e in runs.get(baseline, {}).values() if "final" in e]
     base_finals = [e["final"] for e in base_runs]
-    target = float(np.mean(base_finals)) if base_finals else None
+    target = target_rule = None
     reach = reach_target([e["curve"] for e in base_runs], REACH_STEP)
+    if base_runs:
+        start = float(np.mean([e["start"] for e in base_runs]))
+        ceiling = float(np.mean([e["ceiling"] for e in base_runs]))
+        target, target_rule = meaningful_level(float(np.mean(base_finals)), start, ceiling)
+        if reach:
+            reach["baseline_value"] = reach["value"]
+            reach["value"], reach["rule"] = meaningful_level(reach["value"], start, ceiling)
     rows = []
     for variant in plan.variants:
         finished = [e for e in runs[variant].values() if "final" in e]
@@ -99,7 +107,8 @@ def summarize(plan: AblationPlan) -> dict:
     return {
         "paper": plan.paper,
         "baseline": baseline,
-        "baseline_final_mean": target,
+        "baseline_final_mean": float(np.mean(base_finals)) if base_finals else None,
+        "baseline_target": {"value": target, "rule": target_rule} if target is not None else None,
         "seeds": plan.seeds,
         "steps": plan.steps,
         "rows": rows,

@@ -44,7 +44,11 @@ def _reach_text(reach: dict | None, baseline: str) -> str:
             f"at step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} (the last evaluation at or "
             f"before step {reach['at_step']}, which {why})"
         )
-    return f"{baseline}'s mean held-out success {read}, {_fmt(reach['value'])} over {reach['seeds']} seed(s)"
+    level = _fmt(reach.get("baseline_value", reach["value"]))
+    text = f"{baseline}'s mean held-out success {read}, {level} over {reach['seeds']} seed(s)"
+    if reach.get("rule") == "half the ceiling":
+        text += f" - no higher than its start, so half the ceiling instead: {_fmt(reach['value'])}"
+    return text
 
 
 def _ceiling_text(ceilings: Sequence[dict]) -> str:
@@ -79,8 +83,14 @@ def render_markdown(summary: dict) -> str:
         f"Held-out success (one sampled episode per held-out task, no skills) at the final step and the best "
         f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; each seed's final "
         f"value in the last column. 'Steps to baseline' is the first evaluated step at which a seed reaches "
-        f"{baseline}'s mean final success ({_fmt(summary['baseline_final_mean'])}), averaged over "
-        f"the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
+        f"{baseline}'s mean final success ({_fmt(summary['baseline_final_mean'])}"
+        + (
+            f"; it ended no higher than it started, so half the ceiling instead: "
+            f"{_fmt(summary['baseline_target']['value'])}"
+            if (summary.get("baseline_target") or {}).get("rule") == "half the ceiling"
+            else ""
+        )
+        + f"), averaged over the seeds that reach it, with how many do (Arise fig. 3(b)). Wall time: "
         f"{_fmt(summary.get('wall_seconds'), 0)} s (every call into this folder together).",
         "",
         f"Machine: {m['processor']}{_cpu_text(m)}, {m['cpu_count']} cores, {m['platform']}, Python "

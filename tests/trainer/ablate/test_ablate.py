@@ -204,7 +204,8 @@ def test_a_failed_run_is_reported_with_its_error_and_not_averaged_in(tmp_path, m
     assert rows["arise"]["seeds"]["0"]["ceiling"] == 1.0 and rows["arise"]["seeds"]["0"]["ceiling_source"] == "default"
     # no step 150 in these short runs: each baseline seed's last evaluation (0.5 at step 4, 0.3 at step 2) -> 0.4
     assert summary["reach_target"] == {"value": pytest.approx(0.4), "at_step": 150, "steps": [4, 2], "seeds": 2,
-                                       "exact": False}  # fmt: skip
+                                       "exact": False, "baseline_value": pytest.approx(0.4),
+                                       "rule": "baseline"}  # fmt: skip
     assert rows["arise"]["seeds"]["0"]["steps_to_reach"] == 2
     # two seeds (one for arise): point estimates, no interval
     assert rows["arise"]["iqm"]["final"] == {
@@ -659,3 +660,26 @@ def test_resuming_with_other_settings_is_refused_before_anything_starts(tmp_path
         launch=fake_launcher(calls),
     )
     assert sorted((m, s) for m, s, _, _ in calls) == [("arise", 1), ("outcome_only", 1)]
+
+
+def test_a_baseline_that_never_left_its_start_is_measured_against_half_the_ceiling(tmp_path):
+    """Outcome-only at 0.0 throughout (the hard tier): its level is held by every run from step 0, so both 'steps
+    to' columns measure against half the ceiling (0.85 / 2 = 0.425) instead, and the table says so."""
+    plan = plan_ablation("claim", ["arise", "outcome_only"], [0, 1], None, 1, tmp_path / "o")
+    steps = [0, 50, 100, 150, 200]
+    for seed in (0, 1):
+        write_finished(plan.runs_dir / f"outcome_only-s{seed}", zip(steps, [0.0] * 5), ceiling=0.85)
+    write_finished(plan.runs_dir / "arise-s0", zip(steps, [0.0, 0.0, 0.3, 0.45, 0.85]), ceiling=0.85)
+    write_finished(plan.runs_dir / "arise-s1", zip(steps, [0.0, 0.0, 0.0, 0.0, 0.4]), ceiling=0.85)
+    summary = ablate.summarize(plan)
+    assert summary["baseline_final_mean"] == 0.0
+    assert summary["baseline_target"] == {"value": pytest.approx(0.425), "rule": "half the ceiling"}
+    reach = summary["reach_target"]
+    assert (reach["value"], reach["baseline_value"], reach["rule"]) == (pytest.approx(0.425), 0.0, "half the ceiling")
+    rows = {row["variant"]: row for row in summary["rows"]}
+    s0, s1 = rows["arise"]["seeds"]["0"], rows["arise"]["seeds"]["1"]
+    assert (s0["steps_to_reach"], s0["steps_to_baseline"]) == (150, 150)  # 0.45 >= 0.425 first at step 150
+    assert (s1["steps_to_reach"], s1["steps_to_baseline"]) == (None, None)  # 0.4 at best
+    assert rows["outcome_only"]["steps_to_reach"] == {"mean": None, "reached": 0, "of": 2}
+    text = ablate.render_markdown(summary)
+    assert "so half the ceiling instead: 0.425" in text
