@@ -56,6 +56,12 @@ def make_run(folder: Path, steps: int = 60) -> Path:
                         "reflector/prompt_tokens": 900 * (step % 10 == 0),
                         "reflector/completion_tokens": 200 * (step % 10 == 0),
                         "reflector/cost": 0.004 * (step % 10 == 0),
+                        "entropy": 2.0 / step,
+                        "groups/zero_variance": 0.9,
+                        "groups/reward_varies": 0.5,
+                        "groups/process_varies": 0.4,
+                        "rubric/asks_budget_first/varies": 0.25,
+                        "rubric/quotes_list_price/varies": None,
                     }
                 )
                 + "\n"
@@ -230,7 +236,7 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", str(run), "--out", str(tmp_path / "figs")]) == 0
     captured = capsys.readouterr()
     printed = captured.out.split()
-    assert len(printed) == 4 and all(p.endswith(".png") and Path(p).is_file() for p in printed)
+    assert len(printed) == 5 and all(p.endswith(".png") and Path(p).is_file() for p in printed)
     assert "skipped pool_counts" in captured.err
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
@@ -241,3 +247,15 @@ def test_the_llm_cost_plot_needs_llm_figures(tmp_path):
     results = render_report(tmp_path, tmp_path / "out")
     assert "no judge/* or reflector/* figures" in results["llm_cost"]
     assert_png(results["success_curves"])
+
+
+def test_credit_diagnosis_needs_the_credit_keys_and_reads_them(tmp_path):
+    run = make_run(tmp_path / "run", steps=20)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    stripped = [{k: v for k, v in row.items() if not k.startswith(("groups/", "rubric/"))} for row in rows]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in stripped))
+    results = render_report(run)
+    assert results["credit_diagnosis"] == (
+        "skipped: metrics.jsonl has no groups/reward_varies values (a run written before they existed)"
+    )
+    assert isinstance(results["success_curves"], Path)

@@ -30,7 +30,7 @@ from rwcore.trainer.ablate.statistics import (
 from rwcore.trainer.ablate.status import _read_status
 from rwcore.trainer.machine import cpu_model
 
-__all__ = ["summarize", "machine_note"]
+__all__ = ["summarize", "summarize_runs", "machine_note"]
 
 
 def _run_entry(run_dir: Path) -> dict:
@@ -70,7 +70,24 @@ def summarize(plan: AblationPlan) -> dict:
         variant: {seed: _run_entry(plan.runs_dir / f"{variant}-s{seed}") for seed in plan.seeds}
         for variant in plan.variants
     }
-    baseline = BASELINES[plan.paper]
+    summary = summarize_runs(plan.paper, runs, plan.bootstrap_reps)
+    summary.update(
+        seeds=plan.seeds,
+        steps=plan.steps,
+        machine=machine_note(plan.jobs),
+        inapplicable=[
+            {"variant": variant, **cell} for variant in plan.variants for cell in plan.inapplicable.get(variant, ())
+        ],
+    )
+    return summary
+
+
+def summarize_runs(paper: str, runs: dict[str, dict[int, dict]], bootstrap_reps: int) -> dict:
+    """The table's figures from run entries (variant -> seed -> an entry as `_run_entry` gives it, or as an earlier
+    ablation.json stored it: "status", and when finished "final", "best", "start", "curve", "auc", "ceiling"):
+    what `summarize` computes, for entries that may come from several folders (a table merged from two grids).
+    The caller adds "seeds", "steps", "machine" and "inapplicable"."""
+    baseline = BASELINES[paper]
     base_runs = [e for e in runs.get(baseline, {}).values() if "final" in e]
     base_finals = [e["final"] for e in base_runs]
     target = target_rule = None
@@ -83,8 +100,8 @@ def summarize(plan: AblationPlan) -> dict:
             reach["baseline_value"] = reach["value"]
             reach["value"], reach["rule"] = meaningful_level(reach["value"], start, ceiling)
     rows = []
-    for variant in plan.variants:
-        finished = [e for e in runs[variant].values() if "final" in e]
+    for variant, seeds in runs.items():
+        finished = [e for e in seeds.values() if "final" in e]
         for entry in finished:
             entry["steps_to_baseline"] = steps_to_reach(entry["curve"], target) if target is not None else None
             entry["steps_to_reach"] = steps_to_reach(entry["curve"], reach["value"]) if reach else None
@@ -96,31 +113,29 @@ def summarize(plan: AblationPlan) -> dict:
                 "final": mean_sd([e["final"] for e in finished]),
                 "best": mean_sd([e["best"] for e in finished]),
                 "steps_to_baseline": _reached(finished, "steps_to_baseline"),
-                "failed": sum(e["status"] == "failed" for e in runs[variant].values()),
-                "seeds": {str(seed): entry for seed, entry in runs[variant].items()},
+                "failed": sum(e["status"] == "failed" for e in seeds.values()),
+                "seeds": {str(seed): entry for seed, entry in seeds.items()},
                 "auc": mean_sd([e["auc"] for e in finished if e.get("auc") is not None]),
                 "steps_to_reach": _reached(finished, "steps_to_reach"),
                 "ceilings": ceilings_used(finished),
-                **seed_statistics(finished, compared, plan.bootstrap_reps),
+                **seed_statistics(finished, compared, bootstrap_reps),
             }
         )
     return {
-        "paper": plan.paper,
+        "paper": paper,
         "baseline": baseline,
         "baseline_final_mean": float(np.mean(base_finals)) if base_finals else None,
         "baseline_target": {"value": target, "rule": target_rule} if target is not None else None,
-        "seeds": plan.seeds,
-        "steps": plan.steps,
+        "seeds": None,
+        "steps": None,
         "rows": rows,
-        "machine": machine_note(plan.jobs),
+        "machine": None,
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "reach_target": reach,
         "ceilings": ceilings_used([e for variant in runs.values() for e in variant.values()]),
-        "bootstrap": bootstrap_note(plan.bootstrap_reps),
-        "inapplicable": [
-            {"variant": variant, **cell} for variant in plan.variants for cell in plan.inapplicable.get(variant, ())
-        ],
-        "notes": metric_notes(baseline, REACH_STEP, plan.bootstrap_reps),
+        "bootstrap": bootstrap_note(bootstrap_reps),
+        "inapplicable": [],
+        "notes": metric_notes(baseline, REACH_STEP, bootstrap_reps),
     }
 
 
