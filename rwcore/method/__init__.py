@@ -22,8 +22,8 @@ from rwcore.method.judging import judge_groups, safe_evaluate
 from rwcore.method.loop import MethodLoop, StepPlan, StepResult
 from rwcore.method.method import AdaptiveMethod
 from rwcore.method.records import AdaptReport, Providers, Scored
-from rwcore.method.settings import CREDIT_SETTINGS, MethodSettings, inapplicable_settings, setting
-from rwcore.method.variants import COMPONENTS, VARIANTS, Variant, differing_components, get_variant
+from rwcore.method.settings import CREDIT_SETTINGS, MethodSettings, inapplicable_settings, pin_settings, setting
+from rwcore.method.variants import COMPONENTS, VARIANTS, Variant, differing_components, differing_pins, get_variant
 from rwcore.method.window import ReflectionWindow
 
 __all__ = [
@@ -42,9 +42,11 @@ __all__ = [
     "StepResult",
     "Variant",
     "differing_components",
+    "differing_pins",
     "get_variant",
     "inapplicable_settings",
     "judge_groups",
+    "pin_settings",
     "safe_evaluate",
     "setting",
 ]

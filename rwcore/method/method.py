@@ -58,7 +58,7 @@ from rwcore.arise.advantages import compute_advantages, length_regularize, proce
 from rwcore.judged import JudgedBatch
 from rwcore.method.records import AdaptReport, Providers, Scored
 from rwcore.method.run_views import RunViews
-from rwcore.method.settings import CREDIT_SETTINGS, MethodSettings, check_applicable
+from rwcore.method.settings import CREDIT_SETTINGS, MethodSettings, check_applicable, pin_settings
 from rwcore.method.state import MethodState
 from rwcore.method.variants import VARIANTS, Variant, get_variant
 from rwcore.method.window import ReflectionWindow
@@ -118,6 +118,9 @@ class AdaptiveMethod(RunViews, MethodState):
             raise ValueError("tasks must be a non-empty mapping of task id -> task-type tags")
         self._tasks = {task_id: tuple(tags) for task_id, tags in tasks.items()}
         self._task_ids = list(self._tasks)
+        self.settings = pin_settings(
+            self.variant, self.settings
+        )  # a variant that pins a setting (arise_retire_while_shown)
         check_applicable(self.variant, self.settings)
         self._check_providers()
         s = self.settings

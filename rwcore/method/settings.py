@@ -15,7 +15,14 @@ from rwcore.rewardweaver.selection import RELEASING_STRATEGIES
 from rwcore.settings import check_settings, describe_settings, setting, settings_dict
 from rwcore.tasks import DEFAULT_CAPABILITIES
 
-__all__ = ["CREDIT_SETTINGS", "MethodSettings", "check_applicable", "inapplicable_settings", "setting"]
+__all__ = [
+    "CREDIT_SETTINGS",
+    "MethodSettings",
+    "check_applicable",
+    "inapplicable_settings",
+    "pin_settings",
+    "setting",
+]
 
 
 @dataclass(frozen=True)
@@ -88,10 +95,11 @@ class MethodSettings:
         0.3, "Pass rate at or below which a skill activates or refines.", "pool.eta_low", ge=0, le=1
     )
     retire_while_shown: bool = setting(
-        True,
-        "Retire a pair whose window pass rate reaches eta_high even while its skill is shown (eq. 5 as written, "
-        "the default); false: hide the skill instead and retire only on a window measured with the skill hidden "
-        "(appendix F's activate-hide-retire lifecycle; for a policy that follows a shown skill at once).",
+        False,
+        "Retire a pair whose window pass rate reaches eta_high even while its skill is shown (true: eq. 5 read "
+        "alone; the variant arise_retire_while_shown); false (default): hide the skill instead and retire only on "
+        "a window measured with the skill hidden, the activate-hide-retire lifecycle of the paper's tables 7-10 "
+        "and appendix G (a pass rate borrowed from a shown skill is not mastery).",
         "pool.retire_while_shown",
     )
     max_pool: int = setting(64, "Maximum pool size.", "pool.max_pool", gt=0)
@@ -204,6 +212,25 @@ def inapplicable_settings(variant: str | Variant, settings: MethodSettings) -> l
     ):
         found.append(keys["release_uninformative"])
     return found
+
+
+def pin_settings(variant: str | Variant, settings: MethodSettings) -> MethodSettings:
+    """`settings` with the fields `variant` pins (`Variant.pinned`) set to the variant's values. A pinned field
+    given at another value than both its default and the variant's is a ValueError naming its config key."""
+    import dataclasses
+
+    variant = variant if isinstance(variant, Variant) else get_variant(variant)
+    if not variant.pinned:
+        return settings
+    defaults, keys = MethodSettings(), {f.name: f.metadata.get("config") for f in fields(MethodSettings)}
+    for name, value in variant.pinned.items():
+        given = getattr(settings, name)
+        if given != value and given != getattr(defaults, name):
+            raise ValueError(
+                f"{keys[name]}={given!r}: train.method={variant.name} fixes it to {value!r} (that is the variant); "
+                f"leave it out"
+            )
+    return dataclasses.replace(settings, **variant.pinned)
 
 
 def check_applicable(variant: Variant, settings: MethodSettings) -> None:

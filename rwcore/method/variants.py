@@ -15,6 +15,9 @@ paper removes or replaces, everything else (settings, judge, loss, schedule) sta
 
 `outcome_only` is the shared baseline of both papers (outcome-only GRPO): it has no parent and
 resolves to the same components as `rw_outcome_grpo`.
+
+A variant may also pin method settings (`Variant.pinned`): a reading of a paper's rule that differs from the
+default, kept as a row of its own (`arise_retire_while_shown`: eq. 5 read alone), same components as its parent.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ __all__ = [
     "VARIANTS",
     "Variant",
     "differing_components",
+    "differing_pins",
     "get_variant",
 ]
 
@@ -57,6 +61,8 @@ class Variant:
     name: what `train.method` takes. description: one line. paper_row: the row it reproduces.
     parent: the full method it ablates (None for a full method or the baseline).
     components: the four components (see the module docstring).
+    pinned: `MethodSettings` fields the variant fixes, name -> value (applied by `AdaptiveMethod`; the config
+        key may then only be left at its default or set to that value).
     """
 
     name: str
@@ -64,6 +70,7 @@ class Variant:
     paper_row: str
     parent: str | None
     components: Mapping[str, object] = field(default_factory=dict)
+    pinned: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if set(self.components) != set(COMPONENTS):
@@ -108,6 +115,7 @@ class Variant:
             "paper_row": self.paper_row,
             "parent": self.parent,
             "components": dict(self.components),
+            "pinned": dict(self.pinned),
         }
 
 
@@ -201,6 +209,15 @@ _ROWS: tuple[Variant, ...] = (
         _c(**_ARISE),
     ),
     Variant(
+        "arise_retire_while_shown",
+        "eq. 5 read alone: a pair retires once its window pass rate reaches eta_high even while its skill is "
+        "shown (pool.retire_while_shown=true); components as arise",
+        "Arise eq. 5 as written (retire while shown)",
+        "arise",
+        _c(**_ARISE),
+        pinned={"retire_while_shown": True},
+    ),
+    Variant(
         "arise_frozen_rubrics",
         "the pool fixed to every rubric a previous Arise run produced "
         "(pool.frozen_from=RUN_DIR); skills still activate, hide and refine",
@@ -254,3 +271,8 @@ def get_variant(name: str, argument: str = "variant") -> Variant:
 def differing_components(a: Variant, b: Variant) -> list[str]:
     """The component names in which two variants differ."""
     return [key for key in COMPONENTS if a.components[key] != b.components[key]]
+
+
+def differing_pins(a: Variant, b: Variant) -> list[str]:
+    """The `MethodSettings` fields that one of two variants pins and the other pins otherwise or not at all."""
+    return sorted(name for name in set(a.pinned) | set(b.pinned) if a.pinned.get(name) != b.pinned.get(name))

@@ -34,6 +34,7 @@ PAPERS: dict[str, tuple[str, ...]] = {
     # Arise fig. 3(a): the full method, its ablations and outcome-only RL.
     "arise": (
         "arise",
+        "arise_retire_while_shown",
         "arise_frozen_rubrics",
         "arise_no_skills",
         "arise_no_adaptive_sampling",

@@ -62,6 +62,15 @@ def resolve_variant(cfg: Config) -> Config:
             hint = f"; train.method={matches[0]} is that variant" if matches else ""
             what = f"sets it to {wanted!r}" if wanted is not None else "does not use it"
             raise ValueError(f"config key {key!r}: train.method={variant.name} {what}, got {given!r}{hint}")
+    if variant.pinned:  # the settings the variant fixes, written into the config so config.yaml shows them
+        from rwcore.method import pin_settings
+        from rwcore.trainer.method_setup import method_settings
+
+        pinned = pin_settings(variant, method_settings(cfg))  # ValueError naming the key set otherwise
+        keys = config_keys(MethodSettings)
+        for name in variant.pinned:
+            section, key = keys[name].split(".")
+            setattr(getattr(cfg, section), key, getattr(pinned, name))
     if variant.arise_rubrics == "frozen" and not cfg.pool.frozen_from:
         raise ValueError(
             "config key 'pool.frozen_from': train.method=arise_frozen_rubrics needs the run folder of a "

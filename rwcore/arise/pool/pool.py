@@ -22,8 +22,9 @@ An update at step k, in Algorithm 1's order:
    `failures` are the given recent trajectories this rubric failed in the window
    (at most `max_failures`, the latest);
 3. eta_low < p_i < eta_high: an active skill is hidden (the pair stays);
-4. p_i >= eta_high: the pair is retired (whatever its skill's status; with retire_while_shown=False an
-   active skill is hidden instead, and the pair retires on a later window measured with it hidden);
+4. p_i >= eta_high: the pair is retired - by default (retire_while_shown=False) only when its skill is
+   hidden: an active skill is hidden instead, and the pair retires on a later window measured with it hidden;
+   with retire_while_shown=True (eq. 5 read alone) whatever its skill's status;
 5. `reflector.propose_rubric_skills(trajectories, existing, room)` with `existing`
    = every rubric of P_k (the pool before this update, retiring ones included, so
    a just-mastered criterion is not proposed again; eq. 4) and
@@ -94,9 +95,10 @@ class RubricSkillPool:
     frozen: a fixed rubric set (Arise's frozen-rubrics ablation): `proposals` are the pool for the
         whole run; updates never retire a pair nor ask for new ones, while skills still activate,
         hide and refine by the same thresholds.
-    retire_while_shown: eq. 5 as written (True, default): a pair whose pass rate reaches eta_high retires
-        whether its skill is shown or hidden. False: an active skill is hidden instead, and the pair retires
-        only on a window measured with the skill hidden (mastery without guidance).
+    retire_while_shown: False (default): an active skill whose pass rate reaches eta_high is hidden instead,
+        and the pair retires only on a window measured with the skill hidden (mastery without guidance: the
+        paper's lifecycle tables 7-10 and appendix G). True: eq. 5 read alone, a pair whose pass rate reaches
+        eta_high retires whether its skill is shown or hidden.
 
     Bad arguments raise ValueError naming them, and leave the pool unchanged.
     """
@@ -115,7 +117,7 @@ class RubricSkillPool:
         proposals: Sequence[RubricSkillProposal] = (),
         max_failures: int = 256,
         frozen: bool = False,
-        retire_while_shown: bool = True,
+        retire_while_shown: bool = False,
     ) -> None:
         self._max_pool = check_int(max_pool, "max_pool", low=1)
         self._max_new = check_int(max_new, "max_new", low=0)

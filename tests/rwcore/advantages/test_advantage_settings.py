@@ -22,7 +22,14 @@ from rewardweaver_fakes import ScriptedAttributor, build_library, deficit, judgm
 
 import rwcore
 from rwcore.arise.advantages import process_credit_mask
-from rwcore.method import AdaptiveMethod, MethodSettings, Providers, inapplicable_settings
+from rwcore.method import (
+    AdaptiveMethod,
+    MethodSettings,
+    Providers,
+    differing_components,
+    differing_pins,
+    inapplicable_settings,
+)
 from rwcore.trainer.config import load_config
 from rwcore.trainer.method_setup import method_settings
 from rwcore.types import JudgeReport, RubricSkillProposal, RubricSpec, Trajectory, Turn
@@ -465,20 +472,48 @@ NOT_APPLICABLE = {  # by hand from each variant's components (docs/method.md "Me
     "arise_no_skills": ["advantage.aggregation"],
     "arise_no_adaptive_sampling": ["advantage.aggregation"],
     "arise_vade_sampling": ["advantage.aggregation"],
+    "arise_retire_while_shown": ["advantage.aggregation"],
 }
 
 
-SHOWS_SKILLS = {"combined", "arise", "arise_frozen_rubrics", "arise_no_adaptive_sampling", "arise_vade_sampling"}
+SHOWS_SKILLS = {
+    "combined",
+    "arise",
+    "arise_retire_while_shown",
+    "arise_frozen_rubrics",
+    "arise_no_adaptive_sampling",
+    "arise_vade_sampling",
+}
 
 
 @pytest.mark.parametrize("name", list(AdaptiveMethod.variants()))
 def test_retire_while_shown_applies_only_where_skills_are_shown(name):
-    found = inapplicable_settings(name, MethodSettings(retire_while_shown=False))
+    other = not MethodSettings().retire_while_shown  # the value that is not the default
+    found = inapplicable_settings(name, MethodSettings(retire_while_shown=other))
     assert found == ([] if name in SHOWS_SKILLS else ["pool.retire_while_shown"])
     if name == "arise":  # the setting reaches the pool
-        settings = MethodSettings(batch_size=1, retire_while_shown=False)
+        settings = MethodSettings(batch_size=1, retire_while_shown=other)
         method = AdaptiveMethod(name, {"t": ["x"]}, settings, Providers(reflector=_Reflector()))
-        assert method.pool.state_dict()["config"]["retire_while_shown"] is False
+        assert method.pool.state_dict()["config"]["retire_while_shown"] is other
+
+
+def test_arise_retire_while_shown_pins_eq5_and_refuses_the_other_value_only_when_set_apart_from_both():
+    """The named variant runs eq. 5 read alone whatever the default; the default is the paper's lifecycle tables'
+    hide-first rule, which `arise` runs."""
+    assert MethodSettings().retire_while_shown is False
+    tasks, providers = {"t": ["x"]}, Providers(reflector=_Reflector())
+    eq5 = AdaptiveMethod("arise_retire_while_shown", tasks, MethodSettings(batch_size=1), providers)
+    assert eq5.settings.retire_while_shown is True and eq5.pool.state_dict()["config"]["retire_while_shown"] is True
+    assert eq5.resolved()["variant"]["pinned"] == {"retire_while_shown": True}
+    arise = AdaptiveMethod("arise", tasks, MethodSettings(batch_size=1), providers)
+    assert arise.pool.state_dict()["config"]["retire_while_shown"] is False
+    assert (
+        differing_components(AdaptiveMethod.variants()["arise_retire_while_shown"], AdaptiveMethod.variants()["arise"])
+        == []
+    )
+    assert differing_pins(
+        AdaptiveMethod.variants()["arise_retire_while_shown"], AdaptiveMethod.variants()["arise"]
+    ) == ["retire_while_shown"]
 
 
 @pytest.mark.parametrize("name", list(AdaptiveMethod.variants()))

@@ -92,7 +92,7 @@ def test_refined_events_carry_the_new_skill_and_revision():
 
 def test_figure_4a_counts():
     reflector = FakeReflector(per_call=3)
-    pool = RubricSkillPool(reflector, max_new=3)
+    pool = RubricSkillPool(reflector, max_new=3, retire_while_shown=True)  # eq. 5 read alone, as in fig. 4a's counts
     pool.update(9)  # + p0 p1 p2
     pool.record(reports("p0", passes=10) + reports("p1", fails=10), 12)
     pool.update(19)  # - p0, p1 active, + p3 p4 p5

@@ -104,7 +104,7 @@ def test_hidden_skills_at_exact_thresholds_through_the_pool():
 def test_active_skills_at_exact_thresholds_through_the_pool():
     ids = ["at_low", "above_low", "below_low", "at_high", "below_high", "above_high"]
     reflector = FakeReflector()
-    pool = make_pool(ids, reflector)
+    pool = make_pool(ids, reflector, retire_while_shown=True)  # eq. 5 read alone: active pairs retire at eta_high
     run_window(pool, {i: (0, 1) for i in ids}, step=9)  # p = 0: every skill activated
     assert all(status(pool, i) == ACTIVE for i in ids)
     update = run_window(
@@ -146,15 +146,19 @@ def test_retire_while_shown_off_through_the_pool_activate_hide_retire():
     update = run_window(pool, {"a": (9, 1), "b": (1, 3)}, step=29)  # measured hidden: a retires, b comes back
     assert update.retired == ("a",) and update.activated == ("b",)
     assert pool.rubric_ids() == ["b"]
-    # the setting is part of the pool's state: a pool with the paper's rule refuses it, and an older state
-    # without it loads as the paper's rule
+    # hide-first is the default; the setting is part of the pool's state: a pool with eq. 5 read alone refuses it,
+    # and an older state without it loads only into such a pool (written when eq. 5 alone was the rule)
+    assert make_pool(["a"]).state_dict()["config"]["retire_while_shown"] is False
     state = pool.state_dict()
     with pytest.raises(ValueError, match="retire_while_shown"):
-        make_pool(["a", "b"]).load_state_dict(state)
-    paper = make_pool(["a"])
-    old = paper.state_dict()
+        make_pool(["a", "b"], retire_while_shown=True).load_state_dict(state)
+    make_pool(["a", "b"]).load_state_dict(state)
+    eq5 = make_pool(["a"], retire_while_shown=True)
+    old = eq5.state_dict()
     del old["config"]["retire_while_shown"]
-    make_pool(["a"]).load_state_dict(old)
+    make_pool(["a"], retire_while_shown=True).load_state_dict(old)
+    with pytest.raises(ValueError, match="retire_while_shown"):
+        make_pool(["a"]).load_state_dict(old)
     with pytest.raises(ValueError, match="retire_while_shown must be True or False"):
         make_pool(["a"], retire_while_shown=1)
 
@@ -196,7 +200,7 @@ def test_hidden_active_hidden_cycle_and_refine_keeps_the_rubric():
 
 
 def test_retire_removes_the_pair_from_judging_and_sampling():
-    pool = make_pool(["hidden_one", "active_one", "stays"])
+    pool = make_pool(["hidden_one", "active_one", "stays"], retire_while_shown=True)  # eq. 5 read alone
     run_window(pool, {"active_one": (0, 3)}, step=9)
     assert pool.active_skills() == {"active_one": "skill of active_one"}
     update = run_window(pool, {"hidden_one": (10, 0), "active_one": (19, 1), "stays": (1, 1)}, step=19)

@@ -85,7 +85,7 @@ def corrupt(state, edit):
         (lambda s: s["updates"][0]["pass_rates"].update(p0=math.nan), "pass_rates"),
         (lambda s: s["pairs"][0].update(status="on"), "status"),
         (lambda s: s["pairs"][0]["rubric"].update(capability="Cooking"), "capability"),
-        (lambda s: s["pairs"].append(s["pairs"][0]), "repeats"),
+        (lambda s: s["pairs"].__setitem__(-1, s["pairs"][0]), "repeats"),
         (lambda s: s["pairs"][0].update(evidence=[[3, 1, 1, 0, 0]]), "closed window"),
         (lambda s: s["pairs"][0].update(evidence=[[99, -1, 1, 0, 0]]), "evidence"),
         (lambda s: s["pairs"][0].update(skill=""), "skill"),

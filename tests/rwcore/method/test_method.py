@@ -38,6 +38,8 @@ ROWS = {
     "arise_no_adaptive_sampling": ("arise", "sampler", "uniform"),
     "arise_vade_sampling": ("arise", "sampler", "outcome"),
 }
+# Rows that differ from their parent in a pinned setting, not a component: name -> (parent, setting, value).
+PINNED_ROWS = {"arise_retire_while_shown": ("arise", "retire_while_shown", True)}
 
 
 # ---------------------------------------------------------------- the catalogue
@@ -45,7 +47,10 @@ ROWS = {
 
 def test_variants_list_every_row_of_both_papers():
     variants = AdaptiveMethod.variants()
-    assert set(variants) == set(ROWS)
+    assert set(variants) == set(ROWS) | set(PINNED_ROWS)
+    for name, (parent, setting, value) in PINNED_ROWS.items():
+        assert variants[name].parent == parent and variants[name].pinned == {setting: value}
+        assert variants[name].components == variants[parent].components
     for _name, variant in variants.items():
         assert variant.description and variant.paper_row and set(variant.components) == set(COMPONENTS)
     assert variants["rewardweaver"].components == {
