@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rwcore.trainer.cli import main
 from rwcore.trainer.config import config_from_dict, load_config, rollout_correction
@@ -134,10 +135,28 @@ def test_a_config_file_a_little_under_the_bound_and_a_symlinked_one_still_load(t
     assert load_config(link).train.steps == 3
 
 
-@pytest.mark.parametrize("name", ["default", "arise-qwen", "rewardweaver-qwen"])
+@pytest.mark.parametrize("name", ["default", "arise-hard", "arise-qwen", "rewardweaver-qwen"])
 def test_every_shipped_config_still_loads(capsys, name):
     assert main(["config", "--config", name]) == 0
     assert "train:" in capsys.readouterr().out
+
+
+def test_the_readme_config_is_arise_on_the_hard_tier_with_the_hide_first_lifecycle(capsys):
+    assert main(["config", "--config", "arise-hard"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["train"]["method"] == "arise"
+    assert shown["env"] == {"name": "negotiation", "options": {"difficulty": "hard"}}
+    assert shown["pool"]["retire_while_shown"] is False
+    # everything else is the embedded default's
+    assert main(["config"]) == 0
+    default = yaml.safe_load(capsys.readouterr().out)
+    differ = {
+        (section, key)
+        for section in default
+        for key in default[section]
+        if default[section][key] != shown[section][key]
+    }
+    assert differ == {("train", "method"), ("env", "options")}
 
 
 def test_a_file_that_is_not_yaml_or_not_utf8_is_one_line_naming_it(tmp_path, capsys):
