@@ -197,8 +197,10 @@ def write_failure(error: BaseException, path: Path) -> BaseException:
     return OSError(errno.EIO, f"torch.save failed: {first[:300]}", str(path))
 
 
-def load(path: Path, map_location=None) -> Any:
-    """A .pt file of a verified checkpoint, with the restricted unpickler (no code runs); decoded."""
+def load(path: Path, map_location=None, decoded: bool = True) -> Any:
+    """A .pt file of a verified checkpoint, with the restricted unpickler (no code runs); decoded unless
+    `decoded=False` (model and optimizer state dicts, saved with `encoded=False`). A file the unpickler refuses,
+    a truncated archive or a missing file is a CheckpointError naming it: one line, no traceback."""
     try:
         value = torch.load(path, weights_only=True, map_location=map_location)
     except FileNotFoundError:
@@ -210,6 +212,8 @@ def load(path: Path, map_location=None) -> Any:
         raise CheckpointError(
             f"{path} cannot be loaded safely (torch.load weights_only=True): {detail[:300]}"
         ) from None
+    if not decoded:
+        return value
     try:
         return decode(value)
     except (KeyError, TypeError, ValueError) as error:

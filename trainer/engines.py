@@ -80,8 +80,10 @@ class TorchEngine:
         save(self.optimizer.state_dict(), folder / "optimizer.pt", encoded=False)
 
     def load(self, folder: Path) -> None:
-        load_checkpoint_state_dict(self.model, torch.load(folder / "model.pt", weights_only=True), folder / "model.pt")
-        self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+        from rwcore.trainer.checkpoint import load  # the restricted unpickler; a refusal is one line naming the file
+
+        load_checkpoint_state_dict(self.model, load(folder / "model.pt", decoded=False), folder / "model.pt")
+        self.optimizer.load_state_dict(load(folder / "optimizer.pt", decoded=False))
 
     # One process: the collectives are identities.
     def all_gather(self, value: Any) -> list:
@@ -218,8 +220,9 @@ class DeepSpeedEngine:
         if path is None:
             raise ValueError(f"checkpoint {folder}: DeepSpeed could not load its deepspeed/ folder")
         if lora:  # the adapters again, through the check that they are exactly this model's (and the built-in base)
-            weights = torch.load(folder / "model.pt", weights_only=True)
-            load_checkpoint_state_dict(self.model, weights, folder / "model.pt")
+            from rwcore.trainer.checkpoint import load
+
+            load_checkpoint_state_dict(self.model, load(folder / "model.pt", decoded=False), folder / "model.pt")
 
     def all_gather(self, value: Any) -> list:
         gathered: list = [None] * self.world_size

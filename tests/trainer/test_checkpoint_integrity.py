@@ -206,6 +206,28 @@ def test_a_crafted_state_pt_is_refused_and_runs_no_code(run, tmp_path, capsys, c
     assert str(folder / "state.pt") in line and "weights_only" in line
 
 
+@pytest.mark.parametrize(
+    "command,name",
+    # every command that reads the file (rw eval and rw export read no optimizer state)
+    [("resume", "model.pt"), ("resume", "optimizer.pt"), ("eval", "model.pt"), ("export", "model.pt")],
+)
+def test_a_crafted_model_or_optimizer_file_is_one_line_naming_it_on_every_command(run, tmp_path, capsys, command, name):
+    marker = tmp_path / "marker"
+    folder = checkpoint_folder(run, 2)
+    torch.save({"payload": _Marker(marker)}, folder / name)
+    hand_written_manifest(folder, 2)
+    argv = {
+        "eval": ["eval", str(folder), "--tasks", "1"],
+        "resume": ["train", "--resume", str(run), "--quiet"],
+        "export": ["export", str(run), "--step", "2", "--out", str(tmp_path / "exported")],
+    }[command]
+    code = cli.main(argv)
+    assert not marker.exists()
+    line = one_error_line(capsys.readouterr().err)
+    assert code not in (0, None)
+    assert str(folder / name) in line and "weights_only" in line
+
+
 def test_every_checkpoint_file_loads_with_weights_only(source_run):
     files = sorted(checkpoint_folder(source_run, 2).glob("*.pt"))
     assert [p.name for p in files] == ["model.pt", "optimizer.pt", "state.pt"]
