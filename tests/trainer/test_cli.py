@@ -1,6 +1,7 @@
 """`rw` command line: parsing, dispatch to the Trainer (faked here) and exit codes."""
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -91,11 +92,33 @@ def test_cleanup_runs_when_training_fails(fake, tmp_path):
     assert names(fake.calls)[-1] == "cleanup"
 
 
-def test_interrupt_suggests_resume(fake, tmp_path, capsys):
-    fake.fail_in_train = KeyboardInterrupt()
-    assert main(["train", "--out", str(tmp_path / "r")]) == 130
+def test_interrupt_suggests_resume_once_a_checkpoint_exists(fake, tmp_path, capsys, monkeypatch):
+    run = tmp_path / "r"
+
+    def checkpoint_then_interrupt(self):
+        (Path(self.out_dir) / "checkpoints").mkdir(parents=True)
+        (Path(self.out_dir) / "checkpoints" / "latest").write_text("step_000010")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FakeTrainer, "train", checkpoint_then_interrupt)
+    assert main(["train", "--out", str(run)]) == 130
     assert names(fake.calls)[-1] == "cleanup"
-    assert "--resume" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().endswith(f"continue with: rw train --resume {run}")
+
+
+def test_interrupt_before_the_first_checkpoint_advises_a_command_that_works(fake, tmp_path, capsys):
+    run = tmp_path / "my run"
+    argv = ["train", "--out", str(run), "train.steps=7", "optim.lr=0.001"]
+    fake.fail_in_train = KeyboardInterrupt()
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "--resume" not in err and "nothing to resume" in err
+    advised = shlex.split(err.strip().split("start over with: ", 1)[1])
+    assert advised[:2] == ["rw", "train"] and "--overwrite" in advised
+    fake.fail_in_train, fake.calls = None, []
+    assert main(advised[1:]) == 0  # the advice runs: the same config, into the same folder
+    _, config, out_dir, _ = fake.calls[0]
+    assert Path(out_dir) == run and config.train.steps == 7 and config.optim.lr == 0.001
 
 
 @pytest.mark.parametrize(
@@ -250,3 +273,35 @@ def test_setup_errors_are_one_line_errors(fake, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "optim.minibatches=9" in err and "Traceback" not in err
     assert names(fake.calls)[-1] == "cleanup"
+
+
+def test_a_real_run_interrupted_before_its_first_checkpoint_starts_over_with_the_advised_command(tmp_path):
+    """Ctrl-C (SIGINT) at step 1 of a real `rw train` that checkpoints only at its end: the advice is the same
+    command with --overwrite (there is nothing --resume could continue), and that command runs to the end."""
+    import signal
+    import subprocess
+
+    from _util import TINY_RUN, child_env, overrides_with, rw_command
+
+    run = tmp_path / "run"
+    overrides = overrides_with(TINY_RUN, "train.steps=3", "train.checkpoint_every=0")
+    child = subprocess.Popen(
+        rw_command("train", "--quiet", "--out", str(run), *overrides),
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    for line in child.stdout:
+        if line.startswith("step 1/"):
+            child.send_signal(signal.SIGINT)
+            break
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err[-2000:]
+    assert not (run / "checkpoints" / "latest").exists()
+    assert "nothing to resume" in err and "Traceback" not in err
+    advised = shlex.split(err.strip().splitlines()[-1].split("start over with: ", 1)[1])
+    assert advised[:2] == ["rw", "train"] and "--overwrite" in advised
+    done = subprocess.run(rw_command(*advised[1:]), env=child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_000003"

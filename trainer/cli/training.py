@@ -8,6 +8,7 @@ import datetime as _dt
 import json
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -188,28 +189,33 @@ class TrainCommand(Command):
                 raise CommandError(str(error)) from None
             trainer.train()
         except RunFolderError as error:  # disk full, a file where a folder should be: the path, one line
-            raise CommandError(
-                f"{error}; continue with: {PROG} train --resume {run_dir}"
-                if (run_dir / "checkpoints" / "latest").exists()
-                else str(error),
-                code=1,
-            ) from None
+            raise CommandError(f"{error}; {_how_to_continue(args, run_dir)}", code=1) from None
         except KeyboardInterrupt:
-            print(f"\ninterrupted; continue with: {PROG} train --resume {run_dir}", file=sys.stderr)
+            print(f"\ninterrupted; {_how_to_continue(args, run_dir)}", file=sys.stderr)
             return 130
         except RuntimeError as error:
             from rwcore.trainer.async_rollout import RolloutProcessDied
 
             if not isinstance(error, RolloutProcessDied):
                 raise
-            raise CommandError(
-                f"{error}\nthe run stopped; continue from its latest checkpoint with: {PROG} train --resume {run_dir}"
-            ) from None
+            raise CommandError(f"{error}\nthe run stopped; {_how_to_continue(args, run_dir)}") from None
         finally:
             trainer.cleanup()
         if main_process:
             print(f"done; run folder: {run_dir}  (plots: {PROG} report {run_dir})", flush=True)
         return 0
+
+
+def _how_to_continue(args: argparse.Namespace, run_dir: Path) -> str:
+    """The command that continues a stopped run: --resume once a checkpoint exists; before the first one there
+    is nothing to resume, so the same command again with --overwrite (which --resume would refuse)."""
+    if (run_dir / "checkpoints" / "latest").exists() or args.resume is not None:
+        return f"continue with: {PROG} train --resume {shlex.quote(str(run_dir))}"
+    again = [PROG, "train"]
+    if args.config:
+        again += ["--config", args.config]
+    again += ["--out", str(run_dir), "--overwrite", *args.overrides]
+    return f"no checkpoint was written yet (nothing to resume); start over with: {shlex.join(again)}"
 
 
 class PretrainCommand(Command):
