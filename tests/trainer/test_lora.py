@@ -90,6 +90,11 @@ def is_adapter(name: str) -> bool:
         ("model.lora.rank=-1", "model.lora.rank"),
         ("model.lora.rank=two", "model.lora.rank"),
         ("model.lora.alpha=0", "model.lora.alpha"),
+        ("model.lora.alpha=1e308", "model.lora.alpha"),
+        ("model.lora.alpha=inf", "model.lora.alpha"),
+        ("model.lora.alpha=nan", "model.lora.alpha"),
+        ("model.lora.rank=1000000000", "model.lora.rank"),
+        ("model.lora.rank=65", "model.lora.rank"),  # above the built-in model's hidden size, 64
         ("model.lora.dropout=1.0", "model.lora.dropout"),
         ("model.lora.dropout=-0.1", "model.lora.dropout"),
         ("model.lora.target_modules=[]", "model.lora.target_modules"),
@@ -104,6 +109,17 @@ def test_bad_lora_settings_are_refused_naming_the_key(override, key):
     with pytest.raises(ValueError, match=f"'{key}'") as caught:
         load_config(None, [override])
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("override", ["model.lora.rank=1000000000", "model.lora.alpha=1e308"])
+def test_an_unusable_lora_value_is_one_line_before_anything_is_written(tmp_path, capsys, override):
+    from rwcore.trainer.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), override]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rw: error:") and override.split("=")[0] in lines[0]
+    assert not out.exists()
 
 
 def test_lora_settings_load_from_a_file_and_round_trip(tmp_path):

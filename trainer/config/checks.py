@@ -203,6 +203,11 @@ def validate(cfg: Config) -> Config:
             f"config key 'model.lora.target_modules': a list of distinct, non-empty module names or all-linear, "
             f"got {show_value(targets)}"
         )
+    if cfg.model.name is None and cfg.model.lora.rank > cfg.model.hidden_size:
+        raise ValueError(
+            f"config key 'model.lora.rank': at most model.hidden_size ({cfg.model.hidden_size}) on the built-in "
+            f"model (an update B A has no more independent directions than its smaller side), got {cfg.model.lora.rank}"
+        )
     if cfg.model.name is None and cfg.model.hidden_size % cfg.model.num_heads:
         raise ValueError(
             f"config keys 'model.hidden_size' and 'model.num_heads': num_heads must divide "

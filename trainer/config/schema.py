@@ -128,8 +128,15 @@ class EnvConfig:
 class LoraConfig:
     """LoRA adapters through peft (`model.lora.*`, rwcore.trainer.lora): off at rank 0."""
 
-    rank: int = _f(0, "LoRA rank r; 0 = off (every weight trains). > 0: only the adapters train.", ge=0)
-    alpha: float = _f(16.0, "LoRA alpha: the adapters' update B A is scaled by alpha / rank.", gt=0)
+    # The upper bounds refuse values no model uses (peft's and TRL's examples use ranks 8-256 and alphas 8-128)
+    # before anything is allocated or written: a rank of 10^9 asks the allocator for hundreds of GB, an alpha of
+    # 1e308 scales the first update to inf.
+    rank: int = _f(
+        0, "LoRA rank r; 0 = off (every weight trains). > 0: only the adapters train. At most 4096.", ge=0, le=4096
+    )
+    alpha: float = _f(
+        16.0, "LoRA alpha: the adapters' update B A is scaled by alpha / rank. At most 65536.", gt=0, le=65536
+    )
     dropout: float = _f(0.0, "Dropout on the adapters' input in the update's forward passes.", ge=0, lt=1)
     target_modules: list[str] | Literal["all-linear"] = _f(
         "all-linear",
