@@ -156,10 +156,10 @@ def load_policy(config, checkpoint: Path):
         ) from None
     weights = ckpt.load(checkpoint / "model.pt", map_location="cpu")
     try:
-        lora.load_checkpoint_state_dict(policy.model, weights, where=str(checkpoint / "model.pt"))
-        if lora.is_lora(policy.model):
+        if lora.is_lora(policy.model):  # first: adapters of other settings may not even load into this model
             state = ckpt.load(checkpoint / "state.pt", map_location="cpu")
             lora.check_checkpoint(policy.model, state.get("lora"), checkpoint, config.model.name)
+        lora.load_checkpoint_state_dict(policy.model, weights, where=str(checkpoint / "model.pt"))
     except ValueError as error:  # the config and the checkpoint disagree (keys, shapes, the LoRA base)
         raise ExportError(f"RUN {str(checkpoint.parent.parent)!r}: {error}") from None
     policy.model.eval()

@@ -33,9 +33,10 @@ _STATE = "_rwcore_lora"
 
 
 class _LoraState:
-    def __init__(self, wrapper, saves_base: bool) -> None:
+    def __init__(self, wrapper, saves_base: bool, settings: dict) -> None:
         self.wrapper = wrapper
         self.saves_base = saves_base
+        self.settings = settings  # _adapter_settings(model.lora): what a checkpoint's adapters must match
         self.digest: str | None = None  # base_digest, computed once (the base never changes)
 
 
@@ -101,7 +102,7 @@ def wrap(model: torch.nn.Module, settings, saves_base: bool = False) -> torch.nn
             "head or an embedding; adapt the transformer's linear layers (all-linear leaves the head out): the "
             "fused loss reads the head's weight itself"
         )
-    model.__dict__[_STATE] = _LoraState(wrapper, bool(saves_base))
+    model.__dict__[_STATE] = _LoraState(wrapper, bool(saves_base), _adapter_settings(settings))
     return model
 
 
@@ -271,14 +272,22 @@ def base_digest(model: torch.nn.Module) -> str:
     return value
 
 
-def checkpoint_record(model: torch.nn.Module, settings) -> dict:
-    """state.pt's `lora` entry: the adapter settings and the digest of the base the run trains on."""
+def _adapter_settings(settings) -> dict:
+    """The `model.lora` values that shape what the adapters compute: rank, alpha (the update's scale alpha / rank),
+    dropout (the update's forward passes) and target_modules (where adapters are)."""
+    targets = settings.target_modules
     return {
         "rank": int(settings.rank),
         "alpha": float(settings.alpha),
-        "target_modules": list(settings.target_modules)
-        if isinstance(settings.target_modules, (list, tuple))
-        else settings.target_modules,
+        "dropout": float(settings.dropout),
+        "target_modules": list(targets) if isinstance(targets, (list, tuple)) else targets,
+    }
+
+
+def checkpoint_record(model: torch.nn.Module, settings) -> dict:
+    """state.pt's `lora` entry: the adapter settings and the digest of the base the run trains on."""
+    return {
+        **_adapter_settings(settings),
         "base_digest": base_digest(model),
         "base_saved": bool(_state(model).saves_base),
     }
@@ -297,6 +306,17 @@ def check_checkpoint(model: torch.nn.Module, record: dict | None, path, model_na
         return
     if not record:
         raise ValueError(f"checkpoint {path} was written without LoRA adapters; the run's config has model.lora")
+    # Adapters trained at one alpha (or dropout, or on other modules) are another model at another one: a merge or a
+    # resume would silently use values they were not trained with. (A record from before dropout was kept has
+    # no dropout entry: nothing to compare.)
+    ours = _state(model).settings
+    differ = [key for key in ours if key in record and record[key] != ours[key]]
+    if differ:
+        shown = ", ".join(f"model.lora.{key}={record[key]!r} there, {ours[key]!r} here" for key in differ)
+        raise ValueError(
+            f"checkpoint {path} holds LoRA adapters trained with other settings than the run's config.yaml "
+            f"({shown}); set them back to the values the adapters were trained with"
+        )
     if record.get("base_saved") or _state(model).saves_base:
         return  # the checkpoint holds its base itself
     ours = base_digest(model)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from _util import TESTS, metrics_rows, save_tiny_chat_model, without_timing
 
 from rwcore.trainer import cli
@@ -366,6 +367,32 @@ def test_the_built_in_model_trains_adapters_and_its_checkpoint_restores_base_and
     assert all(torch.equal(evaluated.policy.model.state_dict()[n], t) for n, t in after.items())
     evaluated.cleanup()
     trainer.cleanup()
+
+
+@pytest.mark.parametrize("key,value", [("alpha", ALPHA * 8), ("dropout", 0.1), ("target_modules", ["q_proj"])])
+def test_adapters_trained_with_other_lora_settings_than_config_yaml_are_refused_everywhere(tmp_path, capsys, key, value):
+    """config.yaml edited after training (alpha 8 -> 64, a dropout, other modules): rw train --resume, rw eval and
+    rw export each refuse in one line naming the key, instead of merging or training adapters at values they
+    were not trained with."""
+    run = tmp_path / "run"
+    assert cli.main(["train", "--out", str(run), "--quiet", *BUILT_IN, "train.steps=1"]) == 0
+    config = run / "config.yaml"
+    saved = yaml.safe_load(config.read_text())
+    saved["model"]["lora"][key] = value
+    config.write_text(yaml.safe_dump(saved, sort_keys=False))
+    assert load_config(config).model.lora != load_config(None, list(BUILT_IN)).model.lora  # the edit took
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"}
+    for argv in (
+        ["train", "--resume", str(run), "--quiet"],
+        ["eval", str(run), "--tasks", "1"],
+        ["export", str(run), "--out", str(tmp_path / "exported")],
+    ):
+        assert cli.main(argv) != 0, argv
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(lines) == 1 and f"model.lora.{key}=" in lines[0] and "trained with" in lines[0], (argv, lines)
+    assert not (tmp_path / "exported").exists()
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file() and p.name != ".lock"} == before
 
 
 def test_the_rollout_process_samples_from_the_merged_weights(tmp_path):
