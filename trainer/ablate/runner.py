@@ -17,10 +17,11 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rwcore._io import atomic_write_bytes
 from rwcore.trainer.ablate.local_executor import LocalExecutor, _poll, _stop_runs
-from rwcore.trainer.ablate.plan import AblationPlan, Job
+from rwcore.trainer.ablate.plan import DEPENDS, AblationPlan, Job
 from rwcore.trainer.ablate.status import (
     STATUS_FILE,
     _failure,
@@ -40,34 +41,81 @@ of a killed `rw ablate` gets SIGTERM as it dies and is gone within seconds)."""
 SETTINGS_FILE = "ablation_settings.json"
 
 
+def _resolved(plan: AblationPlan) -> dict[str, dict[str, Any]]:
+    """variant -> every config key its runs get ("section.key" -> value), resolved from the --config file's
+    content, the overrides and the code's defaults; the seed (and pool.frozen_from, a path inside OUT) left out.
+    This, not a file's path, is what makes two calls' runs one table."""
+    from rwcore.trainer.config import config_to_dict, load_config
+
+    resolved = {}
+    for variant in plan.variants:
+        own = [f"train.method={variant}"]
+        if plan.steps is not None:
+            own.append(f"train.steps={plan.steps}")
+        if variant in DEPENDS:  # each seed's own run folder; left out of the comparison below
+            own.append(f"pool.frozen_from={plan.runs_dir / DEPENDS[variant]}")
+        cfg = load_config(plan.config, [*plan.variant_overrides(variant), *own])
+        flat = {
+            f"{section}.{key}": value
+            for section, values in config_to_dict(cfg).items()
+            for key, value in values.items()
+        }
+        for per_run in ("train.seed", "pool.frozen_from"):
+            flat.pop(per_run, None)
+        resolved[variant] = json.loads(json.dumps(flat))  # as the file holds it (tuples as lists)
+    return resolved
+
+
 def _settings(plan: AblationPlan) -> dict:
-    """What every run of a table shares; variants and seeds may grow between calls, these may not."""
+    """What every run of a table shares; variants and seeds may grow between calls, these may not. `config`
+    (the file's path) and `overrides` are for the reader; `resolved` is what a resume is checked against."""
     return {
         "steps": plan.steps,
         "overrides": list(plan.overrides),
         "config": str(Path(plan.config).resolve()) if plan.config else None,
+        "resolved": _resolved(plan),
     }
 
 
 def check_resume(plan: AblationPlan) -> None:
-    """A second call into the same OUT must use the same steps, overrides and config (its finished runs
-    would otherwise be mixed into a table they do not belong to); ValueError says what differs."""
+    """A second call into the same OUT must resolve every run's config to the same values (its finished runs
+    would otherwise be mixed into a table they do not belong to): an edited --config file, another override
+    or other code defaults are refused, naming the keys. ValueError says what differs."""
     path = plan.out / SETTINGS_FILE
     if not path.exists():
         return
     try:
         before = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        if not isinstance(before, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as error:
         raise ValueError(
             f"--out {str(plan.out)!r}: {SETTINGS_FILE} is unreadable ({error}); use another --out"
         ) from None
     now = _settings(plan)
-    changed = [key for key in now if before.get(key) != now[key]]
-    if changed:
+    if not isinstance(before.get("resolved"), dict):  # written before the resolved values were kept
+        changed = [key for key in ("steps", "overrides", "config") if before.get(key) != now[key]]
+        if changed:
+            raise ValueError(
+                f"--out {str(plan.out)!r} holds a table run with other settings "
+                f"({', '.join(f'{k}: {before.get(k)!r} then, {now[k]!r} now' for k in changed)}); "
+                "resume with the same ones or use another --out"
+            )
+        return
+    differ: dict[str, tuple[Any, Any]] = {}
+    for variant, values in now["resolved"].items():
+        then = before["resolved"].get(variant)
+        if not isinstance(then, dict):
+            continue  # a variant this table did not run yet
+        for key in sorted(set(values) | set(then)):
+            if then.get(key, "(not a key then)") != values.get(key, "(not a key now)") and key not in differ:
+                differ[key] = (then.get(key, "(not a key then)"), values.get(key, "(not a key now)"))
+    if differ:
+        shown = "; ".join(f"{key}: {old!r} then, {new!r} now" for key, (old, new) in list(differ.items())[:8])
+        more = f"; and {len(differ) - 8} more" if len(differ) > 8 else ""
         raise ValueError(
-            f"--out {str(plan.out)!r} holds a table run with other settings "
-            f"({', '.join(f'{k}: {before.get(k)!r} then, {now[k]!r} now' for k in changed)}); "
-            "resume with the same ones or use another --out"
+            f"--out {str(plan.out)!r} holds runs resolved from other settings ({shown}{more}): the --config "
+            "file, an override or a default changed since; resume with the same ones or use another --out"
         )
 
 

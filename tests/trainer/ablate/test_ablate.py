@@ -648,9 +648,9 @@ def test_resuming_with_other_settings_is_refused_before_anything_starts(tmp_path
         "--quiet",
     ]
     assert main([*argv, "--steps", "3", "optim.lr=1e-3"]) == 2
-    assert "steps: 2 then, 3 now" in capsys.readouterr().err
+    assert "train.steps: 2 then, 3 now" in capsys.readouterr().err
     assert main([*argv, "--steps", "2"]) == 2
-    assert "overrides: ['optim.lr=1e-3'] then, [] now" in capsys.readouterr().err
+    assert "optim.lr: 0.001 then, 0.0003 now" in capsys.readouterr().err  # 3e-4: the default
     assert started == []
     # the same settings, one more seed: resumes (the finished runs are not started again)
     calls = []
@@ -660,6 +660,35 @@ def test_resuming_with_other_settings_is_refused_before_anything_starts(tmp_path
         launch=fake_launcher(calls),
     )
     assert sorted((m, s) for m, s, _, _ in calls) == [("arise", 1), ("outcome_only", 1)]
+
+
+def test_an_edited_config_file_is_refused_on_resume_naming_the_key_a_moved_one_is_not(tmp_path, monkeypatch, capsys):
+    """What makes runs one table is the settings they resolve to, not the --config file's path: a file edited
+    between two calls (optim.lr 0.002 -> 0.9) is refused naming optim.lr; the same content at another path, or
+    the same value given as an override, resumes."""
+    monkeypatch.setattr(ablate.runner.time, "sleep", lambda s: None)
+    config = tmp_path / "abl.yaml"
+    config.write_text("optim:\n  lr: 0.002\n")
+    out = tmp_path / "out"
+
+    def call(seeds, config_path, overrides=()):
+        calls = []
+        path = str(config_path) if config_path else None
+        plan = plan_ablation("arise", ["arise", "outcome_only"], seeds, 2, 2, out, list(overrides), path)
+        run_ablation(plan, progress=False, launch=fake_launcher(calls))
+        return sorted((m, s) for m, s, _, _ in calls)
+
+    assert call([0], config) == [("arise", 0), ("outcome_only", 0)]
+    config.write_text("optim:\n  lr: 0.9\n")
+    argv = ["ablate", "--paper", "arise", "--variants", "arise,outcome_only", "--seeds", "0,1", "--steps", "2"]
+    assert main([*argv, "--out", str(out), "--config", str(config), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "optim.lr: 0.002 then, 0.9 now" in err and err.count("\n") == 1
+    assert not (out / "runs" / "arise-s1").exists()  # nothing started
+    moved = tmp_path / "elsewhere.yaml"
+    moved.write_text("optim:\n  lr: 0.002\n")
+    assert call([0, 1], moved) == [("arise", 1), ("outcome_only", 1)]
+    assert call([0, 1, 2], None, ["optim.lr=0.002"]) == [("arise", 2), ("outcome_only", 2)]
 
 
 def test_a_baseline_that_never_left_its_start_is_measured_against_half_the_ceiling(tmp_path):

@@ -152,8 +152,13 @@ def test_a_ray_grid_killed_and_rerun_runs_each_run_once_and_gives_the_local_tabl
         deadline = time.monotonic() + 240
 
         def checkpointed_by_this_driver() -> bool:  # `latest` is rewritten once a checkpoint is complete; the
-            # stopped driver's runs may have left one already, which says nothing about this driver's runs
-            return any(p.stat().st_mtime > started for p in (out / "runs").glob("*/checkpoints/latest"))
+            # stopped driver's runs may have left one already, which says nothing about this driver's runs. Only
+            # a checkpoint before the last step counts: after the last one a run has no steps left, and killing
+            # it then (on a loaded machine) would leave no run stopped mid-way to resume
+            return any(
+                p.stat().st_mtime > started and p.read_text().strip() != f"step_{STEPS}"
+                for p in (out / "runs").glob("*/checkpoints/latest")
+            )
 
         while not (checkpointed_by_this_driver() and _rw_train_in(out)):
             assert driver.poll() is None and time.monotonic() < deadline, "no run reached a checkpoint"
