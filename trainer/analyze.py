@@ -33,6 +33,7 @@ import numpy as np
 
 from rwcore._io import atomic_write_bytes
 from rwcore.trainer.report import _figure, _save
+from rwcore.trainer.run_paths import run_path
 
 __all__ = ["analyze_run"]
 
@@ -267,6 +268,9 @@ def analyze_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
         raise ValueError(f"{run / 'reward_history.json'}: no 'stages' list")
     points = _load(run / "diagnostics.json", "the fixed diagnostic set's scores")
     ids = _capabilities(stages)
-    out = Path(out_dir) if out_dir is not None else run / "analysis"
-    out.mkdir(parents=True, exist_ok=True)
+    if out_dir is None:  # inside the run folder: never through a link someone left there
+        out = run_path(run / "analysis", "folder", create=True)
+    else:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
     return _bottleneck(stages, ids, out) + _retention(stages, ids, points, out)

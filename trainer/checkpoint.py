@@ -294,6 +294,11 @@ def verify(folder: Path) -> dict:
     """The checkpoint's manifest, after checking it and every file it lists (size and sha256) and that no
     file is unlisted. Raises CheckpointError naming the file and what is wrong."""
     folder = Path(folder)
+    if folder.is_symlink():
+        raise CheckpointError(
+            f"checkpoint {folder} is a symbolic link (to {os.readlink(folder)!r}): a checkpoint is read only from "
+            "a folder rw wrote inside the run, never through a link"
+        )
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint {folder} does not exist")
     path = folder / MANIFEST
@@ -336,13 +341,14 @@ def verify(folder: Path) -> dict:
 
 
 def step_folders(checkpoints: Path) -> list[Path]:
-    """The `step_N` folders under `checkpoints/`, newest (highest step) first."""
+    """The `step_N` entries under `checkpoints/` that are folders or symlinks, newest (highest step) first. A
+    symlink is listed so that `verify` refuses it by name (a reader then says it skipped it), never followed."""
     if not checkpoints.is_dir():
         return []
     found = [
         (int(match.group(1)), path)
         for path in checkpoints.iterdir()
-        if (match := _STEP.match(path.name)) and path.is_dir() and not path.is_symlink()
+        if (match := _STEP.match(path.name)) and (path.is_symlink() or path.is_dir())
     ]
     return [path for _, path in sorted(found, reverse=True)]
 

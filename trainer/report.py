@@ -62,6 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from rwcore.trainer.run_paths import run_path
+
 __all__ = ["render_report", "PLOTS", "load_jsonl"]
 
 
@@ -571,7 +573,7 @@ def render_report(
     run = Path(run_dir)
     if not run.is_dir():
         raise ValueError(f"run_dir {str(run)!r} is not a folder")
-    out = Path(out_dir) if out_dir is not None else run / "report"
+    out = Path(out_dir) if out_dir is not None else run_path(run / "report", "folder")  # never through a link
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:

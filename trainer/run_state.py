@@ -27,6 +27,7 @@ from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer.config import config_to_dict, load_config
 from rwcore.trainer.lora import check_checkpoint, checkpoint_record, is_lora, load_checkpoint_state_dict
 from rwcore.trainer.run_logs import truncate_after
+from rwcore.trainer.run_paths import check_run_folder
 
 T = TypeVar("T", bound="RunState")
 
@@ -40,6 +41,7 @@ class RunState:
         `checkpoints/step_N` is verified against its manifest, newest first; one skipped for damage is
         named on stderr with the reason. Raises ValueError naming the run folder when none is intact."""
         run = Path(run_dir)
+        check_run_folder(run)  # before anything is written: nothing inside it is written through a link
         candidates = ckpt.step_folders(run / "checkpoints")
         if not candidates:
             raise ValueError(f"--resume: {run} has no checkpoint (no checkpoints/step_* folder)")
@@ -117,6 +119,8 @@ class RunState:
                 self.engine.barrier()
                 if self.main:
                     ckpt.write_manifest(staging, self.step)  # fsyncs every file, the manifest and the folders
+                    if target.is_symlink():  # a link skipped on resume: the link goes, never what it points to
+                        target.unlink()
                     shutil.rmtree(target, ignore_errors=True)
                     os.replace(staging, target)
                     ckpt.fsync_dir(folder)
@@ -125,7 +129,7 @@ class RunState:
             if self.main:
                 shutil.rmtree(staging, ignore_errors=True)  # never a half-written folder left behind
             if isinstance(error, ckpt.RunFolderError):
-                earlier = ckpt.step_folders(folder) if folder.is_dir() else []
+                earlier = [p for p in ckpt.step_folders(folder) if not p.is_symlink()] if folder.is_dir() else []
                 kept = (
                     f"the latest checkpoint, {earlier[0].name}, is intact"
                     if earlier

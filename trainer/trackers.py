@@ -28,12 +28,19 @@ import logging
 import math
 import numbers
 import os
+import queue
 import re
+import socket
 import sys
+import tempfile
+import threading
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from rwcore.trainer.run_paths import run_path
 
 __all__ = [
     "EXTRA",
@@ -41,11 +48,15 @@ __all__ = [
     "TRACKERS",
     "MlflowTracker",
     "TensorBoardTracker",
+    "BOUNDS",
     "Tracker",
+    "TrackerTimeout",
     "Trackers",
     "TrackioTracker",
     "WandbTracker",
     "check_installed",
+    "check_reachable",
+    "check_writable",
     "config_params",
     "metric_values",
     "mlflow_name",
@@ -128,6 +139,89 @@ def _quiet_loggers(*names: str):
             logger.setLevel(level)
 
 
+# --------------------------------------------------------------------------------------------- bounds
+
+BOUNDS = {"start": 120.0, "log": 30.0, "close": 60.0}
+"""Seconds a tracker's start, each log and its close may take before the tracker is dropped (the run goes on)."""
+WAIT_NOTICE = 5.0
+"""After this many seconds of waiting on a tracker call, one line says which tracker and for how long at most."""
+REACH_SECONDS = 5.0
+"""Bound of the reachability check of a tracker's remote server (TCP connect, then an HTTP answer)."""
+
+
+class TrackerTimeout(RuntimeError):
+    """A tracker call that did not return within its bound (`BOUNDS`)."""
+
+
+class _Worker:
+    """One daemon thread per tracker, running its calls in order (wandb and trackio keep per-thread state): a call
+    that never returns holds only this thread, which never holds the process's exit."""
+
+    def __init__(self, name: str) -> None:
+        self.calls: queue.Queue = queue.Queue()
+        threading.Thread(target=self._serve, name=f"rw-tracker-{name}", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            call = self.calls.get()
+            if call is None:
+                return
+            method, args, box, done = call
+            try:
+                box["value"] = method(*args)
+            except BaseException as error:  # handed to the caller, which decides
+                box["error"] = error
+            done.set()
+
+    def call(self, method, args: tuple, bound: float, waiting) -> Any:
+        """method(*args) on the worker; `waiting()` once after WAIT_NOTICE seconds; TrackerTimeout after `bound`."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        self.calls.put((method, args, box, done))
+        if not done.wait(min(WAIT_NOTICE, bound)):
+            if bound > WAIT_NOTICE:
+                waiting()
+            if not done.wait(max(bound - WAIT_NOTICE, 0.0)):
+                raise TrackerTimeout(f"no answer within {bound:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+    def stop(self) -> None:
+        self.calls.put(None)
+
+
+def check_reachable(url: str, what: str, seconds: float = REACH_SECONDS) -> None:
+    """Raises ConnectionError naming `what` and `url` when an http(s) server there does not accept a connection or
+    does not answer a request within `seconds` (any HTTP status counts as an answer). Other schemes pass."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=seconds) as connection:
+            connection.settimeout(seconds)
+            connection.sendall(f"HEAD / HTTP/1.0\r\nHost: {parts.hostname}\r\n\r\n".encode())
+            if parts.scheme == "http" and not connection.recv(1):
+                raise ConnectionError("it closed the connection without an answer")
+    except TimeoutError:
+        raise ConnectionError(f"{what} at {url} did not answer within {seconds:.0f} s") from None
+    except OSError as error:
+        raise ConnectionError(f"{what} at {url} cannot be reached ({_one_line(error)})") from None
+
+
+def check_writable(folder: Path, what: str) -> None:
+    """Raises PermissionError naming `what` when a file cannot be made in `folder` (a read-only mount or folder:
+    a store there would keep nothing, or retry for minutes)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".rw-write-check-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as error:
+        raise PermissionError(f"{what} {folder} cannot be written ({_one_line(error)})") from None
+
+
 # --------------------------------------------------------------------------------------------- the adapters
 
 
@@ -172,7 +266,7 @@ class TensorBoardTracker(Tracker):
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
 
-        folder = Path(run_folder) / "tensorboard"
+        folder = run_path(Path(run_folder) / "tensorboard", "folder")
         self.writer = SummaryWriter(log_dir=str(folder), purge_step=0 if resume_step is None else resume_step + 1)
         if resume_step is None:  # a resumed run has the same config, already recorded at step 0
             for summary in hparams(config_params(config), {}):
@@ -208,6 +302,7 @@ class WandbTracker(Tracker):
         import wandb
 
         folder = Path(run_folder)
+        run_path(folder / "wandb", "folder")  # wandb.init(dir=RUN) writes into RUN/wandb
         name = _run_name(folder, resume_step)
         self.run = wandb.init(
             project=self.project,
@@ -270,9 +365,18 @@ class MlflowTracker(Tracker):
         folder = Path(run_folder).resolve()
         uri = os.environ.get("MLFLOW_TRACKING_URI")
         artifacts = None
-        if not uri:
-            store = folder / "mlflow"
-            store.mkdir(exist_ok=True)
+        # MLflow's client retries a silent server for minutes by default (7 retries, 120 s each): fewer, shorter
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        if uri:
+            check_reachable(uri, "the MLflow server (MLFLOW_TRACKING_URI)")
+            if uri.startswith("sqlite:///"):
+                check_writable(Path(uri[len("sqlite:///") :]).parent, "the folder of MLFLOW_TRACKING_URI's database")
+        else:
+            store = run_path(folder / "mlflow", "folder", create=True)
+            run_path(store / "mlflow.db", "file")
+            run_path(store / "artifacts", "folder")
+            check_writable(store, "MLflow's store")
             uri = f"sqlite:///{store / 'mlflow.db'}"
             artifacts = (store / "artifacts").as_uri()
         from mlflow.entities import Param
@@ -329,7 +433,7 @@ class TrackioTracker(Tracker):
 
     def start(self, config, run_folder, resume_step=None):
         folder = Path(run_folder).resolve()
-        wanted = None if os.environ.get("TRACKIO_DIR") else folder / "trackio"
+        wanted = None if os.environ.get("TRACKIO_DIR") else run_path(folder / "trackio", "folder")
         with _environment(TRACKIO_DIR=None if wanted is None else str(wanted)):
             import trackio
             import trackio.utils
@@ -339,6 +443,10 @@ class TrackioTracker(Tracker):
                 f"trackio's store was fixed at {store} when trackio was first imported in this process; set "
                 "TRACKIO_DIR before that, or train each run folder in its own process"
             )
+        if os.environ.get("TRACKIO_SERVER_URL"):
+            check_reachable(os.environ["TRACKIO_SERVER_URL"], "the trackio server (TRACKIO_SERVER_URL)")
+        elif not os.environ.get("TRACKIO_SPACE_ID"):  # trackio's writer thread would drop every row unseen
+            check_writable(store, "trackio's store (TRACKIO_DIR)")
         with contextlib.redirect_stdout(io.StringIO()):  # trackio prints its dashboard instructions
             self.run = trackio.init(
                 project=self.project,
@@ -414,12 +522,13 @@ def _importable(module: str) -> bool:
 class Trackers:
     """The trackers of a run. Built before anything is written (`check_installed` refuses a missing package);
     `start` once RUN and config.yaml exist (main process only); `log(row)` with every metrics row; `close` at the
-    end. A tracker that raises in any of them is named once on stderr and dropped; the others, training and
-    metrics.jsonl go on."""
+    end. Each tracker's calls run on a thread of its own and are bounded (`BOUNDS`): a tracker that raises or does
+    not answer in time is named once on stderr and dropped; the others, training and metrics.jsonl go on."""
 
     def __init__(self, names: Sequence[str], project: str) -> None:
         check_installed(names)
         self.active: list[Tracker] = [TRACKERS[name](project) for name in dict.fromkeys(names) if name in TRACKERS]
+        self._workers: dict[str, _Worker] = {}
 
     def start(self, config: Mapping[str, Any], run_folder: str | os.PathLike, resume_step: int | None = None) -> None:
         for tracker in list(self.active):
@@ -439,13 +548,36 @@ class Trackers:
         trackers, self.active = self.active, []
         for tracker in trackers:
             try:
-                tracker.close(complete)
+                self._run(tracker, "close", tracker.close, complete)
             except Exception as error:  # the run is over: name it, close the others
                 print(f"rw: tracker {tracker.name} did not close cleanly ({_one_line(error)})", file=sys.stderr)
+            finally:
+                self._stop(tracker)
+
+    def _run(self, tracker: Tracker, what: str, method, *args) -> Any:
+        worker = self._workers.get(tracker.name)
+        if worker is None:
+            worker = self._workers[tracker.name] = _Worker(tracker.name)
+        bound = BOUNDS[what]
+
+        def waiting() -> None:
+            print(
+                f"rw: waiting for tracker {tracker.name} ({what}); it is dropped if it does not answer within "
+                f"{bound:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        return worker.call(method, args, bound, waiting)
+
+    def _stop(self, tracker: Tracker) -> None:
+        worker = self._workers.pop(tracker.name, None)
+        if worker is not None:
+            worker.stop()
 
     def _call(self, tracker: Tracker, what: str, method, *args) -> bool:
         try:
-            method(*args)
+            self._run(tracker, what, method, *args)
             return True
         except Exception as error:
             self.active.remove(tracker)
@@ -455,8 +587,10 @@ class Trackers:
                 file=sys.stderr,
                 flush=True,
             )
-            with contextlib.suppress(Exception):
-                tracker.close(False)
+            if not isinstance(error, TrackerTimeout):  # one that hangs is left to its daemon thread
+                with contextlib.suppress(Exception):
+                    self._run(tracker, "close", tracker.close, False)
+            self._stop(tracker)
             return False
 
 

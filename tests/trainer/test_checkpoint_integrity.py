@@ -261,7 +261,8 @@ def _torch_load_calls() -> list[tuple[str, int, object]]:
 
 def test_every_torch_load_in_the_package_is_weights_only():
     calls = _torch_load_calls()
-    assert len(calls) >= 3
+    # the two readers every .pt goes through: checkpoints (which the engines also use) and the prior cache
+    assert {path for path, _, _ in calls} >= {"trainer/checkpoint.py", "trainer/prior/cache.py"}, calls
     assert [c for c in calls if c[2] is not True] == []
 
 

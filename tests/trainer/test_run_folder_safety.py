@@ -209,3 +209,100 @@ def test_rw_eval_refuses_a_run_whose_pointer_leads_into_another_run(tmp_path, ca
     assert main(["eval", str(first), "--tasks", "2"]) == 2
     err = capsys.readouterr().err
     assert "latest" in err and "refusing to follow it" in err and err.count("\n") == 1
+
+
+# ---- what rw writes inside a run folder is never a link -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory):
+    """A real 2-step run with TensorBoard and MLflow on (each writes its folder) and a report."""
+    run = tmp_path_factory.mktemp("tracked") / "run"
+    assert main(["train", "--out", str(run), "--quiet", *TINY_RUN, "train.loggers=[tensorboard,mlflow]"]) == 0
+    return run
+
+
+LINKED = ["tensorboard", "mlflow", "wandb", "trackio", "report", "analysis", "metrics.jsonl", "method.json"]
+
+
+@pytest.mark.parametrize("name", LINKED)
+def test_a_symlink_where_rw_writes_in_a_run_folder_is_refused_on_resume_naming_it(tracked_run, tmp_path, capsys, name):
+    """A run folder someone sent, with RUN/<name> a symlink to a folder (or file) of theirs: `--resume` is one
+    line naming it, exit 2, before anything is written; the link's target is unchanged, and so is the run."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tracked_run, run, symlinks=True)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("keep")
+    entry = run / name
+    if entry.is_dir():
+        shutil.rmtree(entry)
+    elif entry.exists():
+        entry.unlink()
+    entry.symlink_to(theirs if "." not in name else theirs / "keep.txt")
+    before = _tree(run)
+    assert main(["train", "--resume", str(run), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(entry) in err and "symbolic link" in err, err
+    assert sorted(p.name for p in theirs.iterdir()) == ["keep.txt"] and (theirs / "keep.txt").read_text() == "keep"
+    assert _tree(run) == before
+
+
+def test_rw_report_and_a_tracker_refuse_a_linked_folder_and_the_rule_names_every_kind(tracked_run, tmp_path, capsys):
+    """`rw report RUN` with RUN/report a symlink: one line naming it, nothing written through it. A tracker
+    started on a run folder whose store is a link is refused naming it (not trackio's 'fixed when first
+    imported'). `run_path` says what a path is: a FIFO, a file where a folder belongs, a folder where a file does."""
+    import shutil
+
+    from rwcore.trainer.run_paths import RunPathRefused, run_path
+    from rwcore.trainer.trackers import MlflowTracker, TensorBoardTracker, TrackioTracker
+
+    run = tmp_path / "run"
+    shutil.copytree(tracked_run, run, symlinks=True)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    shutil.rmtree(run / "report", ignore_errors=True)
+    (run / "report").symlink_to(theirs)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(run / "report") in err and "symbolic link" in err, err
+    assert list(theirs.iterdir()) == []
+    for tracker, name in ((TensorBoardTracker, "tensorboard"), (MlflowTracker, "mlflow"), (TrackioTracker, "trackio")):
+        shutil.rmtree(run / name, ignore_errors=True)
+        (run / name).symlink_to(theirs)
+        with pytest.raises(RunPathRefused, match="symbolic link"):
+            tracker("rw").start({}, run)
+        assert list(theirs.iterdir()) == []
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(RunPathRefused, match="is a FIFO, not a folder"):
+        run_path(tmp_path / "fifo", "folder", create=True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(RunPathRefused, match="is a file, not a folder"):
+        run_path(tmp_path / "file", "folder")
+    with pytest.raises(RunPathRefused, match="is a folder, not a file"):
+        run_path(theirs, "file")
+    assert run_path(tmp_path / "new", "folder", create=True).is_dir() and run_path(theirs, "folder") == theirs
+
+
+def test_a_newest_checkpoint_that_is_a_symlink_is_skipped_with_a_line_everywhere(tracked_run, tmp_path, capsys):
+    """checkpoints/step_000002 replaced by a symlink to a copy of itself: `--resume` and `rw export` each say
+    they skipped it (a symbolic link) and use step 1; nothing is read through the link."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tracked_run, run, symlinks=True)
+    newest = run / "checkpoints" / "step_000002"
+    shutil.move(newest, tmp_path / "moved")
+    newest.symlink_to(tmp_path / "moved")
+    (run / "checkpoints" / "latest").write_text("step_000001")
+    moved = _tree(tmp_path / "moved")
+    assert main(["export", str(run), "--out", str(tmp_path / "export")]) == 0
+    err = capsys.readouterr().err
+    assert "step_000002 skipped" in err and "symbolic link" in err and "exporting step_000001" in err, err
+    assert main(["train", "--resume", str(run), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "step_000002 skipped" in err and "symbolic link" in err and "resuming from step_000001" in err, err
+    # the resumed run wrote its own step 2 in place of the link; what the link pointed to is untouched
+    assert not newest.is_symlink() and ckpt.verify(newest)["step"] == 2 and _tree(tmp_path / "moved") == moved

@@ -1,0 +1,79 @@
+"""One rule for every path rw writes inside a run folder: it is what rw made there, or missing - never a link.
+
+A run folder can come from someone else (a colleague's run to `--resume`, a folder to `rw report`). A symlink
+inside it - `RUN/tensorboard` pointing at another folder - would make rw write where the sender chose, so every
+writer asks `run_path` before it writes: a path that exists must be a plain folder or a plain file, as the
+writer expects, checked with `lstat` (nothing is followed); otherwise `RunPathRefused` (a ValueError: `rw`
+prints it as one `rw: error:` line, exit 2) names the path, what it is and the fix, and nothing is written.
+`check_run_folder` applies the rule to every entry rw writes in a run folder at once, before a `--resume`
+writes anything. Files rw replaces whole are written through a temporary and a rename (`rwcore._io`), which
+replaces a link rather than following it; the rule refuses them anyway, so a run folder never mixes the two.
+
+The run-folder lock (`run_lock`: opened with `O_NOFOLLOW` and checked with `fstat`, so no check-then-open gap)
+and the checkpoint pointer (`checkpoint.latest_checkpoint`) keep their own checks, which say the same.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Literal
+
+__all__ = ["RunPathRefused", "check_run_folder", "kind_of", "run_path"]
+
+
+class RunPathRefused(ValueError):
+    """A path inside a run folder that rw would write through but is not what rw made there (names it)."""
+
+
+def kind_of(path: str | os.PathLike) -> str | None:
+    """What `path` is, without following a link: None (missing), 'folder', 'file', 'symbolic link', 'FIFO',
+    'socket', 'device' or 'special file'."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+def run_path(path: str | os.PathLike, want: Literal["folder", "file"], create: bool = False) -> Path:
+    """`path` (inside a run folder) when it is missing or a plain `want`; a missing folder is made when `create`.
+    Raises RunPathRefused naming the path and what it is otherwise (a symlink is never followed)."""
+    path = Path(path)
+    found = kind_of(path)
+    if found is not None and found != want:
+        target = f" to {os.readlink(path)!r}" if found == "symbolic link" else ""
+        raise RunPathRefused(
+            f"{str(path)!r} is a {found}{target}, not a {want}: rw writes only into what it made inside a run "
+            f"folder and never through a link; move it away (rw then makes a new {want} there)"
+        )
+    if found is None and create and want == "folder":
+        path.mkdir(exist_ok=True)
+        if kind_of(path) != "folder":  # made by someone else in between
+            raise RunPathRefused(f"{str(path)!r} changed while rw made it; move it away and run again")
+    return path
+
+
+def check_run_folder(run: str | os.PathLike) -> None:
+    """Applies `run_path` to every folder and file rw writes directly inside `run` (`checkpoint.RUN_OUTPUT_DIRS`,
+    `checkpoint.RUN_FILES`, the ones `rw ablate` keeps): raises RunPathRefused for the first that is not plain."""
+    from rwcore.trainer.checkpoint import ABLATE_FILES, RUN_FILES, RUN_OUTPUT_DIRS
+
+    run = Path(run)
+    for name in RUN_OUTPUT_DIRS:
+        run_path(run / name, "folder")
+    for name in RUN_FILES + ABLATE_FILES:
+        run_path(run / name, "file")
