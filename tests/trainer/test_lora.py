@@ -370,7 +370,9 @@ def test_the_built_in_model_trains_adapters_and_its_checkpoint_restores_base_and
 
 
 @pytest.mark.parametrize("key,value", [("alpha", ALPHA * 8), ("dropout", 0.1), ("target_modules", ["q_proj"])])
-def test_adapters_trained_with_other_lora_settings_than_config_yaml_are_refused_everywhere(tmp_path, capsys, key, value):
+def test_adapters_trained_with_other_lora_settings_than_config_yaml_are_refused_everywhere(
+    tmp_path, capsys, key, value
+):
     """config.yaml edited after training (alpha 8 -> 64, a dropout, other modules): rw train --resume, rw eval and
     rw export each refuse in one line naming the key, instead of merging or training adapters at values they
     were not trained with."""
