@@ -28,19 +28,23 @@ import logging
 import math
 import numbers
 import os
-import queue
 import re
-import socket
 import sys
-import tempfile
-import threading
 import time
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rwcore.trainer.run_paths import run_path
+from rwcore.trainer.tracker_guard import (
+    BOUNDS,
+    ThreadFaults,
+    TrackerTimeout,
+    Worker,
+    check_reachable,
+    check_writable,
+    one_line,
+)
 
 __all__ = [
     "EXTRA",
@@ -48,15 +52,11 @@ __all__ = [
     "TRACKERS",
     "MlflowTracker",
     "TensorBoardTracker",
-    "BOUNDS",
     "Tracker",
-    "TrackerTimeout",
     "Trackers",
     "TrackioTracker",
     "WandbTracker",
     "check_installed",
-    "check_reachable",
-    "check_writable",
     "config_params",
     "metric_values",
     "mlflow_name",
@@ -137,89 +137,6 @@ def _quiet_loggers(*names: str):
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
-
-
-# --------------------------------------------------------------------------------------------- bounds
-
-BOUNDS = {"start": 120.0, "log": 30.0, "close": 60.0}
-"""Seconds a tracker's start, each log and its close may take before the tracker is dropped (the run goes on)."""
-WAIT_NOTICE = 5.0
-"""After this many seconds of waiting on a tracker call, one line says which tracker and for how long at most."""
-REACH_SECONDS = 5.0
-"""Bound of the reachability check of a tracker's remote server (TCP connect, then an HTTP answer)."""
-
-
-class TrackerTimeout(RuntimeError):
-    """A tracker call that did not return within its bound (`BOUNDS`)."""
-
-
-class _Worker:
-    """One daemon thread per tracker, running its calls in order (wandb and trackio keep per-thread state): a call
-    that never returns holds only this thread, which never holds the process's exit."""
-
-    def __init__(self, name: str) -> None:
-        self.calls: queue.Queue = queue.Queue()
-        threading.Thread(target=self._serve, name=f"rw-tracker-{name}", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            call = self.calls.get()
-            if call is None:
-                return
-            method, args, box, done = call
-            try:
-                box["value"] = method(*args)
-            except BaseException as error:  # handed to the caller, which decides
-                box["error"] = error
-            done.set()
-
-    def call(self, method, args: tuple, bound: float, waiting) -> Any:
-        """method(*args) on the worker; `waiting()` once after WAIT_NOTICE seconds; TrackerTimeout after `bound`."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-        self.calls.put((method, args, box, done))
-        if not done.wait(min(WAIT_NOTICE, bound)):
-            if bound > WAIT_NOTICE:
-                waiting()
-            if not done.wait(max(bound - WAIT_NOTICE, 0.0)):
-                raise TrackerTimeout(f"no answer within {bound:.0f} s")
-        if "error" in box:
-            raise box["error"]
-        return box.get("value")
-
-    def stop(self) -> None:
-        self.calls.put(None)
-
-
-def check_reachable(url: str, what: str, seconds: float = REACH_SECONDS) -> None:
-    """Raises ConnectionError naming `what` and `url` when an http(s) server there does not accept a connection or
-    does not answer a request within `seconds` (any HTTP status counts as an answer). Other schemes pass."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=seconds) as connection:
-            connection.settimeout(seconds)
-            connection.sendall(f"HEAD / HTTP/1.0\r\nHost: {parts.hostname}\r\n\r\n".encode())
-            if parts.scheme == "http" and not connection.recv(1):
-                raise ConnectionError("it closed the connection without an answer")
-    except TimeoutError:
-        raise ConnectionError(f"{what} at {url} did not answer within {seconds:.0f} s") from None
-    except OSError as error:
-        raise ConnectionError(f"{what} at {url} cannot be reached ({_one_line(error)})") from None
-
-
-def check_writable(folder: Path, what: str) -> None:
-    """Raises PermissionError naming `what` when a file cannot be made in `folder` (a read-only mount or folder:
-    a store there would keep nothing, or retry for minutes)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".rw-write-check-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as error:
-        raise PermissionError(f"{what} {folder} cannot be written ({_one_line(error)})") from None
 
 
 # --------------------------------------------------------------------------------------------- the adapters
@@ -528,9 +445,13 @@ class Trackers:
     def __init__(self, names: Sequence[str], project: str) -> None:
         check_installed(names)
         self.active: list[Tracker] = [TRACKERS[name](project) for name in dict.fromkeys(names) if name in TRACKERS]
-        self._workers: dict[str, _Worker] = {}
+        self._workers: dict[str, Worker] = {}
+        # what the trackers' own threads raise or warn: one line each, and the tracker is dropped
+        self._faults = ThreadFaults({tracker.name: tracker.modules[0] for tracker in self.active})
 
     def start(self, config: Mapping[str, Any], run_folder: str | os.PathLike, resume_step: int | None = None) -> None:
+        if self.active:
+            self._faults.install()
         for tracker in list(self.active):
             if self._call(tracker, "start", tracker.start, config, Path(run_folder), resume_step):
                 print(f"rw: tracker {tracker.name}: {tracker.location}", flush=True)
@@ -541,7 +462,13 @@ class Trackers:
         step, metrics = metric_values(row)
         if metrics:
             for tracker in list(self.active):
-                self._call(tracker, "log", tracker.log, metrics, step)
+                if tracker.name in self._faults.failed:  # its thread failed (already said): closed, not fed
+                    self.active.remove(tracker)
+                    with contextlib.suppress(Exception):
+                        self._run(tracker, "close", tracker.close, False)
+                    self._stop(tracker)
+                else:
+                    self._call(tracker, "log", tracker.log, metrics, step)
 
     def close(self, complete: bool = True) -> None:
         """Finishes every tracker (`complete`: the run reached train.steps; MLflow and wandb record it)."""
@@ -550,14 +477,15 @@ class Trackers:
             try:
                 self._run(tracker, "close", tracker.close, complete)
             except Exception as error:  # the run is over: name it, close the others
-                print(f"rw: tracker {tracker.name} did not close cleanly ({_one_line(error)})", file=sys.stderr)
+                print(f"rw: tracker {tracker.name} did not close cleanly ({one_line(error)})", file=sys.stderr)
             finally:
                 self._stop(tracker)
+        self._faults.remove()
 
     def _run(self, tracker: Tracker, what: str, method, *args) -> Any:
         worker = self._workers.get(tracker.name)
         if worker is None:
-            worker = self._workers[tracker.name] = _Worker(tracker.name)
+            worker = self._workers[tracker.name] = Worker(tracker.name)
         bound = BOUNDS[what]
 
         def waiting() -> None:
@@ -581,19 +509,16 @@ class Trackers:
             return True
         except Exception as error:
             self.active.remove(tracker)
-            print(
-                f"rw: tracker {tracker.name} failed at {what} ({_one_line(error)}); dropped it: training and "
-                "metrics.jsonl go on",
-                file=sys.stderr,
-                flush=True,
-            )
+            if tracker.name not in self._faults.failed:  # one line per tracker, whichever thread saw it first
+                self._faults.failed[tracker.name] = what
+                print(
+                    f"rw: tracker {tracker.name} failed at {what} ({one_line(error)}); dropped it: training and "
+                    "metrics.jsonl go on",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if not isinstance(error, TrackerTimeout):  # one that hangs is left to its daemon thread
                 with contextlib.suppress(Exception):
                     self._run(tracker, "close", tracker.close, False)
             self._stop(tracker)
             return False
-
-
-def _one_line(error: BaseException, limit: int = 300) -> str:
-    text = " ".join(f"{type(error).__name__}: {error}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

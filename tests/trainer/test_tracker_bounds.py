@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from _util import TINY_RUN, metrics_rows
 
-from rwcore.trainer import trackers
+from rwcore.trainer import tracker_guard, trackers
 from rwcore.trainer.cli import main
 
 TRACKER_ENV = ("WANDB_", "MLFLOW_", "TRACKIO_", "TENSORBOARD_")
@@ -90,15 +90,15 @@ def test_an_mlflow_server_that_never_answers_is_named_and_dropped_and_the_run_tr
     assert "Traceback" not in err
     assert [row["step"] for row in metrics_rows(run, "train")] == [1, 2]
     # the bound: the reachability check's 5 s and a tiny run; MLflow's own retries took 297 s and more
-    assert took < trackers.REACH_SECONDS + 60, took
+    assert took < tracker_guard.REACH_SECONDS + 60, took
 
 
 def test_a_tracker_call_that_hangs_is_dropped_at_its_bound_with_a_line_while_it_waits(monkeypatch, capsys):
     """Any tracker call that does not return (a server that stops answering mid-run) ends at its bound: a line
     after WAIT_NOTICE seconds says which tracker waits and for how long at most, then it is dropped; the process
     is not held by the hung call."""
-    monkeypatch.setattr(trackers, "WAIT_NOTICE", 0.2)
-    monkeypatch.setitem(trackers.BOUNDS, "log", 0.6)
+    monkeypatch.setattr(tracker_guard, "WAIT_NOTICE", 0.2)
+    monkeypatch.setitem(tracker_guard.BOUNDS, "log", 0.6)
     group = trackers.Trackers([], "rw")
     hung = threading.Event()
 
@@ -155,3 +155,33 @@ def test_stores_on_a_read_only_mount_are_named_and_dropped_and_the_run_trains(tm
     assert "TRACKIO_DIR" in trackio and all("Read-only file system" in line for line in lines)
     assert [row["step"] for row in metrics_rows(Path(out), "train")] == [1, 2]
     assert took < 100, took  # MLflow alone retried for about 105 s
+
+
+def test_a_full_disk_with_three_trackers_on_is_one_line_per_tracker_and_one_error_no_traceback(tmp_path):
+    """A real ENOSPC (a 600 KiB tmpfs in the child's own namespaces) with TensorBoard, MLflow and trackio on: the
+    clean `rw: error: cannot write ...` line used to come after 337 stderr lines holding 8 tracebacks (TensorBoard's
+    writer thread, MLflow's SQLAlchemy, trackio's warnings). Now every stderr line is rw's: at most one per tracker
+    (named), then the error."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    out = disk / "run"
+    script = (
+        "import subprocess, sys\n"
+        f"subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=600k', 'tmpfs', {str(disk)!r}], check=True)\n"
+        "from rwcore.trainer.cli import main\n"
+        f"sys.exit(main(['train', '--out', {str(out)!r}, '--quiet', *{list(TINY_RUN)!r}, 'train.steps=6', "
+        "'train.loggers=[tensorboard,mlflow,trackio]']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(TRACKER_ENV)}
+    env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run(
+        ["unshare", "-rm", sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert all(line.startswith("rw: ") for line in lines), done.stderr[-3000:]
+    assert lines[-1].startswith("rw: error: cannot write ") and "No space left on device" in lines[-1]
+    warned = [line.split()[2] for line in lines[:-1] if " warns: " in line]
+    failed = [line.split()[2].rstrip(":") for line in lines[:-1] if " warns: " not in line]
+    for named in (warned, failed):  # one line per tracker for each: what it warned first, why it was dropped
+        assert len(named) == len(set(named)) and set(named) <= {"tensorboard", "mlflow", "trackio"}, lines
