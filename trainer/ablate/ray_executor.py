@@ -87,11 +87,29 @@ def _gcs_endpoint(address: str | None) -> tuple[str, int] | None:
         text = address or os.environ.get("RAY_ADDRESS") or ""
         host, sep, port = text.rpartition(":")
         return (host.strip("[]"), int(port)) if sep and host and port.isdigit() else None
-    resolved = canonicalize_bootstrap_address(address)
+    given = address if address not in (None, "auto") else os.environ.get("RAY_ADDRESS") or address
+    if given not in (None, "auto", "local"):  # malformed: Ray would log a traceback before raising
+        host, sep, port = given.rpartition(":")
+        if not (sep and host.strip("[]") and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"{given!r} is not host:port (or auto)")
+    with _quiet_logger("ray._private.services"):
+        resolved = canonicalize_bootstrap_address(address)
     if resolved is None:
         return None
     host, _, port = resolved.rpartition(":")
     return host.strip("[]"), int(port)
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    """Ray's logger for `name` silenced for the block (it logs a traceback for an address it cannot parse, which rw
+    then names in one line)."""
+    logger = logging.getLogger(name)
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def _check_reachable(address: str | None, name: str) -> None:
@@ -114,7 +132,14 @@ def _check_reachable(address: str | None, name: str) -> None:
             pass
     except OSError as error:
         why = "no answer" if isinstance(error, TimeoutError) else (error.strerror or str(error)).lower()
-        raise ValueError(f"{name}: no Ray cluster there ({why} at {host}:{port})") from None
+        given = target or ""
+        # Ray connects to this machine's own address where it is given localhost / 127.0.0.1: say so, since a
+        # listener on loopback alone is never tried
+        if given and given not in ("auto", "local") and given.rpartition(":")[0].strip("[]") != host:
+            where = f"{host}:{port}, the address Ray connects to for {given}"
+        else:
+            where = f"{host}:{port}"
+        raise ValueError(f"{name}: no Ray cluster there ({why} at {where})") from None
 
 
 class _Held:

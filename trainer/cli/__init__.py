@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from rwcore.trainer.cli.ablate import AblateCommand
 from rwcore.trainer.cli.bench import BenchCommand
-from rwcore.trainer.cli.command import PROG, Command, CommandError
+from rwcore.trainer.cli.command import PROG, Command, CommandError, _override
 from rwcore.trainer.cli.config import ConfigCommand, VariantsCommand
 from rwcore.trainer.cli.export import ExportCommand
 from rwcore.trainer.cli.results import AnalyzeCommand, CompareCommand, ReportCommand
@@ -78,6 +78,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         command.add_arguments(child)
+        command.parser = child
         commands[command.name] = command
     return parser, commands
 
@@ -111,7 +112,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_err(str(error))
         return 2
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:
+            child = commands[args.command].parser
+            # key=value overrides may follow options too (`--out DIR optim.lr=1e-3`): argparse takes a positional
+            # list once, so the later ones arrive here; anything else is the subcommand's usage error
+            if isinstance(getattr(args, "overrides", None), list) and not any(e.startswith("-") for e in extra):
+                try:
+                    args.overrides += [_override(text) for text in extra]
+                except argparse.ArgumentTypeError as error:
+                    child.error(f"argument key=value: {error}")
+            else:
+                child.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as stop:  # --help (0) or a usage error (2, already printed)
         return int(stop.code) if isinstance(stop.code, int) else (0 if stop.code is None else 2)
     try:

@@ -28,6 +28,7 @@ class Command:
     help = ""
     description = ""
     epilog = ""
+    parser: argparse.ArgumentParser | None = None  # its own parser (set by build_parser): its usage errors
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:  # pragma: no cover
         raise NotImplementedError

@@ -712,3 +712,26 @@ def test_a_baseline_that_never_left_its_start_is_measured_against_half_the_ceili
     assert rows["outcome_only"]["steps_to_reach"] == {"mean": None, "reached": 0, "of": 2}
     text = ablate.render_markdown(summary)
     assert "so half the ceiling instead: 0.425" in text
+
+
+def test_overrides_may_follow_options_and_anything_else_is_the_subcommands_usage_error(tmp_path, monkeypatch, capsys):
+    """`rw ablate ... --out DIR optim.lr=0.002 --quiet` (an override after an option) gave the top-level
+    `usage: rw ...` and 'unrecognized arguments'; now it applies, in command-line order. An unknown option after
+    the overrides is `rw ablate`'s usage error, and an override without a key is refused naming the form."""
+    planned = {}
+
+    def fake_run(plan, progress=True):
+        planned["plan"] = plan
+        return {"rows": [{"failed": 0}]}
+
+    monkeypatch.setattr(ablate, "run_ablation", fake_run)
+    monkeypatch.setattr(ablate, "prepare_prior", lambda plan, progress=True: None)
+    argv = ["ablate", "--paper", "arise", "--seeds", "0", "optim.lr=0.001", "--out", str(tmp_path / "o")]
+    assert main([*argv, "optim.lr=0.002", "--quiet", "env.options.seed=3"]) == 0
+    assert list(planned["plan"].overrides) == ["optim.lr=0.001", "optim.lr=0.002", "env.options.seed=3"]
+    capsys.readouterr()
+    assert main([*argv, "optim.lr=0.002", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: rw ablate") and "unrecognized arguments: optim.lr=0.002 --bogus" in err
+    assert main([*argv, "=3"]) == 2
+    assert "expected section.key=value" in capsys.readouterr().err

@@ -234,6 +234,33 @@ def test_an_address_where_no_ray_cluster_listens_is_one_line_and_nothing_is_writ
     assert "Ray Client address" in capsys.readouterr().err and not out.exists()
 
 
+def test_an_address_ray_rewrites_is_named_as_rewritten_and_a_malformed_one_is_one_line(tmp_path, capsys, monkeypatch):
+    """Ray connects to this machine's own address where it is given 127.0.0.1 (ENABLE_RAY_CLUSTER): the refusal
+    named only the rewritten address, as if the user had typed it. `--address ':'` printed Ray's traceback before
+    rw's line. The rewrite is pinned to another loopback address, so the refusal is immediate on any machine."""
+    from ray._private import ray_constants, services
+
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    monkeypatch.setattr(services, "resolve_ip_for_localhost", lambda host: "127.0.0.2" if host == "127.0.0.1" else host)
+    monkeypatch.setattr(ablate, "run_ablation", lambda *a, **k: pytest.fail("nothing may start"))
+    port = free_port()
+    out = tmp_path / "out"
+    argv = ["ablate", "--paper", "rewardweaver", "--seeds", "0", "--executor", "ray", "--out", str(out), "--quiet"]
+    assert main([*argv, "--address", f"127.0.0.1:{port}"]) == 2
+    assert capsys.readouterr().err == (
+        f"rw: error: --address 127.0.0.1:{port}: no Ray cluster there (connection refused at 127.0.0.2:{port}, the "
+        f"address Ray connects to for 127.0.0.1:{port})\n"
+    )
+    for malformed in (":", "host:", ":80", "h:99999"):
+        assert main([*argv, "--address", malformed]) == 2
+        err = capsys.readouterr().err
+        assert (
+            err
+            == f"rw: error: --address {malformed}: no Ray cluster there ({malformed!r} is not host:port (or auto))\n"
+        )
+    assert not out.exists()
+
+
 def test_address_without_the_ray_executor_and_ray_missing_are_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(ablate, "run_ablation", lambda *a, **k: pytest.fail("nothing may start"))
     out = tmp_path / "out"
