@@ -490,12 +490,26 @@ def clean_temporaries(run: Path) -> list[Path]:
     return removed
 
 
+# safetensors (Rust) words an I/O failure as text: `I/O error: No space left on device (os error 28)` (0.8) or
+# `IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })` (earlier)
+_RUST_OS_ERROR = re.compile(
+    r'I/O error: (?P<a>[^()]+?) \(os error \d+\)|Os \{ code: \d+, kind: \w+, message: "(?P<b>[^"]*)" \}'
+)
+
+
 @contextlib.contextmanager
 def writing(what: Path):
     """OSErrors raised inside become RunFolderError naming the path that could not be written."""
     try:
         yield
-    except (OSError, RuntimeError) as error:
+    except Exception as error:
+        if type(error).__name__ == "SafetensorError":  # safetensors' writer reports the OSError as text only
+            found = _RUST_OS_ERROR.search(str(error))
+            if found is None:
+                raise
+            raise RunFolderError(f"cannot write {what}: {found.group('a') or found.group('b')}") from error
+        if not isinstance(error, (OSError, RuntimeError)):
+            raise
         if isinstance(error, RuntimeError):  # torch's and DeepSpeed's writers wrap the OSError of a failed write
             error = _os_error_behind(error)
             if error is None:

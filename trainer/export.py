@@ -261,7 +261,15 @@ def _write(staging: Path, policy, env, config, *, adapter_only: bool, record: di
             model.config.bos_token_id, model.config.eos_token_id = codec.bos_id, codec.end_id
             model.config.pad_token_id = codec.pad_id
         model.generation_config = generation_config(model, codec, suppressed, bool(config.model.name))
-        model.save_pretrained(staging, safe_serialization=True)
+        from transformers.utils import logging as hf_logging
+
+        shown = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its "Writing model shards" bar: rw export reports what it wrote itself
+        try:
+            model.save_pretrained(staging, safe_serialization=True)
+        finally:
+            if shown:
+                hf_logging.enable_progress_bar()
         kind = "model"
     if config.model.name:
         codec.tokenizer.save_pretrained(staging)

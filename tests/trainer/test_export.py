@@ -441,6 +441,37 @@ def test_a_write_that_fails_leaves_nothing(builtin, tmp_path, monkeypatch, capsy
     assert list(tmp_path.iterdir()) == []  # neither the staging folder nor the parents it made
 
 
+def test_a_real_full_disk_while_exporting_is_one_line_and_leaves_nothing(builtin, tmp_path):
+    """`rw export` onto a real full disk (a 64 KiB tmpfs mounted in the child's own user and mount namespaces,
+    `unshare -rm`): safetensors' writer raised its own error type, so the export ended with a traceback. Now one
+    line naming --out and the kernel's reason, exit 1, and nothing on the disk."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    out = disk / "export"
+    script = (
+        "import subprocess, sys\n"
+        f"subprocess.run(['mount', '-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', {str(disk)!r}], check=True)\n"
+        "from rwcore.trainer.cli import main\n"
+        f"code = main(['export', {str(builtin['run'])!r}, '--out', {str(out)!r}])\n"
+        "import os\n"
+        f"print('left:', sorted(os.listdir({str(disk)!r})))\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run(
+        ["unshare", "-rm", sys.executable, "-c", script],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 1 and "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0] == f"rw: error: cannot write {out}: No space left on device", lines
+    assert "left: []" in done.stdout  # neither the staging folder nor a part of the export
+
+
 def test_rw_export_help_shows_examples(capsys):
     from rwcore.trainer.cli import main
 
