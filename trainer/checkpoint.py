@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from rwcore.trainer.run_lock import LOCK_FILE
+from rwcore.trainer.run_paths import ABLATE_FILES, RUN_FILES, RUN_OUTPUT_DIRS
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -47,21 +48,6 @@ _STEP = re.compile(r"^step_(\d+)$")
 _STAGING = re.compile(r"^\.step_\d+\.tmp$")
 _CHUNK = 1 << 20
 
-# Files of a run folder written with rwcore._io.atomic_write_bytes, whose temporaries are
-# ".<name>.<8 random characters>.tmp" (tempfile.mkstemp) in the same folder.
-RUN_FILES = (
-    "config.yaml",
-    "method.json",
-    "metrics.jsonl",
-    "sampling.jsonl",
-    "reward_stages.json",
-    "reward_history.json",
-    "diagnostics.json",
-    "pool_counts.json",
-    "pool_events.json",
-    "pool_rubrics.json",
-    "prior.json",
-)
 CHECKPOINT_FILES = ("latest",)
 _ATOMIC_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp$")
 
@@ -353,10 +339,6 @@ def step_folders(checkpoints: Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
-# What `rw ablate` keeps inside each run folder it launches, and the folders other commands write into one.
-ABLATE_FILES = ("ablation.log", "ablation_status.json")
-# The experiment trackers (train.loggers) each keep their store in a folder named after them (trainer/trackers.py).
-RUN_OUTPUT_DIRS = ("checkpoints", "report", "analysis", "tensorboard", "wandb", "mlflow", "trackio")
 # Files rw keeps in a run folder across a new start: rw ablate's bookkeeping, and the writer's lock
 # (trainer/run_lock.py), which --overwrite holds while it removes the rest and must not remove.
 KEPT_FILES = ABLATE_FILES + (LOCK_FILE,)

@@ -20,7 +20,27 @@ import stat
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["RunPathRefused", "check_run_folder", "kind_of", "run_path"]
+__all__ = ["ABLATE_FILES", "RUN_FILES", "RUN_OUTPUT_DIRS", "RunPathRefused", "check_run_folder", "kind_of", "run_path"]
+
+# Files of a run folder written with rwcore._io.atomic_write_bytes, whose temporaries are
+# ".<name>.<8 random characters>.tmp" (tempfile.mkstemp) in the same folder.
+RUN_FILES = (
+    "config.yaml",
+    "method.json",
+    "metrics.jsonl",
+    "sampling.jsonl",
+    "reward_stages.json",
+    "reward_history.json",
+    "diagnostics.json",
+    "pool_counts.json",
+    "pool_events.json",
+    "pool_rubrics.json",
+    "prior.json",
+)
+# What `rw ablate` keeps inside each run folder it launches, and the folders other commands write into one.
+ABLATE_FILES = ("ablation.log", "ablation_status.json")
+# The experiment trackers (train.loggers) each keep their store in a folder named after them (trainer/trackers.py).
+RUN_OUTPUT_DIRS = ("checkpoints", "report", "analysis", "tensorboard", "wandb", "mlflow", "trackio")
 
 
 class RunPathRefused(ValueError):
@@ -68,10 +88,8 @@ def run_path(path: str | os.PathLike, want: Literal["folder", "file"], create: b
 
 
 def check_run_folder(run: str | os.PathLike) -> None:
-    """Applies `run_path` to every folder and file rw writes directly inside `run` (`checkpoint.RUN_OUTPUT_DIRS`,
-    `checkpoint.RUN_FILES`, the ones `rw ablate` keeps): raises RunPathRefused for the first that is not plain."""
-    from rwcore.trainer.checkpoint import ABLATE_FILES, RUN_FILES, RUN_OUTPUT_DIRS
-
+    """Applies `run_path` to every folder and file rw writes directly inside `run` (`RUN_OUTPUT_DIRS`,
+    `RUN_FILES`, the ones `rw ablate` keeps): raises RunPathRefused for the first that is not plain."""
     run = Path(run)
     for name in RUN_OUTPUT_DIRS:
         run_path(run / name, "folder")

@@ -56,7 +56,8 @@ class Worker:
 
     def __init__(self, name: str) -> None:
         self.calls: queue.Queue = queue.Queue()
-        threading.Thread(target=self._serve, name=f"rw-tracker-{name}", daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, name=f"rw-tracker-{name}", daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
         while True:
@@ -84,8 +85,11 @@ class Worker:
             raise box["error"]
         return box.get("value")
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 5.0) -> None:
+        """Ends the thread once its calls are done (waiting up to `wait` s: one that hangs is left, a daemon)."""
         self.calls.put(None)
+        if self.thread is not threading.current_thread():
+            self.thread.join(wait)
 
 
 def check_reachable(url: str, what: str, seconds: float = REACH_SECONDS) -> None:

@@ -498,10 +498,10 @@ class Trackers:
 
         return worker.call(method, args, bound, waiting)
 
-    def _stop(self, tracker: Tracker) -> None:
+    def _stop(self, tracker: Tracker, wait: float = 5.0) -> None:
         worker = self._workers.pop(tracker.name, None)
         if worker is not None:
-            worker.stop()
+            worker.stop(wait)
 
     def _call(self, tracker: Tracker, what: str, method, *args) -> bool:
         try:
@@ -520,5 +520,5 @@ class Trackers:
             if not isinstance(error, TrackerTimeout):  # one that hangs is left to its daemon thread
                 with contextlib.suppress(Exception):
                     self._run(tracker, "close", tracker.close, False)
-            self._stop(tracker)
+            self._stop(tracker, wait=0.0 if isinstance(error, TrackerTimeout) else 5.0)
             return False

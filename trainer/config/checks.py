@@ -15,7 +15,14 @@ from rwcore.method import MethodSettings
 from rwcore.method.variants import VARIANTS, get_variant
 from rwcore.settings import config_keys
 from rwcore.trainer.config.coercion import key_label, show_value
-from rwcore.trainer.config.schema import Config, EnvConfig, LossConfig, config_value, rollout_correction
+from rwcore.trainer.config.schema import (
+    Config,
+    EnvConfig,
+    LossConfig,
+    config_value,
+    declared_settings,
+    rollout_correction,
+)
 
 __all__ = ["resolve_variant", "validate"]
 
@@ -64,9 +71,9 @@ def resolve_variant(cfg: Config) -> Config:
             raise ValueError(f"config key {key!r}: train.method={variant.name} {what}, got {given!r}{hint}")
     if variant.pinned:  # the settings the variant fixes, written into the config so config.yaml shows them
         from rwcore.method import pin_settings
-        from rwcore.trainer.method_setup import method_settings
 
-        pinned = pin_settings(variant, method_settings(cfg))  # ValueError naming the key set otherwise
+        # ValueError naming the key set otherwise
+        pinned = pin_settings(variant, declared_settings(MethodSettings, cfg))
         keys = config_keys(MethodSettings)
         for name in variant.pinned:
             section, key = keys[name].split(".")
