@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from rwcore.trainer import checkpoint as ckpt
+from rwcore.trainer.run_paths import kind_of
 
 RECORD = "rwcore_export.json"
 RECORD_FORMAT = 1
@@ -79,12 +80,11 @@ class ExportResult:
 
 def check_out(out: Path) -> None:
     """Refuses an `out` that exists and is not an empty folder (nothing in it is ever replaced)."""
-    if out.is_symlink():
-        raise ExportError(f"--out {str(out)!r} is a symbolic link; choose a new folder")
-    if not out.exists():
+    found = kind_of(out)  # the run-folder rule's lstat: a link is never followed
+    if found is None:
         return
-    if not out.is_dir():
-        raise ExportError(f"--out {str(out)!r} exists and is not a folder; choose a new folder")
+    if found != "folder":
+        raise ExportError(f"--out {str(out)!r} is a {found}, not a folder; choose a new folder")
     entries = sorted(entry.name for entry in out.iterdir())
     if entries:
         shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")

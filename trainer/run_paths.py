@@ -9,8 +9,10 @@ prints it as one `rw: error:` line, exit 2) names the path, what it is and the f
 writes anything. Files rw replaces whole are written through a temporary and a rename (`rwcore._io`), which
 replaces a link rather than following it; the rule refuses them anyway, so a run folder never mixes the two.
 
-The run-folder lock (`run_lock`: opened with `O_NOFOLLOW` and checked with `fstat`, so no check-then-open gap)
-and the checkpoint pointer (`checkpoint.latest_checkpoint`) keep their own checks, which say the same.
+`rw export --out` is checked with `kind_of` too (a link or anything but a folder is refused, naming what it is),
+and `--overwrite` counts every link in a run folder as not rw's (`checkpoint.foreign_entries`). The run-folder lock
+(`run_lock`: opened with `O_NOFOLLOW` and checked with `fstat`, so there is no gap between check and open) and the
+checkpoint pointer (`checkpoint.latest_checkpoint`) keep their own checks, which say the same.
 """
 
 from __future__ import annotations

@@ -472,6 +472,23 @@ def test_a_real_full_disk_while_exporting_is_one_line_and_leaves_nothing(builtin
     assert "left: []" in done.stdout  # neither the staging folder nor a part of the export
 
 
+def test_an_out_that_is_a_link_or_not_a_folder_is_refused_naming_what_it_is(builtin, tmp_path, capsys):
+    """--out a symlink to an empty folder (an export would land where the link points), a FIFO or a file: one line
+    naming --out and what it is (the run-folder rule's kind), nothing written anywhere."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "file").write_text("mine")
+    for name, kind in (("link", "symbolic link"), ("fifo", "FIFO"), ("file", "file")):
+        code, err = export(str(builtin["run"]), "--out", str(tmp_path / name), capsys=capsys)
+        assert (
+            code == 2
+            and err == f"rw: error: --out {str(tmp_path / name)!r} is a {kind}, not a folder; choose a new folder\n"
+        )
+    assert list(target.iterdir()) == [] and (tmp_path / "file").read_text() == "mine"
+
+
 def test_rw_export_help_shows_examples(capsys):
     from rwcore.trainer.cli import main
 
