@@ -327,14 +327,9 @@ def test_steps_to_reach_uses_the_baselines_success_at_step_150_and_the_auc_its_c
     )
 
 
-def test_the_claim_table_plans_its_seven_variants(tmp_path, monkeypatch, capsys):
-    claim = ["rewardweaver", "rw_static_topk", "rw_random_active_set", "arise", "arise_no_skills", "combined",
-             "outcome_only"]  # fmt: skip
-    assert list(PAPERS["claim"]) == claim and BASELINES["claim"] == "outcome_only"
-    plan = plan_ablation("claim", None, [0, 1], 3, 2, tmp_path / "o")
-    assert plan.variants == claim
-    methods = sorted(next(a for a in job.overrides if a.startswith("train.method=")) for job in plan.run_jobs())
-    assert methods == sorted(f"train.method={v}" for v in claim for _ in (0, 1))
+@pytest.fixture
+def planned(monkeypatch) -> dict:
+    """`rw ablate` through the CLI with nothing run: the plan it would run lands in the returned dict."""
     planned = {}
 
     def fake_run(plan, progress=True):
@@ -343,6 +338,17 @@ def test_the_claim_table_plans_its_seven_variants(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(ablate, "run_ablation", fake_run)
     monkeypatch.setattr(ablate, "prepare_prior", lambda plan, progress=True: None)
+    return planned
+
+
+def test_the_claim_table_plans_its_seven_variants(tmp_path, planned, capsys):
+    claim = ["rewardweaver", "rw_static_topk", "rw_random_active_set", "arise", "arise_no_skills", "combined",
+             "outcome_only"]  # fmt: skip
+    assert list(PAPERS["claim"]) == claim and BASELINES["claim"] == "outcome_only"
+    plan = plan_ablation("claim", None, [0, 1], 3, 2, tmp_path / "o")
+    assert plan.variants == claim
+    methods = sorted(next(a for a in job.overrides if a.startswith("train.method=")) for job in plan.run_jobs())
+    assert methods == sorted(f"train.method={v}" for v in claim for _ in (0, 1))
     assert main(["ablate", "--paper", "claim", "--seeds", "0", "--quiet", "--out", str(tmp_path / "c")]) == 0
     assert planned["plan"].variants == claim and planned["plan"].bootstrap_reps == 5000
     assert "rw ablate: claim, 7 variants x 1 seeds = 7 runs" in capsys.readouterr().err
@@ -717,18 +723,10 @@ def test_a_baseline_that_never_left_its_start_is_measured_against_half_the_ceili
     assert "so half the ceiling instead: 0.425" in text
 
 
-def test_overrides_may_follow_options_and_anything_else_is_the_subcommands_usage_error(tmp_path, monkeypatch, capsys):
+def test_overrides_may_follow_options_and_anything_else_is_the_subcommands_usage_error(tmp_path, planned, capsys):
     """`rw ablate ... --out DIR optim.lr=0.002 --quiet` (an override after an option) gave the top-level
     `usage: rw ...` and 'unrecognized arguments'; now it applies, in command-line order. An unknown option after
     the overrides is `rw ablate`'s usage error, and an override without a key is refused naming the form."""
-    planned = {}
-
-    def fake_run(plan, progress=True):
-        planned["plan"] = plan
-        return {"rows": [{"failed": 0}]}
-
-    monkeypatch.setattr(ablate, "run_ablation", fake_run)
-    monkeypatch.setattr(ablate, "prepare_prior", lambda plan, progress=True: None)
     argv = ["ablate", "--paper", "arise", "--seeds", "0", "optim.lr=0.001", "--out", str(tmp_path / "o")]
     assert main([*argv, "optim.lr=0.002", "--quiet", "env.options.seed=3"]) == 0
     assert list(planned["plan"].overrides) == ["optim.lr=0.001", "optim.lr=0.002", "env.options.seed=3"]
