@@ -446,7 +446,7 @@ class Trackers:
         check_installed(names)
         self.active: list[Tracker] = [TRACKERS[name](project) for name in dict.fromkeys(names) if name in TRACKERS]
         self._workers: dict[str, Worker] = {}
-        # what the trackers' own threads raise or warn: one line each, and the tracker is dropped
+        # what the trackers' own threads raise (one line, the tracker dropped) or warn (one line, the tracker kept)
         self._faults = ThreadFaults({tracker.name: tracker.modules[0] for tracker in self.active})
 
     def start(self, config: Mapping[str, Any], run_folder: str | os.PathLike, resume_step: int | None = None) -> None:
@@ -463,10 +463,7 @@ class Trackers:
         if metrics:
             for tracker in list(self.active):
                 if tracker.name in self._faults.failed:  # its thread failed (already said): closed, not fed
-                    self.active.remove(tracker)
-                    with contextlib.suppress(Exception):
-                        self._run(tracker, "close", tracker.close, False)
-                    self._stop(tracker)
+                    self._drop(tracker, hung=False)
                 else:
                     self._call(tracker, "log", tracker.log, metrics, step)
 
@@ -508,7 +505,6 @@ class Trackers:
             self._run(tracker, what, method, *args)
             return True
         except Exception as error:
-            self.active.remove(tracker)
             if tracker.name not in self._faults.failed:  # one line per tracker, whichever thread saw it first
                 self._faults.failed[tracker.name] = what
                 print(
@@ -517,8 +513,14 @@ class Trackers:
                     file=sys.stderr,
                     flush=True,
                 )
-            if not isinstance(error, TrackerTimeout):  # one that hangs is left to its daemon thread
-                with contextlib.suppress(Exception):
-                    self._run(tracker, "close", tracker.close, False)
-            self._stop(tracker, wait=0.0 if isinstance(error, TrackerTimeout) else 5.0)
+            self._drop(tracker, hung=isinstance(error, TrackerTimeout))
             return False
+
+    def _drop(self, tracker: Tracker, hung: bool) -> None:
+        """Takes a failed tracker out: closed as failed, unless its call hangs (then left to its daemon thread)."""
+        if tracker in self.active:
+            self.active.remove(tracker)
+        if not hung:
+            with contextlib.suppress(Exception):
+                self._run(tracker, "close", tracker.close, False)
+        self._stop(tracker, wait=0.0 if hung else 5.0)
