@@ -73,7 +73,14 @@ setup(
     },
     package_data={
         "rwcore.judges": ["prompts/*.md"],
-        "rwcore.trainer": ["configs/*.yaml", "envs/social/*.json", "envs/sotopia/profiles/*.jsonl"],
+        # the reading priors that ship (trainer/prior/shipped/<env>-<key>/: model.pt, prior.json, manifest.json)
+        "rwcore.trainer": [
+            "configs/*.yaml",
+            "envs/social/*.json",
+            "envs/sotopia/profiles/*.jsonl",
+            "prior/shipped/*/*.pt",
+            "prior/shipped/*/*.json",
+        ],
     },
     ext_modules=[CMakeExtension("rwcore._evidence")],
     cmdclass={"build_ext": CMakeBuild},

@@ -224,21 +224,25 @@ class PretrainCommand(Command):
     description = (
         "Pretrains the built-in model on the guidance corpus (rwcore.trainer.prior.corpus: guidance lines with moves "
         "drawn at random, so it learns to read, not the task) and caches it per machine, keyed by the corpus, model "
-        "and prior settings and the code; rw train starts from it by default (model.init=pretrained) and builds it "
-        "on first use. Prints the probe: the hinted move's probability with and without the guidance, on pairings "
+        "and prior settings and the code; rw train starts from it by default (model.init=pretrained): from the "
+        "cache, else from the prior shipped with rwcore for that key (the embedded default's two tiers and "
+        "model.head_dim=64), else built on first use, with a line saying which setting changed the key. Prints the "
+        "probe: the hinted move's probability with and without the guidance, on pairings "
         "the corpus never shows and on the environment's own skill texts. Takes the same --config and overrides "
         "as rw train (the env, model and prior sections matter)."
     )
     epilog = """examples:
-  rw pretrain                                  # the embedded default's prior (built once, then read from the cache)
+  rw pretrain                                  # the embedded default's prior (shipped, cached or built once)
   rw pretrain prior.seed=1                     # another prior (its own cache entry)
-  rw pretrain --rebuild                        # build it again even if cached
+  rw pretrain --rebuild                        # build it from its seed into the cache, even if cached or shipped
   rw pretrain --json                           # the whole report (training curve, probe, machine) as JSON
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--config", metavar="FILE", help="YAML config file or shipped config name")
-        parser.add_argument("--rebuild", action="store_true", help="pretrain again even when a cached prior exists")
+        parser.add_argument(
+            "--rebuild", action="store_true", help="pretrain again even when a cached or shipped prior exists"
+        )
         parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
         parser.add_argument("--quiet", action="store_true", help="no progress bar")
         parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override, help="config overrides")
@@ -271,7 +275,7 @@ class PretrainCommand(Command):
             print(json.dumps(_jsonable({"folder": str(prior.folder), **prior.report}), indent=1))
             return 0
         last = (prior.report.get("curve") or [{}])[-1]
-        print(f"prior: {prior.folder}")
+        print(f"prior: {prior.folder} ({prior.source})")
         loss, accuracy = last.get("loss", float("nan")), last.get("guided_accuracy", float("nan"))
         print(
             f"trained {prior.report.get('seconds')} s on {prior.report.get('threads')} threads; last 100 steps: "

@@ -5,7 +5,8 @@ state dict), `prior.json` (the spec, the training curve, the probe, the machine)
 sha256 of both, in `rwcore.trainer.checkpoint`'s format); `.<env>-<key>.lock` beside it makes concurrent runs
 wait for the one that builds it. The key is `rwcore.trainer.prior.pretrain.prior_spec`'s digest; this module's
 code is not part of it (what it does decides where the weights are kept, not what they are), so changing it
-rebuilds no prior.
+rebuilds no prior. Order: a cache entry, else the prior shipped with the package for the key
+(`rwcore.trainer.prior.shipped`, read in place under its own trust rule), else one built now.
 
 Trust: the weights of an entry are what every run starts from, and its manifest only detects damage (anyone who
 can write the entry can write a matching manifest). So, as ssh treats its keys, the cache root, an entry and
@@ -48,6 +49,7 @@ import torch
 
 from rwcore.trainer import checkpoint as ckpt
 from rwcore.trainer.prior import pretrain as training
+from rwcore.trainer.prior import shipped
 
 __all__ = [
     "Prior",
@@ -70,14 +72,16 @@ class PriorCacheError(ValueError):
 
 @dataclass
 class Prior:
-    """A pretrained prior: its cache `folder` (None when it could not be cached), `key`, the model's
-    `state_dict`, the `report` (prior.json) and `model_sha256`, the sha256 of its model.pt bytes."""
+    """A pretrained prior: its `folder` (None when it could not be cached), `key`, the model's `state_dict`, the
+    `report` (prior.json), `model_sha256`, the sha256 of its model.pt bytes, and its `source`: "shipped" (with
+    the package, `rwcore.trainer.prior.shipped`), "cached" (read from the cache) or "built" (pretrained now)."""
 
     folder: Path | None
     key: str
     state_dict: dict
     report: dict
     model_sha256: str = ""
+    source: str = "built"
 
 
 def cache_folder(config) -> Path:
@@ -257,7 +261,7 @@ def _entry(root_fd: int, folder: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _opened_entry(root_fd: int, folder: Path):
+def _opened_entry(root_fd: int, folder: Path, trust: Callable = _check):
     try:
         handle = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root_fd)
     except OSError as error:
@@ -265,7 +269,7 @@ def _opened_entry(root_fd: int, folder: Path):
             raise _not_followed(folder, "a cached prior", _UNLINK) from None
         raise PriorCacheError(f"cannot read the cached prior {folder}: {error.strerror or error}") from None
     try:
-        _check(os.fstat(handle), folder, entry=folder)
+        trust(os.fstat(handle), folder, entry=folder)
         yield handle
     finally:
         os.close(handle)
@@ -278,7 +282,7 @@ def _names(entry_fd: int, folder: Path) -> list[str]:
         raise PriorCacheError(f"cannot read the cached prior {folder}: {error.strerror or error}") from None
 
 
-def _member(entry_fd: int, folder: Path, name: str) -> os.stat_result:
+def _member(entry_fd: int, folder: Path, name: str, trust: Callable = _check) -> os.stat_result:
     """The stat of file `name` of an entry, refusing what is not a trusted regular file."""
     path = folder / name
     try:
@@ -291,20 +295,20 @@ def _member(entry_fd: int, folder: Path, name: str) -> os.stat_result:
         raise PriorCacheError(
             f"{path} is {_kind(info.st_mode)}, not a regular file: a cached prior holds none; remove {folder}"
         )
-    _check(info, path, entry=folder)
+    trust(info, path, entry=folder)
     return info
 
 
 # ---------------------------------------------------------------------------------------- reading
 
 
-def _read_entry(root_fd: int, folder: Path) -> dict[str, bytes]:
+def _read_entry(root_fd: int, folder: Path, trust: Callable = _check) -> dict[str, bytes]:
     """name -> bytes of every file of the entry, each read through a descriptor checked to be the file that
     was checked."""
     files = {}
-    with _opened_entry(root_fd, folder) as handle:
+    with _opened_entry(root_fd, folder, trust) as handle:
         for name in _names(handle, folder):
-            info = _member(handle, folder, name)
+            info = _member(handle, folder, name, trust)
             try:
                 file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=handle)
             except OSError as error:
@@ -354,10 +358,10 @@ def _verify(folder: Path, files: dict[str, bytes]) -> dict:
     return manifest
 
 
-def _load(root_fd: int, folder: Path, key: str) -> Prior:
-    """The cached prior in `folder` after verifying its manifest and key (CheckpointError naming what is wrong;
-    PriorCacheError when it is not to be trusted)."""
-    files = _read_entry(root_fd, folder)
+def _load(root_fd: int, folder: Path, key: str, source: str = "cached", trust: Callable = _check) -> Prior:
+    """The cached (or shipped, `source`) prior in `folder` after verifying its manifest and key (CheckpointError
+    naming what is wrong; PriorCacheError when it is not to be trusted)."""
+    files = _read_entry(root_fd, folder, trust)
     manifest = _verify(folder, files)
     try:
         report = json.loads(files["prior.json"].decode("utf-8"))
@@ -377,7 +381,7 @@ def _load(root_fd: int, folder: Path, key: str) -> Prior:
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ckpt.CheckpointError(f"{folder / 'model.pt'} is not a state dict")
-    return Prior(folder, key, state, report, manifest["files"]["model.pt"]["sha256"])
+    return Prior(folder, key, state, report, manifest["files"]["model.pt"]["sha256"], source)
 
 
 # ---------------------------------------------------------------------------------------- writing
@@ -478,6 +482,7 @@ def prior_record(prior: Prior) -> dict:
     probe = prior.report.get("probe", {})
     return {
         "key": prior.key,
+        "source": prior.source,
         "folder": str(prior.folder) if prior.folder is not None else None,
         "model_sha256": prior.model_sha256,
         "spec": prior.report.get("spec"),
@@ -493,6 +498,31 @@ def prior_record(prior: Prior) -> dict:
     }
 
 
+def _shipped(env_name: str, key: str, log: Callable[[str], None]) -> Prior | None:
+    """The prior shipped with the package for this key, read in place and verified; None when none ships
+    or the one that ships fails its checks (one line says which, and that rwcore should be reinstalled)."""
+    folder = shipped.SHIPPED / f"{env_name}-{key}"
+    if not os.path.lexists(folder):
+        return None
+    try:
+        root_fd = os.open(shipped.SHIPPED, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        log(f"rw: the shipped prior {folder} is unreadable ({error.strerror or error}); building the prior")
+        return None
+    try:
+        return _load(root_fd, folder, key, source="shipped", trust=shipped.check_like_code)
+    except (shipped.ShippedPriorError, PriorCacheError, ckpt.CheckpointError) as error:
+        log(f"rw: the shipped prior {folder} is not used ({error}); reinstall rwcore to restore it")
+        return None
+    finally:
+        os.close(root_fd)
+
+
+def _using(prior: Prior, log: Callable[[str], None]) -> Prior:
+    log(f"rw: reading prior: {prior.source} ({prior.folder})")
+    return prior
+
+
 def ensure_prior(
     config,
     env,
@@ -502,9 +532,12 @@ def ensure_prior(
     log: Callable[[str], None] | None = None,
     cache_required: bool = False,
 ) -> Prior:
-    """The prior for `config` and `env`: from the cache when an intact, trusted one is there, else pretrained
-    now and cached. A damaged or mismatched entry of the user's is rebuilt, with one line naming it; `rebuild`
-    forces it. Raises PriorCacheError (one line) for a cache it does not trust or too little free space.
+    """The prior for `config` and `env`: from the cache when an intact, trusted entry is there, else the one
+    shipped with the package for its key (`rwcore.trainer.prior.shipped`, read in place), else pretrained now
+    and cached, after one line saying why (what changed the key relative to the nearest shipped or cached prior)
+    and about how long it takes. A damaged or mismatched entry of the user's is rebuilt (or removed, when a
+    shipped prior has the key), with one line naming it; `rebuild` forces a build. One line says which prior a
+    run starts from. Raises PriorCacheError (one line) for a cache it does not trust or too little free space.
     When the entry cannot be written, the prior is returned uncached (`folder` None) with one line saying so,
     or, with `cache_required`, that line is raised as a PriorCacheError."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -512,15 +545,29 @@ def ensure_prior(
     key = training._key(spec)
     root = cache_folder(config)
     folder = root / f"{env.name}-{key}"
+    if not rebuild and not os.path.lexists(root):  # no cache yet: a shipped prior needs none created
+        found = _shipped(env.name, key, log)
+        if found is not None:
+            return _using(found, log)
     root_fd = _open_root(root)
     try:
         with _locked(root_fd, root / f".{folder.name}.lock", log):
             present = _entry(root_fd, folder)
             if present and not rebuild:
                 try:
-                    return _load(root_fd, folder, key)
+                    return _using(_load(root_fd, folder, key), log)
                 except ckpt.CheckpointError as error:
+                    found = _shipped(env.name, key, log)
+                    if found is not None:
+                        log(f"rw: the cached prior {folder} is damaged ({error}); removed it")
+                        shutil.rmtree(folder)  # a real folder of ours (checked under the lock)
+                        return _using(found, log)
                     log(f"rw: the cached prior {folder} is damaged ({error}); rebuilding it")
+            elif not rebuild:
+                found = _shipped(env.name, key, log)
+                if found is not None:
+                    return _using(found, log)
+                log(shipped.build_line(spec, root, folder.name))
             _clean_stale(root, folder.name)
             _check_space(root, config, env)
             state, report = training.pretrain(config, env, progress=progress, log=log)
@@ -541,6 +588,6 @@ def ensure_prior(
                     "prior.cache_dir points elsewhere)"
                 )
                 return Prior(None, key, state, report, _sha256(state))
-            return _load(root_fd, folder, key)
+            return _using(_load(root_fd, folder, key, source="built"), log)
     finally:
         os.close(root_fd)
