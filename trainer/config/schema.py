@@ -153,9 +153,10 @@ class ModelConfig:
     name: str | None = _f(None, "HF model name or local path; null = the built-in tiny transformer.")
     init: Literal["pretrained", "random"] | None = _f(
         None,
-        "Built-in model: start RL from the reading prior pretrained on the guidance corpus (cached per machine, "
-        "built on first use: rw pretrain) or from random weights; null = pretrained where the environment has "
-        "a guidance language (negotiation), random otherwise. Not for a named model, which brings its weights.",
+        "Built-in model: start RL from the reading prior pretrained on the guidance corpus (shipped with rwcore for "
+        "the default tiers, else built on first use and cached per machine: rw pretrain) or from random weights; "
+        "null = pretrained where the environment has a guidance language (negotiation), random otherwise. Not for "
+        "a named model, which brings its weights.",
     )
     hidden_size: int = _f(64, "Built-in model: hidden size.", gt=0)
     num_layers: int = _f(2, "Built-in model: number of transformer layers.", gt=0)

@@ -3,7 +3,8 @@
 The papers train instruction-following models that read the skills Arise puts in their prompt. The built-in
 model starts from random weights, so by default (`model.init=pretrained`) it is first pretrained on a
 synthetic corpus that teaches it to follow guidance lines ("when the buyer agrees say confirm") with moves
-drawn at random - reading, not the task (`corpus`, `pretrain`); the result is cached per machine (`cache`), and
+drawn at random - reading, not the task (`corpus`, `pretrain`); the priors of the embedded default's tiers ship
+with the package (`shipped`), others are built and cached per machine (`cache`), and
 `probe` measures that it reads. `rw pretrain` builds it and prints the probe; `rw probe` probes any
 checkpoint; `rw train` takes the probe's light mode at every held-out evaluation (`train.probe_at_eval`), and
 `loss.reading_retention` (off by default) keeps the prior's reading under RL (`retention`).

@@ -567,9 +567,10 @@ def ensure_prior(
                 found = _shipped(env.name, key, log)
                 if found is not None:
                     return _using(found, log)
-                log(shipped.build_line(spec, root, folder.name))
             _clean_stale(root, folder.name)
             _check_space(root, config, env)
+            if not present and not rebuild:  # why this prior must be built (after any refusal's one line)
+                log(shipped.build_line(spec, root, folder.name))
             state, report = training.pretrain(config, env, progress=progress, log=log)
             report = {"key": key, "spec": spec, **report}
             try:

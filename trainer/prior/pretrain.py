@@ -25,7 +25,8 @@ prior is kept, which cache entries are trusted and how one is written are `rwcor
 code is not hashed: changing it rebuilds no prior.
 
 Deterministic from `prior.seed` on a given machine and thread count (both recorded in prior.json); float
-rounding differs between CPUs, which is why the cache is per machine rather than shipped.
+rounding may differ between CPUs, so the priors of the default configurations ship as files built on one machine
+(`rwcore.trainer.prior.shipped`) rather than being rebuilt on each.
 """
 
 from __future__ import annotations

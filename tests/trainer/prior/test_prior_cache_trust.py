@@ -359,7 +359,8 @@ def test_too_little_free_space_stops_before_pretraining(tmp_path, monkeypatch, c
 def test_the_free_space_needed_covers_the_default_model_twice(tmp_path, monkeypatch):
     from rwcore.trainer.policy import WordCodec, build_model
 
-    default = load_config(None, [f"prior.cache_dir={tmp_path / 'cache'}"])
+    # another seed than the default's, whose prior ships (and so needs no space): the same model
+    default = load_config(None, ["prior.seed=1", f"prior.cache_dir={tmp_path / 'cache'}"])
     m = default.model
     model = build_model(
         len(WordCodec(ENV.vocabulary())),
@@ -409,6 +410,8 @@ def test_a_write_that_fails_keeps_the_prior_in_memory_and_leaves_no_temporary(tm
     fail_writing_into(monkeypatch, cache, error)
     lines = []
     prior = ensure_prior(prior_config(cache), ENV, progress=False, log=lines.append)
+    building, *lines = lines  # the line that says why the prior is built, then the failure's one line
+    assert building.startswith("rw: building the reading prior ")
     assert prior.folder is None and torch.equal(prior.state_dict["w"], WEIGHTS["w"])
     assert len(lines) == 1 and "could not cache" in lines[0] and str(cache) in lines[0], lines
     assert "\n" not in lines[0] and "RWCORE_CACHE" in lines[0], lines
@@ -419,7 +422,8 @@ def test_a_write_that_fails_keeps_the_prior_in_memory_and_leaves_no_temporary(tm
     assert snapshot(sibling) == before
     # rw pretrain exists to cache the prior: there the failed write is the error, one line
     code, err = run_cli(capsys, "pretrain", "--quiet", *TINY_PRIOR, f"prior.cache_dir={cache}")
-    assert code == 2 and len(err) == 1 and err[0].startswith("rw: error: ") and str(cache) in err[0], err
+    assert code == 2 and len(err) == 2 and err[0].startswith("rw: building the reading prior "), err
+    assert err[1].startswith("rw: error: ") and str(cache) in err[1], err
     assert sorted(p.name for p in cache.iterdir()) == names
 
 
@@ -434,6 +438,8 @@ def test_a_failed_manifest_write_leaves_no_temporary(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt, "write_manifest", full)
     lines = []
     prior = ensure_prior(prior_config(cache), ENV, progress=False, log=lines.append)
+    building, *lines = lines  # the line that says why the prior is built, then the failure's one line
+    assert building.startswith("rw: building the reading prior ")
     assert prior.folder is None and torch.equal(prior.state_dict["w"], WEIGHTS["w"])
     assert len(lines) == 1 and "No space left on device" in lines[0] and str(cache) in lines[0], lines
     assert [p.name for p in cache.iterdir()] == [f".{entry_of(cache).name}.lock"]
