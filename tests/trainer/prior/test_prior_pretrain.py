@@ -89,7 +89,7 @@ def test_damaged_or_mismatched_cache_is_rebuilt_naming_it(tmp_path, damage):
         (built.folder / ckpt.MANIFEST).write_text("{not json")
     lines = []
     rebuilt = ensure_prior(prior_config(tmp_path / "cache"), ENV, progress=False, log=lines.append)
-    damaged = [line for line in lines if "damaged" in line]
+    damaged = [line for line in lines if "is damaged" in line]
     assert len(damaged) == 1 and str(built.folder) in damaged[0] and "rebuilding" in damaged[0]
     assert same_weights(rebuilt.state_dict, built.state_dict)
     ckpt.verify(rebuilt.folder)
