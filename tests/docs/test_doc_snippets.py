@@ -126,7 +126,9 @@ def test_the_pages_have_blocks_and_markers_are_well_formed():
         if "fragment" in block.markers:
             assert block.lang in ("python", "py", "python3"), f"{block.id}: only python blocks are fragments"
         if block.needs and block.lang == "python":
-            assert "fragment" in block.markers, f"{block.id}: a python block marked needs: is never run: mark it a fragment"
+            assert "fragment" in block.markers, (
+                f"{block.id}: a python block marked needs: is never run: mark it a fragment"
+            )
 
 
 @pytest.mark.parametrize("block", [b for b in PYTHON if "fragment" in b.markers], ids=lambda b: b.id)
@@ -135,10 +137,64 @@ def test_a_fragment_points_to_a_runnable_example_or_test(block):
     assert pointer, f"{block.id}: <!-- fragment: PATH --> needs the path of a runnable example or test"
     path = ROOT / pointer.split("::", 1)[0]
     assert path.is_file(), f"{block.id}: the fragment's pointer {pointer!r} is not a file of the repository"
-    assert path.relative_to(ROOT).parts[0] in ("examples", "tests"), f"{block.id}: {pointer!r} is not under examples/ or tests/"
+    assert path.relative_to(ROOT).parts[0] in ("examples", "tests"), (
+        f"{block.id}: {pointer!r} is not under examples/ or tests/"
+    )
+    compile(block.text, block.id, "exec")  # an excerpt, but valid Python
+    assert not unimportable_names(block.text), (
+        f"{block.id}: imports names that do not exist: {unimportable_names(block.text)}"
+    )
     if "::" in pointer:  # a test function named in the pointer exists in that file
         name = pointer.split("::", 1)[1]
         assert re.search(rf"^def {re.escape(name)}\(", path.read_text(), re.M), f"{block.id}: no test {name} in {path}"
+
+
+_RWCORE_IMPORT = re.compile(
+    r"^[ \t]*(?:>>>[ \t]*)?from[ \t]+(rwcore[\w.]*)[ \t]+import[ \t]+(?:\(([\w\s,]+)\)|([\w ,]+))", re.M
+)
+
+
+def unimportable_names(text: str) -> list[str]:
+    """`module.name` for every name a `from rwcore... import a, b` line of `text` names that the module lacks (a
+    lazily exported name counts when the module's __all__ lists it: nothing heavy is imported to check)."""
+    import importlib
+
+    missing = []
+    for match in _RWCORE_IMPORT.finditer(text):
+        module_name = match.group(1)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            missing.append(module_name)
+            continue
+        for name in (part.split(" as ")[0].strip() for part in (match.group(2) or match.group(3)).split(",")):
+            if name and name not in getattr(module, "__all__", ()) and not hasattr(module, name):
+                missing.append(f"{module_name}.{name}")
+    return missing
+
+
+def docstrings() -> list[tuple[str, str]]:
+    """(where, docstring) of every module, class and function of the package's sources."""
+    import ast
+
+    found = []
+    for folder in ("rwcore", "kernels", "trainer"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    doc = ast.get_docstring(node, clean=False)
+                    if doc and "from rwcore" in doc:
+                        found.append((f"{path.relative_to(ROOT)}:{getattr(node, 'name', '<module>')}", doc))
+    return found
+
+
+def test_the_imports_docstrings_show_import():
+    """A docstring's `from rwcore... import X` line (what a user copies first) names what the module exports."""
+    found = docstrings()
+    assert len(found) >= 4
+    problems = [f"{where}: {names}" for where, doc in found if (names := unimportable_names(doc))]
+    assert not problems, "\n".join(problems)
 
 
 # ----------------------------------------------------------------------------------------- the python blocks
@@ -363,6 +419,14 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert check_rw_command(["train", "model.name=runs/x", "env.options.difficulty=hard"]) == ([], [])
     assert _key_exists("model.lora.rank") is None and _key_exists("model.lora.rnk")
     assert _key_exists("env.options.anything.deeper") is None and _key_exists("optim.lr.x")
+    assert unimportable_names("from rwcore import Verdict, NoSuchName\nfrom rwcore.nowhere import x") == [
+        "rwcore.NoSuchName",
+        "rwcore.nowhere",
+    ]
+    assert (
+        unimportable_names("from rwcore.integrations.trl import (\n    RWGRPOTrainer,\n    rubric_reward_funcs,\n)")
+        == []
+    )
 
 
 def test_the_runner_reports_a_failing_block_and_a_timeout(tmp_path):
@@ -372,7 +436,9 @@ def test_the_runner_reports_a_failing_block_and_a_timeout(tmp_path):
         {"id": "slow", "source": "import time\ntime.sleep(30)"},
     ]
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    subprocess.run([sys.executable, str(RUNNER), str(tmp_path / "jobs.json"), str(tmp_path), "2"], check=True, timeout=60)
+    subprocess.run(
+        [sys.executable, str(RUNNER), str(tmp_path / "jobs.json"), str(tmp_path), "2"], check=True, timeout=60
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["ok"]["rc"] == 0 and "__main__" in results["ok"]["output"]
     assert results["missing-import"]["rc"] != 0 and "NameError" in results["missing-import"]["output"]
