@@ -2,7 +2,8 @@
 
     python snippet_runner.py JOBS.json WORKDIR TIMEOUT_S
 
-JOBS.json is a list of {"id", "source"}; WORKDIR/results.json gets {id: {"rc", "timed_out", "output"}}.
+JOBS.json is a list of {"id", "source"} (and optionally "timeout", seconds); WORKDIR/results.json gets
+{id: {"rc", "timed_out", "output"}}.
 
 Each block runs in a fresh, empty working directory (WORKDIR/<n>/), as `__main__` with an empty namespace,
 its output captured. Importing torch costs seconds per process, so where the OS can fork, this runner imports
@@ -88,12 +89,16 @@ def main(jobs_file: str, workdir: str, timeout: float) -> None:
             if pid == 0:
                 os.chdir(folder)
                 _child(script, log)
-            rc, timed_out = _wait(pid, timeout)
+            rc, timed_out = _wait(pid, job.get("timeout", timeout))
         else:
             with open(log, "w") as out:
                 try:
                     rc = subprocess.run(
-                        [sys.executable, script], cwd=folder, stdout=out, stderr=subprocess.STDOUT, timeout=timeout
+                        [sys.executable, script],
+                        cwd=folder,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        timeout=job.get("timeout", timeout),
                     ).returncode
                     timed_out = False
                 except subprocess.TimeoutExpired:

@@ -200,11 +200,18 @@ def test_the_imports_docstrings_show_import():
 # ----------------------------------------------------------------------------------------- the python blocks
 
 
+CANARIES = [  # jobs that check the runner itself (test_the_runner_reports_a_failing_block_and_a_timeout)
+    {"id": "canary:ok", "source": "import os\nprint(__name__, os.listdir('.'))"},
+    {"id": "canary:missing-import", "source": "torch.zeros(1)"},
+    {"id": "canary:slow", "source": "import time\ntime.sleep(30)", "timeout": 1},
+]
+
+
 @pytest.fixture(scope="module")
 def python_results(tmp_path_factory):
     """Runs every python block that is not a fragment, each as its own process (snippet_runner.py)."""
     work = tmp_path_factory.mktemp("snippets")
-    jobs = [{"id": b.id, "source": script_of(b)} for b in RUN]
+    jobs = [{"id": b.id, "source": script_of(b)} for b in RUN] + CANARIES
     (work / "jobs.json").write_text(json.dumps(jobs))
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONDONTWRITEBYTECODE="1")
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")  # offline, as CI: a hub name fails at once
@@ -429,17 +436,10 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     )
 
 
-def test_the_runner_reports_a_failing_block_and_a_timeout(tmp_path):
-    jobs = [
-        {"id": "ok", "source": "import os\nassert not os.listdir('.')\nprint(__name__)"},
-        {"id": "missing-import", "source": "torch.zeros(1)"},
-        {"id": "slow", "source": "import time\ntime.sleep(30)"},
-    ]
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    subprocess.run(
-        [sys.executable, str(RUNNER), str(tmp_path / "jobs.json"), str(tmp_path), "2"], check=True, timeout=60
-    )
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert results["ok"]["rc"] == 0 and "__main__" in results["ok"]["output"]
-    assert results["missing-import"]["rc"] != 0 and "NameError" in results["missing-import"]["output"]
-    assert results["slow"]["timed_out"] and results["slow"]["rc"] != 0
+def test_the_runner_reports_a_failing_block_and_a_timeout(python_results):
+    """The canaries, run beside the docs' blocks: an empty folder and __main__; a name the block does not import
+    (torch, which the runner has imported) fails; a block past its timeout is killed and fails."""
+    ok, missing, slow = (python_results[job["id"]] for job in CANARIES)
+    assert ok["rc"] == 0 and "__main__ []" in ok["output"]
+    assert missing["rc"] != 0 and "NameError: name 'torch' is not defined" in missing["output"]
+    assert slow["timed_out"] and slow["rc"] != 0
