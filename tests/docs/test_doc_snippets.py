@@ -17,8 +17,9 @@ The conventions (docs/index.md, "Contributing to the docs", says the same for wr
 - Shell blocks (bash, sh, shell, console; in a console block the lines after a `$ ` prompt) pass `bash -n`, and
   every `rw` command in them (`rw`, `.venv/bin/rw`, ...; several per line joined with `&&`, `;`, `|`) is
   parsed by `rw`'s own parser (`rwcore.trainer.cli.parse_argv`): the subcommand and its flags must exist,
-  every `key=value` override must name a key of the config schema (and, when its value is literal text, not
-  `$VAR` or `<placeholder>`, hold a value of the key's type), and `--config NAME` must be a shipped config or
+  every `key=value` override must name a key of the config schema (and, when its value is literal text, not a
+  placeholder -- `$VAR`, a quoted `'<folder>'`, `...` or a word in capitals such as `N` -- hold a value of the
+  key's type), and `--config NAME` must be a shipped config or
   a path. The `rw config` and `rw variants` commands run (they are fast and write nothing); the rest are
   checked, not run.
 - `<!-- needs: gpu -->`, `<!-- needs: hub -->` or `<!-- needs: network -->` (several may be combined,
@@ -241,7 +242,7 @@ _CONTROL = {"&&", "||", ";", "|", "&", ";;", "(", ")", "{", "}"}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _LOCAL_DIRS = {"runs", "exports", "models", "tmp", "data"}  # run / export folders the docs use, not hub ids
 _LOADS_A_MODEL = {"train", "pretrain", "probe", "eval", "ablate"}  # what `rw config` only prints, these load
-_PLACEHOLDER = re.compile(r"[$<>`]|\.\.\.")
+_PLACEHOLDER = re.compile(r"[$<>`]|\.\.\.|^[A-Z][A-Z0-9_]*$")  # $RUN, '<folder>', ..., or a word in capitals: N, FILE
 
 
 def shell_commands(block: Block) -> list[str]:
@@ -424,6 +425,8 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     assert check_rw_command(["config", "--config", "arise-qwen"]) == ([], [])  # prints it, loads nothing
     assert check_rw_command(["train", "--config", "nope"])[0]
     assert check_rw_command(["train", "model.name=runs/x", "env.options.difficulty=hard"]) == ([], [])
+    assert check_rw_command(["train", "train.steps=N", "model.name=<folder>"]) == ([], [])  # placeholders
+    assert check_rw_command(["train", "train.steps=n"])[0]  # not a placeholder: not an int
     assert _key_exists("model.lora.rank") is None and _key_exists("model.lora.rnk")
     assert _key_exists("env.options.anything.deeper") is None and _key_exists("optim.lr.x")
     assert unimportable_names("from rwcore import Verdict, NoSuchName\nfrom rwcore.nowhere import x") == [
