@@ -1,0 +1,25 @@
+"""The example's outcome function and rubric checks for `env.name=tasks` (see docs/environments.md, section
+tasks). rwcore imports this module by name, so its folder goes on PYTHONPATH:
+
+    PYTHONPATH=examples/tasks rw train env.name=tasks env.options.reward=rewards:score ...
+
+Each function takes, by name, any of: completion, messages, metadata, task_id, tags.
+"""
+
+ITEMS = {"lamp", "sofa", "desk", "chair", "phone", "radio", "laptop", "camera", "printer", "speaker"}
+ITEMS |= {"tent", "bike", "scooter", "stove", "kettle"}
+
+
+def score(completion: str, metadata: dict) -> float:
+    """1.0 when the reply names the task's item (metadata["answer"]), else 0.0."""
+    return 1.0 if metadata["answer"] in completion.lower().split() else 0.0
+
+
+def names_an_item(completion: str) -> bool:
+    """Rubric check: the reply names some item (right or wrong)."""
+    return bool(ITEMS & set(completion.lower().split()))
+
+
+def is_short(completion: str) -> bool:
+    """Rubric check: the reply is at most three words."""
+    return len(completion.split()) <= 3
