@@ -11,8 +11,9 @@ ITEMS |= {"tent", "bike", "scooter", "stove", "kettle"}
 
 
 def score(completion: str, metadata: dict) -> float:
-    """1.0 when the reply names the task's item (metadata["answer"]), else 0.0."""
-    return 1.0 if metadata["answer"] in completion.lower().split() else 0.0
+    """1.0 when the reply names the task's item (metadata["answer"]) and no other item, else 0.0."""
+    named = ITEMS & set(completion.lower().split())
+    return 1.0 if named == {metadata["answer"]} else 0.0
 
 
 def names_an_item(completion: str) -> bool:
