@@ -11,9 +11,12 @@ ITEMS |= {"tent", "bike", "scooter", "stove", "kettle"}
 
 
 def score(completion: str, metadata: dict) -> float:
-    """1.0 when the reply names the task's item (metadata["answer"]) and no other item, else 0.0."""
+    """1.0 when the reply names the task's item (metadata["answer"]) and no other, 0.5 when it names it among
+    others, else 0.0. Success (what success rates count) is a reward of 1.0 (env.options.success_threshold)."""
     named = ITEMS & set(completion.lower().split())
-    return 1.0 if named == {metadata["answer"]} else 0.0
+    if metadata["answer"] not in named:
+        return 0.0
+    return 1.0 if named == {metadata["answer"]} else 0.5
 
 
 def names_an_item(completion: str) -> bool:

@@ -431,7 +431,10 @@ class EvalCommand(Command):
             "evaluation withholds them; metrics are labelled *_with_skills)",
         )
         parser.add_argument(
-            "--out", metavar="FILE", default=None, help="also write the metrics JSON to FILE (atomically: all or nothing)"
+            "--out",
+            metavar="FILE",
+            default=None,
+            help="also write the metrics JSON to FILE (atomically: all or nothing)",
         )
         parser.add_argument(
             "--greedy", action="store_true", help="argmax decoding instead of sampling at rollout.temperature"

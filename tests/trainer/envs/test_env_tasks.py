@@ -23,7 +23,7 @@ GOOD = [
     {"id": "b", "prompt": "the buyer wants the phone", "metadata": {"answer": "phone"}},
 ]
 EVAL = [{"id": "e", "prompt": "the seller has the desk", "metadata": {"answer": "desk"}, "tags": ["furniture"]}]
-REWARDS = '''
+REWARDS = """
 def score(completion, metadata):
     return 1.0 if metadata["answer"] in completion.split() else 0.0
 
@@ -72,7 +72,7 @@ def maybe(completion):
 
 SEEN = []
 NOT_A_FUNCTION = 3
-'''
+"""
 
 
 def _jsonl(path, rows) -> str:
@@ -106,6 +106,7 @@ def _play(env, task, completion):
     return env.outcome(episode)
 
 
+USER = {"role": "user", "content": "x"}
 BAD_ROWS = [
     ("{not json", "3", "not JSON"),
     ('["a", "list"]', "3", "a row is a JSON object"),
@@ -120,8 +121,8 @@ BAD_ROWS = [
     ({"id": "c", "prompt": "x", "tags": []}, "3:tags", "a list of 1 to 32"),
     ({"id": "c", "messages": []}, "3:messages", "a non-empty list"),
     ({"id": "c", "messages": [{"role": "system", "content": "x"}]}, "3:messages[0].role", "env.options.system_prompt"),
-    ({"id": "c", "messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]}, "3:messages[1].role", "alternates"),
-    ({"id": "c", "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}, "3:messages", "ends with a user"),
+    ({"id": "c", "messages": [USER, {"role": "user", "content": "y"}]}, "3:messages[1].role", "alternates"),
+    ({"id": "c", "messages": [USER, {"role": "assistant", "content": "y"}]}, "3:messages", "ends with a user"),
     ({"id": "c", "messages": [{"role": "user", "text": "x"}]}, "3:messages[0]", "exactly the keys role and content"),
 ]  # fmt: skip
 
@@ -142,7 +143,9 @@ def test_every_file_is_checked_before_anything_is_used(tmp_path, module):
     with pytest.raises(ValueError, match=r"env.options.train_file: .* holds no task"):
         _env(tmp_path, module, train=["", "   "])
     with pytest.raises(ValueError, match=r"env.options.eval_file: .* is not a file"):
-        make("tasks", train_file=_jsonl(tmp_path / "t.jsonl", GOOD), eval_file=str(tmp_path / "nope.jsonl"), reward="m:f")
+        make(
+            "tasks", train_file=_jsonl(tmp_path / "t.jsonl", GOOD), eval_file=str(tmp_path / "nope.jsonl"), reward="m:f"
+        )
     with pytest.raises(ValueError, match=r"eval.jsonl:1:id: task id 'a' is also in env.options.train_file"):
         _env(tmp_path, module, evals=[GOOD[0]])
     with pytest.raises(ValueError, match=r"env.options.eval_file: env.name=tasks needs it"):
@@ -214,7 +217,12 @@ def test_a_multi_turn_opening_reaches_the_reward_and_both_codecs(tmp_path, modul
         {"role": "assistant", "content": "ask the price"},
         {"role": "user", "content": "no name the item"},
     ]
-    env = _env(tmp_path, module, train=[{"id": "m", "messages": opening, "metadata": {"answer": "lamp"}}], reward=f"{module}:everything")
+    env = _env(
+        tmp_path,
+        module,
+        train=[{"id": "m", "messages": opening, "metadata": {"answer": "lamp"}}],
+        reward=f"{module}:everything",
+    )
     task = env.tasks("train")[0]
     assert env.opening(task) == [("partner", "the buyer wants the lamp"), ("assistant", "ask the price")]
     assert env.reset(task, 0).observation == "no name the item"
@@ -236,7 +244,9 @@ def test_a_multi_turn_opening_reaches_the_reward_and_both_codecs(tmp_path, modul
 
     codec = WordCodec(["the", "buyer", "wants", "lamp", "ask", "price", "no", "name", "item", "be", "brief"])
     ids = codec.start("be brief", "no name the item", env.opening(task))
-    assert ids == [codec.vocab[t] for t in "<bos> <system> be brief <partner> the buyer wants the lamp <assistant> ask the price <end> <partner> no name the item <assistant>".split()]  # fmt: skip
+    expected = "<bos> <system> be brief <partner> the buyer wants the lamp <assistant> ask the price <end> "
+    expected += "<partner> no name the item <assistant>"
+    assert ids == [codec.vocab[t] for t in expected.split()]
 
     class Template:  # the chat template's rendering, as transformers' apply_chat_template gives it (text only)
         chat_template = "x"
@@ -249,14 +259,17 @@ def test_a_multi_turn_opening_reaches_the_reward_and_both_codecs(tmp_path, modul
             return {"input_ids": [text]}
 
     rendered = TemplateCodec(Template()).start("be brief", "no name the item", env.opening(task))
-    assert rendered == ["<system>be brief<user>the buyer wants the lamp<assistant>ask the price<user>no name the item<go>"]
+    assert rendered == [
+        "<system>be brief<user>the buyer wants the lamp<assistant>ask the price<user>no name the item<go>"
+    ]
 
 
 def test_rubrics_with_checks_are_rules_the_rule_judge_and_providers_use(tmp_path, module):
     rubrics = tmp_path / "rubrics.yaml"
     rubrics.write_text(
         "rubrics:\n"
-        f"  - {{id: names_lamp, criterion: The reply names the lamp., capability: Understanding, check: '{module}:names_lamp'}}\n"
+        f"  - {{id: names_lamp, criterion: The reply names the lamp., capability: Understanding,"
+        f" check: '{module}:names_lamp'}}\n"
         f"  - {{id: short, criterion: At most two words., skill: be brief, check: '{module}:short'}}\n"
         f"  - {{id: odd, criterion: Returns maybe., check: '{module}:maybe'}}\n"
     )
@@ -271,7 +284,11 @@ def test_rubrics_with_checks_are_rules_the_rule_judge_and_providers_use(tmp_path
     assert [s.rubric_id for s in env.capability_candidates()] == ["names_lamp", "short", "odd"]
     trajectory = Trajectory(
         task_id="a",
-        turns=[Turn("system", ""), Turn("partner", "the buyer wants the lamp"), Turn("assistant", "the lamp please", generated=True)],
+        turns=[
+            Turn("system", ""),
+            Turn("partner", "the buyer wants the lamp"),
+            Turn("assistant", "the lamp please", generated=True),
+        ],
         outcome=1.0,
         trajectory_id="t0",
         metadata={"env_state": {"completion": "the lamp please"}},
@@ -292,8 +309,14 @@ def test_rubrics_with_checks_are_rules_the_rule_judge_and_providers_use(tmp_path
         ("rubrics:\n  - {id: x, criterion: y, weight: 2}\n", "rubrics[0].weight: not a rubric field"),
         ("rubrics:\n  - {id: 'a b', criterion: y}\n", "rubrics[0].id: letters, digits"),
         ("rubrics:\n  - {id: x, criterion: y}\n  - {id: x, criterion: z}\n", "rubrics[1].id: duplicate rubric id 'x'"),
-        ("rubrics:\n  - {id: x, criterion: y, check: 'nope_mod_q:f'}\n", "rubrics[0].check 'nope_mod_q:f': cannot import"),
-        ("rubrics:\n  - {id: x, criterion: y, check: '{m}:short'}\n  - {id: z, criterion: w}\n", "rubric 'z' has no check"),
+        (
+            "rubrics:\n  - {id: x, criterion: y, check: 'nope_mod_q:f'}\n",
+            "rubrics[0].check 'nope_mod_q:f': cannot import",
+        ),
+        (
+            "rubrics:\n  - {id: x, criterion: y, check: '{m}:short'}\n  - {id: z, criterion: w}\n",
+            "rubric 'z' has no check",
+        ),
         ("rubrics: [\n", "is not valid YAML/JSON"),
     ],
 )
@@ -312,7 +335,9 @@ def test_without_rubrics_the_environment_provides_no_rules_and_candidates(tmp_pa
 
 def test_provenance_is_the_sha256_of_the_reward_module_and_both_files(tmp_path, module):
     env = _env(tmp_path, module)
-    digest = {name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() for name in ("train.jsonl", "eval.jsonl")}
+    digest = {
+        name: hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() for name in ("train.jsonl", "eval.jsonl")
+    }
     assert env.provenance() == {
         f"reward module {module}": hashlib.sha256(REWARDS.encode()).hexdigest(),
         f"train_file {tmp_path.resolve() / 'train.jsonl'}": digest["train.jsonl"],
@@ -337,7 +362,12 @@ def test_a_parquet_task_file_reads_like_jsonl_and_its_bad_row_is_named_by_number
     bad = [*rows, {"id": "p2", "prompt": "x", "metadata": {"answer": "y"}, "tags": ["t", ""]}]
     pq.write_table(pa.Table.from_pylist(bad), tmp_path / "bad.parquet")
     with pytest.raises(ValueError, match=rf"^{tmp_path / 'bad.parquet'}:2:tags: "):
-        make("tasks", train_file=str(tmp_path / "bad.parquet"), eval_file=str(tmp_path / "eval.jsonl"), reward=f"{module}:score")
+        make(
+            "tasks",
+            train_file=str(tmp_path / "bad.parquet"),
+            eval_file=str(tmp_path / "eval.jsonl"),
+            reward=f"{module}:score",
+        )
 
 
 def test_the_transcript_of_an_episode_is_json_with_its_turns():

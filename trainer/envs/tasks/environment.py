@@ -101,9 +101,7 @@ class TaskFileEnv:
 
     def outcome(self, episode: Episode) -> Outcome:
         arguments, where = self._arguments(episode.task, episode.state.get("completion", ""))
-        reward, success = reward_value(
-            self.reward.call(where, arguments), self.reward, where, self.success_threshold
-        )
+        reward, success = reward_value(self.reward.call(where, arguments), self.reward, where, self.success_threshold)
         return Outcome(reward, success, f"{self.reward.spec} -> {reward:g}")
 
     def _arguments(self, task: Task, completion: str) -> tuple[dict, str]:

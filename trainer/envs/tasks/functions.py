@@ -169,4 +169,3 @@ def _source_file(module) -> Path | None:
         return None
     path = Path(name).resolve()
     return path if path.is_file() else None
-

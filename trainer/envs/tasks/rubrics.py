@@ -62,7 +62,8 @@ class TaskRubrics:
 
                 data = yaml.safe_load(text)
         except Exception as error:
-            raise ValueError(f"{option}: {str(self.path)!r} is not valid YAML/JSON ({error})".replace("\n", " "))
+            reason = str(error).replace("\n", " ")
+            raise ValueError(f"{option}: {str(self.path)!r} is not valid YAML/JSON ({reason})") from None
         if not isinstance(data, dict) or set(data) != {"rubrics"} or not isinstance(data["rubrics"], list):
             raise ValueError(f"{self.path}: the file holds one key, rubrics: a list of rubric entries")
         if not data["rubrics"]:
