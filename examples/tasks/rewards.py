@@ -19,11 +19,12 @@ def score(completion: str, metadata: dict) -> float:
     return 1.0 if named == {metadata["answer"]} else 0.5
 
 
-def names_an_item(completion: str) -> bool:
-    """Rubric check: the reply names some item (right or wrong)."""
-    return bool(ITEMS & set(completion.lower().split()))
+def names_one_item(completion: str) -> bool:
+    """Rubric check: the reply names exactly one item (right or wrong)."""
+    return len(ITEMS & set(completion.lower().split())) == 1
 
 
-def is_short(completion: str) -> bool:
-    """Rubric check: the reply is at most three words."""
-    return len(completion.split()) <= 3
+def no_repeats(completion: str) -> bool:
+    """Rubric check: no word of the reply is said twice."""
+    words = completion.lower().split()
+    return len(words) == len(set(words))
