@@ -197,3 +197,15 @@ def test_a_reward_that_raises_mid_run_stops_rw_train_with_an_error_naming_it(set
     )
     assert f"{root / 'eval.jsonl'}:3): 'gold'" in first and "Traceback" not in err
     assert "the run stopped" in err.split(first, 1)[1].splitlines()[1]
+
+
+def test_rubrics_without_checks_need_an_llm_judge_for_the_methods_that_judge_them(setup, tmp_path, monkeypatch):
+    root, options = setup
+    monkeypatch.syspath_prepend(str(root))
+    rubrics = tmp_path / "rubrics.yaml"
+    rubrics.write_text("rubrics:\n  - {id: polite, criterion: The reply is polite.}\n")
+    overrides = [*options, "env.options.reward=tf_train_rewards:score", f"env.options.rubrics={rubrics}", *SMALL]
+    trainer = Trainer(load_config(None, [*overrides, "train.method=arise"]), tmp_path / "run", quiet=True)
+    with pytest.raises(ValueError, match=r"env.name 'tasks' brings no rules .* set judge.kind=openai"):
+        trainer.setup()
+    assert not (tmp_path / "run").exists()  # refused before the run folder was written
