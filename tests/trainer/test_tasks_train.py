@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from _util import metrics_rows, save_tiny_chat_model
+from judge_server import ChatServer, Reply, loopback_without_proxy, verdict_line  # noqa: F401 - autouse fixture
 
 from rwcore.trainer import cli
 from rwcore.trainer.config import load_config
@@ -209,3 +210,60 @@ def test_rubrics_without_checks_need_an_llm_judge_for_the_methods_that_judge_the
     with pytest.raises(ValueError, match=r"env.name 'tasks' brings no rules .* set judge.kind=openai"):
         trainer.setup()
     assert not (tmp_path / "run").exists()  # refused before the run folder was written
+
+
+def test_rubrics_without_checks_are_rewardweavers_library_under_an_llm_judge(setup, tmp_path, monkeypatch):
+    """judge.kind=openai on a scripted OpenAI-compatible server on loopback: the rubrics file's entries become
+    the library (admitted unvalidated: a task file has no labelled cases) and the judge scores them."""
+    root, options = setup
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("RWCORE_TEST_TASKS_KEY", "sk-test-tasks-5e1")
+    rubrics = tmp_path / "rubrics.yaml"
+    rubrics.write_text(
+        "rubrics:\n  - {id: polite, criterion: The reply is polite.}\n"
+        "  - {id: on_topic, criterion: The reply is about the item., capability: Understanding}\n"
+    )
+    kinds: dict[str, int] = {}
+
+    def script(request) -> Reply:
+        if "careful, impartial evaluator" in request.system:
+            kinds["judge"] = kinds.get("judge", 0) + 1
+            return Reply("\n".join(verdict_line(request, rid, "fail") for rid in request.rubric_ids))
+        if "You diagnose why" in request.system:
+            kinds["attribution"] = kinds.get("attribution", 0) + 1
+            rows = [
+                {"request_id": request.request_id, "capability_id": cid, "deficit": True, "confidence": 0.9,
+                 "evidence": "the reply", "cause": "policy"}
+                for cid in request.candidate_ids
+            ]  # fmt: skip
+            return Reply("\n".join(json.dumps(row) for row in rows))
+        raise AssertionError(f"unexpected prompt: {request.system[:200]}")
+
+    with ChatServer(script) as chat:
+        overrides = [
+            *options,
+            "env.options.reward=tf_train_rewards:score",
+            f"env.options.rubrics={rubrics}",
+            "train.method=rewardweaver",
+            *SMALL,
+            "train.checkpoint_every=0",
+            "rewardweaver.adaptation_interval=2",
+            "rewardweaver.min_support=1",
+            "rewardweaver.diagnosis_tasks=2",
+            "rewardweaver.diagnostic_tasks=2",
+            "rewardweaver.expansion=false",
+            "judge.kind=openai",
+            "judge.model=judge-test",
+            f"judge.base_url={chat.base_url}",
+            "judge.api_key_env=RWCORE_TEST_TASKS_KEY",
+        ]
+        trainer = Trainer(load_config(None, overrides), tmp_path / "run", quiet=True)
+        trainer.setup()
+        library = trainer.method.weaver.library
+        assert set(library.ids()) == {"polite", "on_topic"}
+        assert all("unvalidated" in library[c].admission.reasons[0] for c in library.ids())
+        trainer.train()
+        trainer.cleanup()
+    rows = metrics_rows(tmp_path / "run", "train")
+    assert len(rows) == 2 and all(r["judgments"] > 0 and r["invalid_rate"] == 0.0 for r in rows)
+    assert kinds["judge"] > 0
