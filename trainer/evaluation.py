@@ -72,11 +72,20 @@ class TrainerEvaluation:
         return exploration_row(self.step, figures, self._usage_row())
 
     @torch.no_grad()
-    def evaluate(self, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False) -> dict:
+    def evaluate(
+        self,
+        split: str = "eval",
+        max_tasks: int | None = None,
+        with_skills: bool = False,
+        greedy: bool = False,
+        transcripts: list | None = None,
+    ) -> dict:
         """Success rate and mean outcome on a split, one sampled episode per task with fixed seeds.
 
         The prompt is the environment's base prompt: Arise withholds the evolved skills at evaluation.
         `with_skills` (analysis only) adds the active skills and labels the metrics eval_with_skills/*.
+        `greedy`: argmax decoding instead of sampling at rollout.temperature. `transcripts`: a list that
+        gets every episode's transcript (`transcript_of`), in task order (this rank's block).
         """
         tasks = self.eval_tasks if split == "eval" else list(self.train_tasks.values())
         tasks = tasks[:max_tasks] if max_tasks else tasks
@@ -85,7 +94,9 @@ class TrainerEvaluation:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(EVAL_SEED + self.rank)
             jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
-            rollouts = self._episodes(jobs, prompt)
+            rollouts = self._episodes(jobs, prompt, greedy=greedy)
+        if transcripts is not None:
+            transcripts.extend(transcript_of(r) for r in rollouts)
         outcomes = self._gathered(
             [
                 (r.outcome.success, r.outcome.reward, tasks[first + k].tags[0] if tasks[first + k].tags else "untagged")
@@ -130,16 +141,26 @@ class TrainerEvaluation:
 
     @classmethod
     def evaluate_checkpoint(
-        cls, path: str | os.PathLike, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False
+        cls,
+        path: str | os.PathLike,
+        split: str = "eval",
+        max_tasks: int | None = None,
+        with_skills: bool = False,
+        greedy: bool = False,
+        tasks_file: str | None = None,
+        transcripts: list | None = None,
     ) -> dict:
-        """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest)."""
-        trainer = cls.from_checkpoint(path)
-        return trainer.evaluate(split, max_tasks, with_skills=with_skills)
+        """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest); `greedy`,
+        `transcripts` as `evaluate`; `tasks_file` as `from_checkpoint`."""
+        trainer = cls.from_checkpoint(path, tasks_file=tasks_file)
+        return trainer.evaluate(split, max_tasks, with_skills=with_skills, greedy=greedy, transcripts=transcripts)
 
     @classmethod
-    def from_checkpoint(cls: type[T], path: str | os.PathLike) -> T:
+    def from_checkpoint(cls: type[T], path: str | os.PathLike, tasks_file: str | None = None) -> T:
         """A trainer set up for evaluation with a saved checkpoint's policy and method state (a
-        checkpoints/step_N folder, or a run folder: its latest), after verifying it against its manifest."""
+        checkpoints/step_N folder, or a run folder: its latest), after verifying it against its manifest.
+        `tasks_file`: the held-out split read from this task file instead (env.name=tasks runs only: its
+        env.options.eval_file replaced; ValueError for another environment)."""
         path = Path(path)
         latest = ckpt.latest_checkpoint(path)  # refuses a pointer that leads out of this run folder
         if latest is not None:
@@ -151,9 +172,34 @@ class TrainerEvaluation:
             path = newest[0]
         run = path.parent.parent
         ckpt.verify(path)  # before anything is built: a damaged file is named, never loaded
-        trainer = cls(load_config(str(run / "config.yaml")), run, quiet=True)
+        config = load_config(str(run / "config.yaml"))
+        if tasks_file is not None:
+            if config.env.name != "tasks":
+                raise ValueError(
+                    f"--tasks-file scores a task file with an env.name=tasks run; this run's env.name is "
+                    f"{config.env.name!r}"
+                )
+            config.env.options["eval_file"] = str(Path(tasks_file).resolve())
+        trainer = cls(config, run, quiet=True)
         trainer._resume_from = path
         trainer._verified = path
         trainer._evaluation_only = True
         trainer.setup()
         return trainer
+
+
+def transcript_of(rollout) -> dict:
+    """One episode as a JSON object: its task, tags, outcome and the conversation (role, content), generated
+    turns marked."""
+    trajectory, outcome = rollout.trajectory, rollout.outcome
+    return {
+        "task_id": trajectory.task_id,
+        "tags": list(trajectory.tags),
+        "reward": float(outcome.reward),
+        "success": bool(outcome.success),
+        "reason": outcome.reason,
+        "turns": [
+            {"role": turn.role, "content": turn.content, **({"generated": True} if turn.generated else {})}
+            for turn in trajectory.turns
+        ],
+    }

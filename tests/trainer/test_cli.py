@@ -32,8 +32,11 @@ class FakeTrainer:
         return trainer
 
     @classmethod
-    def evaluate_checkpoint(cls, path, split="eval", max_tasks=None, with_skills=False):
-        FakeTrainer.calls.append(("evaluate", path, split, max_tasks) + (("with_skills",) if with_skills else ()))
+    def evaluate_checkpoint(
+        cls, path, split="eval", max_tasks=None, with_skills=False, greedy=False, tasks_file=None, transcripts=None
+    ):
+        extra = (("with_skills",) if with_skills else ()) + (("greedy",) if greedy else ())
+        FakeTrainer.calls.append(("evaluate", path, split, max_tasks) + extra)
         return {"eval/success_rate": 0.5, "eval/outcome_mean": float("nan"), "tasks": 8}
 
     def setup(self):

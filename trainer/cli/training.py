@@ -10,9 +10,11 @@ import math
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from rwcore._io import atomic_write_bytes
 from rwcore.trainer.cli.command import (
     PROG,
     Command,
@@ -195,8 +197,9 @@ class TrainCommand(Command):
             return 130
         except RuntimeError as error:
             from rwcore.trainer.async_rollout import RolloutProcessDied
+            from rwcore.trainer.envs.tasks.functions import UserFunctionError
 
-            if not isinstance(error, RolloutProcessDied):
+            if not isinstance(error, (RolloutProcessDied, UserFunctionError)):  # a user's reward or check failed
                 raise
             raise CommandError(f"{error}\nthe run stopped; {_how_to_continue(args, run_dir)}") from None
         finally:
@@ -391,16 +394,20 @@ class ProbeCommand(Command):
 
 class EvalCommand(Command):
     name = "eval"
-    help = "evaluate a checkpoint on the held-out (or training) split"
+    help = "evaluate a checkpoint on the held-out (or training) split, or on a task file"
     description = (
-        "Evaluates a saved checkpoint and prints its metrics as JSON on stdout. The checkpoint is "
-        "verified against its manifest.json first: a damaged, unlisted or missing file, or a "
-        "checkpoint without a manifest, is an error naming it (exit 2)."
+        "Evaluates a saved checkpoint and prints its metrics as JSON on stdout (and writes them to --out). "
+        "The checkpoint is verified against its manifest.json first: a damaged, unlisted or missing file, or a "
+        "checkpoint without a manifest, is an error naming it (exit 2). Episodes are sampled at the run's "
+        "rollout.temperature with fixed seeds (the same draws every time), or decoded greedily with --greedy."
     )
     epilog = """examples:
   rw eval runs/demo/checkpoints/step_200
   rw eval runs/demo/checkpoints/step_200 --split train --tasks 64
   rw eval runs/demo --with-skills     # analysis only: with the pool's active skills in the prompt
+  rw eval runs/tasks --tasks-file more_eval.jsonl --greedy --out scores.json --transcripts 5
+                                      # an env.name=tasks run on another task file; 5 transcripts
+                                      # in scores.transcripts.jsonl
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -423,17 +430,71 @@ class EvalCommand(Command):
             help="put the checkpoint's active Arise skills in the prompt (analysis only: held-out "
             "evaluation withholds them; metrics are labelled *_with_skills)",
         )
+        parser.add_argument(
+            "--out",
+            metavar="FILE",
+            default=None,
+            help="also write the metrics JSON to FILE (atomically: all or nothing)",
+        )
+        parser.add_argument(
+            "--greedy", action="store_true", help="argmax decoding instead of sampling at rollout.temperature"
+        )
+        parser.add_argument(
+            "--tasks-file",
+            metavar="FILE",
+            default=None,
+            help="score the tasks of FILE (.jsonl/.parquet) instead of the held-out split: env.name=tasks runs "
+            "only (their env.options.eval_file replaced by FILE; the file is checked like a training file)",
+        )
+        parser.add_argument(
+            "--transcripts",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="write the first N episodes' transcripts (task, outcome, every turn) as JSONL beside --out: "
+            "FILE with its suffix replaced by .transcripts.jsonl (needs --out)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         path = Path(args.checkpoint)
         if not path.exists():
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r} does not exist")
+        if args.transcripts and not args.out:
+            raise CommandError("--transcripts needs --out FILE (the transcripts go to FILE.transcripts.jsonl)")
+        if args.tasks_file is not None and args.split != "eval":
+            raise CommandError("--tasks-file replaces the held-out split; it cannot be combined with --split train")
+        if args.tasks_file is not None and not Path(args.tasks_file).is_file():
+            raise CommandError(f"--tasks-file: {args.tasks_file!r} is not a file")
+        out = Path(args.out) if args.out else None
+        if out is not None and (out.is_dir() or not out.parent.is_dir()):
+            raise CommandError(f"--out: {args.out!r} must name a file in an existing folder")
+        written = out.with_suffix(".transcripts.jsonl") if out is not None and args.transcripts else None
+        if written is not None and written == out:
+            raise CommandError(f"--out: {args.out!r} would be overwritten by the transcripts; name a .json file")
         Trainer = _trainer_class()
+        transcripts: list = []
+        source = args.tasks_file or f"the {args.split} split"
+        print(f"rw eval: {path} on {source}{' (greedy)' if args.greedy else ''} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
         try:
             metrics = Trainer.evaluate_checkpoint(
-                str(path), split=args.split, max_tasks=args.tasks, with_skills=args.with_skills
+                str(path),
+                split=args.split,
+                max_tasks=args.tasks,
+                with_skills=args.with_skills,
+                greedy=args.greedy,
+                tasks_file=args.tasks_file,
+                transcripts=transcripts,
             )
         except (ValueError, FileNotFoundError) as error:
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
-        print(json.dumps(_jsonable(metrics), indent=2, sort_keys=True))
+        print(f"rw eval: done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        text = json.dumps(_jsonable(metrics), indent=2, sort_keys=True)
+        if written is not None:  # before the metrics: a metrics file never points at missing transcripts
+            lines = "".join(json.dumps(_jsonable(t), sort_keys=True) + "\n" for t in transcripts[: args.transcripts])
+            atomic_write_bytes(written, lines.encode())
+            print(f"rw eval: {min(len(transcripts), args.transcripts)} transcripts in {written}", file=sys.stderr)
+        if out is not None:
+            atomic_write_bytes(out, (text + "\n").encode())
+        print(text)
         return 0

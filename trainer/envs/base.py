@@ -24,6 +24,10 @@ Optional, batched stepping (environments whose counterpart is an LLM):
     attach_policy(generate)
         Self-play: the trainer hands the environment generate([(system, brief), ...]) -> messages, the
         policy sampling without gradients (rwcore.trainer.rollout.policy_text_generator).
+    opening(task) -> list[(role, text)]
+        The conversation before the first observation, each role "partner" or "assistant" (env.name=tasks:
+        a task file's multi-turn opening): rollouts encode it ahead of the brief, through the model's chat
+        template, and keep it in the trajectory's turns.
 
 Optional *providers* (a method that is absent, or returns None, means "not provided"):
 
