@@ -126,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 child.error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as stop:  # --help (0) or a usage error (2, already printed)
         return int(stop.code) if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    args.argv = list(argv)  # what was typed after the program's name (rw train records it in run_info.json)
     try:
         return commands[args.command].run(args)
     except CommandError as error:
