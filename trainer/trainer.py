@@ -22,7 +22,9 @@ key) and what the LLM roles cost (rwcore.trainer.usage).
 Run folder (see rwcore.trainer.report for the plots, rwcore.trainer.analyze for the tables):
 config.yaml (resolved), method.json (the variant, its components and every method setting),
 metrics.jsonl, sampling.jsonl, reward_stages.json, reward_history.json, diagnostics.json,
-pool_counts.json, pool_events.json, pool_rubrics.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest), and the
+pool_counts.json, pool_events.json, pool_rubrics.json, run_info.json (every invocation: command line, versions, commit,
+machine; rwcore.trainer.run_info), checkpoints/step_NNNNNN/ (+ checkpoints/latest; train.keep_checkpoints prunes them:
+rwcore.trainer.checkpoint_retention), and the
 folders of the experiment trackers train.loggers names (tensorboard/, wandb/, mlflow/, trackio/: trackers.py).
 
 Processes: with train.engine=deepspeed under `deepspeed` / `torchrun`, every rank draws the same
