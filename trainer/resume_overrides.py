@@ -4,7 +4,10 @@
 larger `max_steps` and verl's raised `trainer.total_training_steps` do; it must exceed the steps the checkpoint
 holds. The cadences (`train.eval_every`, `train.checkpoint_every`, `train.log_every`) and
 `train.keep_checkpoints` only decide what is written from now on. Every other key is refused by name: the resumed
-run would not be the run its first steps belong to (another learning rate, method, model, seed...).
+run would not be the run its first steps belong to (another learning rate, method, model, seed...). The trackers
+(`train.loggers`, `train.tracker_project`) are refused too: a tracker added on resume would hold only the rest of
+the run, and one moved to another project would start a second run there; the run folder's metrics.jsonl holds
+every row for a tracker started later.
 
 What depends on `train.steps` itself: a decaying learning rate (`optim.schedule=linear|cosine`) reaches 0 at
 `train.steps`, so the steps already trained followed the old horizon; extending such a run would give the rest a
@@ -41,8 +44,8 @@ def resume_config(config_file: str | Path, overrides: Sequence[str]) -> tuple[Co
         key = override.split("=", 1)[0].strip()
         if key not in RESUME_KEYS:
             raise ValueError(
-                f"{key} cannot change on resume: it would change the steps already trained; a resumed run may "
-                f"change only {', '.join(RESUME_KEYS)} (start a new run with --out to change {key})"
+                f"{key} cannot change on resume: a resumed run keeps the config its first steps were trained "
+                f"with; it may change only {', '.join(RESUME_KEYS)} (start a new run with --out to change {key})"
             )
     before = load_config(str(config_file)).train.steps
     config = load_config(str(config_file), list(overrides))

@@ -93,12 +93,17 @@ def test_a_finished_run_extends_as_if_started_with_the_new_steps(tmp_path, capsy
         assert first["git"]["commit"] == head.stdout.strip()
 
 
-def test_a_decaying_schedule_cannot_be_extended(tmp_path):
+def test_a_decaying_schedule_the_seed_and_the_trackers_cannot_change_on_resume(tmp_path):
     config = load_config(None, [*RUN, "optim.schedule=cosine"])
     save_config(config, tmp_path / "config.yaml")
     with pytest.raises(ValueError, match=r"decays to 0 at train.steps=4 \(optim.schedule=cosine\)"):
         resume_config(tmp_path / "config.yaml", ["train.steps=6"])
-    assert resume_config(tmp_path / "config.yaml", ["train.checkpoint_every=2"])[0].train.checkpoint_every == 2
+    for override in ("train.seed=1", "train.loggers=[tensorboard]", "model.lora.rank=8"):
+        key = override.split("=")[0]
+        with pytest.raises(ValueError, match=f"^{key} cannot change on resume"):
+            resume_config(tmp_path / "config.yaml", ["train.steps=4", override])
+    changed, before = resume_config(tmp_path / "config.yaml", ["train.checkpoint_every=2", "train.keep_checkpoints=1"])
+    assert (changed.train.checkpoint_every, changed.train.keep_checkpoints, before) == (2, 1, 4)
 
 
 def test_keep_checkpoints_keeps_the_newest_and_the_best_held_out(tmp_path, capsys):
