@@ -22,7 +22,9 @@ key) and what the LLM roles cost (rwcore.trainer.usage).
 Run folder (see rwcore.trainer.report for the plots, rwcore.trainer.analyze for the tables):
 config.yaml (resolved), method.json (the variant, its components and every method setting),
 metrics.jsonl, sampling.jsonl, reward_stages.json, reward_history.json, diagnostics.json,
-pool_counts.json, pool_events.json, pool_rubrics.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest), and the
+pool_counts.json, pool_events.json, pool_rubrics.json, run_info.json (every invocation: command line, versions, commit,
+machine; rwcore.trainer.run_info), checkpoints/step_NNNNNN/ (+ checkpoints/latest; train.keep_checkpoints prunes them:
+rwcore.trainer.checkpoint_retention), and the
 folders of the experiment trackers train.loggers names (tensorboard/, wandb/, mlflow/, trackio/: trackers.py).
 
 Processes: with train.engine=deepspeed under `deepspeed` / `torchrun`, every rank draws the same
@@ -63,6 +65,7 @@ from rwcore.trainer.prior import ensure_prior, prior_record, resolve_init
 from rwcore.trainer.prior.retention import ReadingRetention, check_reading_retention
 from rwcore.trainer.rank_rollouts import RankRollouts, step_seed
 from rwcore.trainer.rollout import Rollout
+from rwcore.trainer.run_info import append_run_info, command_line, invocation
 from rwcore.trainer.run_state import RunState
 from rwcore.trainer.trackers import Trackers
 from rwcore.trainer.update import PolicyUpdate
@@ -99,6 +102,8 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
         self._retention = None  # loss.reading_retention's corpus batches (set up in setup())
         self._reading_probe = None  # train.probe_at_eval's light probe (set up in setup())
         self.trackers: Trackers | None = None  # train.loggers (set up in setup(); none for rw eval)
+        self.resumed: dict | None = None  # resume(): the checkpoint continued from, its step, the steps before
+        self.command_line: list[str] | None = None  # what run_info.json records (default: this process's argv)
 
     @property
     def rollout_correction(self):
@@ -180,7 +185,8 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
                 self.out.mkdir(parents=True, exist_ok=True)
                 ckpt.clean_temporaries(self.out)  # what a killed run left behind (staging folders, .tmp files)
                 (self.out / "checkpoints").mkdir(exist_ok=True)
-                save_config(cfg, self.out / "config.yaml")
+                save_config(cfg, self.out / "config.yaml")  # on resume: with the new train.steps of an extension
+                append_run_info(self.out, self._invocation())  # the command line, versions, commit and machine
                 atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
                 if self.prior is not None:
                     atomic_write_bytes(self.out / "prior.json", json.dumps(prior_record(self.prior), indent=1).encode())
@@ -199,6 +205,14 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
         self._write_adaptation_files()
         if cfg.rollout.max_lag:
             self._start_rollout_process()
+
+    def _invocation(self) -> dict:
+        """This invocation's record in run_info.json (rwcore.trainer.run_info)."""
+        argv = self.command_line or command_line()
+        if self.resumed is None:
+            return invocation(argv, "start", steps=self.config.train.steps)
+        resumed = {**self.resumed, "checkpoint": os.path.relpath(self.resumed["checkpoint"], self.out)}
+        return invocation(argv, "resume", resumed_from=resumed, steps=self.config.train.steps)
 
     def _start_rollout_process(self) -> None:
         """rollout.max_lag > 0: the rollout process with the policy's current weights (and the rollouts a

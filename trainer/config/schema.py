@@ -435,6 +435,13 @@ class TrainConfig:
         "built-in model on an environment with a guidance language, the only case where on is accepted.",
     )
     checkpoint_every: int = _f(50, "Steps between checkpoints.", ge=0)
+    keep_checkpoints: int = _f(
+        0,
+        "Checkpoints kept in the run folder: after each new one, all but the newest N and the best held-out one "
+        "(highest eval/success_rate at a checkpointed step; the earliest of a tie) are deleted (TRL's "
+        "save_total_limit); 0 = keep every one.",
+        ge=0,
+    )
     log_every: int = _f(1, "Steps between metric log lines.", gt=0)
     engine: Literal["torch", "deepspeed"] = _f(
         "torch",
