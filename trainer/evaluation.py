@@ -28,6 +28,7 @@ from rwcore.trainer.metrics import Evaluation, evaluation_row, exploration_row
 from rwcore.trainer.prior import language_of, resolve_probe_at_eval
 from rwcore.trainer.prior.pretrain import corpus_spec
 from rwcore.trainer.prior.probe import EvaluationProbe
+from rwcore.trainer.transcripts import Transcript
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
 
@@ -38,10 +39,12 @@ class TrainerEvaluation:
     """Held-out evaluation, the exploration row, the reading probe and `rw eval` (mixed into the Trainer)."""
 
     def _log_evaluation(self) -> dict:
-        evaluation = self.evaluate("eval")
+        evaluation, transcripts = self._evaluate("eval", transcripts=self._transcripts_wanted())
         evaluation.update(self._probe_row())
         evaluation.update(self._usage_row())  # every row says what the LLM roles cost since the previous one
         self._log(evaluation)
+        if self.main and self.trackers is not None:
+            self.trackers.log_transcripts("eval", transcripts, self.step)
         if self.config.train.eval_with_skills == "on":
             self._log(self.evaluate("eval", with_skills=True))
         return evaluation
@@ -71,13 +74,24 @@ class TrainerEvaluation:
         # every row says what the LLM roles cost since the previous one
         return exploration_row(self.step, figures, self._usage_row())
 
-    @torch.no_grad()
+    def _transcripts_wanted(self) -> int:
+        """train.tracker_transcripts when a tracker is named (the same on every rank: gathering them is collective)."""
+        trackers = [name for name in self.config.train.loggers if name != "console"]
+        return self.config.train.tracker_transcripts if trackers else 0
+
     def evaluate(self, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False) -> dict:
         """Success rate and mean outcome on a split, one sampled episode per task with fixed seeds.
 
         The prompt is the environment's base prompt: Arise withholds the evolved skills at evaluation.
         `with_skills` (analysis only) adds the active skills and labels the metrics eval_with_skills/*.
         """
+        return self._evaluate(split, max_tasks, with_skills)[0]
+
+    @torch.no_grad()
+    def _evaluate(
+        self, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False, transcripts: int = 0
+    ) -> tuple[dict, list[Transcript]]:
+        """`evaluate`'s row, and the transcripts of the first `transcripts` episodes (of every rank, in task order)."""
         tasks = self.eval_tasks if split == "eval" else list(self.train_tasks.values())
         tasks = tasks[:max_tasks] if max_tasks else tasks
         first, last = self._my_groups(len(tasks))
@@ -93,7 +107,12 @@ class TrainerEvaluation:
             ]
         )
         details = self._gathered([r.outcome.details for r in rollouts])
-        return evaluation_row(
+        sampled = (
+            self._gathered([Transcript.of(first + k, r) for k, r in enumerate(rollouts) if first + k < transcripts])
+            if transcripts
+            else []
+        )
+        row = evaluation_row(
             Evaluation(
                 step=self.step,
                 name=f"{split}_with_skills" if with_skills else split,
@@ -104,6 +123,7 @@ class TrainerEvaluation:
                 ceiling=envs.provided(self.env, "ceiling") if split == "eval" else None,
             )
         )
+        return row, sampled
 
     def _build_reading_probe(self) -> EvaluationProbe | None:
         """The light skill-reading probe of train.probe_at_eval (None when off)."""
