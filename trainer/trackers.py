@@ -2,11 +2,11 @@
 
 Each tracker is one adapter over the rows the trainer appends to metrics.jsonl, behind one small interface
 (`Tracker`: `start(config, run_folder)`, `log(metrics, step)`, `log_transcripts(name, transcripts, step)`,
-`close()`); `TRACKERS` maps the names
-`train.loggers` accepts to them. `Trackers` is what the trainer holds: it checks the packages before anything is
-written (`check_installed`), starts the trackers once the run folder and its config.yaml exist, hands each row
-to every tracker, and drops a tracker that raises, naming it once on stderr, while training and metrics.jsonl go
-on. The packages are imported only when a tracker starts (the `trackers` extra installs them).
+`close()`); `TRACKERS` maps the names `train.loggers` accepts to them. `Trackers` is what the trainer holds: it
+checks the packages before anything is written (`check_installed`), starts the trackers once the run folder and its
+config.yaml exist, hands each row to every tracker, and drops a tracker that raises, naming it once on stderr, while
+training and metrics.jsonl go on. The packages are imported only when a tracker starts (the `trackers` extra
+installs them).
 
 What a tracker receives from a row (`metric_values`): the row's `step` as the step, and every other value that is
 a finite number (bool, text, NaN and infinities are left out) under the row's key prefixed with its kind
@@ -482,9 +482,10 @@ def _importable(module: str) -> bool:
 
 class Trackers:
     """The trackers of a run. Built before anything is written (`check_installed` refuses a missing package);
-    `start` once RUN and config.yaml exist (main process only); `log(row)` with every metrics row; `close` at the
-    end. Each tracker's calls run on a thread of its own and are bounded (`BOUNDS`): a tracker that raises or does
-    not answer in time is named once on stderr and dropped; the others, training and metrics.jsonl go on."""
+    `start` once RUN and config.yaml exist (main process only); `log(row)` with every metrics row (less the keys
+    `omit` names); `log_transcripts` with every evaluation's transcripts; `close` at the end. Each tracker's calls
+    run on a thread of its own and are bounded (`BOUNDS`): a tracker that raises or does not answer in time is named
+    once on stderr and dropped; the others, training and metrics.jsonl go on."""
 
     def __init__(self, names: Sequence[str], project: str, omit: Omit | None = None) -> None:
         check_installed(names)
