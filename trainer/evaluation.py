@@ -28,6 +28,7 @@ from rwcore.trainer.metrics import Evaluation, evaluation_row, exploration_row
 from rwcore.trainer.prior import language_of, resolve_probe_at_eval
 from rwcore.trainer.prior.pretrain import corpus_spec
 from rwcore.trainer.prior.probe import EvaluationProbe
+from rwcore.trainer.transcripts import Transcript, transcript_of
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
 
@@ -38,10 +39,12 @@ class TrainerEvaluation:
     """Held-out evaluation, the exploration row, the reading probe and `rw eval` (mixed into the Trainer)."""
 
     def _log_evaluation(self) -> dict:
-        evaluation = self.evaluate("eval")
+        evaluation, transcripts = self._evaluate("eval", transcripts=self._transcripts_wanted())
         evaluation.update(self._probe_row())
         evaluation.update(self._usage_row())  # every row says what the LLM roles cost since the previous one
         self._log(evaluation)
+        if self.main and self.trackers is not None:
+            self.trackers.log_transcripts("eval", transcripts, self.step)
         if self.config.train.eval_with_skills == "on":
             self._log(self.evaluate("eval", with_skills=True))
         return evaluation
@@ -71,7 +74,11 @@ class TrainerEvaluation:
         # every row says what the LLM roles cost since the previous one
         return exploration_row(self.step, figures, self._usage_row())
 
-    @torch.no_grad()
+    def _transcripts_wanted(self) -> int:
+        """train.tracker_transcripts when a tracker is named (the same on every rank: gathering them is collective)."""
+        trackers = [name for name in self.config.train.loggers if name != "console"]
+        return self.config.train.tracker_transcripts if trackers else 0
+
     def evaluate(
         self,
         split: str = "eval",
@@ -87,6 +94,21 @@ class TrainerEvaluation:
         `greedy`: argmax decoding instead of sampling at rollout.temperature. `transcripts`: a list that
         gets every episode's transcript (`transcript_of`), in task order (this rank's block).
         """
+        return self._evaluate(split, max_tasks, with_skills, greedy=greedy, every_transcript=transcripts)[0]
+
+    @torch.no_grad()
+    def _evaluate(
+        self,
+        split: str = "eval",
+        max_tasks: int | None = None,
+        with_skills: bool = False,
+        transcripts: int = 0,
+        greedy: bool = False,
+        every_transcript: list | None = None,
+    ) -> tuple[dict, list[Transcript]]:
+        """`evaluate`'s row, and the transcripts of the first `transcripts` episodes (of every rank, in task order)
+        for the trackers; `every_transcript` (`rw eval --transcripts`) gets this rank's episodes as `transcript_of`
+        dicts."""
         tasks = self.eval_tasks if split == "eval" else list(self.train_tasks.values())
         tasks = tasks[:max_tasks] if max_tasks else tasks
         first, last = self._my_groups(len(tasks))
@@ -95,8 +117,8 @@ class TrainerEvaluation:
             torch.manual_seed(EVAL_SEED + self.rank)
             jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
             rollouts = self._episodes(jobs, prompt, greedy=greedy)
-        if transcripts is not None:
-            transcripts.extend(transcript_of(r) for r in rollouts)
+        if every_transcript is not None:
+            every_transcript.extend(transcript_of(r) for r in rollouts)
         outcomes = self._gathered(
             [
                 (r.outcome.success, r.outcome.reward, tasks[first + k].tags[0] if tasks[first + k].tags else "untagged")
@@ -104,7 +126,12 @@ class TrainerEvaluation:
             ]
         )
         details = self._gathered([r.outcome.details for r in rollouts])
-        return evaluation_row(
+        sampled = (
+            self._gathered([Transcript.of(first + k, r) for k, r in enumerate(rollouts) if first + k < transcripts])
+            if transcripts
+            else []
+        )
+        row = evaluation_row(
             Evaluation(
                 step=self.step,
                 name=f"{split}_with_skills" if with_skills else split,
@@ -115,6 +142,7 @@ class TrainerEvaluation:
                 ceiling=envs.provided(self.env, "ceiling") if split == "eval" else None,
             )
         )
+        return row, sampled
 
     def _build_reading_probe(self) -> EvaluationProbe | None:
         """The light skill-reading probe of train.probe_at_eval (None when off)."""
@@ -186,20 +214,3 @@ class TrainerEvaluation:
         trainer._evaluation_only = True
         trainer.setup()
         return trainer
-
-
-def transcript_of(rollout) -> dict:
-    """One episode as a JSON object: its task, tags, outcome and the conversation (role, content), generated
-    turns marked."""
-    trajectory, outcome = rollout.trajectory, rollout.outcome
-    return {
-        "task_id": trajectory.task_id,
-        "tags": list(trajectory.tags),
-        "reward": float(outcome.reward),
-        "success": bool(outcome.success),
-        "reason": outcome.reason,
-        "turns": [
-            {"role": turn.role, "content": turn.content, **({"generated": True} if turn.generated else {})}
-            for turn in trajectory.turns
-        ],
-    }

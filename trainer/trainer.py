@@ -67,6 +67,7 @@ from rwcore.trainer.rank_rollouts import RankRollouts, step_seed
 from rwcore.trainer.rollout import Rollout
 from rwcore.trainer.run_info import append_run_info, command_line, invocation
 from rwcore.trainer.run_state import RunState
+from rwcore.trainer.tracker_rows import not_applicable
 from rwcore.trainer.trackers import Trackers
 from rwcore.trainer.update import PolicyUpdate
 from rwcore.trainer.usage import LLMUsage
@@ -119,7 +120,12 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
             cfg.rollout.engine = "hf"
         self._check_batch(cfg)
         # train.loggers: a tracker whose package is missing is refused here, before anything is written
-        self.trackers = None if self._evaluation_only else Trackers(cfg.train.loggers, cfg.train.tracker_project)
+        # (the keys that do not apply to this run's settings stay in metrics.jsonl only: tracker_rows)
+        self.trackers = (
+            None
+            if self._evaluation_only
+            else Trackers(cfg.train.loggers, cfg.train.tracker_project, omit=not_applicable(cfg))
+        )
         self._seed_everything(cfg.train.seed)
         self.device = self._device()
         self.env = envs.make(cfg.env.name, **dict(cfg.env.options))

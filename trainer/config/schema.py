@@ -305,7 +305,8 @@ class LossConfig:
         "decoupled_* recompute the proximal log-probs with the training model before the update (one more "
         "forward pass) and weight each token by the proximal / behavior ratio (TIS, MIS/IcePop) and "
         "rejection; bypass_* anchor the ratio at the behavior log-probs (bypass_pg_*: REINFORCE form). "
-        "The rollout_corr/* mismatch metrics are logged either way.",
+        "The rollout_corr/* mismatch metrics are written to metrics.jsonl either way (docs/trackers.md says when "
+        "the trackers get them).",
     )
     rollout_is_threshold: str = _f(
         "",
@@ -464,6 +465,14 @@ class TrainConfig:
         "rw",
         "The wandb / trackio project and MLflow experiment the trackers file the run under (letters, digits, "
         "'.', '_', '-'); each run is named after its run folder.",
+    )
+    tracker_transcripts: int = _f(
+        4,
+        "Held-out episodes whose transcripts every evaluation sends to the trackers of train.loggers: the first N "
+        "held-out tasks, the same at every evaluation, as TensorBoard text, a wandb and a trackio table and an "
+        "MLflow JSON artifact (docs/trackers.md); 0 = none.",
+        ge=0,
+        le=1000,
     )
 
 

@@ -372,7 +372,7 @@ def test_a_parquet_task_file_reads_like_jsonl_and_its_bad_row_is_named_by_number
 
 def test_the_transcript_of_an_episode_is_json_with_its_turns():
     from rwcore.trainer.envs.base import Outcome
-    from rwcore.trainer.evaluation import transcript_of
+    from rwcore.trainer.transcripts import transcript_of
 
     trajectory = Trajectory(
         task_id="a", turns=[Turn("partner", "hi"), Turn("assistant", "lamp", generated=True)], outcome=1.0, tags=("x",)
