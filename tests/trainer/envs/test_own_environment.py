@@ -172,3 +172,36 @@ def test_a_module_inside_the_run_folder_is_refused_before_it_is_imported(tmp_pat
     with pytest.raises(ValueError, match="inside the run folder") as refused:
         check_outside("sent_env:make_env", run)
     assert "sent_env" not in sys.modules and "'sent_env'" in str(refused.value)
+
+
+class _WithProvenance:
+    """The smallest environment with a provenance() (the contract a task-file environment keeps)."""
+
+    name, system_prompt, max_turns = "data", "", 1
+
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+
+    def provenance(self) -> dict[str, str]:
+        return {"train_file /data/train.jsonl": self.digest}
+
+
+def test_a_changed_provenance_entry_is_refused_naming_it_and_rwcore_moving_its_own_factory_is_not(
+    tmp_path, monkeypatch
+):
+    from rwcore.trainer.envs import registry
+    from rwcore.trainer.envs.provenance import check_environment, write_environment
+
+    # registered in this process only (register() without leaving it behind): this module's code, outside rwcore
+    monkeypatch.setitem(registry._REGISTRY, "with_provenance", _WithProvenance)
+    record = environment_record("with_provenance", _WithProvenance("a" * 64))
+    assert record["provenance"] == {"train_file /data/train.jsonl": "a" * 64}
+    assert record["factory"] == f"{__name__}:_WithProvenance"
+    write_environment(tmp_path, record)
+    check_environment(tmp_path, record)  # the same environment: accepted
+    with pytest.raises(ValueError, match=r"provenance entry 'train_file /data/train\.jsonl' changed"):
+        check_environment(tmp_path, environment_record("with_provenance", _WithProvenance("b" * 64)))
+
+    built_in = environment_record("negotiation", make("negotiation", num_train=4, num_eval=2))
+    write_environment(tmp_path, {**built_in, "factory": "rwcore.trainer.envs.negotiation.old:make_negotiation"})
+    check_environment(tmp_path, built_in)  # rwcore's own code is never a reason to refuse
