@@ -146,7 +146,9 @@ def check_environment(run: str | os.PathLike, record: dict) -> None:
                 f"environment module {top!r} changed since the run started: its source sha256 is {now['sha256'][:16]}"
                 f", {str(path)!r} recorded {str(was.get('sha256'))[:16]} ({now['path']}); {fix}"
             )
-        if was.get("version") != now["version"]:
+        # a version is compared where both are known: the same code installed later (or run from its folder) is
+        # the same environment; another release of it with the same .py files may still ship other data files
+        if was.get("version") and now["version"] and was.get("version") != now["version"]:
             raise ValueError(
                 f"environment module {top!r} changed since the run started: {now['distribution'] or top} version "
                 f"{now['version']}, {str(path)!r} recorded {was.get('version')}; {fix}"
