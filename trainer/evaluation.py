@@ -212,5 +212,7 @@ class TrainerEvaluation:
         trainer._resume_from = path
         trainer._verified = path
         trainer._evaluation_only = True
+        if tasks_file is not None:  # the held-out file is replaced on purpose: not a changed environment
+            trainer._replaced_entries = ("eval_file ",)
         trainer.setup()
         return trainer

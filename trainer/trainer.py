@@ -20,7 +20,8 @@ on-disk format is rwcore.trainer.checkpoint's). Beside it: the tensor-level poli
 key) and what the LLM roles cost (rwcore.trainer.usage).
 
 Run folder (see rwcore.trainer.report for the plots, rwcore.trainer.analyze for the tables):
-config.yaml (resolved), method.json (the variant, its components and every method setting),
+config.yaml (resolved), method.json (the variant, its components and every method setting), environment.json
+(what the environment was built from: rwcore.trainer.envs.provenance),
 metrics.jsonl, sampling.jsonl, reward_stages.json, reward_history.json, diagnostics.json,
 pool_counts.json, pool_events.json, pool_rubrics.json, run_info.json (every invocation: command line, versions, commit,
 machine; rwcore.trainer.run_info), checkpoints/step_NNNNNN/ (+ checkpoints/latest; train.keep_checkpoints prunes them:
@@ -55,6 +56,7 @@ from rwcore.trainer import envs
 from rwcore.trainer.adaptation import TrainerAdaptation
 from rwcore.trainer.config import Config, config_to_dict, rollout_correction, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
+from rwcore.trainer.envs.provenance import check_environment, environment_record, write_environment
 from rwcore.trainer.evaluation import TrainerEvaluation
 from rwcore.trainer.judging import GroupJudging, can_overlap
 from rwcore.trainer.lora import merged_state_dict, policy_with_adapters
@@ -100,6 +102,7 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
         self._resume_from: Path | None = None
         self._verified: Path | None = None  # the checkpoint resume() verified against its manifest
         self._evaluation_only = False  # rw eval: load a checkpoint, leave the run's logs alone
+        self._replaced_entries: tuple[str, ...] = ()  # rw eval --tasks-file: provenance entries it replaces
         self._retention = None  # loss.reading_retention's corpus batches (set up in setup())
         self._reading_probe = None  # train.probe_at_eval's light probe (set up in setup())
         self.trackers: Trackers | None = None  # train.loggers (set up in setup(); none for rw eval)
@@ -128,7 +131,13 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
         )
         self._seed_everything(cfg.train.seed)
         self.device = self._device()
+        envs.check_outside(cfg.env.name, self.out)  # never code that came inside the run folder
         self.env = envs.make(cfg.env.name, **dict(cfg.env.options))
+        # what the environment was built from (its code's digest, its provenance()): a resumed or evaluated run
+        # must be the same environment (rwcore.trainer.envs.provenance)
+        self._environment = environment_record(cfg.env.name, self.env)
+        if self._resume_from is not None:
+            check_environment(self.out, self._environment, replaced=self._replaced_entries)
         if cfg.judge.kind == "openai" and callable(getattr(self.env, "configure_llm_defaults", None)):
             # the judge's server is the default for the environment's LLM roles left unset (e.g. an outcome evaluator)
             self.env.configure_llm_defaults(cfg.judge.model, cfg.judge.base_url or None, cfg.judge.api_key_env)
@@ -194,6 +203,8 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
                 save_config(cfg, self.out / "config.yaml")  # on resume: with the new train.steps of an extension
                 append_run_info(self.out, self._invocation())  # the command line, versions, commit and machine
                 atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
+                if self._resume_from is None or not (self.out / "environment.json").exists():
+                    write_environment(self.out, self._environment)
                 if self.prior is not None:
                     atomic_write_bytes(self.out / "prior.json", json.dumps(prior_record(self.prior), indent=1).encode())
         self.engine.barrier()

