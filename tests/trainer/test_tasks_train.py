@@ -127,6 +127,17 @@ def test_rw_train_on_a_task_file_then_rw_eval_scores_a_second_file(setup, tmp_pa
     assert cli.main(["eval", str(run), "--tasks-file", str(root / "nope.jsonl")]) == 2
     assert "--tasks-file: " in capsys.readouterr().err
 
+    # --tasks-file replaces the held-out file on purpose; a changed training file is another environment
+    train = root / "train.jsonl"
+    recorded = train.read_bytes()
+    train.write_bytes(recorded + train.read_bytes().splitlines(keepends=True)[0].replace(b"wants-", b"more-"))
+    try:
+        assert cli.main(["eval", str(run), "--tasks-file", second]) == 2
+        refused = capsys.readouterr().err.strip().splitlines()[-1]
+        assert refused.startswith("rw: error:") and f"environment provenance entry 'train_file {train}'" in refused
+    finally:
+        train.write_bytes(recorded)
+
 
 def test_a_task_file_of_another_run_kind_and_a_bad_tasks_file_are_refused(setup, tmp_path, monkeypatch, capsys):
     root, options = setup
