@@ -13,6 +13,8 @@ Public surface of this package:
 - `RewardWeaver`, `CapabilityLibrary`, `Capability`: RewardWeaver's validated capability library,
   failure attribution, budgeted active set and process reward (rwcore.rewardweaver has the rest).
 - `length_regularize`, `compute_advantages`: Arise's advantages (eq. 15-17), vectorized over groups.
+- `Trajectory`, `Turn`, `RubricSpec`, `RubricJudgment`, `JudgeReport`: the records a judge, a reward function
+  or an environment of your own exchanges with the method (rwcore.types, with the provider protocols).
 """
 
 from rwcore._checkout import move_root_last as _move_root_last
@@ -48,6 +50,11 @@ _LAZY = {
     "Skill": "rwcore.arise.pool",
     "SkillStatus": "rwcore.arise.pool",
     "Verdict": "rwcore.verdict",
+    "JudgeReport": "rwcore.types",
+    "RubricJudgment": "rwcore.types",
+    "RubricSpec": "rwcore.types",
+    "Trajectory": "rwcore.types",
+    "Turn": "rwcore.types",
     "compute_advantages": "rwcore.arise.advantages",
     "length_regularize": "rwcore.arise.advantages",
 }
@@ -81,6 +88,11 @@ __all__ = [
     "SkillStatus",
     "UniformSampler",
     "Verdict",
+    "JudgeReport",
+    "RubricJudgment",
+    "RubricSpec",
+    "Trajectory",
+    "Turn",
     "compute_advantages",
     "length_regularize",
 ]

@@ -28,6 +28,7 @@ from rwcore.trainer.metrics import Evaluation, evaluation_row, exploration_row
 from rwcore.trainer.prior import language_of, resolve_probe_at_eval
 from rwcore.trainer.prior.pretrain import corpus_spec
 from rwcore.trainer.prior.probe import EvaluationProbe
+from rwcore.trainer.transcripts import Transcript, transcript_of
 
 EVAL_SEED = 1_000_003  # eval episodes use their own seeds: the same tasks and draws at every evaluation
 
@@ -38,10 +39,12 @@ class TrainerEvaluation:
     """Held-out evaluation, the exploration row, the reading probe and `rw eval` (mixed into the Trainer)."""
 
     def _log_evaluation(self) -> dict:
-        evaluation = self.evaluate("eval")
+        evaluation, transcripts = self._evaluate("eval", transcripts=self._transcripts_wanted())
         evaluation.update(self._probe_row())
         evaluation.update(self._usage_row())  # every row says what the LLM roles cost since the previous one
         self._log(evaluation)
+        if self.main and self.trackers is not None:
+            self.trackers.log_transcripts("eval", transcripts, self.step)
         if self.config.train.eval_with_skills == "on":
             self._log(self.evaluate("eval", with_skills=True))
         return evaluation
@@ -71,13 +74,41 @@ class TrainerEvaluation:
         # every row says what the LLM roles cost since the previous one
         return exploration_row(self.step, figures, self._usage_row())
 
-    @torch.no_grad()
-    def evaluate(self, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False) -> dict:
+    def _transcripts_wanted(self) -> int:
+        """train.tracker_transcripts when a tracker is named (the same on every rank: gathering them is collective)."""
+        trackers = [name for name in self.config.train.loggers if name != "console"]
+        return self.config.train.tracker_transcripts if trackers else 0
+
+    def evaluate(
+        self,
+        split: str = "eval",
+        max_tasks: int | None = None,
+        with_skills: bool = False,
+        greedy: bool = False,
+        transcripts: list | None = None,
+    ) -> dict:
         """Success rate and mean outcome on a split, one sampled episode per task with fixed seeds.
 
         The prompt is the environment's base prompt: Arise withholds the evolved skills at evaluation.
         `with_skills` (analysis only) adds the active skills and labels the metrics eval_with_skills/*.
+        `greedy`: argmax decoding instead of sampling at rollout.temperature. `transcripts`: a list that
+        gets every episode's transcript (`transcript_of`), in task order (this rank's block).
         """
+        return self._evaluate(split, max_tasks, with_skills, greedy=greedy, every_transcript=transcripts)[0]
+
+    @torch.no_grad()
+    def _evaluate(
+        self,
+        split: str = "eval",
+        max_tasks: int | None = None,
+        with_skills: bool = False,
+        transcripts: int = 0,
+        greedy: bool = False,
+        every_transcript: list | None = None,
+    ) -> tuple[dict, list[Transcript]]:
+        """`evaluate`'s row, and the transcripts of the first `transcripts` episodes (of every rank, in task order)
+        for the trackers; `every_transcript` (`rw eval --transcripts`) gets this rank's episodes as `transcript_of`
+        dicts."""
         tasks = self.eval_tasks if split == "eval" else list(self.train_tasks.values())
         tasks = tasks[:max_tasks] if max_tasks else tasks
         first, last = self._my_groups(len(tasks))
@@ -85,7 +116,9 @@ class TrainerEvaluation:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(EVAL_SEED + self.rank)
             jobs = [(tasks[i], EVAL_SEED + i, f"eval/{i}") for i in range(first, last)]
-            rollouts = self._episodes(jobs, prompt)
+            rollouts = self._episodes(jobs, prompt, greedy=greedy)
+        if every_transcript is not None:
+            every_transcript.extend(transcript_of(r) for r in rollouts)
         outcomes = self._gathered(
             [
                 (r.outcome.success, r.outcome.reward, tasks[first + k].tags[0] if tasks[first + k].tags else "untagged")
@@ -93,7 +126,12 @@ class TrainerEvaluation:
             ]
         )
         details = self._gathered([r.outcome.details for r in rollouts])
-        return evaluation_row(
+        sampled = (
+            self._gathered([Transcript.of(first + k, r) for k, r in enumerate(rollouts) if first + k < transcripts])
+            if transcripts
+            else []
+        )
+        row = evaluation_row(
             Evaluation(
                 step=self.step,
                 name=f"{split}_with_skills" if with_skills else split,
@@ -104,6 +142,7 @@ class TrainerEvaluation:
                 ceiling=envs.provided(self.env, "ceiling") if split == "eval" else None,
             )
         )
+        return row, sampled
 
     def _build_reading_probe(self) -> EvaluationProbe | None:
         """The light skill-reading probe of train.probe_at_eval (None when off)."""
@@ -130,16 +169,26 @@ class TrainerEvaluation:
 
     @classmethod
     def evaluate_checkpoint(
-        cls, path: str | os.PathLike, split: str = "eval", max_tasks: int | None = None, with_skills: bool = False
+        cls,
+        path: str | os.PathLike,
+        split: str = "eval",
+        max_tasks: int | None = None,
+        with_skills: bool = False,
+        greedy: bool = False,
+        tasks_file: str | None = None,
+        transcripts: list | None = None,
     ) -> dict:
-        """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest)."""
-        trainer = cls.from_checkpoint(path)
-        return trainer.evaluate(split, max_tasks, with_skills=with_skills)
+        """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest); `greedy`,
+        `transcripts` as `evaluate`; `tasks_file` as `from_checkpoint`."""
+        trainer = cls.from_checkpoint(path, tasks_file=tasks_file)
+        return trainer.evaluate(split, max_tasks, with_skills=with_skills, greedy=greedy, transcripts=transcripts)
 
     @classmethod
-    def from_checkpoint(cls: type[T], path: str | os.PathLike) -> T:
+    def from_checkpoint(cls: type[T], path: str | os.PathLike, tasks_file: str | None = None) -> T:
         """A trainer set up for evaluation with a saved checkpoint's policy and method state (a
-        checkpoints/step_N folder, or a run folder: its latest), after verifying it against its manifest."""
+        checkpoints/step_N folder, or a run folder: its latest), after verifying it against its manifest.
+        `tasks_file`: the held-out split read from this task file instead (env.name=tasks runs only: its
+        env.options.eval_file replaced; ValueError for another environment)."""
         path = Path(path)
         latest = ckpt.latest_checkpoint(path)  # refuses a pointer that leads out of this run folder
         if latest is not None:
@@ -151,9 +200,19 @@ class TrainerEvaluation:
             path = newest[0]
         run = path.parent.parent
         ckpt.verify(path)  # before anything is built: a damaged file is named, never loaded
-        trainer = cls(load_config(str(run / "config.yaml")), run, quiet=True)
+        config = load_config(str(run / "config.yaml"))
+        if tasks_file is not None:
+            if config.env.name != "tasks":
+                raise ValueError(
+                    f"--tasks-file scores a task file with an env.name=tasks run; this run's env.name is "
+                    f"{config.env.name!r}"
+                )
+            config.env.options["eval_file"] = str(Path(tasks_file).resolve())
+        trainer = cls(config, run, quiet=True)
         trainer._resume_from = path
         trainer._verified = path
         trainer._evaluation_only = True
+        if tasks_file is not None:  # the held-out file is replaced on purpose: not a changed environment
+            trainer._replaced_entries = ("eval_file ",)
         trainer.setup()
         return trainer

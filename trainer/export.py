@@ -147,6 +147,7 @@ def load_policy(config, checkpoint: Path):
 
     env = None
     if not config.model.name:
+        envs.check_outside(config.env.name, checkpoint.parent.parent)  # never code that came inside the run folder
         env = envs.make(config.env.name, **dict(config.env.options))
     try:
         policy = lora.policy_with_adapters(config, env, torch.device("cpu"))

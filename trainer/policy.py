@@ -57,16 +57,15 @@ class WordCodec:
     def _words(self, text: str) -> list[int]:
         return [self.vocab.get(w, self.vocab["<unk>"]) for w in text.lower().split()]
 
-    def start(self, system_prompt: str, brief: str) -> list[int]:
-        """Ids of the conversation up to the first agent turn."""
-        return [
-            self.bos_id,
-            self.vocab["<system>"],
-            *self._words(system_prompt),
-            self.vocab["<partner>"],
-            *self._words(brief),
-            self.vocab["<assistant>"],
-        ]
+    def start(self, system_prompt: str, brief: str, opening: Sequence[tuple[str, str]] = ()) -> list[int]:
+        """Ids of the conversation up to the first agent turn; `opening`: (role, text) turns ("partner" or
+        "assistant") before the brief, an agent message closed by <end> as generation closes it."""
+        ids = [self.bos_id, self.vocab["<system>"], *self._words(system_prompt)]
+        for role, text in opening:
+            ids += [self.vocab[ROLE_TOKENS[role]], *self._words(text)]
+            if role == "assistant":
+                ids.append(self.end_id)
+        return [*ids, self.vocab["<partner>"], *self._words(brief), self.vocab["<assistant>"]]
 
     def reply(self, role: str, text: str, history=()) -> list[int]:
         """Ids appended after an agent message: the counterpart's message and the next agent cue."""
@@ -345,8 +344,11 @@ class TemplateCodec:
     def render(self, messages: list[dict]) -> str:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def start(self, system_prompt: str, brief: str) -> list[int]:
-        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": brief}]
+    def start(self, system_prompt: str, brief: str, opening: Sequence[tuple[str, str]] = ()) -> list[int]:
+        """Ids of the conversation up to the first agent turn; `opening`: (role, text) turns before the brief."""
+        messages = [{"role": "system", "content": system_prompt}]
+        messages += [{"role": _CHAT_ROLES[role], "content": text} for role, text in opening]
+        messages.append({"role": "user", "content": brief})
         return self.tokenizer(self.render(messages), add_special_tokens=False)["input_ids"]
 
     def reply(self, role: str, text: str, history=()) -> list[int]:

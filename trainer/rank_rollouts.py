@@ -48,9 +48,10 @@ class RankRollouts:
         """[first, last): the block of `count` task groups (or evaluation tasks) this rank runs."""
         return count * self.rank // self.world_size, count * (self.rank + 1) // self.world_size
 
-    def _episodes(self, jobs: Sequence, prompt: str, on_group=None) -> list[Rollout]:
+    def _episodes(self, jobs: Sequence, prompt: str, on_group=None, greedy: bool = False) -> list[Rollout]:
         """One episode per (task, seed, group id) job of this rank under `prompt`, at the run's sampling settings
-        (`run_episodes`): every episode of training, diagnosis, the diagnostic set and evaluation starts here."""
+        (`run_episodes`; `greedy`: argmax decoding, for `rw eval --greedy`): every episode of training,
+        diagnosis, the diagnostic set and evaluation starts here."""
         return run_episodes(
             self.env,
             self.policy,
@@ -58,6 +59,7 @@ class RankRollouts:
             prompt,
             self.config.rollout.temperature,
             self.config.rollout.max_new_tokens,
+            greedy=greedy,
             generator=self.generator,
             on_group=on_group,
         )

@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 import torch
 
 from rwcore.kernels import fused_linear_logprobs
-from rwcore.trainer.envs.base import Environment, Episode, Outcome, Task, failure_of, outcome_all, step_all
+from rwcore.trainer.envs.base import (
+    Environment,
+    Episode,
+    Outcome,
+    Task,
+    failure_of,
+    outcome_all,
+    provided,
+    step_all,
+)
 from rwcore.trainer.generation import Generator, HFGenerator
 from rwcore.types import Trajectory, Turn
 
@@ -81,11 +90,17 @@ def run_episodes(
     was_training = model.training
     model.eval()
     episodes: list[Episode] = [env.reset(task, seed) for task, seed, _ in jobs]
-    ids = [codec.start(system_prompt, ep.observation) for ep in episodes]
+    # an environment's `opening(task)` provider: the conversation before the first observation (a task file's
+    # multi-turn opening), encoded ahead of it and kept in the trajectory
+    openings = [list(provided(env, "opening", task) or ()) for task, _, _ in jobs]
+    ids = [codec.start(system_prompt, ep.observation, opening) for ep, opening in zip(episodes, openings)]
     generated = [[False] * len(seq) for seq in ids]
     behavior = [[0.0] * len(seq) for seq in ids]
     engine_logprobs = True  # every completion came with its log-probs
-    turns = [[Turn("system", system_prompt), Turn("partner", ep.observation)] for ep in episodes]
+    turns = [
+        [Turn("system", system_prompt), *(Turn(role, text) for role, text in opening), Turn("partner", ep.observation)]
+        for ep, opening in zip(episodes, openings)
+    ]
     built: dict[int, Rollout] = {}
     members: dict[str, list[int]] = {}
     for i, (_, _, group_id) in enumerate(jobs):

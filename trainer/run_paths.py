@@ -38,6 +38,8 @@ RUN_FILES = (
     "pool_events.json",
     "pool_rubrics.json",
     "prior.json",
+    "run_info.json",
+    "environment.json",
 )
 # What `rw ablate` keeps inside each run folder it launches, and the folders other commands write into one.
 ABLATE_FILES = ("ablation.log", "ablation_status.json")

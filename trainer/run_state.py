@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,8 +25,11 @@ import torch
 from rwcore._io import atomic_write_bytes
 from rwcore.method import AdaptiveMethod
 from rwcore.trainer import checkpoint as ckpt
-from rwcore.trainer.config import config_to_dict, load_config
+from rwcore.trainer.checkpoint_retention import prune_checkpoints
+from rwcore.trainer.config import config_to_dict
 from rwcore.trainer.lora import check_checkpoint, checkpoint_record, is_lora, load_checkpoint_state_dict
+from rwcore.trainer.resume_overrides import check_extension, resume_config
+from rwcore.trainer.run_info import read_run_info
 from rwcore.trainer.run_logs import truncate_after
 from rwcore.trainer.run_paths import check_run_folder
 
@@ -36,20 +40,26 @@ class RunState:
     """Saving a checkpoint, resuming from one, restoring the trainer's state (mixed into the Trainer)."""
 
     @classmethod
-    def resume(cls: type[T], run_dir: str | os.PathLike, quiet: bool = False) -> T:
+    def resume(cls: type[T], run_dir: str | os.PathLike, quiet: bool = False, overrides: Sequence[str] = ()) -> T:
         """A trainer that continues the run in `run_dir` from its newest intact checkpoint: each
         `checkpoints/step_N` is verified against its manifest, newest first; one skipped for damage is
-        named on stderr with the reason. Raises ValueError naming the run folder when none is intact."""
+        named on stderr with the reason. Raises ValueError naming the run folder when none is intact.
+
+        overrides: the `key=value` settings a resumed run may change (rwcore.trainer.resume_overrides:
+        train.steps to extend it, the cadences); any other key is a ValueError naming it, before anything is
+        written. The trainer's `resumed` says which checkpoint it continues from and the steps before and after."""
         run = Path(run_dir)
         check_run_folder(run)  # before anything is written: nothing inside it is written through a link
+        read_run_info(run)  # a damaged record of the earlier invocations is refused before anything is written
         candidates = ckpt.step_folders(run / "checkpoints")
         if not candidates:
             raise ValueError(f"--resume: {run} has no checkpoint (no checkpoints/step_* folder)")
-        config = load_config(str(run / "config.yaml"))
+        # the saved config with the settings a resumed run may change: anything else refused before a checkpoint is read
+        config, steps_before = resume_config(run / "config.yaml", overrides)
         skipped = []
         for path in candidates:
             try:
-                ckpt.verify(path)
+                manifest = ckpt.verify(path)
             except ckpt.CheckpointError as error:
                 skipped.append((path, error))
                 continue
@@ -60,9 +70,12 @@ class RunState:
                         file=sys.stderr,
                         flush=True,
                     )
+            done = int(manifest["step"])
+            check_extension(config, steps_before, done)
             trainer = cls(config, run, quiet)
             trainer._resume_from = path
             trainer._verified = path
+            trainer.resumed = {"checkpoint": str(path), "step": done, "steps_before": steps_before}
             return trainer
         reasons = "; ".join(f"{path.name}: {error}" for path, error in skipped)
         raise ValueError(f"no intact checkpoint in {run} ({reasons})")
@@ -139,6 +152,10 @@ class RunState:
                     f"{error} (step {self.step}'s checkpoint was not written; {kept})"
                 ) from error.__cause__
             raise
+        if self.main and self.config.train.keep_checkpoints:
+            # train.keep_checkpoints: the newest N and the best held-out one stay; only after `latest` names the new one
+            with ckpt.writing(folder):
+                prune_checkpoints(self.out, self.config.train.keep_checkpoints, self.step)
         self.engine.barrier()
         return target
 

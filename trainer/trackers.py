@@ -1,17 +1,20 @@
 """Experiment trackers for `rw train` (`train.loggers`): TensorBoard, Weights & Biases, MLflow and trackio.
 
 Each tracker is one adapter over the rows the trainer appends to metrics.jsonl, behind one small interface
-(`Tracker`: `start(config, run_folder)`, `log(metrics, step)`, `close()`); `TRACKERS` maps the names
-`train.loggers` accepts to them. `Trackers` is what the trainer holds: it checks the packages before anything is
-written (`check_installed`), starts the trackers once the run folder and its config.yaml exist, hands each row
-to every tracker, and drops a tracker that raises, naming it once on stderr, while training and metrics.jsonl go
-on. The packages are imported only when a tracker starts (the `trackers` extra installs them).
+(`Tracker`: `start(config, run_folder)`, `log(metrics, step)`, `log_transcripts(name, transcripts, step)`,
+`close()`); `TRACKERS` maps the names `train.loggers` accepts to them. `Trackers` is what the trainer holds: it
+checks the packages before anything is written (`check_installed`), starts the trackers once the run folder and its
+config.yaml exist, hands each row to every tracker, and drops a tracker that raises, naming it once on stderr, while
+training and metrics.jsonl go on. The packages are imported only when a tracker starts (the `trackers` extra
+installs them).
 
 What a tracker receives from a row (`metric_values`): the row's `step` as the step, and every other value that is
 a finite number (bool, text, NaN and infinities are left out) under the row's key prefixed with its kind
-(`train/loss`; `eval/success_rate` keeps its name, it already starts with `eval/`). The resolved config (the same
-as config.yaml) goes with each run: nested for wandb and trackio, flattened to `section.key` parameters for MLflow
-and TensorBoard (`config_params`).
+(`train/loss`; `eval/success_rate` keeps its name, it already starts with `eval/`), less the keys that do not apply
+to the run's settings (`omit`: rwcore.trainer.tracker_rows). The resolved config (the same as config.yaml) goes
+with each run: nested for wandb and trackio, flattened to `section.key` parameters for MLflow and TensorBoard
+(`config_params`), and as the file config.yaml for MLflow. Each held-out evaluation sends a few transcripts
+(rwcore.trainer.transcripts) in each tracker's own form.
 
 Defaults keep everything inside the run folder RUN and off the network: RUN/tensorboard, RUN/wandb (offline unless
 WANDB_MODE is set), RUN/mlflow/mlflow.db (unless MLFLOW_TRACKING_URI is set), RUN/trackio (unless TRACKIO_DIR is
@@ -31,7 +34,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +48,7 @@ from rwcore.trainer.tracker_guard import (
     check_writable,
     one_line,
 )
+from rwcore.trainer.transcripts import TABLE_COLUMNS, transcripts_document, transcripts_markdown
 
 __all__ = [
     "EXTRA",
@@ -67,18 +71,24 @@ EXTRA = "trackers"
 
 _INSTALL = f"pip install 'rwcore[{EXTRA}]'"
 
+Omit = Callable[[str, str], bool]
+"""(row kind, key) -> whether the trackers leave the key out (rwcore.trainer.tracker_rows.not_applicable)."""
+
 
 # --------------------------------------------------------------------------------------------- rows and config
 
 
-def metric_values(row: Mapping[str, Any]) -> tuple[int, dict[str, float]]:
+def metric_values(row: Mapping[str, Any], omit: Omit | None = None) -> tuple[int, dict[str, float]]:
     """(step, {name: value}) of one metrics row: the finite numbers of the row (not bool) as floats, each named
-    `<kind>/<key>` unless the key already starts with `<kind>/` (a row without a kind keeps its keys)."""
+    `<kind>/<key>` unless the key already starts with `<kind>/` (a row without a kind keeps its keys); a key
+    for which `omit(kind, key)` is true is left out."""
     kind = row.get("kind")
     prefix = f"{kind}/" if isinstance(kind, str) and kind else ""
     values = {}
     for key, value in row.items():
         if key in ("step", "kind") or isinstance(value, bool) or not isinstance(value, numbers.Real):
+            continue
+        if omit is not None and omit(str(kind), str(key)):
             continue
         value = float(value)
         if math.isfinite(value):
@@ -144,8 +154,9 @@ def _quiet_loggers(*names: str):
 
 class Tracker:
     """One experiment tracker. `start` opens its run (with the resolved config as the run's parameters), `log`
-    records one metrics row (`metric_values`), `close` finishes the run and stops what the package started
-    (threads, service processes). Any of them may raise: `Trackers` then drops the tracker."""
+    records one metrics row (`metric_values`), `log_transcripts` one evaluation's sampled transcripts
+    (rwcore.trainer.transcripts.Transcript, `name`: the row kind, `eval`), `close` finishes the run and stops what
+    the package started (threads, service processes). Any of them may raise: `Trackers` then drops the tracker."""
 
     name = ""
     modules: tuple[str, ...] = ()
@@ -165,16 +176,22 @@ class Tracker:
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         raise NotImplementedError
 
+    def log_transcripts(self, name: str, transcripts: Sequence, step: int) -> None:
+        raise NotImplementedError
+
     def close(self, complete: bool = True) -> None:
         raise NotImplementedError
 
 
 class TensorBoardTracker(Tracker):
-    """Scalars as float64 tensors (`new_style`, `double_precision`: the values metrics.jsonl holds, not float32
-    roundings) in RUN/tensorboard, the config as the session's hyperparameters. Every start writes a new event
-    file beginning with a session start at its first step (`purge_step`): TensorBoard's reader drops what an
-    earlier file holds from that step on, so a resumed run replaces the rows the killed one wrote after its
-    checkpoint."""
+    """Scalars in RUN/tensorboard as classic float32 `simple_value` summaries, what PyTorch's SummaryWriter writes
+    by default: with float32 tensors, the one form TensorBoard's default (fast, Rust) loader shows; it drops
+    float64 tensor summaries unseen. So TensorBoard shows the values rounded to float32 (about 7 significant
+    digits) and metrics.jsonl keeps them exact. The config goes as the session's hyperparameters, each
+    evaluation's transcripts as text (markdown, one code block each: `transcripts_markdown`) under
+    `<name>/transcripts`. Every start writes a new event file beginning with a session start at its first step
+    (`purge_step`): TensorBoard's reader drops what an earlier file holds from that step on, so a resumed run
+    replaces the rows the killed one wrote after its checkpoint."""
 
     name = "tensorboard"
     modules = ("tensorboard",)
@@ -193,7 +210,14 @@ class TensorBoardTracker(Tracker):
 
     def log(self, metrics, step):
         for name, value in metrics.items():
-            self.writer.add_scalar(name, value, step, new_style=True, double_precision=True)
+            self.writer.add_scalar(name, value, step)  # float32 simple_value: see the class docstring
+        self.writer.flush()
+
+    def log_transcripts(self, name, transcripts, step):
+        # TensorBoard's own text summary: PyTorch's add_text would name the tag `<tag>/text_summary`
+        from tensorboard.plugins.text.summary_v2 import text_pb
+
+        self.writer.file_writer.add_summary(text_pb(f"{name}/transcripts", transcripts_markdown(transcripts)), step)
         self.writer.flush()
 
     def close(self, complete=True):
@@ -237,6 +261,12 @@ class WandbTracker(Tracker):
     def log(self, metrics, step):
         self.run.log(dict(metrics), step=step)
 
+    def log_transcripts(self, name, transcripts, step):
+        import wandb
+
+        table = wandb.Table(columns=list(TABLE_COLUMNS), data=[t.table_row() for t in transcripts])
+        self.run.log({f"{name}/transcripts": table}, step=step)
+
     def close(self, complete=True):
         run, self.run = getattr(self, "run", None), None
         if run is None:
@@ -263,8 +293,10 @@ class MlflowTracker(Tracker):
     """An MLflow run (experiment `train.tracker_project`, run named after the run folder) through MLflow's client
     (no global state, no background thread): by default in a sqlite store at RUN/mlflow/mlflow.db with artifacts
     under RUN/mlflow/artifacts; MLFLOW_TRACKING_URI, when set, names the store instead. The config is logged as
-    text parameters (`config_params`, cut at MLflow's length limit). MLflow's usage telemetry is off unless
-    MLFLOW_DISABLE_TELEMETRY is set. A resumed `rw train` opens a new run, tagged `rw.resumed_at_step`."""
+    text parameters (`config_params`, cut at MLflow's length limit) and as the artifact config.yaml (the run folder's
+    file); each evaluation's transcripts as the JSON artifact `transcripts/<name>-step-<step>.json`
+    (`transcripts_document`). MLflow's usage telemetry is off unless MLFLOW_DISABLE_TELEMETRY is set. A resumed
+    `rw train` opens a new run, tagged `rw.resumed_at_step`."""
 
     name = "mlflow"
     modules = ("mlflow",)
@@ -319,6 +351,7 @@ class MlflowTracker(Tracker):
         ]
         for first in range(0, len(params), self._PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, params=params[first : first + self._PARAMS_PER_BATCH])
+        self.client.log_artifact(self.run_id, str(run_path(folder / "config.yaml", "file")))
         self.location = f"{uri}, experiment {self.project!r}"
         if artifacts is not None:
             self.location += f" (view: mlflow ui --backend-store-uri {uri})"
@@ -330,6 +363,10 @@ class MlflowTracker(Tracker):
         batch = [Metric(mlflow_name(name), value, now, step) for name, value in metrics.items()]
         for first in range(0, len(batch), self._METRICS_PER_BATCH):
             self.client.log_batch(self.run_id, metrics=batch[first : first + self._METRICS_PER_BATCH])
+
+    def log_transcripts(self, name, transcripts, step):
+        document = transcripts_document(name, step, transcripts)
+        self.client.log_dict(self.run_id, document, f"transcripts/{name}-step-{step:06d}.json")
 
     def close(self, complete=True):
         client, self.client = getattr(self, "client", None), None
@@ -343,7 +380,8 @@ class TrackioTracker(Tracker):
     named after the run folder and grouped by it. trackio reads TRACKIO_DIR once, when it is first imported: a
     second run folder in the same process cannot get its own store, and the tracker says so and is dropped.
     trackio's CPU/GPU sampling threads stay off; `close` finishes the run, which ends trackio's writer thread.
-    A resumed `rw train` opens a new run in the same group."""
+    Each evaluation's transcripts go as a trackio Table (its viewer shows the cells as text). A resumed
+    `rw train` opens a new run in the same group."""
 
     name = "trackio"
     modules = ("trackio",)
@@ -379,6 +417,12 @@ class TrackioTracker(Tracker):
 
     def log(self, metrics, step):
         self.run.log(dict(metrics), step=step)
+
+    def log_transcripts(self, name, transcripts, step):
+        import trackio
+
+        table = trackio.Table(columns=list(TABLE_COLUMNS), data=[t.table_row() for t in transcripts])
+        self.run.log({f"{name}/transcripts": table}, step=step)
 
     def close(self, complete=True):
         run, self.run = getattr(self, "run", None), None
@@ -438,12 +482,14 @@ def _importable(module: str) -> bool:
 
 class Trackers:
     """The trackers of a run. Built before anything is written (`check_installed` refuses a missing package);
-    `start` once RUN and config.yaml exist (main process only); `log(row)` with every metrics row; `close` at the
-    end. Each tracker's calls run on a thread of its own and are bounded (`BOUNDS`): a tracker that raises or does
-    not answer in time is named once on stderr and dropped; the others, training and metrics.jsonl go on."""
+    `start` once RUN and config.yaml exist (main process only); `log(row)` with every metrics row (less the keys
+    `omit` names); `log_transcripts` with every evaluation's transcripts; `close` at the end. Each tracker's calls
+    run on a thread of its own and are bounded (`BOUNDS`): a tracker that raises or does not answer in time is named
+    once on stderr and dropped; the others, training and metrics.jsonl go on."""
 
-    def __init__(self, names: Sequence[str], project: str) -> None:
+    def __init__(self, names: Sequence[str], project: str, omit: Omit | None = None) -> None:
         check_installed(names)
+        self.omit = omit  # (kind, key) -> leave the key out (rwcore.trainer.tracker_rows.not_applicable)
         self.active: list[Tracker] = [TRACKERS[name](project) for name in dict.fromkeys(names) if name in TRACKERS]
         self._workers: dict[str, Worker] = {}
         # what the trackers' own threads raise (one line, the tracker dropped) or warn (one line, the tracker kept)
@@ -459,13 +505,24 @@ class Trackers:
     def log(self, row: Mapping[str, Any]) -> None:
         if not self.active:
             return
-        step, metrics = metric_values(row)
+        step, metrics = metric_values(row, self.omit)
         if metrics:
-            for tracker in list(self.active):
-                if tracker.name in self._faults.failed:  # its thread failed (already said): closed, not fed
-                    self._drop(tracker, hung=False)
-                else:
-                    self._call(tracker, "log", tracker.log, metrics, step)
+            self._each(lambda tracker: (tracker.log, metrics, step))
+
+    def log_transcripts(self, name: str, transcripts: Sequence, step: int) -> None:
+        """One evaluation's sampled transcripts (rwcore.trainer.transcripts.Transcript) to every tracker, each
+        bounded as a row is; `name`: the evaluation's row kind (`eval`)."""
+        if self.active and transcripts:
+            self._each(lambda tracker: (tracker.log_transcripts, name, list(transcripts), step))
+
+    def _each(self, call) -> None:
+        """`call(tracker)` -> (method, *args), run for every active tracker as a bounded `log` call."""
+        for tracker in list(self.active):
+            if tracker.name in self._faults.failed:  # its thread failed (already said): closed, not fed
+                self._drop(tracker, hung=False)
+            else:
+                method, *args = call(tracker)
+                self._call(tracker, "log", method, *args)
 
     def close(self, complete: bool = True) -> None:
         """Finishes every tracker (`complete`: the run reached train.steps; MLflow and wandb record it)."""

@@ -20,9 +20,12 @@ on-disk format is rwcore.trainer.checkpoint's). Beside it: the tensor-level poli
 key) and what the LLM roles cost (rwcore.trainer.usage).
 
 Run folder (see rwcore.trainer.report for the plots, rwcore.trainer.analyze for the tables):
-config.yaml (resolved), method.json (the variant, its components and every method setting),
+config.yaml (resolved), method.json (the variant, its components and every method setting), environment.json
+(what the environment was built from: rwcore.trainer.envs.provenance),
 metrics.jsonl, sampling.jsonl, reward_stages.json, reward_history.json, diagnostics.json,
-pool_counts.json, pool_events.json, pool_rubrics.json, checkpoints/step_NNNNNN/ (+ checkpoints/latest), and the
+pool_counts.json, pool_events.json, pool_rubrics.json, run_info.json (every invocation: command line, versions, commit,
+machine; rwcore.trainer.run_info), checkpoints/step_NNNNNN/ (+ checkpoints/latest; train.keep_checkpoints prunes them:
+rwcore.trainer.checkpoint_retention), and the
 folders of the experiment trackers train.loggers names (tensorboard/, wandb/, mlflow/, trackio/: trackers.py).
 
 Processes: with train.engine=deepspeed under `deepspeed` / `torchrun`, every rank draws the same
@@ -53,6 +56,7 @@ from rwcore.trainer import envs
 from rwcore.trainer.adaptation import TrainerAdaptation
 from rwcore.trainer.config import Config, config_to_dict, rollout_correction, save_config
 from rwcore.trainer.engines import DeepSpeedEngine, TorchEngine
+from rwcore.trainer.envs.provenance import check_environment, environment_record, write_environment
 from rwcore.trainer.evaluation import TrainerEvaluation
 from rwcore.trainer.judging import GroupJudging, can_overlap
 from rwcore.trainer.lora import merged_state_dict, policy_with_adapters
@@ -63,7 +67,9 @@ from rwcore.trainer.prior import ensure_prior, prior_record, resolve_init
 from rwcore.trainer.prior.retention import ReadingRetention, check_reading_retention
 from rwcore.trainer.rank_rollouts import RankRollouts, step_seed
 from rwcore.trainer.rollout import Rollout
+from rwcore.trainer.run_info import append_run_info, command_line, invocation
 from rwcore.trainer.run_state import RunState
+from rwcore.trainer.tracker_rows import not_applicable
 from rwcore.trainer.trackers import Trackers
 from rwcore.trainer.update import PolicyUpdate
 from rwcore.trainer.usage import LLMUsage
@@ -96,9 +102,12 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
         self._resume_from: Path | None = None
         self._verified: Path | None = None  # the checkpoint resume() verified against its manifest
         self._evaluation_only = False  # rw eval: load a checkpoint, leave the run's logs alone
+        self._replaced_entries: tuple[str, ...] = ()  # rw eval --tasks-file: provenance entries it replaces
         self._retention = None  # loss.reading_retention's corpus batches (set up in setup())
         self._reading_probe = None  # train.probe_at_eval's light probe (set up in setup())
         self.trackers: Trackers | None = None  # train.loggers (set up in setup(); none for rw eval)
+        self.resumed: dict | None = None  # resume(): the checkpoint continued from, its step, the steps before
+        self.command_line: list[str] | None = None  # what run_info.json records (default: this process's argv)
 
     @property
     def rollout_correction(self):
@@ -114,10 +123,21 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
             cfg.rollout.engine = "hf"
         self._check_batch(cfg)
         # train.loggers: a tracker whose package is missing is refused here, before anything is written
-        self.trackers = None if self._evaluation_only else Trackers(cfg.train.loggers, cfg.train.tracker_project)
+        # (the keys that do not apply to this run's settings stay in metrics.jsonl only: tracker_rows)
+        self.trackers = (
+            None
+            if self._evaluation_only
+            else Trackers(cfg.train.loggers, cfg.train.tracker_project, omit=not_applicable(cfg))
+        )
         self._seed_everything(cfg.train.seed)
         self.device = self._device()
+        envs.check_outside(cfg.env.name, self.out)  # never code that came inside the run folder
         self.env = envs.make(cfg.env.name, **dict(cfg.env.options))
+        # what the environment was built from (its code's digest, its provenance()): a resumed or evaluated run
+        # must be the same environment (rwcore.trainer.envs.provenance)
+        self._environment = environment_record(cfg.env.name, self.env)
+        if self._resume_from is not None:
+            check_environment(self.out, self._environment, replaced=self._replaced_entries)
         if cfg.judge.kind == "openai" and callable(getattr(self.env, "configure_llm_defaults", None)):
             # the judge's server is the default for the environment's LLM roles left unset (e.g. an outcome evaluator)
             self.env.configure_llm_defaults(cfg.judge.model, cfg.judge.base_url or None, cfg.judge.api_key_env)
@@ -180,8 +200,11 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
                 self.out.mkdir(parents=True, exist_ok=True)
                 ckpt.clean_temporaries(self.out)  # what a killed run left behind (staging folders, .tmp files)
                 (self.out / "checkpoints").mkdir(exist_ok=True)
-                save_config(cfg, self.out / "config.yaml")
+                save_config(cfg, self.out / "config.yaml")  # on resume: with the new train.steps of an extension
+                append_run_info(self.out, self._invocation())  # the command line, versions, commit and machine
                 atomic_write_bytes(self.out / "method.json", json.dumps(self.method.resolved(), indent=1).encode())
+                if self._resume_from is None or not (self.out / "environment.json").exists():
+                    write_environment(self.out, self._environment)
                 if self.prior is not None:
                     atomic_write_bytes(self.out / "prior.json", json.dumps(prior_record(self.prior), indent=1).encode())
         self.engine.barrier()
@@ -199,6 +222,14 @@ class Trainer(RankRollouts, TrainerAdaptation, TrainerEvaluation, RunState):
         self._write_adaptation_files()
         if cfg.rollout.max_lag:
             self._start_rollout_process()
+
+    def _invocation(self) -> dict:
+        """This invocation's record in run_info.json (rwcore.trainer.run_info)."""
+        argv = self.command_line or command_line()
+        if self.resumed is None:
+            return invocation(argv, "start", steps=self.config.train.steps)
+        resumed = {**self.resumed, "checkpoint": os.path.relpath(self.resumed["checkpoint"], self.out)}
+        return invocation(argv, "resume", resumed_from=resumed, steps=self.config.train.steps)
 
     def _start_rollout_process(self) -> None:
         """rollout.max_lag > 0: the rollout process with the policy's current weights (and the rollouts a

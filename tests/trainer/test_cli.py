@@ -24,16 +24,22 @@ class FakeTrainer:
         FakeTrainer.calls.append(("init", config, out_dir, quiet))
 
     @classmethod
-    def resume(cls, run_dir, quiet=False):
+    def resume(cls, run_dir, quiet=False, overrides=()):
         if not (Path(run_dir) / "checkpoints").is_dir():
             raise FileNotFoundError("no checkpoint found")
         trainer = cls.__new__(cls)
-        FakeTrainer.calls.append(("resume", run_dir, quiet))
+        trainer.config = load_config(None, list(overrides))
+        trainer.resumed = {"checkpoint": str(Path(run_dir) / "checkpoints" / "step_000002"), "step": 2}
+        trainer.resumed["steps_before"] = trainer.config.train.steps if not overrides else 4
+        FakeTrainer.calls.append(("resume", run_dir, quiet) + ((tuple(overrides),) if overrides else ()))
         return trainer
 
     @classmethod
-    def evaluate_checkpoint(cls, path, split="eval", max_tasks=None, with_skills=False):
-        FakeTrainer.calls.append(("evaluate", path, split, max_tasks) + (("with_skills",) if with_skills else ()))
+    def evaluate_checkpoint(
+        cls, path, split="eval", max_tasks=None, with_skills=False, greedy=False, tasks_file=None, transcripts=None
+    ):
+        extra = (("with_skills",) if with_skills else ()) + (("greedy",) if greedy else ())
+        FakeTrainer.calls.append(("evaluate", path, split, max_tasks) + extra)
         return {"eval/success_rate": 0.5, "eval/outcome_mean": float("nan"), "tasks": 8}
 
     def setup(self):
@@ -152,15 +158,22 @@ def test_bad_override_syntax_is_a_usage_error(fake, capsys):
     assert fake.calls == []
 
 
-def test_resume(fake, tmp_path):
+def test_resume(fake, tmp_path, capsys):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     assert main(["train", "--resume", str(run)]) == 0
     assert names(fake.calls) == ["resume", "setup", "train", "cleanup"]
     assert fake.calls[0][1:] == (str(run), False)
+    assert f"resuming {run} from checkpoint {run / 'checkpoints' / 'step_000002'} (step 2); training to step 500\n" in (
+        capsys.readouterr().out
+    )
+    # overrides go to the trainer, which allows those that cannot change the steps already trained
+    assert main(["train", "--resume", str(run), "train.steps=8"]) == 0
+    assert fake.calls[4][1:] == (str(run), False, ("train.steps=8",))
+    assert "training to step 8; train.steps extended from 4" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("extra", [["train.steps=3"], ["--out", "x"], ["--config", "c.yaml"]])
+@pytest.mark.parametrize("extra", [["--out", "x"], ["--config", "c.yaml"], ["--overwrite"]])
 def test_resume_rejects_new_settings(fake, tmp_path, capsys, extra):
     assert main(["train", "--resume", str(tmp_path), *extra]) == 2
     assert "cannot be combined" in capsys.readouterr().err and fake.calls == []

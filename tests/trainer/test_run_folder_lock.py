@@ -252,8 +252,13 @@ class _Recorder:
         self.out = Path(out_dir)
 
     @classmethod
-    def resume(cls, run_dir, quiet=False):
-        return cls(None, run_dir, quiet)
+    def resume(cls, run_dir, quiet=False, overrides=()):
+        from rwcore.trainer.config import Config
+
+        trainer = cls(None, run_dir, quiet)
+        trainer.config = Config()  # what the resume line reads: the steps, and the checkpoint continued from
+        trainer.resumed = {"checkpoint": str(Path(run_dir) / "checkpoints" / "step_000002"), "step": 2}
+        return trainer
 
     def setup(self):
         _Recorder.seen.append((self.out / ".rw.lock").read_text())

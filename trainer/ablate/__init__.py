@@ -1,8 +1,9 @@
-"""`rw ablate`: a paper's ablation table (its variants x seeds) as parallel `rw train` runs.
+"""`rw ablate`: a paper's ablation table (its variants x seeds), or a grid of settings x seeds (`--grid`), as
+parallel `rw train` runs.
 
 Layout of the output folder OUT:
   OUT/ablation.md, OUT/ablation.json, OUT/ablation.png   the table, its data and one point per seed
-  OUT/runs/<variant>-s<seed>/                            each run's folder (rw train --out)
+  OUT/runs/<variant>-s<seed>/                            each run's folder (rw train --out; a grid's: <point>-s<seed>)
   OUT/runs/<variant>-s<seed>/ablation_status.json        {"status": "finished"|"failed", ...}
 
 The modules, one concern each:
@@ -23,8 +24,10 @@ from rwcore.trainer.ablate.plan import (
     PAPERS,
     AblationPlan,
     inapplicable_overrides,
+    parse_grid,
     parse_seeds,
     plan_ablation,
+    plan_grid,
 )
 from rwcore.trainer.ablate.runner import check_resume, prepare_prior, run_ablation
 from rwcore.trainer.ablate.statistics import eval_ceiling, eval_curve, steps_to_reach
@@ -37,6 +40,8 @@ __all__ = [
     "AblationPlan",
     "LocalExecutor",
     "plan_ablation",
+    "plan_grid",
+    "parse_grid",
     "run_ablation",
     "prepare_prior",
     "summarize",

@@ -218,7 +218,7 @@ def _needs_gpu(plan) -> tuple[str, bool | None]:
     """(model.device, whether each run needs a GPU; None for auto: one where the cluster has any)."""
     from rwcore.trainer.config import load_config
 
-    device = load_config(plan.config, [*plan.overrides, f"train.method={plan.variants[0]}"]).model.device
+    device = load_config(plan.config, [*plan.overrides, *plan.row_overrides(plan.variants[0])]).model.device
     if device == "auto":
         return device, None
     if device.startswith("cuda"):

@@ -49,10 +49,10 @@ def _resolved(plan: AblationPlan) -> dict[str, dict[str, Any]]:
 
     resolved = {}
     for variant in plan.variants:
-        own = [f"train.method={variant}"]
+        own = list(plan.row_overrides(variant))
         if plan.steps is not None:
             own.append(f"train.steps={plan.steps}")
-        if variant in DEPENDS:  # each seed's own run folder; left out of the comparison below
+        if variant in DEPENDS and not plan.points:  # each seed's own run folder; left out of the comparison below
             own.append(f"pool.frozen_from={plan.runs_dir / DEPENDS[variant]}")
         cfg = load_config(plan.config, [*plan.variant_overrides(variant), *own])
         flat = {
@@ -283,16 +283,20 @@ def _run_locked(plan: AblationPlan, progress: bool, executor: LocalExecutor) -> 
 def prepare_prior(plan: AblationPlan, progress: bool = True) -> Path | None:
     """Builds (or finds) the reading prior every run of the table starts from (model.init=pretrained), once,
     before any run starts, so that they do not queue behind one another's build. Returns its cache folder, or
-    None when the runs start from random weights or a named model."""
+    None when the runs start from random weights or a named model. A grid whose points change the prior's key
+    (model.*, prior.*, env.*) gets each point's prior built here too; the first point's folder is returned."""
     from rwcore.trainer import envs
     from rwcore.trainer.config import load_config
     from rwcore.trainer.prior import ensure_prior, resolve_init
 
-    config = load_config(plan.config, [*plan.overrides, f"train.method={plan.variants[0]}"])
-    env = envs.make(config.env.name, **dict(config.env.options))
-    if resolve_init(config, env) != "pretrained":
-        return None
-    return ensure_prior(config, env, progress=progress).folder
+    folders: list[Path] = []
+    for row in plan.variants if plan.points else plan.variants[:1]:
+        config = load_config(plan.config, [*plan.overrides, *plan.row_overrides(row)])
+        env = envs.make(config.env.name, **dict(config.env.options))
+        if resolve_init(config, env) != "pretrained":
+            continue
+        folders.append(ensure_prior(config, env, progress=progress).folder)
+    return folders[0] if folders else None
 
 
 def _stop_on_sigterm():

@@ -70,7 +70,14 @@ def summarize(plan: AblationPlan) -> dict:
         variant: {seed: _run_entry(plan.runs_dir / f"{variant}-s{seed}") for seed in plan.seeds}
         for variant in plan.variants
     }
-    summary = summarize_runs(plan.paper, runs, plan.bootstrap_reps)
+    labels = {row: ", ".join(plan.points[row]) for row in plan.variants} if plan.points else None
+    summary = summarize_runs(plan.paper, runs, plan.bootstrap_reps, baseline=plan.baseline, labels=labels)
+    if plan.points:  # the grid's keys and values, in order
+        grid: dict[str, list[str]] = {}
+        for settings in plan.points.values():
+            for key, _, value in (setting.partition("=") for setting in settings):
+                grid.setdefault(key, []).extend([value] if value not in grid.get(key, []) else [])
+        summary["grid"] = grid
     summary.update(
         seeds=plan.seeds,
         steps=plan.steps,
@@ -82,12 +89,20 @@ def summarize(plan: AblationPlan) -> dict:
     return summary
 
 
-def summarize_runs(paper: str, runs: dict[str, dict[int, dict]], bootstrap_reps: int) -> dict:
+def summarize_runs(
+    paper: str,
+    runs: dict[str, dict[int, dict]],
+    bootstrap_reps: int,
+    baseline: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict:
     """The table's figures from run entries (variant -> seed -> an entry as `_run_entry` gives it, or as an earlier
     ablation.json stored it: "status", and when finished "final", "best", "start", "curve", "auc", "ceiling"):
     what `summarize` computes, for entries that may come from several folders (a table merged from two grids).
-    The caller adds "seeds", "steps", "machine" and "inapplicable"."""
-    baseline = BASELINES[paper]
+    baseline: the row compared with (default: the paper's, BASELINES); labels: each row's second column for a
+    grid (its settings; default: the variant's paper row). The caller adds "seeds", "steps", "machine" and
+    "inapplicable"."""
+    baseline = baseline or BASELINES[paper]
     base_runs = [e for e in runs.get(baseline, {}).values() if "final" in e]
     base_finals = [e["final"] for e in base_runs]
     target = target_rule = None
@@ -109,7 +124,7 @@ def summarize_runs(paper: str, runs: dict[str, dict[int, dict]], bootstrap_reps:
         rows.append(
             {
                 "variant": variant,
-                "paper_row": VARIANTS[variant].paper_row,
+                "paper_row": labels[variant] if labels else VARIANTS[variant].paper_row,
                 "final": mean_sd([e["final"] for e in finished]),
                 "best": mean_sd([e["best"] for e in finished]),
                 "steps_to_baseline": _reached(finished, "steps_to_baseline"),

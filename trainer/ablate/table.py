@@ -77,8 +77,10 @@ def render_markdown(summary: dict) -> str:
     m = summary["machine"]
     baseline = summary["baseline"]
     has_stats = "notes" in summary
+    grid = summary["paper"] == "grid"  # rw ablate --grid: rows are grid points, labelled by their settings
+    row_kind, label_kind = ("grid point", "settings") if grid else ("variant", "paper row")
     lines = [
-        f"# Ablation: {summary['paper']}",
+        f"# Grid: {', '.join(summary.get('grid') or {})}" if grid else f"# Ablation: {summary['paper']}",
         "",
         f"Held-out success (one sampled episode per held-out task, no skills) at the final step and the best "
         f"evaluated step, mean ± sd over seeds {', '.join(map(str, summary['seeds']))}; each seed's final "
@@ -102,7 +104,7 @@ def render_markdown(summary: dict) -> str:
             f"'Steps to reach' measures against {_reach_text(summary.get('reach_target'), baseline)}. "
             f"Ceiling of the normalized AUC: {_ceiling_text(summary.get('ceilings', []))}.",
             "",
-            "| variant | paper row | final | best | normalized AUC | steps to baseline | steps to reach "
+            f"| {row_kind} | {label_kind} | final | best | normalized AUC | steps to baseline | steps to reach "
             "| per-seed final |",
             "|---|---|---|---|---|---|---|---|",
         ]
@@ -141,7 +143,7 @@ def render_markdown(summary: dict) -> str:
             f"(or, for the comparison, {baseline}) has fewer than {boot['min_seeds']} finished seeds: the point "
             f"estimate alone. Intervals: {boot['method']}; {boot['reps']} resamples, seed {boot['seed']}.",
             "",
-            "| variant | seeds | IQM final | IQM normalized AUC | P(improvement) final | IQM difference final | "
+            f"| {row_kind} | seeds | IQM final | IQM normalized AUC | P(improvement) final | IQM difference final | "
             "P(improvement) AUC | IQM difference AUC |",
             "|---|---|---|---|---|---|---|---|",
         ]

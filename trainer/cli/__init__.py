@@ -29,7 +29,7 @@ from rwcore.trainer.cli.export import ExportCommand
 from rwcore.trainer.cli.results import AnalyzeCommand, CompareCommand, ReportCommand
 from rwcore.trainer.cli.training import EvalCommand, PretrainCommand, ProbeCommand, TrainCommand
 
-__all__ = ["main", "build_parser", "CommandError"]
+__all__ = ["main", "build_parser", "parse_argv", "CommandError"]
 
 
 def _print_err(message: str) -> None:
@@ -103,31 +103,40 @@ def _take_local_rank(argv: list[str]) -> list[str]:
     return kept
 
 
+def parse_argv(argv: Sequence[str]) -> tuple[Command, argparse.Namespace]:
+    """The subcommand and its parsed arguments, as `rw` reads them (nothing is run). A usage error, or --help,
+    prints what argparse prints and raises SystemExit (code 2, or 0 for --help). The docs' test checks the
+    `rw` commands of README.md and docs/ with it."""
+    parser, commands = build_parser()
+    args, extra = parser.parse_known_args(list(argv))
+    if extra:
+        child = commands[args.command].parser
+        # key=value overrides may follow options too (`--out DIR optim.lr=1e-3`): argparse takes a positional
+        # list once, so the later ones arrive here; anything else is the subcommand's usage error
+        if isinstance(getattr(args, "overrides", None), list) and not any(e.startswith("-") for e in extra):
+            try:
+                args.overrides += [_override(text) for text in extra]
+            except argparse.ArgumentTypeError as error:
+                child.error(f"argument key=value: {error}")
+        else:
+            child.error(f"unrecognized arguments: {' '.join(extra)}")
+    return commands[args.command], args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `rw` console script; returns the exit code."""
-    parser, commands = build_parser()
     try:
         argv = _take_local_rank(list(sys.argv[1:] if argv is None else argv))
     except ValueError as error:
         _print_err(str(error))
         return 2
     try:
-        args, extra = parser.parse_known_args(argv)
-        if extra:
-            child = commands[args.command].parser
-            # key=value overrides may follow options too (`--out DIR optim.lr=1e-3`): argparse takes a positional
-            # list once, so the later ones arrive here; anything else is the subcommand's usage error
-            if isinstance(getattr(args, "overrides", None), list) and not any(e.startswith("-") for e in extra):
-                try:
-                    args.overrides += [_override(text) for text in extra]
-                except argparse.ArgumentTypeError as error:
-                    child.error(f"argument key=value: {error}")
-            else:
-                child.error(f"unrecognized arguments: {' '.join(extra)}")
+        command, args = parse_argv(argv)
     except SystemExit as stop:  # --help (0) or a usage error (2, already printed)
         return int(stop.code) if isinstance(stop.code, int) else (0 if stop.code is None else 2)
+    args.argv = list(argv)  # what was typed after the program's name (rw train records it in run_info.json)
     try:
-        return commands[args.command].run(args)
+        return command.run(args)
     except CommandError as error:
         _print_err(str(error))
         return error.code

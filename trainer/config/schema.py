@@ -114,7 +114,13 @@ def method_keys() -> dict[str, str]:
 class EnvConfig:
     """The training environment (task family, partner, rubric library)."""
 
-    name: str = _f("negotiation", "Environment name, looked up in the environment registry.")
+    name: str = _f(
+        "negotiation",
+        "Environment: a built-in name (negotiation, tools, social, textarena, sotopia, verifiers), the name of an "
+        "installed package's entry point in the group rwcore.environments, or module:factory (a callable of a "
+        "module importable from this Python's path, called with env.options as keywords; see docs/environments.md). "
+        "The run folder's environment.json records the code's digest; --resume and rw eval refuse a changed one.",
+    )
     options: dict = _f(
         {},
         "Keyword options passed to the environment factory (negotiation: num_train, num_eval, ...; "
@@ -306,7 +312,8 @@ class LossConfig:
         "decoupled_* recompute the proximal log-probs with the training model before the update (one more "
         "forward pass) and weight each token by the proximal / behavior ratio (TIS, MIS/IcePop) and "
         "rejection; bypass_* anchor the ratio at the behavior log-probs (bypass_pg_*: REINFORCE form). "
-        "The rollout_corr/* mismatch metrics are logged either way.",
+        "The rollout_corr/* mismatch metrics are written to metrics.jsonl either way (docs/trackers.md says when "
+        "the trackers get them).",
     )
     rollout_is_threshold: str = _f(
         "",
@@ -436,6 +443,13 @@ class TrainConfig:
         "built-in model on an environment with a guidance language, the only case where on is accepted.",
     )
     checkpoint_every: int = _f(50, "Steps between checkpoints.", ge=0)
+    keep_checkpoints: int = _f(
+        0,
+        "Checkpoints kept in the run folder: after each new one, all but the newest N and the best held-out one "
+        "(highest eval/success_rate at a checkpointed step; the earliest of a tie) are deleted (TRL's "
+        "save_total_limit); 0 = keep every one.",
+        ge=0,
+    )
     log_every: int = _f(1, "Steps between metric log lines.", gt=0)
     engine: Literal["torch", "deepspeed"] = _f(
         "torch",
@@ -458,6 +472,14 @@ class TrainConfig:
         "rw",
         "The wandb / trackio project and MLflow experiment the trackers file the run under (letters, digits, "
         "'.', '_', '-'); each run is named after its run folder.",
+    )
+    tracker_transcripts: int = _f(
+        4,
+        "Held-out episodes whose transcripts every evaluation sends to the trackers of train.loggers: the first N "
+        "held-out tasks, the same at every evaluation, as TensorBoard text, a wandb and a trackio table and an "
+        "MLflow JSON artifact (docs/trackers.md); 0 = none.",
+        ge=0,
+        le=1000,
     )
 
 

@@ -24,6 +24,10 @@ Optional, batched stepping (environments whose counterpart is an LLM):
     attach_policy(generate)
         Self-play: the trainer hands the environment generate([(system, brief), ...]) -> messages, the
         policy sampling without gradients (rwcore.trainer.rollout.policy_text_generator).
+    opening(task) -> list[(role, text)]
+        The conversation before the first observation, each role "partner" or "assistant" (env.name=tasks:
+        a task file's multi-turn opening): rollouts encode it ahead of the brief, through the model's chat
+        template, and keep it in the trajectory's turns.
 
 Optional *providers* (a method that is absent, or returns None, means "not provided"):
 
@@ -69,8 +73,18 @@ mean outcome), and the trainer masks its tokens out of the loss. Attribution see
 "partner" and the reason as evidence: rejected as cause_partner, the trajectory "external"). The run goes on;
 `partner_failures` counts them per step in metrics.jsonl.
 
-Users add their own environments by implementing this protocol and registering a factory with
-`rwcore.trainer.envs.register`.
+Your own environment (no fork)
+------------------------------
+An environment lives in any importable package: a factory (any callable taking `env.options` as keyword
+arguments) returns an object with the simulator part above and any providers. `env.name=my_pkg.envs:make_env`
+names it directly; a pip-installed package can declare it under a name in the entry-point group
+`rwcore.environments` (`env.name=my_env`); in one process `register(name, factory)` does the same
+(rwcore.trainer.envs.registry says how a name is looked up). examples/my_env_package/ is a worked one.
+
+    provenance() -> dict[str, str]      optional: what besides its code decides the environment (a data file,
+                                         a reward module), each entry's digest; rwcore.trainer.envs.provenance
+                                         records it with the code's digest in the run folder's environment.json,
+                                         and `rw train --resume` / `rw eval` refuse a run whose entry changed
 """
 
 from __future__ import annotations
@@ -82,7 +96,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from rwcore.trainer.envs.registry import make, register
 from rwcore.types import Attributor, RubricReflector, RubricSpec, Trajectory
+
+__all__ = [
+    "Environment",
+    "Episode",
+    "GuidanceLanguage",
+    "GuidanceSituation",
+    "Outcome",
+    "Providers",
+    "Rule",
+    "RuleDef",
+    "Task",
+    "failure_of",
+    "make",
+    "outcome_all",
+    "own_random",
+    "partner_failed",
+    "provided",
+    "register",
+    "rule_spec",
+    "rules_from",
+    "step_all",
+]
 
 
 @dataclass(frozen=True)
@@ -359,56 +396,3 @@ def partner_failed(episode: Episode, reason: str) -> Episode:
     """The episode ended by a counterpart failure (timeout, garbage reply...): done, with
     partner_failure = reason (never charged to the agent; see the module docstring)."""
     return Episode(episode.task, episode.observation, True, dict(episode.state), str(reason)[:500] or "partner failure")
-
-
-_REGISTRY: dict[str, Callable[..., Environment]] = {}
-
-
-def register(name: str, factory: Callable[..., Environment]) -> None:
-    """Makes `env.name=<name>` in a config build the environment with `factory(**env.options)`."""
-    _REGISTRY[name] = factory
-
-
-def make(name: str, **options) -> Environment:
-    """The environment `name` built with `options`. A name not registered yet is looked up as the module
-    rwcore.trainer.envs.<name>, which registers itself when imported (so optional environments cost
-    nothing until used)."""
-    if name not in _REGISTRY and isinstance(name, str) and name.isidentifier():
-        import importlib
-
-        try:
-            importlib.import_module(f"rwcore.trainer.envs.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"rwcore.trainer.envs.{name}":
-                raise ValueError(
-                    f"env.name {name!r}: its module needs {error.name!r}, which is not installed ({error})"
-                ) from None
-    if name not in _REGISTRY:
-        raise ValueError(f"env.name {name!r} is not a registered environment; known: {sorted(_REGISTRY)}")
-    factory = _REGISTRY[name]
-    _check_options(name, factory, options)
-    return factory(**options)
-
-
-def _check_options(name: str, factory: Callable[..., Environment], options: dict) -> None:
-    """Refuses an option the factory does not take, naming it and those it does (before anything is built:
-    Python's own TypeError would name neither the config key nor the choices)."""
-    import inspect
-
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return
-    known = [
-        p.name
-        for p in parameters
-        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    unknown = [key for key in options if key not in known]
-    if unknown:
-        raise ValueError(
-            f"config key 'env.options.{unknown[0]}': env.name {name!r} has no option {unknown[0]!r}; "
-            f"its options: {', '.join(known) or 'none'}"
-        )

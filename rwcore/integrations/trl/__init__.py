@@ -1,8 +1,8 @@
 """rwcore inside TRL's `GRPOTrainer`: the filtered dual-clip loss, the adaptive task sampler, rubric rewards and
 the method.
 
-    from rwcore import CapabilitySampler
-    from rwcore.integrations.trl import RWGRPOTrainer, rubric_reward_funcs
+    from rwcore import AdaptiveMethod, CapabilitySampler, RubricSpec
+    from rwcore.integrations.trl import AdaptiveGRPOTrainer, RWGRPOTrainer, rubric_reward_funcs
     from trl import GRPOConfig
 
     rubrics = [RubricSpec("cites-order-id", "...", capability="Verification"), ...]

@@ -33,7 +33,8 @@ trainer.v1.trainer_mode. docs/integrations.md has the exact, tested configuratio
   the loss only in the trainer process's config, which its workers never see).
 - `sampler`: `RwcoreCurriculumSampler`, a torchdata-stateful sampler wrapping `rwcore.CapabilitySampler`.
 - `trainer_v1`: `trainer_class()`, verl 0.9's V1 `PPOTrainerSync` subclass registered as "rwcore_sync":
-  it gives the estimator the verdicts, puts the curriculum sampler in verl's loader and feeds it.
+  it gives the estimator the verdicts, puts the curriculum sampler in verl's loader and feeds it;
+  `check_v1_config(config)`, the configuration checks it runs first (also exported here).
 - `legacy`: `task_runner_class()`, verl's legacy `TaskRunner` (verl 0.8's trainer, 0.9's
   `trainer.use_v1=false`) that registers rwcore, builds the curriculum sampler from `data.rwcore_sampler`
   through verl's `create_rl_sampler` call and feeds it after each `rwcore_arise` step; `main()`.
@@ -64,6 +65,7 @@ from .config import (  # noqa: F401
 )
 from .loss import aggregation, bypass_correction, compute_policy_loss_rwcore, loss_params_from_config
 from .registration import _forwarding, install_advantage_forwarding, install_bypass_mode_keeping, register  # noqa: F401
+from .trainer_v1 import check_v1_config
 from .verdicts import _group_ids, _verdict_matrix, verdict_table, verdicts_from_batch  # noqa: F401
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "aggregation",
     "apply_arise_advantage",
     "bypass_correction",
+    "check_v1_config",
     "compute_arise_advantage",
     "compute_policy_loss_rwcore",
     "install_advantage_forwarding",
