@@ -163,8 +163,8 @@ def _nearest(spec: dict, candidates: list[tuple[str, Path, dict]]):
 
 def build_reason(spec: dict, candidates: list[tuple[str, Path, dict]]) -> str:
     """Why no prior fits `spec`: what differs from the nearest candidate ("shipped" or "cached", its folder,
-    its prior.json), e.g. "model.head_dim=64 differs from the shipped prior's null (nearest: the shipped prior
-    negotiation-45b3...)"."""
+    its prior.json), e.g. "prior.seed=1 differs from the shipped prior's 0 (nearest: the shipped prior
+    negotiation-8799...)"."""
     nearest, differences = _nearest(spec, candidates)
     if nearest is None:
         return f"no shipped or cached prior exists for env.name={spec.get('env')!r}"

@@ -139,14 +139,14 @@ def test_a_shipped_prior_that_fails_its_checks_is_not_used(tmp_path, monkeypatch
 
 def test_the_build_line_names_the_setting_that_changed_the_key(tmp_path, monkeypatch):
     monkeypatch.setattr(pretrain_module, "pretrain", stand_in)
-    config = load_config(None, ["model.head_dim=32", f"prior.cache_dir={tmp_path}"])
+    config = load_config(None, ["prior.seed=1", f"prior.cache_dir={tmp_path}"])
     env = envs.make("negotiation")
     lines = []
     ensure_prior(config, env, progress=False, log=lines.append)
     default = current("the embedded default")[3]
     assert lines[0].startswith(
         f"rw: building the reading prior negotiation-{pretrain_module._key(prior_spec(config, env))}: "
-        f"model.head_dim=32 differs from the shipped prior's null (nearest: the shipped prior {default}); about "
+        f"prior.seed=1 differs from the shipped prior's 0 (nearest: the shipped prior {default}); about "
     ), lines
     assert " min (the fastest recorded build" in lines[0]
 
