@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -177,10 +178,15 @@ class TrainerEvaluation:
         greedy: bool = False,
         tasks_file: str | None = None,
         transcripts: list | None = None,
+        loaded: Callable[[], None] | None = None,
     ) -> dict:
         """Metrics of a saved checkpoint (a checkpoints/step_N folder, or a run folder: its latest); `greedy`,
-        `transcripts` as `evaluate`; `tasks_file` as `from_checkpoint`."""
+        `transcripts` as `evaluate`; `tasks_file` as `from_checkpoint`. `loaded()` is called once the checkpoint
+        is verified and loaded, before the episodes run (`rw eval` says there what it evaluates: a refusal
+        before it stays one line)."""
         trainer = cls.from_checkpoint(path, tasks_file=tasks_file)
+        if loaded is not None:
+            loaded()
         return trainer.evaluate(split, max_tasks, with_skills=with_skills, greedy=greedy, transcripts=transcripts)
 
     @classmethod

@@ -36,7 +36,15 @@ class FakeTrainer:
 
     @classmethod
     def evaluate_checkpoint(
-        cls, path, split="eval", max_tasks=None, with_skills=False, greedy=False, tasks_file=None, transcripts=None
+        cls,
+        path,
+        split="eval",
+        max_tasks=None,
+        with_skills=False,
+        greedy=False,
+        tasks_file=None,
+        transcripts=None,
+        loaded=None,
     ):
         extra = (("with_skills",) if with_skills else ()) + (("greedy",) if greedy else ())
         FakeTrainer.calls.append(("evaluate", path, split, max_tasks) + extra)

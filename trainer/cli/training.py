@@ -497,8 +497,12 @@ class EvalCommand(Command):
         Trainer = _trainer_class()
         transcripts: list = []
         source = args.tasks_file or f"the {args.split} split"
-        print(f"rw eval: {path} on {source}{' (greedy)' if args.greedy else ''} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
+
+        def loaded() -> None:
+            line = f"rw eval: {path} on {source}{' (greedy)' if args.greedy else ''} ..."
+            print(line, file=sys.stderr, flush=True)
+
         try:
             metrics = Trainer.evaluate_checkpoint(
                 str(path),
@@ -508,6 +512,7 @@ class EvalCommand(Command):
                 greedy=args.greedy,
                 tasks_file=args.tasks_file,
                 transcripts=transcripts,
+                loaded=loaded,
             )
         except (ValueError, FileNotFoundError) as error:
             raise CommandError(f"CHECKPOINT_DIR {str(path)!r}: {error}") from None
