@@ -125,7 +125,7 @@ def run_one(name: str, quick: bool) -> dict:
         module = importlib.import_module(module_name)
         report = module.main(argv)
         markdown = _kernels_cpu_markdown(module, report) if name == "kernels" else module.render(report)
-    except Exception as error:  # noqa: BLE001 - one failing benchmark must not stop the others
+    except Exception as error:  # one failing benchmark must not stop the others
         traceback.print_exc()
         return {"error": f"{type(error).__name__}: {error}", "seconds": time.perf_counter() - started}
     if name == "kernels" and note:

@@ -7,7 +7,7 @@ from collections import OrderedDict
 # `python -m pytest` from the checkout puts its root first on sys.path, where kernels/ and trainer/ would
 # hide installed packages of those names (Hugging Face's `kernels`, which transformers imports): importing
 # rwcore (cheap, nothing heavy) moves the root last before any test imports transformers.
-import rwcore  # noqa: E402,F401
+import rwcore  # noqa: F401
 
 # Helper modules (reference_sampler, stats_util) live beside the tests; make
 # them importable whatever pytest import mode is configured.

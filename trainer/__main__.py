@@ -10,6 +10,6 @@ import sys
 if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 
-from rwcore.trainer.cli import main  # noqa: E402  (after sys.path is made safe)
+from rwcore.trainer.cli import main  # (after sys.path is made safe)
 
 sys.exit(main())

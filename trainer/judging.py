@@ -84,7 +84,7 @@ class GroupJudging:
             return list(got)
         except MissingAPIKeyError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a judge failure is INVALID, never a crash
+        except Exception as exc:  # a judge failure is INVALID, never a crash
             error = f"{type(exc).__name__}: {exc}"[:500]
             self.failures.append(error)
             message = f"the judge raised {error}"

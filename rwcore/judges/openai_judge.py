@@ -409,7 +409,7 @@ class OpenAIJudge:
         """`_judge_batch`, with anything it raises turned into INVALID judgments (never a crashed run)."""
         try:
             return await self._judge_batch(session, trajectory, batch, pool)
-        except Exception as error:  # noqa: BLE001 - a judge failure is INVALID, whatever it is
+        except Exception as error:  # a judge failure is INVALID, whatever it is
             message = session.scrub(f"judging failed: {type(error).__name__}: {error}")
             logger.warning(
                 "judge %s: %s (trajectory %r); its %d rubric(s) are INVALID",
@@ -450,7 +450,7 @@ class OpenAIJudge:
                 # The client already retried; asking again would only repeat that.
                 problems = {rubric_id: f"judge request failed: {error.message}" for rubric_id in pending}
                 break
-            except Exception as error:  # noqa: BLE001 - unexpected: asked again in a fresh request, then INVALID
+            except Exception as error:  # unexpected: asked again in a fresh request, then INVALID
                 problem = session.scrub(f"unexpected error: {type(error).__name__}: {error}")
                 problems = {rubric_id: problem for rubric_id in pending}
                 logger.warning(

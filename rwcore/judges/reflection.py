@@ -185,7 +185,7 @@ class ReflectionModel:
                 )
             except ChatError as error:
                 raise ReflectionError(f"{what}: request failed: {error.message}") from error
-            except Exception as error:  # noqa: BLE001 - never a crash: the caller logs and skips the reflection
+            except Exception as error:  # never a crash: the caller logs and skips the reflection
                 raise ReflectionError(
                     session.scrub(f"{what}: request failed: {type(error).__name__}: {error}")
                 ) from error
@@ -195,7 +195,7 @@ class ReflectionModel:
                 problem = str(error)
                 if reply.finish_reason == "length":
                     problem += " (the answer was cut off at max_tokens)"
-            except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again, then an error
+            except Exception as error:  # an answer that trips the reader: asked again, then an error
                 problem = session.scrub(f"unexpected error reading the answer: {type(error).__name__}: {error}")
             logger.info(
                 "%s: unusable answer (%s)%s", what, problem, "; asking again" if attempt < self.max_reasks else ""

@@ -125,7 +125,7 @@ class RewardWeaverReflection(ReflectionModel):
             except ChatError as error:
                 problems = {key: f"request failed: {error.message}" for key in pending}
                 break
-            except Exception as error:  # noqa: BLE001 - never a crash (the candidates are omitted, logged)
+            except Exception as error:  # never a crash (the candidates are omitted, logged)
                 problems = {key: session.scrub(f"request failed: {type(error).__name__}: {error}") for key in pending}
                 break
             found: dict[str, list[dict]] = {key: [] for key in pending}
@@ -133,7 +133,7 @@ class RewardWeaverReflection(ReflectionModel):
                 objects = answer_objects(reply.text)
                 # a structured answer keys its records by capability id in one object (rwcore.judges.structured)
                 objects = [*objects, *keyed_records(objects)]
-            except Exception as error:  # noqa: BLE001 - an answer that trips the reader: asked again
+            except Exception as error:  # an answer that trips the reader: asked again
                 problems = {
                     key: f"unexpected error reading the answer: {type(error).__name__}: {error}" for key in pending
                 }
@@ -160,7 +160,7 @@ class RewardWeaverReflection(ReflectionModel):
                     )
                 except SchemaError as error:
                     problems[capability_id] = f"malformed record: {error}"
-                except Exception as error:  # noqa: BLE001 - never a crash (the candidate is omitted, logged)
+                except Exception as error:  # never a crash (the candidate is omitted, logged)
                     problems[capability_id] = f"unexpected error reading the record: {type(error).__name__}: {error}"
             pending = {key: value for key, value in pending.items() if key not in records}
             if not pending:

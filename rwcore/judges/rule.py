@@ -62,7 +62,7 @@ class RuleJudge:
         rubric_id = rubric.rubric_id
         try:
             result = self.rules[rubric_id](trajectory)
-        except Exception as error:  # noqa: BLE001 - a failing rule is an INVALID verdict, by contract
+        except Exception as error:  # a failing rule is an INVALID verdict, by contract
             return RubricJudgment(rubric_id, Verdict.INVALID, error=f"rule raised {type(error).__name__}: {error}")
         return self._interpret(rubric, result)
 

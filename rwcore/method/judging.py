@@ -65,7 +65,7 @@ def safe_evaluate(
         got = judge.evaluate(trajectories, rubrics)
     except MissingAPIKeyError:
         raise
-    except Exception as exc:  # noqa: BLE001 - see the docstring: a judge failure is INVALID, never a crash
+    except Exception as exc:  # see the docstring: a judge failure is INVALID, never a crash
         error = f"{type(exc).__name__}: {exc}"[:500]
         if failures is not None:
             failures.append(error)

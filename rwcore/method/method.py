@@ -492,7 +492,7 @@ class AdaptiveMethod(RunViews, MethodState):
         try:
             update = self.pool.maybe_update(step, failures, evidence=evidence, diagnostics=diagnostics)
             error = None
-        except Exception as exc:  # noqa: BLE001 - an LLM reflector may fail; training must not stop
+        except Exception as exc:  # an LLM reflector may fail; training must not stop
             error = f"{type(exc).__name__}: {exc}"
             self._reflection_errors += 1
             logger.warning(
@@ -518,7 +518,7 @@ class AdaptiveMethod(RunViews, MethodState):
                 self.weaver.update(trajectories, judged, step=step + 1)
             except (ValueError, TypeError):
                 raise  # bad input or a broken provider contract: the caller's bug, not the model's
-            except Exception as exc:  # noqa: BLE001 - an LLM attributor or proposer may fail; keep training
+            except Exception as exc:  # an LLM attributor or proposer may fail; keep training
                 self._stage_errors += 1
                 logger.warning(
                     "stage boundary after step %d: RewardWeaver's update failed (%s: %s); the current "

@@ -240,7 +240,7 @@ def acceptance_test(
             break
         try:
             prompt = reviser.revise_evaluator(rubric, disagreements)
-        except Exception as error:  # noqa: BLE001 - a failed revision (an LLM's) leaves the rejection standing
+        except Exception as error:  # a failed revision (an LLM's) leaves the rejection standing
             report = _with(
                 report,
                 reasons=report.reasons

@@ -199,7 +199,7 @@ class OpenVocabularyReward:
         if cohort:
             try:
                 specs = list(self.proposer.propose_capabilities(cohort, [], self.budget))
-            except Exception as exc:  # noqa: BLE001 - an LLM proposer may fail; keep the dimensions, keep training
+            except Exception as exc:  # an LLM proposer may fail; keep the dimensions, keep training
                 self.errors += 1
                 logger.warning(
                     "stage boundary after step %d: the capability proposer failed (%s: %s); the current "

@@ -16,9 +16,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
+import pytest  # E402
 
-from rwcore.kernels import (  # noqa: E402
+from rwcore.kernels import (  # E402
     FilteredDualClipLoss,
     FusedLinearPolicyLoss,
     TokenLogProbs,

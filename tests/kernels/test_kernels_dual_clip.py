@@ -8,14 +8,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import math  # noqa: E402
+import math  # E402
 
-import pytest  # noqa: E402
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from kernel_reference import LOG_RATIO_CLAMP, STAT_KEYS, log_ratio_margin, ref_dual_clip  # noqa: E402
+import pytest  # E402
+from hypothesis import HealthCheck, given, settings  # E402
+from hypothesis import strategies as st  # E402
+from kernel_reference import LOG_RATIO_CLAMP, STAT_KEYS, log_ratio_margin, ref_dual_clip  # E402
 
-from rwcore.kernels import FilteredDualClipLoss, filtered_dual_clip_loss  # noqa: E402
+from rwcore.kernels import FilteredDualClipLoss, filtered_dual_clip_loss  # E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 BACKENDS = ["torch", "triton"]

@@ -9,10 +9,10 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import math  # noqa: E402
+import math  # E402
 
-import pytest  # noqa: E402
-from kernel_reference import (  # noqa: E402
+import pytest  # E402
+from kernel_reference import (  # E402
     STAT_KEYS,
     assert_close64,
     assert_lowp_criterion,
@@ -25,7 +25,7 @@ from kernel_reference import (  # noqa: E402
     row_scale,
 )
 
-from rwcore.kernels import (  # noqa: E402
+from rwcore.kernels import (  # E402
     FusedLinearPolicyLoss,
     filtered_dual_clip_loss,
     fused_linear_logprobs,

@@ -9,9 +9,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
+import pytest  # E402
 
-from rwcore.kernels import fused_linear_entropy  # noqa: E402
+from rwcore.kernels import fused_linear_entropy  # E402
 
 CONFIGS = [(1, 8, 5, 1.0, False), (7, 24, 131, 0.7, True), (13, 8, 257, 1.9, True), (3, 8, 4099, 0.7, True)]
 CONFIG_IDS = [f"N{c[0]}-H{c[1]}-V{c[2]}-T{c[3]}-{'bias' if c[4] else 'nobias'}" for c in CONFIGS]

@@ -10,8 +10,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-import pytest  # noqa: E402
-from kernel_reference import (  # noqa: E402
+import pytest  # E402
+from kernel_reference import (  # E402
     assert_close64,
     assert_lowp_criterion,
     lowp_token_logprobs,
@@ -20,7 +20,7 @@ from kernel_reference import (  # noqa: E402
     row_scale,
 )
 
-from rwcore.kernels import TokenLogProbs, token_logprobs  # noqa: E402
+from rwcore.kernels import TokenLogProbs, token_logprobs  # E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 BACKENDS = ["torch", "triton"]

@@ -85,7 +85,7 @@ class GroupEvidence:
                 group = self._complete.pop(0)
                 try:
                     done += self._observe(group)
-                except Exception as error:  # noqa: BLE001 - evidence is best effort: scoring never stops here
+                except Exception as error:  # evidence is best effort: scoring never stops here
                     self.counters["traces_dropped"] += len(group)
                     self._warn("observe", f"a group of {group[0].task_id!r} left out of the evidence ({error})")
         return done
@@ -114,7 +114,7 @@ class GroupEvidence:
             return entry.trajectory.outcome
         try:
             outcome = env_outcome(entry.trace, self.exclude_rewards)
-        except Exception:  # noqa: BLE001 - rewards that cannot be read: no outcome
+        except Exception:  # rewards that cannot be read: no outcome
             return 0.0
         return outcome if math.isfinite(outcome) else 0.0
 

@@ -120,13 +120,13 @@ class TraceScoring:
         try:
             task_id = str(self.task_id_fn(data))
             tags = tuple(str(tag) for tag in self.tags_fn(data))
-        except Exception as error:  # noqa: BLE001 - a task without a usable id is INVALID, never a crash
+        except Exception as error:  # a task without a usable id is INVALID, never a crash
             problems.append(f"no task id ({type(error).__name__}: {error})")
         plan: list[RubricSpec] = []
         if task_id is not None:
             try:
                 plan = list(self.method.rubrics_to_judge(step, [task_id])[0])
-            except Exception as error:  # noqa: BLE001 - e.g. an instance-rubric task the method does not know
+            except Exception as error:  # e.g. an instance-rubric task the method does not know
                 problems.append(f"no rubrics for task {task_id!r} ({type(error).__name__}: {error})")
         trajectory_id = key or f"trace-{id(trace)}"
         outcome = 0.0
@@ -135,7 +135,7 @@ class TraceScoring:
                 outcome = float(self.outcome_fn(trace))
                 if not math.isfinite(outcome):
                     raise ValueError(f"outcome_fn returned {outcome!r}")
-            except Exception as error:  # noqa: BLE001 - the outcome function reads the policy's text too
+            except Exception as error:  # the outcome function reads the policy's text too
                 problems.append(f"outcome_fn failed ({type(error).__name__}: {error})")
                 outcome = 0.0
         trajectory = None
@@ -151,7 +151,7 @@ class TraceScoring:
                     policy_version=step,
                     exclude_rewards=self.exclude_rewards,
                 )
-            except Exception as error:  # noqa: BLE001 - an unreadable trace is INVALID, never a crash
+            except Exception as error:  # an unreadable trace is INVALID, never a crash
                 problems.append(f"the trace could not be read ({type(error).__name__}: {error})")
         error_text = "; ".join(problems)[:500]
         if trajectory is None:
@@ -202,7 +202,7 @@ class TraceScoring:
                 raise ValueError(f"the judge returned {type(report).__name__}, not a JudgeReport")
         except MissingAPIKeyError:
             raise  # configuration, not the policy: no judgment can cure it
-        except Exception as error:  # noqa: BLE001 - a judge that breaks its contract: INVALID, never a crash
+        except Exception as error:  # a judge that breaks its contract: INVALID, never a crash
             failures.append(f"{type(error).__name__}: {error}"[:500])
             report = JudgeReport(trajectory.trajectory_id, {})
         if failures:
@@ -226,7 +226,7 @@ class TraceScoring:
         try:
             scored = self.method.score([trajectory], [report], group_ids=np.zeros(1, dtype=np.int64))
             value = float(scored.process_terms[0])
-        except Exception as error:  # noqa: BLE001 - e.g. an instance-rubric task without rubrics: no process term
+        except Exception as error:  # e.g. an instance-rubric task without rubrics: no process term
             self._warn("process", f"rwcore AdaptiveRubric: no process term ({type(error).__name__}: {error})")
             return 0.0
         return value if math.isfinite(value) else 0.0

@@ -158,7 +158,7 @@ def trajectory_from_trace(
     if not generated_length:
         try:
             generated_length = int(getattr(trace, "num_output_tokens", 0) or 0)
-        except Exception:  # noqa: BLE001 - a usage record without counts: no length
+        except Exception:  # a usage record without counts: no length
             generated_length = 0
     if outcome is None:
         outcome = env_outcome(trace, exclude_rewards)

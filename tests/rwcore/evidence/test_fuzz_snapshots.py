@@ -347,7 +347,7 @@ def worker(budget_s: float, max_cases: int) -> int:
         print(f"start {i} {kind}[{index}] {name}", flush=True)
         try:
             outcome = check_sampler(samplers[index], data) if on_sampler else check_store(data, "fuzzed snapshot")
-        except Exception as error:  # noqa: BLE001 -- any other outcome is a finding
+        except Exception as error:  # - any other outcome is a finding
             print(f"FAIL {i} {kind}[{index}] {name}: {type(error).__name__}: {error}", flush=True)
             return 1
         outcomes[(kind, name, outcome)] += 1

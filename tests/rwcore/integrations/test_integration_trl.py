@@ -13,26 +13,26 @@ import math
 import subprocess
 import sys
 
-import datasets  # noqa: E402,F401
+import datasets  # noqa: F401
 import pytest
-import torch  # noqa: E402
-import trl  # noqa: E402,F401 - the real TRL (installed by the test extra)
-from datasets import Dataset  # noqa: E402
-from kernel_reference import ref_dual_clip  # noqa: E402
-from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+import torch  # E402
+import trl  # noqa: F401 - the real TRL (installed by the test extra)
+from datasets import Dataset  # E402
+from kernel_reference import ref_dual_clip  # E402
+from trl import GRPOConfig, GRPOTrainer  # E402
 
-from rwcore import CapabilitySampler, UniformSampler, Verdict  # noqa: E402
-from rwcore.integrations import trl as rw_trl  # noqa: E402
-from rwcore.integrations.trl import (  # noqa: E402
+from rwcore import CapabilitySampler, UniformSampler, Verdict  # E402
+from rwcore.integrations import trl as rw_trl  # E402
+from rwcore.integrations.trl import (  # E402
     GroupRepeatSampler,
     RubricRecorder,
     RWGRPOTrainer,
     rubric_reward_funcs,
     trajectory_from_trl,
 )
-from rwcore.judges import RuleJudge  # noqa: E402
-from rwcore.kernels import filtered_dual_clip_loss  # noqa: E402
-from rwcore.types import RubricSpec  # noqa: E402
+from rwcore.judges import RuleJudge  # E402
+from rwcore.kernels import filtered_dual_clip_loss  # E402
+from rwcore.types import RubricSpec  # E402
 
 WORDS = "refund order search bulk import yes no the a please done check".split()
 SPECIAL = ["<pad>", "<unk>", "<bos>", "<end>", "<user>", "<assistant>", "<system>"]

@@ -31,21 +31,21 @@ import warnings
 
 import pytest
 import verifiers.v1 as vf  # part of the test set-up (RWCORE_EXTRAS=...,verifiers): missing fails, never skips
-from rewardweaver_fakes import ScriptedAttributor, build_library, deficit  # noqa: E402
-from verifiers.v1.graph import prepare_turn  # noqa: E402
+from rewardweaver_fakes import ScriptedAttributor, build_library, deficit  # E402
+from verifiers.v1.graph import prepare_turn  # E402
 
-import rwcore.integrations.verifiers as rv  # noqa: E402
-from rwcore.integrations import versions  # noqa: E402
-from rwcore.integrations.verifiers import (  # noqa: E402
+import rwcore.integrations.verifiers as rv  # E402
+from rwcore.integrations import versions  # E402
+from rwcore.integrations.verifiers import (  # E402
     AdaptiveRubric,
     AdaptiveTaskset,
     method_tasks,
     trajectory_from_trace,
 )
-from rwcore.judges import RuleJudge  # noqa: E402
-from rwcore.method import AdaptiveMethod, MethodSettings, Providers, judge_groups  # noqa: E402
-from rwcore.types import JudgeReport, RubricJudgment, RubricSkillProposal, RubricSpec, Trajectory, Turn  # noqa: E402
-from rwcore.verdict import Verdict  # noqa: E402
+from rwcore.judges import RuleJudge  # E402
+from rwcore.method import AdaptiveMethod, MethodSettings, Providers, judge_groups  # E402
+from rwcore.types import JudgeReport, RubricJudgment, RubricSkillProposal, RubricSpec, Trajectory, Turn  # E402
+from rwcore.verdict import Verdict  # E402
 
 B, G = 2, 2
 BASE_PROMPT = "You answer questions."

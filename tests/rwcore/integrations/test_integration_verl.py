@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 try:
-    import verl  # noqa: F401  (verl >= 0.9 loads rwcore's verl.plugins entry point here)
+    import verl  # (verl >= 0.9 loads rwcore's verl.plugins entry point here)
     import verl.trainer.ppo.core_algos as core_algos
     import verl.trainer.ppo.ray_trainer as ray_trainer
     from tensordict import TensorDict

@@ -37,7 +37,7 @@ import torch
 from omegaconf import OmegaConf
 
 try:
-    import verl  # noqa: F401  (verl >= 0.9 loads rwcore's verl.plugins entry point here)
+    import verl  # (verl >= 0.9 loads rwcore's verl.plugins entry point here)
     import verl.trainer.ppo.core_algos as core_algos
     import verl.trainer.ppo.rollout_corr_helper as rch
     from tensordict import TensorDict
@@ -604,7 +604,7 @@ def test_bypass_reinforce_has_verls_gradient_and_the_documented_loss(preset, kin
     ours, ours_grad, _ = _ours(current, behavior, advantages, mask, backend, rollout_correction=preset)
     compute = _bypass_compute(preset, behavior, current, advantages, mask)
     _against_verl("bypass reinforce", ours, ours_grad, dtype, compute, compare_loss=False)
-    cast = (lambda x: x.double()) if dtype == "bf16" else (lambda x: x)  # noqa: E731
+    cast = (lambda x: x.double()) if dtype == "bf16" else (lambda x: x)  # E731
     verl_loss, _, (weights, modified), scale = compute(cast, None)
     documented, _ = core_algos.compute_policy_loss_reinforce(
         rollout_log_prob=cast(behavior),

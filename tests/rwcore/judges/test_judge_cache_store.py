@@ -103,7 +103,7 @@ def in_thread(function, timeout: float = 20.0):
     def run():
         try:
             result.append(function())
-        except BaseException as error:  # noqa: BLE001 - handed to the test
+        except BaseException as error:  # handed to the test
             errors.append(error)
 
     worker = threading.Thread(target=run, daemon=True)
@@ -208,7 +208,7 @@ def _write_rounds(cache: JudgmentCache, tag: str, rounds: int, committed: list, 
         try:
             stored = cache.put_batch(judgments=[(k, judgment(r)) for k in keys], model="m")
             cache.get_judgments([(k, "r") for k in keys])
-        except BaseException as error:  # noqa: BLE001 - reported to the test
+        except BaseException as error:  # reported to the test
             with lock:
                 errors.append(repr(error))
             return

@@ -41,7 +41,7 @@ Fault = Literal[
 ]
 
 
-class Hostile(BaseException):  # noqa: N818 - named as an environment would name its own
+class Hostile(BaseException):  # named as an environment would name its own
     """A BaseException subclass that is neither SystemExit nor KeyboardInterrupt."""
 
 

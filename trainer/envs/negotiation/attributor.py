@@ -44,7 +44,7 @@ class NegotiationAttributor:
         tid = trajectory.trajectory_id or trajectory.task_id
         try:
             state = episode_state(trajectory)
-        except Exception:  # noqa: BLE001
+        except Exception:  # BLE001
             state = None
         cause = failure_cause(state) if state is not None else "unclear"
         partner_turns = [t.content for t in trajectory.turns if t.role == "partner"]

@@ -39,7 +39,7 @@ class NegotiationReflector:
         for trajectory in trajectories:
             try:
                 states.append((trajectory, episode_state(trajectory)))
-            except Exception:  # noqa: BLE001 - an uncheckable trajectory gives no evidence
+            except Exception:  # an uncheckable trajectory gives no evidence
                 continue
         for rule in RULE_DEFS:
             fails = applicable = 0

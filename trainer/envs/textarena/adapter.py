@@ -23,7 +23,7 @@ _LIVE_CACHE = 512  # live TextArena games kept between steps (others are rebuilt
 
 def _import_textarena():
     try:
-        import textarena  # noqa: F401
+        import textarena  # F401
     except ImportError as error:
         raise ImportError(f"{INSTALL_HINT} ({error})") from None
     import textarena

@@ -218,7 +218,7 @@ class ToolsEnv:
         else:
             try:
                 result = box.run_python(argument) if kind == "python" else box.run_shell(argument)
-            except Exception as exc:  # noqa: BLE001 - whatever the tool did to the host side: not the agent's fault
+            except Exception as exc:  # whatever the tool did to the host side: not the agent's fault
                 s["events"].append(event)
                 self._close(s)
                 return partner_failed(
@@ -279,7 +279,7 @@ class ToolsEnv:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001
+        except Exception:  # BLE001
             pass
 
     def _verify(self, task: Task, s: dict, box: Sandbox) -> dict:

@@ -519,7 +519,7 @@ class Sandbox:
     def __del__(self) -> None:  # best effort; close() is the contract
         try:
             self.close()
-        except Exception:  # noqa: BLE001
+        except Exception:  # BLE001
             pass
 
     def _find_python(self) -> str:

@@ -98,7 +98,7 @@ class VerifiersEnv:
         env_options: Mapping | None = None,
         agent: str = "",
         train: Mapping | None = None,
-        eval: Mapping | None = None,  # noqa: A002 - the split's name
+        eval: Mapping | None = None,  # the split's name
         num_train: int = 64,
         num_eval: int = 16,
         tag_field: str = "",

@@ -318,7 +318,7 @@ class Bridge:
             try:
                 if self._look():
                     return
-            except Exception:  # noqa: BLE001 - the watchdog must outlive anything it looks at
+            except Exception:  # the watchdog must outlive anything it looks at
                 logger.exception("rwcore verifiers watchdog")
 
     def _look(self) -> bool:
@@ -424,7 +424,7 @@ class Bridge:
                 run.main = loop.create_task(self._episode(run))
                 try:
                     value = loop.run_until_complete(run.main)
-                except BaseException as caught:  # noqa: BLE001 - anything the environment raises, SystemExit too
+                except BaseException as caught:  # anything the environment raises, SystemExit too
                     error = caught
                 ended = True
                 self._unwind(loop, run.main)
@@ -434,7 +434,7 @@ class Bridge:
                 loop.close()
             if ended:  # written once the turn and the global random are let go: the caller may go on at once
                 self._settle(run, value=value, error=error)
-        except BaseException as caught:  # noqa: BLE001 - e.g. _Abandoned, or the environment raising again
+        except BaseException as caught:  # e.g. _Abandoned, or the environment raising again
             self._settle(run, error=caught)
 
     def _settle(self, run: EpisodeRun, value=None, error: BaseException | None = None) -> None:
@@ -444,7 +444,7 @@ class Bridge:
         if error is not None and not isinstance(error, Exception):
             try:
                 text = cut(str(error), 300)
-            except Exception:  # noqa: BLE001 - an exception whose str() raises is named by its type alone
+            except Exception:  # an exception whose str() raises is named by its type alone
                 text = ""
             error = EnvironmentFault(f"raised {type(error).__name__}{': ' + text if text else ''}")
         with contextlib.suppress(concurrent.futures.InvalidStateError):
