@@ -31,7 +31,16 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["ENTRY_POINT_GROUP", "builtin_names", "check_outside", "installed", "make", "register", "resolve"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "builtin_names",
+    "check_outside",
+    "installed",
+    "load_named",
+    "make",
+    "register",
+    "resolve",
+]
 
 ENTRY_POINT_GROUP = "rwcore.environments"
 BUILTIN_PACKAGE = "rwcore.trainer.envs"
@@ -81,37 +90,41 @@ def _unknown(name: str) -> ValueError:
     )
 
 
-def _import(name: str, module: str):
-    """`module` imported for `env.name=name`; ValueError naming what is missing when it cannot be found."""
+def _import(label: str, module: str):
+    """`module` imported for the setting `label`; ValueError starting with `label`, naming what is missing, when
+    it cannot be imported."""
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:
         parts = module.split(".")
         if error.name in {".".join(parts[: i + 1]) for i in range(len(parts))}:
             raise ValueError(
-                f"env.name {name!r}: no module named {error.name!r} on this Python's path (install its package, "
-                "or add the folder that holds it to PYTHONPATH)"
+                f"{label}: cannot import module {module!r}: no module named {error.name!r} on this Python's path "
+                "(install its package, or add the folder that holds it to PYTHONPATH)"
             ) from None
-        raise ValueError(
-            f"env.name {name!r}: its module needs {error.name!r}, which is not installed ({error})"
-        ) from None
+        raise ValueError(f"{label}: its module needs {error.name!r}, which is not installed ({error})") from None
+    except Exception as error:  # the module itself raised while importing
+        raise ValueError(f"{label}: importing module {module!r} raised {type(error).__name__}: {error}") from None
 
 
-def _factory_of(name: str, value: str) -> Callable:
-    """The callable `value` ("module:attr.path") names, for `env.name=name`."""
-    module_name, _, attribute = value.partition(":")
-    if not _DOTTED.fullmatch(module_name) or not _DOTTED.fullmatch(attribute):
+def load_named(spec, label: str, what: str = "function") -> tuple[Callable, object]:
+    """The callable `spec` ("module:attr.path", dotted names) names, and its module, imported from this Python's
+    path. `label` starts every ValueError (the setting that named it, e.g. "env.name 'x:y'"); `what` is the kind
+    of callable the message asks for ("factory", "function")."""
+    module_name, sep, attribute = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    if not sep or not _DOTTED.fullmatch(module_name) or not _DOTTED.fullmatch(attribute):
         raise ValueError(
-            f"env.name {name!r}: a factory is named as module:function (dotted names, e.g. my_pkg.envs:make_env)"
+            f"{label}: name the {what} as 'module:{what}' (dotted names, e.g. my_pkg.envs:make_env), got {spec!r}"
         )
-    target = _import(name, module_name)
+    module = _import(label, module_name)
+    target = module
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise ValueError(f"env.name {name!r}: module {module_name!r} has no attribute {attribute!r}")
+            raise ValueError(f"{label}: module {module_name!r} has no attribute {attribute!r}")
         target = getattr(target, part)
     if not callable(target):
-        raise ValueError(f"env.name {name!r}: {value} is a {type(target).__name__}, not a callable factory")
-    return target
+        raise ValueError(f"{label}: {attribute!r} is a {type(target).__name__}, not a {what}")
+    return target, module
 
 
 def _entry_point(name: str) -> importlib.metadata.EntryPoint | None:
@@ -130,16 +143,16 @@ def resolve(name: str) -> Callable:
     if not isinstance(name, str) or not name:
         raise ValueError(f"env.name must be a non-empty string, got {name!r}")
     if ":" in name:
-        return _factory_of(name, name)
+        return load_named(name, f"env.name {name!r}", "factory")[0]
     if name in _REGISTRY:
         return _REGISTRY[name]
     if name.isidentifier() and name in builtin_names():
-        _import(name, f"{BUILTIN_PACKAGE}.{name}")  # registers itself
+        _import(f"env.name {name!r}", f"{BUILTIN_PACKAGE}.{name}")  # registers itself
         if name in _REGISTRY:
             return _REGISTRY[name]
     point = _entry_point(name)
     if point is not None:
-        return _factory_of(name, point.value)
+        return load_named(point.value, f"env.name {name!r}", "factory")[0]
     raise _unknown(name)
 
 

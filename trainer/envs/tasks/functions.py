@@ -21,11 +21,12 @@ train on it.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import inspect
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+
+from rwcore.trainer.envs.registry import load_named
 
 ARGUMENTS = ("completion", "messages", "metadata", "task_id", "tags")
 
@@ -41,30 +42,9 @@ class UserFunction:
     option: the config key that named it (for errors), e.g. "env.options.reward"."""
 
     def __init__(self, spec: str, option: str) -> None:
-        if not isinstance(spec, str) or spec.count(":") != 1:
-            raise ValueError(f"{option}: name the function as 'module:function' (e.g. my_rewards:score), got {spec!r}")
-        module_name, attribute = spec.split(":")
-        if not module_name or not attribute or not all(p.isidentifier() for p in module_name.split(".")):
-            raise ValueError(f"{option}: {spec!r} is not 'module:function' (a dotted module name, then a name)")
-        self.spec, self.option, self.module_name = spec, option, module_name
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            raise ValueError(
-                f"{option} {spec!r}: cannot import module {module_name!r} ({error}); install its package or put "
-                "its folder on PYTHONPATH"
-            ) from None
-        except Exception as error:  # the module itself raised while importing
-            raise ValueError(
-                f"{option} {spec!r}: importing module {module_name!r} raised {type(error).__name__}: {error}"
-            ) from None
-        function = module
-        for part in attribute.split("."):
-            if not hasattr(function, part):
-                raise ValueError(f"{option} {spec!r}: module {module_name!r} has no attribute {attribute!r}")
-            function = getattr(function, part)
-        if not callable(function):
-            raise ValueError(f"{option} {spec!r}: {attribute!r} is a {type(function).__name__}, not a function")
+        self.spec, self.option = spec, option
+        function, module = load_named(spec, f"{option} {spec!r}" if spec else option)
+        self.module_name = module.__name__
         self.function: Callable = function
         self.source = _source_file(module)
         self.takes = self._arguments(function)
