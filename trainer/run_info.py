@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rwcore._io import atomic_write_bytes
+from rwcore.trainer.machine import machine_record
 from rwcore.trainer.run_paths import run_path
 
 __all__ = ["RUN_INFO", "append_run_info", "invocation", "redact_argv", "read_run_info"]
@@ -131,29 +132,6 @@ def _commit() -> dict | None:
     return {"commit": head, "modified": bool(changed), "checkout": str(ROOT)}
 
 
-def _machine() -> dict:
-    import torch
-
-    from rwcore.trainer.machine import cpu_model
-
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
-    gpus = (
-        [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-    )
-    return {
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": usable,
-        "torch_threads": torch.get_num_threads(),
-        "gpus": gpus,
-    }
-
-
 def invocation(argv: Sequence[str], kind: str, **details: Any) -> dict:
     """One record: when, what command (redacted), from which folder, the packages, the commit, the machine, the
     environment variables of `ENVIRONMENT` that are set, and `details` (the step resumed from, the steps...)."""
@@ -166,7 +144,7 @@ def invocation(argv: Sequence[str], kind: str, **details: Any) -> dict:
         **details,
         "versions": _versions(),
         "git": _commit(),
-        "machine": _machine(),
+        "machine": machine_record(),
         "environment": environment,
     }
 
