@@ -86,7 +86,7 @@ class UserFunction:
 
     def digest(self) -> str:
         """sha256 of the module's source file ("" when it has none, e.g. a compiled module)."""
-        return _sha256(self.source) if self.source else ""
+        return file_digest(self.source) if self.source else ""
 
 
 def reward_value(value, function: UserFunction, where: str, threshold: float) -> tuple[float, bool]:
@@ -133,10 +133,7 @@ def check_value(value, function: UserFunction, where: str) -> bool | None:
 
 
 def file_digest(path: str | Path) -> str:
-    return _sha256(Path(path))
-
-
-def _sha256(path: Path) -> str:
+    """sha256 (hex) of a file's bytes: what provenance() records of the task files, rubrics and modules."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
